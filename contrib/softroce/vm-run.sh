@@ -1,0 +1,311 @@
+#!/bin/bash
+# vm-run.sh — run a command inside a throw-away QEMU guest that has a soft-RoCE
+# (rdma_rxe) device, rxe0, so RDMA code can be tested on hosts without RDMA.
+#
+# Usage: contrib/softroce/vm-run.sh [--timeout SECS] [--cache DIR] [--verbose] -- COMMAND [ARGS...]
+#
+# The guest runs Debian's own kernel (downloaded once with apt-get download)
+# under QEMU software emulation (TCG). It mounts the host's root file system
+# read-only over 9p and runs COMMAND chrooted into it, in the caller's current
+# directory, so host binaries and build trees are used as they are. Writable
+# space in the guest: /tmp, /run and /dev/shm (tmpfs, discarded at power-off).
+# In the guest, dummy0 has 10.77.0.1/24 and rxe0 is bound to it.
+#
+# COMMAND's stdout and stderr are streamed to ours; we exit with its status.
+# Exit 77 ("skipped") with "SKIPPED: reason" on stderr if the VM cannot be
+# started (no QEMU, no kernel, ...). A run that exceeds --timeout (default
+# 600 s) is killed and fails with 124.
+#
+# The kernel and the initramfs are cached under --cache (default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/flowmover-softroce); later runs boot in seconds.
+
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+GUEST_INIT="$HERE/guest-init.sh"
+
+TIMEOUT=600
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/flowmover-softroce"
+VERBOSE=0
+TAIL_PIDS=()        # the tail processes streaming the guest's output
+
+# Modules the guest loads (their dependencies are added automatically).
+# crc32_generic is required: without it rdma_rxe fails to initialise.
+GUEST_MODULES=(crc32_generic virtio_pci 9p 9pnet_virtio dummy veth virtio_net
+               rdma_rxe ib_uverbs rdma_ucm)
+
+log()  { echo "vm-run: $*" >&2; }
+die()  { echo "vm-run: error: $*" >&2; exit 1; }
+skip() { echo "SKIPPED: soft-RoCE VM: $*" >&2; exit 77; }
+
+usage() {
+    echo "usage: $0 [--timeout SECS] [--cache DIR] [--verbose] -- COMMAND [ARGS...]" >&2
+    exit 2
+}
+
+parse_args() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --timeout) TIMEOUT=${2:?--timeout needs a value}; shift 2 ;;
+            --cache)   CACHE=${2:?--cache needs a value}; shift 2 ;;
+            -v|--verbose) VERBOSE=1; shift ;;
+            -h|--help) usage ;;
+            --) shift; break ;;
+            *) usage ;;
+        esac
+    done
+    [ $# -gt 0 ] || usage
+    [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+    COMMAND=("$@")
+}
+
+# Everything we need on the host; anything missing means "cannot start".
+check_host_tools() {
+    local tool
+    for tool in qemu-system-x86_64 busybox cpio gzip depmod modprobe dpkg \
+                apt-get apt-cache flock timeout sha256sum xz; do
+        command -v "$tool" >/dev/null 2>&1 ||
+            skip "'$tool' not found (run contrib/softroce/setup-deps.sh)"
+    done
+    # The guest runs the host's `rdma` tool in the chroot to create rxe0.
+    command -v rdma >/dev/null 2>&1 || skip "'rdma' (iproute2) not found"
+    # The busybox in the initramfs runs without any library: it must be static.
+    BUSYBOX=$(command -v busybox)
+    if ldd "$BUSYBOX" >/dev/null 2>&1; then
+        BUSYBOX=/bin/busybox   # busybox-static installs here
+        if [ ! -x "$BUSYBOX" ] || ldd "$BUSYBOX" >/dev/null 2>&1; then
+            skip "busybox is not statically linked (install busybox-static)"
+        fi
+    fi
+}
+
+# Kernel: the package linux-image-amd64 depends on, e.g. linux-image-6.1.0-56-amd64,
+# extracted to $CACHE/kernel/<version>. Sets KVER and KDIR.
+resolve_kernel() {
+    local pkg d
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+          sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1) || true
+    if [ -n "$pkg" ]; then
+        KVER=${pkg#linux-image-}
+        if [ ! -d "$CACHE/kernel/$KVER" ]; then
+            fetch_kernel "$pkg" || log "could not download $pkg"
+        fi
+    fi
+    if [ -z "$pkg" ] || [ ! -d "$CACHE/kernel/$KVER" ]; then
+        # Offline or no apt lists: fall back to any kernel already cached.
+        KVER=
+        for d in "$CACHE"/kernel/*; do
+            case "$d" in *.tmp) ;; *) [ -d "$d" ] && KVER=${d##*/} ;; esac
+        done
+        [ -n "$KVER" ] ||
+            skip "no kernel: cannot download the package linux-image-amd64 depends on (apt-get update?)"
+        log "using cached kernel $KVER"
+    fi
+    KDIR="$CACHE/kernel/$KVER"
+}
+
+# Download and unpack one kernel package, and generate its modules.dep
+# (Debian ships the modules without it).
+fetch_kernel() {
+    local pkg=$1 ver=${1#linux-image-} tmp="$CACHE/kernel/${1#linux-image-}.tmp"
+    log "downloading and unpacking $pkg (once; cached in $CACHE)"
+    rm -rf "$tmp" && mkdir -p "$tmp/deb"
+    # apt-get download writes into the current directory.
+    (cd "$tmp/deb" && apt-get download -q "$pkg" >&2) || return 1
+    dpkg -x "$tmp"/deb/*.deb "$tmp/root" || return 1
+    rm -rf "$tmp/deb"
+    # Bookworm puts modules in /lib/modules; newer releases in /usr/lib/modules.
+    if [ -d "$tmp/root/usr/lib/modules/$ver" ] && [ ! -d "$tmp/root/lib/modules/$ver" ]; then
+        mkdir -p "$tmp/root/lib/modules"
+        ln -s "../../usr/lib/modules/$ver" "$tmp/root/lib/modules/$ver"
+    fi
+    depmod -b "$tmp/root" "$ver" || return 1
+    mv "$tmp" "$CACHE/kernel/$ver"
+    # Each unpacked kernel takes ~400 MB: keep only this one.
+    find "$CACHE/kernel" -mindepth 1 -maxdepth 1 ! -name "$ver" -exec rm -rf {} +
+}
+
+# The .ko files to insmod, in order, without duplicates.
+module_load_order() {
+    local m
+    for m in "${GUEST_MODULES[@]}"; do
+        modprobe -d "$KDIR/root" -S "$KVER" --show-depends "$m" ||
+            die "kernel $KVER has no module $m"
+    done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'
+}
+
+# Initramfs: static busybox, the modules, modules.order and guest-init.sh as
+# /init. Cached under a name that hashes its inputs, so editing guest-init.sh
+# or the module list rebuilds it. Sets INITRD.
+build_initramfs() {
+    local key order tmp ko
+    order=$(module_load_order)
+    key=$( { echo "$KVER"; echo "$order"; cat "$GUEST_INIT" "$BUSYBOX"; } |
+           sha256sum | cut -c1-16)
+    INITRD="$CACHE/initramfs-$KVER-$key.cpio.gz"
+    [ -f "$INITRD" ] && return 0
+
+    log "building initramfs $INITRD"
+    tmp=$(mktemp -d "$CACHE/initramfs.XXXXXX")
+    mkdir -p "$tmp/bin" "$tmp/lib/modules"
+    cp "$BUSYBOX" "$tmp/bin/busybox"
+    cp "$GUEST_INIT" "$tmp/init" && chmod 755 "$tmp/init"
+    : >"$tmp/modules.order"
+    while read -r ko; do
+        case "$ko" in   # busybox insmod wants plain .ko files
+            *.ko.xz)  xz -dc "$ko" >"$tmp/lib/modules/$(basename "$ko" .xz)" ;;
+            *.ko.zst) zstd -qdc "$ko" >"$tmp/lib/modules/$(basename "$ko" .zst)" ;;
+            *.ko.gz)  gzip -dc "$ko" >"$tmp/lib/modules/$(basename "$ko" .gz)" ;;
+            *)        cp "$ko" "$tmp/lib/modules/" ;;
+        esac
+        basename "${ko%.xz}" | sed 's/\.zst$//; s/\.gz$//' >>"$tmp/modules.order"
+    done <<<"$order"
+    (cd "$tmp" && find . | cpio -o -H newc --quiet | gzip -1) >"$INITRD.tmp"
+    mv "$INITRD.tmp" "$INITRD"
+    rm -rf "$tmp"
+    # Drop images built from older inputs.
+    find "$CACHE" -maxdepth 1 -name 'initramfs-*.cpio.gz' ! -path "$INITRD" -delete
+}
+
+# Kernel and initramfs, built once; the lock keeps concurrent runs from
+# building the same cache at the same time.
+prepare_cache() {
+    mkdir -p "$CACHE/kernel" || skip "cannot create cache dir $CACHE"
+    exec 9>"$CACHE/.lock"
+    flock 9
+    resolve_kernel
+    build_initramfs
+    VMLINUZ="$KDIR/root/boot/vmlinuz-$KVER"
+    [ -f "$VMLINUZ" ] || skip "no $VMLINUZ in the kernel package"
+    extract_vmlinux
+    flock -u 9
+}
+
+# Booting the compressed vmlinuz costs ~3.5 s of firmware and decompression
+# under TCG. The uncompressed ELF vmlinux inside it boots directly (PVH entry,
+# Debian kernels have CONFIG_PVH=y) in under a second. Unpack it once: it is
+# the xz stream in the bzImage. If that fails we boot vmlinuz instead.
+extract_vmlinux() {
+    local off
+    KERNEL="$VMLINUZ"
+    if [ ! -f "$KDIR/vmlinux" ] && [ ! -f "$KDIR/vmlinux.failed" ]; then
+        off=$(grep -abo $'\xfd7zXZ\x00' "$VMLINUZ" | head -n1 | cut -d: -f1) || true
+        if [ -n "$off" ] &&
+           xz -dcq --single-stream <(tail -c +$((off + 1)) "$VMLINUZ") >"$KDIR/vmlinux.tmp" &&
+           [ "$(head -c4 "$KDIR/vmlinux.tmp" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+            mv "$KDIR/vmlinux.tmp" "$KDIR/vmlinux"
+        else
+            log "cannot unpack vmlinux from $VMLINUZ; booting it compressed (slower)"
+            rm -f "$KDIR/vmlinux.tmp"; : >"$KDIR/vmlinux.failed"
+        fi
+    fi
+    [ -f "$KDIR/vmlinux" ] && KERNEL="$KDIR/vmlinux"
+    return 0
+}
+
+# The results share (host side): cmd.sh for the guest, output and status back.
+# The command runs through the host's bash, which restores the caller's
+# directory; `printf %q` keeps every argument intact.
+prepare_results_dir() {
+    RESULTS=$(mktemp -d "${TMPDIR:-/tmp}/flowmover-vm.XXXXXX")
+    trap cleanup EXIT
+    case "$PWD/" in
+        /tmp/*|/run/*|/dev/shm/*|/proc/*|/sys/*)
+            log "warning: $PWD is hidden by the guest's own tmpfs/proc/sys; the command will start in /" ;;
+    esac
+    {
+        echo "cd -- $(printf '%q' "$PWD") 2>/dev/null || cd /"
+        printf 'exec'; printf ' %q' "${COMMAND[@]}"; echo
+    } >"$RESULTS/cmd.sh"
+    : >"$RESULTS/stdout"
+    : >"$RESULTS/stderr"
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+cleanup() {
+    local p
+    for p in "${TAIL_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    if [ "$VERBOSE" = 1 ]; then log "results kept in $RESULTS"; else rm -rf "$RESULTS"; fi
+}
+
+# Boot the guest under TCG (nested KVM hangs on these hosts) with the host
+# root read-only and the results dir writable, both over virtio-9p. The
+# serial console goes to a log file; stdin/tty are left alone.
+run_qemu() {
+    local qemu_status=0
+    timeout --kill-after=10 "$TIMEOUT" \
+        qemu-system-x86_64 \
+            -accel tcg -cpu max -m 2048 -smp 2 \
+            -nodefaults -display none -no-reboot \
+            -serial "file:$RESULTS/console.log" -monitor none \
+            -kernel "$KERNEL" -initrd "$INITRD" \
+            -append "console=ttyS0 quiet panic=-1" \
+            -virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
+            -virtfs "local,path=$RESULTS,mount_tag=results,security_model=none" \
+            </dev/null >"$RESULTS/qemu.log" 2>&1 &
+    QEMU_PID=$!
+    stream_output
+    wait "$QEMU_PID" || qemu_status=$?
+    QEMU_END=$EPOCHREALTIME
+    wait "${TAIL_PIDS[@]}" 2>/dev/null || true
+    TAIL_PIDS=()
+    return "$qemu_status"
+}
+
+# Follow the command's output files while the guest runs. tail --pid reads
+# to the end once QEMU (and so the guest) has gone, so nothing is lost.
+stream_output() {
+    tail -n +1 -f -s 0.2 --pid="$QEMU_PID" "$RESULTS/stdout" &
+    TAIL_PIDS=($!)
+    tail -n +1 -f -s 0.2 --pid="$QEMU_PID" "$RESULTS/stderr" >&2 &
+    TAIL_PIDS+=($!)
+}
+
+show_console() {
+    log "---- guest console (last 40 lines) ----"
+    tail -n 40 "$RESULTS/console.log" 2>/dev/null | tr -d '\r' >&2 || true
+    log "---- qemu ----"
+    cat "$RESULTS/qemu.log" >&2 || true
+}
+
+main() {
+    local start elapsed ready qemu_status=0 status
+    parse_args "$@"
+    check_host_tools
+    prepare_cache
+    prepare_results_dir
+
+    start=$EPOCHREALTIME
+    run_qemu || qemu_status=$?
+    elapsed=$(awk -v a="$start" -v b="$QEMU_END" 'BEGIN { printf "%.1f", b - a }')
+    [ "$VERBOSE" = 1 ] && show_console
+
+    if [ "$qemu_status" = 124 ] || [ "$qemu_status" = 137 ]; then
+        show_console
+        log "FAILED: timed out after $TIMEOUT s; QEMU killed"
+        exit 124
+    fi
+    if [ ! -f "$RESULTS/booted" ]; then
+        # QEMU never got a guest as far as the shares: if QEMU itself failed
+        # and the guest printed nothing, it could not start at all.
+        show_console
+        if [ "$qemu_status" != 0 ] && [ ! -s "$RESULTS/console.log" ]; then
+            skip "qemu-system-x86_64 failed to start (status $qemu_status)"
+        fi
+        die "the guest did not come up (QEMU status $qemu_status)"
+    fi
+    if [ -f "$RESULTS/setup-failed" ]; then
+        show_console
+        die "guest setup failed: $(cat "$RESULTS/setup-failed")"
+    fi
+    if [ ! -f "$RESULTS/status" ]; then
+        show_console
+        die "the guest stopped before the command finished (QEMU status $qemu_status)"
+    fi
+    status=$(cat "$RESULTS/status")
+    ready=$(awk -v a="$start" -v b="$(stat -c %.3Y "$RESULTS/ready")" 'BEGIN { printf "%.1f", b - a }')
+    log "guest ready (rxe0 up) $ready s after QEMU start; QEMU ran $elapsed s; command exit status $status"
+    exit "$status"
+}
+
+main "$@"

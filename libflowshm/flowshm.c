@@ -1,0 +1,457 @@
+/*
+ * libflowshm/flowshm.c - the client library over the shared ring (ipc/ring.h).
+ * Fast paths are one claim + copy + commit, or one peek + copy + release;
+ * waiting spins briefly, yields, then sleeps on the ring's futex.
+ */
+#include "flowshm.h"
+#include "flowshm_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_RECOVER_NS 2000000000ull
+#define SPIN_ROUNDS  2048u
+#define YIELD_ROUNDS 16u
+#define BATCH_CHUNK  64u
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- waiting ------------------------------------------------------------ */
+
+struct waiter {
+	int64_t timeout_ns;
+	uint64_t deadline_ns;
+	unsigned round;
+};
+
+enum wait_for { WAIT_SPACE, WAIT_DATA };
+
+static bool past_deadline(const struct waiter *w)
+{
+	return w->deadline_ns != UINT64_MAX && fr_now_ns() >= w->deadline_ns;
+}
+
+/* One step of back-off: 0 = try again, else -EAGAIN or -ETIMEDOUT. */
+static int backoff(flowshm_t *f, struct waiter *w, enum wait_for what)
+{
+	if (w->timeout_ns == 0)
+		return -EAGAIN;
+	if (w->round++ == 0)
+		w->deadline_ns = w->timeout_ns < 0 ?
+					 UINT64_MAX :
+					 fr_now_ns() + (uint64_t)w->timeout_ns;
+	if (w->round % 256 == 0 && past_deadline(w))
+		return -ETIMEDOUT;
+	if (w->round < SPIN_ROUNDS) {
+		cpu_relax();
+		return 0;
+	}
+	if (past_deadline(w))
+		return -ETIMEDOUT;
+	if (w->round < SPIN_ROUNDS + YIELD_ROUNDS) {
+		sched_yield();
+		return 0;
+	}
+	return what == WAIT_SPACE ? fr_wait_space(&f->ring, w->deadline_ns) :
+				    fr_wait_data(&f->ring, w->deadline_ns);
+}
+
+/* ---- rings as file descriptors ------------------------------------------- */
+
+static int params_to_fr(const struct flowshm_ring_params *p,
+			struct fr_params *out)
+{
+	if (!p || (p->flags & ~FLOWSHM_RING_DEPOSIT))
+		return -EINVAL;
+	*out = (struct fr_params){
+		.ring_bytes = p->ring_size,
+		.max_record = p->max_record,
+		.mode = (p->flags & FLOWSHM_RING_DEPOSIT) ? FR_MODE_DEPOSIT :
+							    FR_MODE_LOCAL,
+	};
+	return fr_params_check(out);
+}
+
+int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
+			      const char *path, uint64_t seal_key, int *fd_out)
+{
+	struct fr_params p;
+	size_t bytes;
+	void *map;
+	int fd, rc = params_to_fr(params, &p);
+
+	if (rc || !fd_out)
+		return rc ? rc : -EINVAL;
+	p.seal_key = seal_key;
+	bytes = fr_map_bytes(p.ring_bytes);
+	fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) :
+		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)bytes))
+		goto fail;
+	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
+		goto fail;
+	fr_format(map, &p);
+	munmap(map, bytes);
+	/* A sealed size: no holder of the fd can truncate it under another
+	 * process's mapping (which would turn its next access into SIGBUS). */
+	if (!path && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+						    F_SEAL_SEAL))
+		goto fail;
+	*fd_out = fd;
+	return 0;
+fail:
+	rc = -errno;
+	close(fd);
+	if (path)
+		unlink(path);
+	return rc;
+}
+
+int flowshm_ring_create(const struct flowshm_ring_params *params,
+			const char *path, int *fd)
+{
+	return flowshm_ring_create_keyed(params, path, 0, fd);
+}
+
+int flowshm_open_fd(int fd, enum flowshm_role role,
+		    const struct flowshm_opts *opts, flowshm_t **out)
+{
+	struct stat st;
+	flowshm_t *f;
+	void *map;
+	int rc;
+
+	if (!out || (role != FLOWSHM_PRODUCER && role != FLOWSHM_CONSUMER))
+		return -EINVAL;
+	if (fstat(fd, &st))
+		return -errno;
+	if (st.st_size < (off_t)(FR_CTRL_BYTES + FR_MIN_RING) ||
+	    (uint64_t)st.st_size > fr_map_bytes(FR_MAX_RING))
+		return -EPROTO;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+		   fd, 0);
+	if (map == MAP_FAILED) {
+		rc = -errno;
+		free(f);
+		return rc;
+	}
+	rc = fr_attach(&f->ring, map, (size_t)st.st_size);
+	if (rc) {
+		munmap(map, (size_t)st.st_size);
+		free(f);
+		return rc;
+	}
+	f->role = role;
+	f->ring.recover_ns = DEFAULT_RECOVER_NS;
+	if (opts && opts->recover_ns)
+		f->ring.recover_ns = opts->recover_ns == UINT64_MAX ?
+					     0 : opts->recover_ns;
+	*out = f;
+	return 0;
+}
+
+void flowshm_close(flowshm_t *f)
+{
+	if (!f)
+		return;
+	munmap(f->ring.sh, f->ring.map_bytes);
+	free(f);
+}
+
+void flowshm_shutdown(flowshm_t *f)
+{
+	if (f)
+		fr_close(&f->ring);
+}
+
+int flowshm_info(flowshm_t *f, struct flowshm_info *out)
+{
+	struct fr_shared *sh;
+
+	if (!f || !out)
+		return -EINVAL;
+	sh = f->ring.sh;
+	*out = (struct flowshm_info){
+		.ring_size = f->ring.size,
+		.max_record = f->ring.max_record,
+		.flags = f->ring.mode == FR_MODE_DEPOSIT ? FLOWSHM_RING_DEPOSIT : 0,
+		.head = atomic_load_explicit(&sh->head, memory_order_acquire),
+		.tail = atomic_load_explicit(&sh->tail, memory_order_acquire),
+		.closed = fr_closed(&f->ring),
+		.recovered = atomic_load_explicit(&sh->recovered,
+						  memory_order_relaxed),
+	};
+	if (f->ring.mode == FR_MODE_DEPOSIT)
+		out->tail = atomic_load_explicit(&sh->published,
+						 memory_order_acquire);
+	return 0;
+}
+
+/* ---- producer ------------------------------------------------------------ */
+
+static int check_producer(flowshm_t *f)
+{
+	if (!f || f->role != FLOWSHM_PRODUCER || f->reserved)
+		return -EINVAL;
+	/* deposit rings are written by moverd only */
+	return f->ring.mode == FR_MODE_DEPOSIT ? -EINVAL : 0;
+}
+
+static int check_len(const flowshm_t *f, size_t len)
+{
+	if (len == 0)
+		return -EINVAL;
+	return len > f->ring.max_record ? -EMSGSIZE : 0;
+}
+
+/* Claim room for lens[0..n), waiting per the waiter when none fits. */
+static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
+		 struct fr_claim *c, struct waiter *w)
+{
+	for (;;) {
+		int rc = fr_claim(&f->ring, lens, n, c);
+
+		if (rc != -EAGAIN)
+			return rc;
+		rc = backoff(f, w, WAIT_SPACE);
+		if (rc)
+			return rc;
+	}
+}
+
+static void *payload(const struct fr_ring *r, uint64_t pos)
+{
+	return fr_rec_at(r, pos) + 1;
+}
+
+int flowshm_send(flowshm_t *f, const void *data, size_t len,
+		 int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	struct fr_claim c;
+	uint32_t l;
+	int rc = check_producer(f);
+
+	if (rc || (rc = check_len(f, len)))
+		return rc;
+	if (!data)
+		return -EINVAL;
+	l = (uint32_t)len;
+	rc = claim(f, &l, 1, &c, &w);
+	if (rc)
+		return rc;
+	memcpy(payload(&f->ring, c.pos), data, len);
+	fr_commit(&f->ring, &c);
+	return 0;
+}
+
+int flowshm_send_batch(flowshm_t *f, const struct iovec *recs, unsigned n,
+		       unsigned *sent, int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	uint32_t lens[BATCH_CHUNK];
+	unsigned done = 0;
+	int rc = check_producer(f);
+
+	if (rc || !recs || !sent || n == 0)
+		return rc ? rc : -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		if (!recs[i].iov_base || (rc = check_len(f, recs[i].iov_len)))
+			return rc ? rc : -EINVAL;
+	}
+	while (done < n) {
+		unsigned chunk = n - done < BATCH_CHUNK ? n - done : BATCH_CHUNK;
+		struct fr_claim c;
+		uint64_t p;
+
+		for (unsigned i = 0; i < chunk; i++)
+			lens[i] = (uint32_t)recs[done + i].iov_len;
+		rc = claim(f, lens, chunk, &c, &w);
+		if (rc)
+			break;
+		p = c.pos;
+		for (unsigned i = 0; i < c.n; i++) {
+			memcpy(payload(&f->ring, p), recs[done + i].iov_base,
+			       lens[i]);
+			p += fr_record_bytes(lens[i]);
+		}
+		fr_commit(&f->ring, &c);
+		done += c.n;
+		w.timeout_ns = 0; /* wait only for the first record */
+	}
+	*sent = done;
+	return done ? 0 : rc;
+}
+
+int flowshm_reserve(flowshm_t *f, size_t len, void **buf, int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	uint32_t l;
+	int rc = check_producer(f);
+
+	if (rc || (rc = check_len(f, len)))
+		return rc;
+	if (!buf)
+		return -EINVAL;
+	l = (uint32_t)len;
+	rc = claim(f, &l, 1, &f->claim, &w);
+	if (rc)
+		return rc;
+	f->reserved = true;
+	*buf = payload(&f->ring, f->claim.pos);
+	return 0;
+}
+
+int flowshm_commit(flowshm_t *f)
+{
+	if (!f || f->role != FLOWSHM_PRODUCER || !f->reserved)
+		return -EINVAL;
+	fr_commit(&f->ring, &f->claim);
+	f->reserved = false;
+	return 0;
+}
+
+/* ---- consumer ------------------------------------------------------------ */
+
+/* Wait (per w) for the next record; on 0 *rec and *len describe it. */
+static int next_record(flowshm_t *f, const struct fr_rec **rec, uint32_t *len,
+		       struct waiter *w)
+{
+	if (!f || f->role != FLOWSHM_CONSUMER)
+		return -EINVAL;
+	for (;;) {
+		int rc = fr_peek(&f->ring, rec, len);
+
+		if (rc != -EAGAIN)
+			return rc;
+		rc = backoff(f, w, WAIT_DATA);
+		if (rc)
+			return rc;
+	}
+}
+
+int flowshm_recv(flowshm_t *f, void *buf, size_t cap, size_t *len,
+		 int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	const struct fr_rec *rec;
+	uint32_t l;
+	int rc;
+
+	if (!len || (!buf && cap))
+		return -EINVAL;
+	rc = next_record(f, &rec, &l, &w);
+	if (rc)
+		return rc;
+	*len = l;
+	if (l > cap)
+		return -EMSGSIZE;
+	memcpy(buf, rec + 1, l);
+	fr_release(&f->ring, f->ring.head + fr_record_bytes(l));
+	return 0;
+}
+
+int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
+		       struct iovec *recs, unsigned max, unsigned *got,
+		       int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	unsigned char *out = buf;
+	size_t used = 0;
+	unsigned n = 0;
+	int rc = 0;
+
+	if (!buf || !recs || !got || max == 0)
+		return -EINVAL;
+	while (n < max) {
+		const struct fr_rec *rec;
+		uint32_t l;
+
+		rc = next_record(f, &rec, &l, &w);
+		if (rc)
+			break;
+		if (l > cap - used) {
+			if (n == 0) {
+				recs[0].iov_len = l;
+				rc = -EMSGSIZE;
+			}
+			break;
+		}
+		memcpy(out + used, rec + 1, l);
+		recs[n++] = (struct iovec){ .iov_base = out + used, .iov_len = l };
+		used += (l + 7u) & ~(size_t)7u;
+		if (used > cap)
+			used = cap;
+		/* consume privately; the shared head is stored once below */
+		f->ring.head += fr_record_bytes(l);
+		w.timeout_ns = 0;
+	}
+	if (n)
+		fr_release(&f->ring, f->ring.head);
+	*got = n;
+	return n ? 0 : rc;
+}
+
+int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
+		 int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	const struct fr_rec *rec;
+	uint32_t l;
+	int rc;
+
+	if (!buf || !len)
+		return -EINVAL;
+	rc = next_record(f, &rec, &l, &w);
+	if (rc)
+		return rc;
+	f->peeked = l;
+	*buf = rec + 1;
+	*len = l;
+	return 0;
+}
+
+int flowshm_release(flowshm_t *f)
+{
+	if (!f || f->role != FLOWSHM_CONSUMER || !f->peeked)
+		return -EINVAL;
+	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
+	f->peeked = 0;
+	return 0;
+}
+
+const char *flowshm_strerror(int rc)
+{
+	switch (rc) {
+	case 0: return "success";
+	case -EAGAIN: return "ring full or empty, try again";
+	case -ETIMEDOUT: return "timed out";
+	case -EMSGSIZE: return "record too large";
+	case -EPIPE: return "flow closed";
+	case -EPROTO: return "ring corrupt or incompatible version";
+	case -EINVAL: return "invalid argument";
+	case -ENOENT: return "no such flow";
+	case -EACCES: return "permission denied";
+	case -ECONNREFUSED: return "moverd is not running";
+	default: return strerror(-rc);
+	}
+}

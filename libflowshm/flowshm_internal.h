@@ -1,0 +1,29 @@
+/*
+ * libflowshm/flowshm_internal.h - what moverd and the tests may use beyond
+ * the public header: the handle's layout and a keyed ring constructor.
+ */
+#ifndef FLOWSHM_INTERNAL_H
+#define FLOWSHM_INTERNAL_H
+
+#include "flowshm.h"
+#include "../ipc/ring.h"
+
+#include <stdbool.h>
+
+struct flowshm {
+	struct fr_ring ring;
+	enum flowshm_role role;
+	bool reserved;          /* a reserve awaits its commit */
+	struct fr_claim claim;  /* the reserved record */
+	uint32_t peeked;        /* length of the peeked record, 0 if none */
+};
+
+/*
+ * Like flowshm_ring_create, with a given seal key (0 = random).  A deposit
+ * ring takes the key of the producer ring it mirrors, so that spans copied
+ * byte for byte carry valid seals.
+ */
+int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
+			      const char *path, uint64_t seal_key, int *fd);
+
+#endif

@@ -1,0 +1,453 @@
+/*
+ * Unit tests of the ring format and of every libflowshm return code,
+ * in one process.  Each test builds its own ring.
+ */
+#include "testutil.h"
+#include "flowshm_internal.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+typedef void (*test_fn)(void);
+
+static void test_roundtrip_and_sizes(void)
+{
+	int fd = tu_ring(4096, 2048, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[2048], want[2048];
+	size_t len;
+
+	/* every size from 1 to max, several laps of a 4 KiB ring */
+	for (size_t n = 1; n <= 2048; n += (n < 64 ? 1 : 37)) {
+		tu_fill(want, 7, n, n);
+		CHECK_RC(flowshm_send(p, want, n, 0), 0);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+		CHECK(len == n);
+		CHECK(memcmp(buf, want, n) == 0);
+		/* stale headers of earlier laps are never read as new */
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	}
+	CHECK_RC(flowshm_send(p, want, 2049, 0), -EMSGSIZE);
+	CHECK_RC(flowshm_send(p, want, 0, 0), -EINVAL);
+	CHECK_RC(flowshm_send(p, NULL, 5, 0), -EINVAL);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_full_and_empty(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char rec[48] = "x", buf[64];
+	size_t len;
+	int sent = 0;
+
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
+		sent++;
+	/* 48 B payload + 16 B header = 64 B per record, 4096 B ring */
+	CHECK(sent == 4096 / 64);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EAGAIN);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 1000000), -ETIMEDOUT);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+	for (int i = 0; i < sent; i++)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 1000000), -ETIMEDOUT);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_wrong_role_and_misuse(void)
+{
+	int fd = tu_ring(8192, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	flowshm_t *x = NULL;
+	const void *cp;
+	void *wp;
+	char buf[16];
+	size_t len;
+
+	CHECK_RC(flowshm_open_fd(fd, 3, NULL, &x), -EINVAL);
+	CHECK_RC(flowshm_open_fd(-1, FLOWSHM_PRODUCER, NULL, &x), -EBADF);
+	CHECK_RC(flowshm_send(c, "a", 1, 0), -EINVAL);
+	CHECK_RC(flowshm_recv(p, buf, sizeof(buf), &len, 0), -EINVAL);
+	CHECK_RC(flowshm_commit(p), -EINVAL);
+	CHECK_RC(flowshm_release(c), -EINVAL);
+	CHECK_RC(flowshm_reserve(p, 4, &wp, 0), 0);
+	CHECK_RC(flowshm_reserve(p, 4, &wp, 0), -EINVAL); /* one at a time */
+	CHECK_RC(flowshm_send(p, "a", 1, 0), -EINVAL);
+	memcpy(wp, "abcd", 4);
+	CHECK_RC(flowshm_peek(c, &cp, &len, 0), -EAGAIN); /* not committed */
+	CHECK_RC(flowshm_commit(p), 0);
+	CHECK_RC(flowshm_peek(c, &cp, &len, 0), 0);
+	CHECK(len == 4 && memcmp(cp, "abcd", 4) == 0);
+	CHECK_RC(flowshm_release(c), 0);
+	CHECK_RC(flowshm_release(c), -EINVAL);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_recv_small_buffer_keeps_record(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char buf[100];
+	size_t len = 0;
+
+	CHECK_RC(flowshm_send(p, "0123456789", 10, 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, 4, &len, 0), -EMSGSIZE);
+	CHECK(len == 10);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK(len == 10 && memcmp(buf, "0123456789", 10) == 0);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_batches(void)
+{
+	int fd = tu_ring(1 << 16, 4096, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	static unsigned char src[300][200], dst[1 << 17];
+	struct iovec in[300], out[300];
+	uint64_t next_recv = 0, next_send = 0;
+
+	for (int round = 0; round < 50; round++) {
+		unsigned n = 1 + (unsigned)(tu_mix(round) % 300), sent, got;
+
+		for (unsigned i = 0; i < n; i++) {
+			size_t l = tu_rec_len(1, next_send + i, 16, 200);
+			tu_fill(src[i], 1, next_send + i, l);
+			in[i] = (struct iovec){ src[i], l };
+		}
+		CHECK_RC(flowshm_send_batch(p, in, n, &sent, 0), 0);
+		CHECK(sent >= 1 && sent <= n);
+		next_send += sent;
+		while (next_recv < next_send) {
+			CHECK_RC(flowshm_recv_batch(c, dst, sizeof(dst), out,
+						    300, &got, 0), 0);
+			for (unsigned i = 0; i < got; i++) {
+				uint32_t prod;
+				uint64_t seq;
+				CHECK(tu_verify(out[i].iov_base, out[i].iov_len,
+						&prod, &seq));
+				CHECK(prod == 1 && seq == next_recv);
+				next_recv++;
+			}
+		}
+	}
+	CHECK(next_send > 1000);
+	CHECK_RC(flowshm_send_batch(p, in, 0, NULL, 0), -EINVAL);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_shutdown(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char buf[8];
+	size_t len;
+	struct flowshm_info info;
+
+	CHECK_RC(flowshm_send(p, "abc", 3, 0), 0);
+	flowshm_shutdown(p);
+	CHECK_RC(flowshm_send(p, "abc", 3, 0), -EPIPE);
+	/* the consumer drains what was sent before the close */
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, -1), -EPIPE);
+	CHECK_RC(flowshm_info(c, &info), 0);
+	CHECK(info.closed && info.head == info.tail && info.head == 32);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_bad_params(void)
+{
+	struct flowshm_ring_params bad[] = {
+		{ 4095, 100, 0 }, { 2048, 100, 0 }, { 6000, 100, 0 },
+		{ 4096, 0, 0 }, { 4096, 2049, 0 }, { 4096, 100, 8 },
+		{ 1ull << 40, 100, 0 },
+	};
+	int fd;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK_RC(flowshm_ring_create(&bad[i], NULL, &fd), -EINVAL);
+}
+
+/* Map the ring's fd for direct corruption. */
+static struct fr_shared *map_ring(int fd, size_t *bytes)
+{
+	struct stat st;
+	void *m;
+
+	CHECK(fstat(fd, &st) == 0);
+	*bytes = (size_t)st.st_size;
+	m = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(m != MAP_FAILED);
+	return m;
+}
+
+static void test_corrupt_control_page(void)
+{
+	struct { size_t off; uint64_t val; int width; } cases[] = {
+		{ offsetof(struct fr_shared, geo.magic), 1, 8 },
+		{ offsetof(struct fr_shared, geo.version), 2, 4 },
+		{ offsetof(struct fr_shared, geo.ctrl_bytes), 8192, 4 },
+		{ offsetof(struct fr_shared, geo.ring_bytes), 8192, 8 },
+		{ offsetof(struct fr_shared, geo.ring_bytes), 5000, 8 },
+		{ offsetof(struct fr_shared, geo.max_record), 0, 4 },
+		{ offsetof(struct fr_shared, geo.max_record), 1u << 30, 4 },
+		{ offsetof(struct fr_shared, geo.mode), 9, 4 },
+		{ offsetof(struct fr_shared, head), 48, 8 },    /* head > tail */
+		{ offsetof(struct fr_shared, tail), 1 << 20, 8 }, /* > size */
+		{ offsetof(struct fr_shared, tail), 8, 8 },     /* unaligned */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = tu_ring(4096, 1024, 0);
+		size_t bytes;
+		unsigned char *m = (unsigned char *)map_ring(fd, &bytes);
+		flowshm_t *f = NULL;
+
+		memcpy(m + cases[i].off, &cases[i].val, cases[i].width);
+		CHECK_RC(flowshm_open_fd(fd, FLOWSHM_CONSUMER, NULL, &f),
+			 -EPROTO);
+		CHECK_RC(flowshm_open_fd(fd, FLOWSHM_PRODUCER, NULL, &f),
+			 -EPROTO);
+		munmap(m, bytes);
+		close(fd);
+	}
+}
+
+static void test_corrupt_positions_after_open(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	size_t bytes;
+	struct fr_shared *sh = map_ring(fd, &bytes);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char rec[100] = { 0 }, buf[128];
+	size_t len;
+
+	/* the geometry is copied at open: scribbling on it changes nothing */
+	sh->geo.ring_bytes = 1ull << 30;
+	sh->geo.max_record = 1u << 29;
+	CHECK_RC(flowshm_send(p, rec, 2000, 0), -EMSGSIZE);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	/* a head beyond the tail, or a tail far beyond head: -EPROTO */
+	atomic_store(&sh->head, 1 << 20);
+	while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
+		;
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EPROTO);
+	atomic_store(&sh->tail, 1ull << 40);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EPROTO);
+	flowshm_close(p);
+	flowshm_close(c);
+	munmap(sh, bytes);
+	close(fd);
+}
+
+static void test_corrupt_record_lengths(void)
+{
+	uint32_t bad_lens[] = { 0, 1025, 4096, 0xffffffffu, 4000 };
+
+	for (size_t i = 0; i < sizeof(bad_lens) / sizeof(bad_lens[0]); i++) {
+		int fd = tu_ring(4096, 1024, 0);
+		size_t bytes;
+		struct fr_shared *sh = map_ring(fd, &bytes);
+		struct fr_rec *rec = (struct fr_rec *)((char *)sh + FR_CTRL_BYTES);
+		flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+		flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+		char buf[2048];
+		size_t len;
+
+		CHECK_RC(flowshm_send(p, "hello", 5, 0), 0);
+		atomic_store(&rec->len, bad_lens[i]);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EPROTO);
+		/* a padding record that runs past the end of the lap */
+		atomic_store(&rec->len, 4096);
+		atomic_store(&rec->info, FR_INFO_PAD);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EPROTO);
+		/* a padding length that is not a multiple of the alignment */
+		atomic_store(&rec->len, 24);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EPROTO);
+		flowshm_close(p);
+		flowshm_close(c);
+		munmap(sh, bytes);
+		close(fd);
+	}
+}
+
+static void test_wrong_seal_is_not_data(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	size_t bytes;
+	struct fr_shared *sh = map_ring(fd, &bytes);
+	struct fr_rec *rec = (struct fr_rec *)((char *)sh + FR_CTRL_BYTES);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char buf[64];
+	size_t len;
+	uint64_t seal;
+
+	CHECK_RC(flowshm_send(p, "hello", 5, 0), 0);
+	/* the same header one lap later (what a stale header looks like) */
+	seal = atomic_load(&rec->seal);
+	atomic_store(&rec->seal, seal ^ 4096);
+	/* claimed by a live producer (tail > head): not data, keep waiting */
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	atomic_store(&rec->seal, seal);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	flowshm_close(p);
+	flowshm_close(c);
+	munmap(sh, bytes);
+	close(fd);
+}
+
+/* A span of committed records copied byte for byte into a deposit ring
+ * with the same key, then published, reads back identically. */
+static void test_deposit_mirror(void)
+{
+	struct flowshm_ring_params dp = { 8192, 2048, FLOWSHM_RING_DEPOSIT };
+	int src_fd = tu_ring(8192, 2048, 0), dst_fd = -1;
+	size_t sb, db;
+	struct fr_shared *src = map_ring(src_fd, &sb);
+	flowshm_t *p = tu_open(src_fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c, *x = NULL;
+	struct fr_ring dr;
+	uint64_t sent = 0, got = 0, copied = 0;
+	unsigned char buf[2048];
+	size_t len;
+
+	CHECK_RC(flowshm_ring_create_keyed(&dp, NULL, src->geo.seal_key,
+					   &dst_fd), 0);
+	CHECK_RC(flowshm_open_fd(dst_fd, FLOWSHM_PRODUCER, NULL, &x), 0);
+	CHECK_RC(flowshm_send(x, "no", 2, 0), -EINVAL); /* moverd writes it */
+	flowshm_close(x);
+	c = tu_open(dst_fd, FLOWSHM_CONSUMER, 0);
+	{
+		void *dm = map_ring(dst_fd, &db);
+		CHECK_RC(fr_attach(&dr, dm, db), 0);
+	}
+	while (got < 2000) {
+		uint64_t tail;
+
+		for (int k = 0; k < 7; k++) {
+			size_t l = tu_rec_len(2, sent, 16, 1500);
+
+			tu_fill(buf, 2, sent, l);
+			if (flowshm_send(p, buf, l, 0))
+				break;
+			sent++;
+		}
+		/* the mover: copy [copied, tail) at the same offsets */
+		tail = atomic_load(&src->tail);
+		for (uint64_t pos = copied; pos < tail; pos++)
+			dr.data[pos & dr.mask] =
+				((unsigned char *)src + FR_CTRL_BYTES)[pos & 8191];
+		fr_publish(&dr, tail);
+		copied = tail;
+		while (flowshm_recv(c, buf, sizeof(buf), &len, 0) == 0) {
+			uint32_t prod;
+			uint64_t seq;
+
+			CHECK(tu_verify(buf, len, &prod, &seq));
+			CHECK(prod == 2 && seq == got);
+			got++;
+		}
+		CHECK(got == sent);
+		/* the producer ring's space comes back once delivered */
+		atomic_store(&src->head, atomic_load(&dr.sh->head));
+	}
+	/* corrupt a published but unread header: -EPROTO, not "empty" */
+	CHECK_RC(flowshm_send(p, "abcdef", 6, 0), 0);
+	memset(dr.data + ((atomic_load(&src->tail) - 32) & dr.mask), 0x5a, 16);
+	fr_publish(&dr, atomic_load(&src->tail));
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EPROTO);
+	flowshm_close(p);
+	flowshm_close(c);
+	munmap(dr.sh, db);
+	munmap(src, sb);
+	close(src_fd);
+	close(dst_fd);
+}
+
+static void test_file_backed_ring(void)
+{
+	char path[] = "/tmp/flowmover-test-ringXXXXXX";
+	struct flowshm_ring_params prm = { 4096, 100, 0 };
+	int tmp = mkstemp(path), fd;
+	flowshm_t *p, *c;
+	char buf[8];
+	size_t len;
+
+	CHECK(tmp >= 0);
+	close(tmp);
+	CHECK_RC(flowshm_ring_create(&prm, path, &fd), -EEXIST);
+	unlink(path);
+	CHECK_RC(flowshm_ring_create(&prm, path, &fd), 0);
+	p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	CHECK_RC(flowshm_send(p, "xyz", 3, 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+	unlink(path);
+}
+
+static void test_truncated_file(void)
+{
+	int fd = memfd_create("short", 0);
+
+	CHECK(fd >= 0 && ftruncate(fd, 4096) == 0);
+	flowshm_t *f = NULL;
+	CHECK_RC(flowshm_open_fd(fd, FLOWSHM_CONSUMER, NULL, &f), -EPROTO);
+	CHECK(ftruncate(fd, 4096 + 4096) == 0); /* right size, no magic */
+	CHECK_RC(flowshm_open_fd(fd, FLOWSHM_CONSUMER, NULL, &f), -EPROTO);
+	close(fd);
+	/* a sealed ring cannot be truncated under someone's mapping */
+	fd = tu_ring(4096, 100, 0);
+	CHECK(ftruncate(fd, 4096) == -1 && errno == EPERM);
+	close(fd);
+}
+
+int main(void)
+{
+	struct { const char *name; test_fn fn; } tests[] = {
+		{ "roundtrip_and_sizes", test_roundtrip_and_sizes },
+		{ "full_and_empty", test_full_and_empty },
+		{ "wrong_role_and_misuse", test_wrong_role_and_misuse },
+		{ "recv_small_buffer", test_recv_small_buffer_keeps_record },
+		{ "batches", test_batches },
+		{ "shutdown", test_shutdown },
+		{ "bad_params", test_bad_params },
+		{ "corrupt_control_page", test_corrupt_control_page },
+		{ "corrupt_positions", test_corrupt_positions_after_open },
+		{ "corrupt_record_lengths", test_corrupt_record_lengths },
+		{ "wrong_seal_is_not_data", test_wrong_seal_is_not_data },
+		{ "deposit_mirror", test_deposit_mirror },
+		{ "file_backed_ring", test_file_backed_ring },
+		{ "truncated_file", test_truncated_file },
+	};
+
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		tests[i].fn();
+		printf("ok %zu - %s\n", i + 1, tests[i].name);
+	}
+	return 0;
+}
