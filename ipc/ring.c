@@ -351,6 +351,23 @@ static bool pid_alive(uint32_t pid)
 	return alive;
 }
 
+/*
+ * The recovery timer needs no precision (recover_ns is seconds by default,
+ * a tick of error is nothing) and it is read on the consumer's polling
+ * path, so it runs on the coarse clock: a few ns instead of a full clock
+ * read per poll.  Only stuck_since_ns is kept on this clock.
+ */
+static uint64_t stuck_clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* While nothing is known to be claimed at head: how often to look at tail. */
+#define TAIL_POLL_NS 100000000ull /* when recovery is off: only for -EPROTO */
+
 /* First position in (pos, limit) that carries a seal of its own. */
 static uint64_t next_sealed(const struct fr_ring *r, uint64_t pos,
 			    uint64_t limit)
@@ -415,7 +432,7 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 	if (seal == fr_seal(r, pos, FR_SEAL_CLAIMED)) {
 		bytes = dead_claim_bytes(r, pos, limit, &pid);
 		if (!bytes) {
-			r->stuck_since_ns = fr_now_ns(); /* look again later */
+			r->stuck_since_ns = stuck_clock_ns(); /* look later */
 			return -EAGAIN;
 		}
 	} else {
@@ -434,26 +451,53 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 			break;
 	}
 	r->stuck_pos = pos;
-	r->stuck_since_ns = fr_now_ns();
+	r->stuck_since_ns = stuck_clock_ns();
 	return 0;
 }
 
 static int not_committed(struct fr_ring *r, uint64_t pos, uint64_t seal)
 {
-	uint64_t now;
+	uint64_t now = stuck_clock_ns();
 
 	if (pos >= r->tail_cache) {
+		uint64_t every = r->recover_ns ? r->recover_ns / 4 : TAIL_POLL_NS;
+
+		/*
+		 * Nothing is known to be claimed at pos: the ring is empty, or
+		 * a producer is between its claim and its commit.  Data shows
+		 * up as a COMMITTED seal at pos, which is all we poll; reading
+		 * tail on every poll would pull the producers' tail line into
+		 * our cache and make their next claim miss on it.  Tail is
+		 * needed only to tell "empty" from "claimed" for recovery (and
+		 * to see corrupt positions), so while the flow is open we look
+		 * at it once every `every` ns spent waiting at pos; recovery
+		 * then starts at most recover_ns / 4 later than it would.
+		 * Closed: look at once, the drained consumer must get -EPIPE.
+		 */
+		if (!fr_closed(r)) {
+			if (r->stuck_pos != pos) {
+				r->stuck_pos = pos;
+				r->stuck_since_ns = now;
+				return -EAGAIN;
+			}
+			if (now - r->stuck_since_ns < every)
+				return -EAGAIN;
+		}
 		/* acquire: orders the seal re-read after seeing the claim */
 		r->tail_cache = atomic_load_explicit(&r->sh->tail,
 						     memory_order_acquire);
 		if (pos > r->tail_cache || r->tail_cache - pos > r->size)
 			return -EPROTO;
+		/* (re)start the timer: from here it times a known claim, or
+		 * the next look at tail while the ring stays empty */
+		r->stuck_pos = pos;
+		r->stuck_since_ns = now;
 		if (pos == r->tail_cache)
 			return fr_closed(r) ? -EPIPE : -EAGAIN;
+		return -EAGAIN;
 	}
 	if (!r->recover_ns)
 		return -EAGAIN;
-	now = fr_now_ns();
 	if (r->stuck_pos != pos) {
 		r->stuck_pos = pos;
 		r->stuck_since_ns = now;

@@ -161,6 +161,7 @@ int flowshm_open_fd(int fd, enum flowshm_role role,
 		return rc;
 	}
 	f->role = role;
+	f->ctl_fd = -1;
 	f->ring.recover_ns = DEFAULT_RECOVER_NS;
 	if (opts && opts->recover_ns)
 		f->ring.recover_ns = opts->recover_ns == UINT64_MAX ?
@@ -174,6 +175,8 @@ void flowshm_close(flowshm_t *f)
 	if (!f)
 		return;
 	munmap(f->ring.sh, f->ring.map_bytes);
+	if (f->ctl_fd >= 0)
+		close(f->ctl_fd);
 	free(f);
 }
 

@@ -72,6 +72,31 @@ struct flowshm_info {
 	uint32_t recovered;   /* records of dead producers turned to padding */
 };
 
+/* ---- attaching to a flow by name (through moverd) ---------------------- */
+
+/*
+ * Ask moverd (socket: $FLOWMOVER_SOCKET, else /run/flowmover/moverd.sock)
+ * for the ring of flow_name and open the given end of it.  Returns 0 and
+ * *out, or:
+ *   -ENOENT        no such flow
+ *   -EACCES        you may not attach to it (or to moverd's socket)
+ *   -ECONNREFUSED  moverd is not running
+ *   -ETIMEDOUT     moverd did not answer in time
+ *   -EPROTO        moverd's answer made no sense
+ *   -EBUSY         the flow already has a consumer
+ *   -EINVAL        bad name or role
+ * flowshm_attach_error() then says why in words.
+ */
+int flowshm_attach(const char *flow_name, enum flowshm_role role,
+		   const struct flowshm_opts *opts, flowshm_t **out);
+
+/* Close a handle from flowshm_attach (the flow stays open). */
+void flowshm_detach(flowshm_t *f);
+
+/* Why this thread's last flowshm_attach failed, in words ("" if it did
+ * not fail).  Valid until the thread's next flowshm_attach. */
+const char *flowshm_attach_error(void);
+
 /* ---- low level: rings as file descriptors ------------------------------ */
 
 /*
@@ -86,7 +111,7 @@ int flowshm_ring_create(const struct flowshm_ring_params *params,
 int flowshm_open_fd(int fd, enum flowshm_role role,
 		    const struct flowshm_opts *opts, flowshm_t **out);
 
-/* Unmap and free the handle; the flow itself stays open. */
+/* Unmap and free the handle (from open_fd or attach); the flow stays open. */
 void flowshm_close(flowshm_t *f);
 
 /* Close the flow for everyone: producers get -EPIPE, consumers drain then

@@ -16,6 +16,8 @@ struct flowshm {
 	bool reserved;          /* a reserve awaits its commit */
 	struct fr_claim claim;  /* the reserved record */
 	uint32_t peeked;        /* length of the peeked record, 0 if none */
+	int ctl_fd;             /* attached via moverd: the control connection,
+	                           open while attached so moverd sees us die */
 };
 
 /*

@@ -1,0 +1,31 @@
+#!/bin/bash
+# install-deps.sh - everything flowmover needs to build and test on Debian 12.
+# Both README commands run it first; it is idempotent.
+set -euo pipefail
+
+PACKAGES=(
+    build-essential cmake pkg-config      # toolchain
+    libibverbs-dev librdmacm-dev          # rdma-core: verbs and rdma_cm
+    liburing-dev                          # io_uring event loop and TCP transport
+    libprotobuf-c-dev protobuf-c-compiler # control protocol
+    clang libclang-rt-14-dev              # libFuzzer targets, sanitizer runtimes
+    iproute2 procps util-linux            # ip netns/veth, pkill, setpriv
+    iperf3                                # TCP reference in benchmarks
+)
+
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" = \
+      "install ok installed" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q \
+        --no-install-recommends "${missing[@]}"
+fi
+# The soft-RoCE test bed (QEMU, perftest, rdma tools) has its own list.
+"$(dirname "$0")/softroce/setup-deps.sh"

@@ -1,0 +1,45 @@
+#!/bin/bash
+# test.sh - build flowmover and run every test, the way CI does.
+#   1. install dependencies (Debian 12)
+#   2. release build: all tests, including the soft-RoCE VM tests
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: all host tests
+#   4. ThreadSanitizer build: the lock-free ring tests
+#   5. clang libFuzzer build: bounded fuzzing of every parser
+# Usage: contrib/test.sh [--quick]   (--quick: step 2 only, no VM tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+jobs=$(nproc)
+quick=0
+[ "${1:-}" = --quick ] && quick=1
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+build() { # build DIR [cmake args...]
+    local dir=$1; shift
+    cmake -S "$top" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$dir" -j "$jobs"
+}
+
+step "dependencies"
+contrib/install-deps.sh
+
+step "release build and tests"
+build build
+if [ $quick = 1 ]; then
+    (cd build && ctest --output-on-failure -LE vm)
+    exit 0
+fi
+(cd build && ctest --output-on-failure)
+
+step "AddressSanitizer + UndefinedBehaviorSanitizer"
+build build-asan -DFM_SANITIZE=address,undefined
+(cd build-asan && FM_STRESS_RECORDS=100000 ctest --output-on-failure -LE vm)
+
+step "ThreadSanitizer (lock-free ring)"
+CC=clang build build-tsan -DFM_SANITIZE=thread
+(cd build-tsan && ctest --output-on-failure -L tsan)
+
+step "libFuzzer (bounded)"
+CC=clang build build-fuzz -DFM_FUZZ=ON -DFM_SANITIZE=address,undefined
+(cd build-fuzz && ctest --output-on-failure -L fuzz)

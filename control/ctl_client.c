@@ -1,0 +1,166 @@
+/*
+ * control/ctl_client.c - connect to moverd and make one request at a time.
+ */
+#include "ctl_client.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+static _Thread_local char last_err[CTL_ERR_MAX + 128];
+static _Atomic uint64_t next_id;
+
+static void seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void seterr(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_err, sizeof(last_err), fmt, ap);
+	va_end(ap);
+}
+
+const char *ctl_last_error(void)
+{
+	return last_err;
+}
+
+const char *ctl_socket_path(const char *flag_value)
+{
+	const char *env;
+
+	if (flag_value && *flag_value)
+		return flag_value;
+	env = getenv(CTL_SOCKET_ENV);
+	if (env && *env)
+		return env;
+	return CTL_DEFAULT_SOCKET;
+}
+
+int ctl_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(path);
+	int s, rc;
+
+	if (n == 0 || n >= sizeof(sa.sun_path)) {
+		seterr("socket path '%s' is %s", path,
+		       n ? "too long for a UNIX socket" : "empty");
+		return n ? -ENAMETOOLONG : -EINVAL;
+	}
+	memcpy(sa.sun_path, path, n + 1);
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		rc = -errno;
+		seterr("socket: %s", strerror(-rc));
+		return rc;
+	}
+	while (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno == EINTR)
+			continue;
+		if (errno == EISCONN)
+			break;
+		rc = -errno;
+		close(s);
+		switch (rc) {
+		case -ENOENT:
+		case -ENOTDIR:
+			seterr("moverd is not running (no socket at %s)", path);
+			return -ECONNREFUSED;
+		case -ECONNREFUSED:
+			seterr("moverd is not running (nobody listening on "
+			       "%s)", path);
+			return -ECONNREFUSED;
+		case -EACCES:
+		case -EPERM:
+			seterr("permission denied connecting to %s", path);
+			return -EACCES;
+		default:
+			seterr("cannot connect to %s: %s", path, strerror(-rc));
+			return rc;
+		}
+	}
+	return s;
+}
+
+int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
+	     int *fd_out, int timeout_ms)
+{
+	char err[CTL_ERR_MAX];
+	Flowmover__Response *r = NULL;
+	uint8_t *buf;
+	size_t len = 0;
+	int fd = -1, rc;
+
+	*resp = NULL;
+	if (fd_out)
+		*fd_out = -1;
+	do
+		req->id = atomic_fetch_add(&next_id, 1) + 1;
+	while (req->id == 0);
+
+	rc = ctl_send_msg(sock, &req->base, -1);
+	if (rc) {
+		seterr("cannot send %s request to moverd: %s",
+		       ctl_request_kind(req), strerror(-rc));
+		return rc;
+	}
+	buf = malloc(CTL_MAX_FRAME);
+	if (!buf) {
+		seterr("out of memory");
+		return -ENOMEM;
+	}
+	rc = ctl_recv_frame(sock, buf, CTL_MAX_FRAME, &len, &fd, timeout_ms);
+	if (rc) {
+		if (rc == -ETIMEDOUT)
+			seterr("no response from moverd within %d ms",
+			       timeout_ms);
+		else if (rc == -ECONNRESET)
+			seterr("moverd closed the connection");
+		else
+			seterr("cannot receive response from moverd: %s",
+			       strerror(-rc));
+		free(buf);
+		return rc;
+	}
+	rc = ctl_response_decode(buf, len, &r, err, sizeof(err));
+	free(buf);
+	if (rc) {
+		seterr("bad response from moverd: %s", err);
+		goto fail;
+	}
+	if (r->body_case == FLOWMOVER__RESPONSE__BODY_ERROR &&
+	    (r->id == req->id || r->id == 0)) {
+		rc = r->error->code;
+		if (r->error->message[0])
+			seterr("%s", r->error->message);
+		else
+			seterr("%s", strerror(-rc));
+		goto fail;
+	}
+	if (r->id != req->id) {
+		seterr("bad response from moverd: id %llu answers request "
+		       "%llu", (unsigned long long)r->id,
+		       (unsigned long long)req->id);
+		rc = -EPROTO;
+		goto fail;
+	}
+	*resp = r;
+	if (fd_out)
+		*fd_out = fd;
+	else if (fd >= 0)
+		close(fd);
+	return 0;
+fail:
+	ctl_response_free(r);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}

@@ -1,0 +1,996 @@
+/*
+ * control/moverctl.c - the operator's command line for moverd.
+ *
+ *   moverctl [--socket PATH] [--json] [--timeout MS] COMMAND
+ *
+ * Exit codes: 0 ok, 1 error reported by moverd (or the conversation with
+ * it failed), 2 usage error, 3 moverd not running, 4 permission denied.
+ */
+#include "ctl_client.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EX_OK      0
+#define EX_DAEMON  1
+#define EX_USAGE   2
+#define EX_NOTRUN  3
+#define EX_PERM    4
+
+#define MAX_IDS 64
+
+#ifndef FLOWMOVER_VERSION
+#define FLOWMOVER_VERSION "0.1.0"
+#endif
+
+static const char usage_text[] =
+"usage: moverctl [--socket PATH] [--json] [--timeout MS] COMMAND\n"
+"\n"
+"commands:\n"
+"  flow create NAME [--ring-size BYTES] [--max-record BYTES]\n"
+"                   [--peer HOST:PORT] [--allow-uid UID]... [--allow-gid GID]...\n"
+"  flow destroy NAME\n"
+"  flow list\n"
+"  flow show NAME\n"
+"  status\n"
+"  help\n"
+"\n"
+"options (anywhere on the line):\n"
+"  -s, --socket PATH   moverd's control socket (default: $FLOWMOVER_SOCKET,\n"
+"                      else " CTL_DEFAULT_SOCKET ")\n"
+"  -j, --json          print JSON instead of tables\n"
+"  -t, --timeout MS    how long to wait for moverd (default 5000; 0 = forever)\n"
+"  --ring-size BYTES   ring bytes, a power of two; suffixes K, M, G (64K, 16M)\n"
+"  --max-record BYTES  largest record; suffixes K, M, G\n"
+"  --peer HOST:PORT    the consumer's moverd, for a flow to another host\n"
+"  --allow-uid UID     also let this user (number or name) attach; repeatable\n"
+"  --allow-gid GID     also let this group (number or name) attach; repeatable\n"
+"\n"
+"exit status: 0 ok, 1 error from moverd, 2 usage error, 3 moverd not running,\n"
+"4 permission denied\n";
+
+struct opts {
+	const char *socket;
+	bool json;
+	int timeout_ms;
+	/* flow create */
+	bool create_opts;       /* any of the below was given */
+	uint64_t ring_size;
+	uint64_t max_record;
+	const char *peer;
+	uint32_t uids[MAX_IDS], gids[MAX_IDS];
+	size_t n_uids, n_gids;
+};
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("moverctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'moverctl help'.\n", stderr);
+	return EX_USAGE;
+}
+
+/* ---- parsing of option values -------------------------------------------- */
+
+/* "4096", "64K", "16M", "1G" (also "64k", "64KB", "64KiB"). */
+static int parse_size(const char *opt, const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	uint64_t mult = 1;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		goto bad;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		goto big;
+	switch (*end) {
+	case 'k': case 'K': mult = 1ull << 10; end++; break;
+	case 'm': case 'M': mult = 1ull << 20; end++; break;
+	case 'g': case 'G': mult = 1ull << 30; end++; break;
+	default: break;
+	}
+	if (mult > 1 && (end[0] == 'i' || end[0] == 'I') &&
+	    (end[1] == 'B' || end[1] == 'b'))
+		end += 2;
+	else if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		goto bad;
+	if (v > UINT64_MAX / mult)
+		goto big;
+	if (v == 0)
+		return usage_error("%s %s: must be greater than 0", opt, s);
+	*out = v * mult;
+	return 0;
+bad:
+	return usage_error("%s '%s': not a size; use a number of bytes with an "
+			   "optional K, M or G suffix (e.g. 64K, 16M)", opt, s);
+big:
+	return usage_error("%s %s: too large", opt, s);
+}
+
+/* A number, or a user (group) name. */
+static int parse_id(const char *opt, const char *s, bool group, uint32_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtoul(s, &end, 10);
+		if (*end || errno || v >= UINT32_MAX)
+			return usage_error("%s '%s': not a valid %s id", opt, s,
+					   group ? "group" : "user");
+		*out = (uint32_t)v;
+		return 0;
+	}
+	if (group) {
+		struct group *g = getgrnam(s);
+
+		if (!g)
+			return usage_error("%s '%s': no such group", opt, s);
+		*out = (uint32_t)g->gr_gid;
+	} else {
+		struct passwd *p = getpwnam(s);
+
+		if (!p)
+			return usage_error("%s '%s': no such user", opt, s);
+		*out = (uint32_t)p->pw_uid;
+	}
+	return 0;
+}
+
+/* HOST:PORT or [V6ADDR]:PORT. */
+static int check_peer(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	unsigned long port;
+	char *end;
+
+	if (!colon || colon == s || !colon[1])
+		goto bad;
+	if (s[0] == '[' ? colon[-1] != ']' || colon - s < 3
+			: memchr(s, ':', (size_t)(colon - s)) != NULL)
+		goto bad;
+	if (colon[1] < '0' || colon[1] > '9')
+		goto bad;
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (*end || errno || port == 0 || port > 65535)
+		goto bad;
+	return 0;
+bad:
+	return usage_error("--peer '%s': use HOST:PORT (e.g. 10.0.0.2:7400 or "
+			   "[fe80::1]:7400)", s);
+}
+
+/* ---- formatting ------------------------------------------------------------ */
+
+/* 512B, 64K, 1.5M, 16G */
+static const char *fmt_size(char *buf, size_t cap, uint64_t v)
+{
+	static const char units[] = "KMGTPE";
+	double d = (double)v;
+	int u = -1;
+
+	if (v < 1024) {
+		snprintf(buf, cap, "%" PRIu64 "B", v);
+		return buf;
+	}
+	while (d >= 1024 && u < 5) {
+		d /= 1024;
+		u++;
+	}
+	if (v % (1ull << (10 * (u + 1))) == 0)
+		snprintf(buf, cap, "%.0f%c", d, units[u]);
+	else
+		snprintf(buf, cap, "%.1f%c", d, units[u]);
+	return buf;
+}
+
+static uint64_t used_bytes(const Flowmover__FlowInfo *f)
+{
+	return f->tail > f->head ? f->tail - f->head : 0;
+}
+
+static const char *fmt_used(char *buf, size_t cap, const Flowmover__FlowInfo *f)
+{
+	char s[32];
+	uint64_t u = used_bytes(f);
+	unsigned pct = f->ring_size ? (unsigned)(u * 100.0 / (double)f->ring_size)
+				    : 0;
+
+	snprintf(buf, cap, "%s (%u%%)", fmt_size(s, sizeof(s), u), pct);
+	return buf;
+}
+
+static const char *dash(const char *s)
+{
+	return s && *s ? s : "-";
+}
+
+static const char *fmt_ids(char *buf, size_t cap, const uint32_t *ids,
+			   size_t n)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s%" PRIu32,
+				      i ? ", " : "", ids[i]);
+	return n ? buf : "-";
+}
+
+static const char *fmt_time_ms(char *buf, size_t cap, uint64_t ms)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+
+	if (!ms || !localtime_r(&t, &tm) ||
+	    !strftime(buf, cap, "%Y-%m-%d %H:%M:%S %z", &tm))
+		return "-";
+	return buf;
+}
+
+static const char *fmt_duration(char *buf, size_t cap, uint64_t ms)
+{
+	uint64_t s = ms / 1000;
+	unsigned d = (unsigned)(s / 86400), h = (unsigned)(s / 3600 % 24),
+		 m = (unsigned)(s / 60 % 60), sec = (unsigned)(s % 60);
+
+	if (d)
+		snprintf(buf, cap, "%ud %uh %um %us", d, h, m, sec);
+	else if (h)
+		snprintf(buf, cap, "%uh %um %us", h, m, sec);
+	else if (m)
+		snprintf(buf, cap, "%um %us", m, sec);
+	else
+		snprintf(buf, cap, "%us", sec);
+	return buf;
+}
+
+/* key: value lines with the values aligned. */
+static void kv(const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void kv(const char *key, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s:%*s", key, (int)(14 - strlen(key)), "");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+}
+
+/* An aligned table: cells are copied; right-aligned columns by flag. */
+#define TBL_MAXCOL 10
+struct table {
+	size_t ncol, nrow, cap;
+	size_t width[TBL_MAXCOL];
+	bool right[TBL_MAXCOL];
+	char **cells;
+};
+
+static void tbl_row(struct table *t, const char *const *row)
+{
+	if (t->nrow == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 16;
+		t->cells = realloc(t->cells, t->cap * t->ncol * sizeof(char *));
+		if (!t->cells) {
+			perror("moverctl");
+			exit(EX_DAEMON);
+		}
+	}
+	for (size_t c = 0; c < t->ncol; c++) {
+		char *s = strdup(row[c]);
+		size_t w = strlen(row[c]);
+
+		if (!s) {
+			perror("moverctl");
+			exit(EX_DAEMON);
+		}
+		t->cells[t->nrow * t->ncol + c] = s;
+		if (w > t->width[c])
+			t->width[c] = w;
+	}
+	t->nrow++;
+}
+
+static void tbl_print(struct table *t)
+{
+	for (size_t r = 0; r < t->nrow; r++) {
+		for (size_t c = 0; c < t->ncol; c++) {
+			const char *s = t->cells[r * t->ncol + c];
+			int w = (int)t->width[c];
+			bool last = c + 1 == t->ncol;
+
+			if (t->right[c])
+				printf("%*s", w, s);
+			else
+				printf("%-*s", last ? 0 : w, s);
+			fputs(last ? "\n" : "  ", stdout);
+			free(t->cells[r * t->ncol + c]);
+		}
+	}
+	free(t->cells);
+	t->cells = NULL;
+}
+
+/* ---- JSON ------------------------------------------------------------------- */
+
+struct json {
+	int depth;
+	bool first[16];
+	bool after_key;
+};
+
+static void j_indent(int depth)
+{
+	putchar('\n');
+	for (int i = 0; i < depth; i++)
+		fputs("  ", stdout);
+}
+
+/* Before a value or a key. */
+static void j_sep(struct json *j)
+{
+	if (j->after_key) {
+		j->after_key = false;
+		return;
+	}
+	if (j->depth == 0)
+		return;
+	if (!j->first[j->depth])
+		putchar(',');
+	j->first[j->depth] = false;
+	j_indent(j->depth);
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+	uint32_t cp;
+	size_t len;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, cp = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, cp = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, cp = p[0] & 0x07;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	return len;
+}
+
+/* A JSON string: escapes quotes, backslashes and controls; bytes that are
+ * not UTF-8 become U+FFFD. */
+static void j_putstr(const char *str)
+{
+	const unsigned char *p = (const unsigned char *)(str ? str : "");
+	size_t n = strlen((const char *)p);
+
+	putchar('"');
+	while (n) {
+		size_t l;
+
+		switch (*p) {
+		case '"':  fputs("\\\"", stdout); l = 1; break;
+		case '\\': fputs("\\\\", stdout); l = 1; break;
+		case '\b': fputs("\\b", stdout); l = 1; break;
+		case '\f': fputs("\\f", stdout); l = 1; break;
+		case '\n': fputs("\\n", stdout); l = 1; break;
+		case '\r': fputs("\\r", stdout); l = 1; break;
+		case '\t': fputs("\\t", stdout); l = 1; break;
+		default:
+			if (*p < 0x20 || *p == 0x7f) {
+				printf("\\u%04x", *p);
+				l = 1;
+			} else if ((l = utf8_len(p, n)) != 0) {
+				fwrite(p, 1, l, stdout);
+			} else {
+				fputs("\\ufffd", stdout);
+				l = 1;
+			}
+		}
+		p += l;
+		n -= l;
+	}
+	putchar('"');
+}
+
+static void j_open(struct json *j, char c)
+{
+	j_sep(j);
+	putchar(c);
+	j->depth++;
+	j->first[j->depth] = true;
+}
+
+static void j_close(struct json *j, char c)
+{
+	bool empty = j->first[j->depth];
+
+	j->depth--;
+	if (!empty)
+		j_indent(j->depth);
+	putchar(c);
+	if (j->depth == 0)
+		putchar('\n');
+}
+
+static void j_key(struct json *j, const char *k)
+{
+	j_sep(j);
+	j_putstr(k);
+	fputs(": ", stdout);
+	j->after_key = true;
+}
+
+static void j_str(struct json *j, const char *k, const char *v)
+{
+	j_key(j, k);
+	j_sep(j);
+	j_putstr(v);
+}
+
+static void j_u64(struct json *j, const char *k, uint64_t v)
+{
+	j_key(j, k);
+	j_sep(j);
+	printf("%" PRIu64, v);
+}
+
+static void j_ids(struct json *j, const char *k, const uint32_t *ids, size_t n)
+{
+	j_key(j, k);
+	j_sep(j);
+	putchar('[');
+	for (size_t i = 0; i < n; i++)
+		printf("%s%" PRIu32, i ? ", " : "", ids[i]);
+	putchar(']');
+}
+
+static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
+{
+	j_open(j, '{');
+	j_str(j, "name", f->name);
+	j_str(j, "state", f->state);
+	j_str(j, "state_reason", f->state_reason);
+	j_str(j, "role", f->role);
+	j_str(j, "transport", f->transport);
+	j_str(j, "peer", f->peer);
+	j_u64(j, "ring_size", f->ring_size);
+	j_u64(j, "max_record", f->max_record);
+	j_u64(j, "head", f->head);
+	j_u64(j, "tail", f->tail);
+	j_u64(j, "used", used_bytes(f));
+	j_u64(j, "producers", f->producers);
+	j_u64(j, "consumers", f->consumers);
+	j_u64(j, "owner_uid", f->owner_uid);
+	j_u64(j, "owner_gid", f->owner_gid);
+	j_ids(j, "allow_uids", f->allow_uids, f->n_allow_uids);
+	j_ids(j, "allow_gids", f->allow_gids, f->n_allow_gids);
+	j_u64(j, "recovered", f->recovered);
+	j_u64(j, "created_unix_ms", f->created_unix_ms);
+	j_u64(j, "bytes_sent", f->bytes_sent);
+	j_u64(j, "bytes_acked", f->bytes_acked);
+	j_close(j, '}');
+}
+
+/* ---- the commands' output ------------------------------------------------- */
+
+static void print_list(const Flowmover__FlowList *l, bool json)
+{
+	struct table t = { .ncol = 9 };
+	char ring[32], used[48], prod[16], cons[16];
+
+	if (json) {
+		struct json j = { 0 };
+
+		j_open(&j, '[');
+		for (size_t i = 0; i < l->n_flows; i++)
+			j_flow(&j, l->flows[i]);
+		j_close(&j, ']');
+		return;
+	}
+	t.right[4] = t.right[5] = t.right[6] = t.right[7] = true;
+	tbl_row(&t, (const char *const[]){ "NAME", "STATE", "ROLE",
+		"TRANSPORT", "RING", "USED", "PRODUCERS", "CONSUMERS",
+		"PEER" });
+	for (size_t i = 0; i < l->n_flows; i++) {
+		const Flowmover__FlowInfo *f = l->flows[i];
+
+		snprintf(prod, sizeof(prod), "%" PRIu32, f->producers);
+		snprintf(cons, sizeof(cons), "%" PRIu32, f->consumers);
+		tbl_row(&t, (const char *const[]){ dash(f->name),
+			dash(f->state), dash(f->role), dash(f->transport),
+			fmt_size(ring, sizeof(ring), f->ring_size),
+			fmt_used(used, sizeof(used), f), prod, cons,
+			dash(f->peer) });
+	}
+	tbl_print(&t);
+}
+
+static void print_flow(const Flowmover__FlowInfo *f, bool json)
+{
+	char a[64], b[64], ids[MAX_IDS * 12];
+
+	if (json) {
+		struct json j = { 0 };
+
+		j_flow(&j, f);
+		return;
+	}
+	kv("name", "%s", f->name);
+	kv("state", "%s", dash(f->state));
+	if (f->state_reason[0])
+		kv("reason", "%s", f->state_reason);
+	kv("role", "%s", dash(f->role));
+	kv("transport", "%s", dash(f->transport));
+	kv("peer", "%s", dash(f->peer));
+	kv("ring size", "%s (%" PRIu64 " bytes)",
+	   fmt_size(a, sizeof(a), f->ring_size), f->ring_size);
+	kv("max record", "%s (%" PRIu32 " bytes)",
+	   fmt_size(b, sizeof(b), f->max_record), f->max_record);
+	kv("used", "%s", fmt_used(a, sizeof(a), f));
+	kv("head", "%" PRIu64, f->head);
+	kv("tail", "%" PRIu64, f->tail);
+	kv("producers", "%" PRIu32, f->producers);
+	kv("consumers", "%" PRIu32, f->consumers);
+	kv("owner", "uid %" PRIu32 ", gid %" PRIu32, f->owner_uid,
+	   f->owner_gid);
+	kv("allowed uids", "%s",
+	   fmt_ids(ids, sizeof(ids), f->allow_uids, f->n_allow_uids));
+	kv("allowed gids", "%s",
+	   fmt_ids(ids, sizeof(ids), f->allow_gids, f->n_allow_gids));
+	kv("recovered", "%" PRIu32, f->recovered);
+	kv("created", "%s", fmt_time_ms(a, sizeof(a), f->created_unix_ms));
+	kv("bytes sent", "%" PRIu64, f->bytes_sent);
+	kv("bytes acked", "%" PRIu64, f->bytes_acked);
+}
+
+static void print_status(const Flowmover__StatusInfo *s, bool json)
+{
+	char a[64], b[32], c[32], d[16], e[16];
+	struct table t = { .ncol = 7 };
+
+	if (json) {
+		struct json j = { 0 };
+
+		j_open(&j, '{');
+		j_str(&j, "version", s->version);
+		j_u64(&j, "pid", s->pid);
+		j_u64(&j, "uptime_ms", s->uptime_ms);
+		j_str(&j, "socket_path", s->socket_path);
+		j_str(&j, "listen", s->listen);
+		j_key(&j, "transports");
+		j_open(&j, '[');
+		for (size_t i = 0; i < s->n_transports; i++) {
+			j_sep(&j);
+			j_putstr(s->transports[i]);
+		}
+		j_close(&j, ']');
+		j_u64(&j, "flows", s->flows);
+		j_u64(&j, "clients", s->clients);
+		j_key(&j, "peers");
+		j_open(&j, '[');
+		for (size_t i = 0; i < s->n_peers; i++) {
+			const Flowmover__PeerInfo *p = s->peers[i];
+
+			j_open(&j, '{');
+			j_str(&j, "address", p->address);
+			j_str(&j, "state", p->state);
+			j_str(&j, "transport", p->transport);
+			j_u64(&j, "flows", p->flows);
+			j_u64(&j, "bytes_sent", p->bytes_sent);
+			j_u64(&j, "bytes_received", p->bytes_received);
+			j_u64(&j, "reconnects", p->reconnects);
+			j_close(&j, '}');
+		}
+		j_close(&j, ']');
+		j_close(&j, '}');
+		return;
+	}
+	kv("version", "%s", dash(s->version));
+	kv("pid", "%" PRIu32, s->pid);
+	kv("uptime", "%s", fmt_duration(a, sizeof(a), s->uptime_ms));
+	kv("socket", "%s", dash(s->socket_path));
+	kv("listen", "%s", dash(s->listen));
+	printf("transports:%*s", 14 - (int)strlen("transports"), "");
+	for (size_t i = 0; i < s->n_transports; i++)
+		printf("%s%s", i ? ", " : "", s->transports[i]);
+	puts(s->n_transports ? "" : "-");
+	kv("flows", "%" PRIu32, s->flows);
+	kv("clients", "%" PRIu32, s->clients);
+	if (!s->n_peers) {
+		kv("peers", "none");
+		return;
+	}
+	putchar('\n');
+	t.right[3] = t.right[4] = t.right[5] = t.right[6] = true;
+	tbl_row(&t, (const char *const[]){ "PEER", "STATE", "TRANSPORT",
+		"FLOWS", "SENT", "RECEIVED", "RECONNECTS" });
+	for (size_t i = 0; i < s->n_peers; i++) {
+		const Flowmover__PeerInfo *p = s->peers[i];
+
+		snprintf(d, sizeof(d), "%" PRIu32, p->flows);
+		snprintf(e, sizeof(e), "%" PRIu32, p->reconnects);
+		tbl_row(&t, (const char *const[]){ dash(p->address),
+			dash(p->state), dash(p->transport), d,
+			fmt_size(b, sizeof(b), p->bytes_sent),
+			fmt_size(c, sizeof(c), p->bytes_received), e });
+	}
+	tbl_print(&t);
+}
+
+/* ---- talking to moverd ------------------------------------------------------ */
+
+static int exit_code(int rc)
+{
+	return rc == -EACCES || rc == -EPERM ? EX_PERM : EX_DAEMON;
+}
+
+/* One round trip; prints the error and returns an exit code on failure. */
+static int call(const struct opts *o, Flowmover__Request *req,
+		Flowmover__Response **resp,
+		Flowmover__Response__BodyCase want)
+{
+	const char *path = ctl_socket_path(o->socket);
+	int s = ctl_connect(path), rc;
+
+	if (s < 0) {
+		fprintf(stderr, "moverctl: %s\n", ctl_last_error());
+		return s == -ECONNREFUSED ? EX_NOTRUN : exit_code(s);
+	}
+	rc = ctl_call(s, req, resp, NULL, o->timeout_ms);
+	close(s);
+	if (rc) {
+		fprintf(stderr, "moverctl: %s\n", ctl_last_error());
+		return exit_code(rc);
+	}
+	if ((*resp)->body_case != want &&
+	    !(want == FLOWMOVER__RESPONSE__BODY_OK &&
+	      (*resp)->body_case == FLOWMOVER__RESPONSE__BODY_FLOW)) {
+		fprintf(stderr, "moverctl: unexpected response from moverd "
+			"(body %d, expected %d)\n", (int)(*resp)->body_case,
+			(int)want);
+		ctl_response_free(*resp);
+		*resp = NULL;
+		return EX_DAEMON;
+	}
+	return EX_OK;
+}
+
+static int cmd_create(const struct opts *o, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+	Flowmover__FlowSpec sp = FLOWMOVER__FLOW_SPEC__INIT;
+	Flowmover__Response *resp;
+	char a[32], b[32];
+	int ex;
+
+	sp.name = (char *)name;
+	sp.ring_size = o->ring_size;
+	sp.max_record = (uint32_t)o->max_record;
+	sp.peer = (char *)(o->peer ? o->peer : "");
+	sp.allow_uids = (uint32_t *)o->uids;
+	sp.n_allow_uids = o->n_uids;
+	sp.allow_gids = (uint32_t *)o->gids;
+	sp.n_allow_gids = o->n_gids;
+	cr.spec = &sp;
+	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+	req.create = &cr;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
+	if (ex)
+		return ex;
+	if (o->json)
+		print_flow(resp->flow, true);
+	else
+		printf("created flow '%s' (ring %s, max record %s%s%s)\n",
+		       name, fmt_size(a, sizeof(a), resp->flow->ring_size),
+		       fmt_size(b, sizeof(b), resp->flow->max_record),
+		       resp->flow->peer[0] ? ", peer " : "",
+		       resp->flow->peer);
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+static int cmd_destroy(const struct opts *o, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DestroyFlow d = FLOWMOVER__DESTROY_FLOW__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	d.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
+	req.destroy = &d;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
+	if (ex)
+		return ex;
+	if (o->json) {
+		struct json j = { 0 };
+
+		j_open(&j, '{');
+		j_str(&j, "destroyed", name);
+		j_close(&j, '}');
+	} else {
+		printf("destroyed flow '%s'\n", name);
+	}
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+static int cmd_list(const struct opts *o)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
+	req.list = &l;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST);
+	if (ex)
+		return ex;
+	print_list(resp->list, o->json);
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+static int cmd_show(const struct opts *o, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DescribeFlow d = FLOWMOVER__DESCRIBE_FLOW__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	d.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESCRIBE;
+	req.describe = &d;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
+	if (ex)
+		return ex;
+	print_flow(resp->flow, o->json);
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+static int cmd_status(const struct opts *o)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__GetStatus g = FLOWMOVER__GET_STATUS__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &g;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_STATUS);
+	if (ex)
+		return ex;
+	print_status(resp->status, o->json);
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+enum {
+	OPT_RING_SIZE = 256,
+	OPT_MAX_RECORD,
+	OPT_PEER,
+	OPT_ALLOW_UID,
+	OPT_ALLOW_GID,
+};
+
+static const struct option long_opts[] = {
+	{ "socket",     required_argument, NULL, 's' },
+	{ "json",       no_argument,       NULL, 'j' },
+	{ "timeout",    required_argument, NULL, 't' },
+	{ "help",       no_argument,       NULL, 'h' },
+	{ "version",    no_argument,       NULL, 'V' },
+	{ "ring-size",  required_argument, NULL, OPT_RING_SIZE },
+	{ "max-record", required_argument, NULL, OPT_MAX_RECORD },
+	{ "peer",       required_argument, NULL, OPT_PEER },
+	{ "allow-uid",  required_argument, NULL, OPT_ALLOW_UID },
+	{ "allow-gid",  required_argument, NULL, OPT_ALLOW_GID },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	int c, rc;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":s:jt:hV", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (!*optarg)
+				return usage_error("--socket: empty path");
+			o->socket = optarg;
+			break;
+		case 'j':
+			o->json = true;
+			break;
+		case 't': {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (*optarg < '0' || *optarg > '9' || *end || errno ||
+			    v > INT32_MAX)
+				return usage_error("--timeout '%s': use a number "
+						   "of milliseconds", optarg);
+			o->timeout_ms = v ? (int)v : -1;
+			break;
+		}
+		case 'h':
+			fputs(usage_text, stdout);
+			exit(EX_OK);
+		case 'V':
+			printf("moverctl %s\n", FLOWMOVER_VERSION);
+			exit(EX_OK);
+		case OPT_RING_SIZE:
+			o->create_opts = true;
+			if ((rc = parse_size("--ring-size", optarg,
+					     &o->ring_size)))
+				return rc;
+			break;
+		case OPT_MAX_RECORD:
+			o->create_opts = true;
+			if ((rc = parse_size("--max-record", optarg,
+					     &o->max_record)))
+				return rc;
+			if (o->max_record > UINT32_MAX)
+				return usage_error("--max-record %s: at most "
+						   "%" PRIu32 " bytes", optarg,
+						   UINT32_MAX);
+			break;
+		case OPT_PEER:
+			o->create_opts = true;
+			if ((rc = check_peer(optarg)))
+				return rc;
+			o->peer = optarg;
+			break;
+		case OPT_ALLOW_UID:
+		case OPT_ALLOW_GID: {
+			bool g = c == OPT_ALLOW_GID;
+			size_t *n = g ? &o->n_gids : &o->n_uids;
+
+			o->create_opts = true;
+			if (*n == MAX_IDS)
+				return usage_error("at most %d --allow-%cid "
+						   "options", MAX_IDS,
+						   g ? 'g' : 'u');
+			if ((rc = parse_id(g ? "--allow-gid" : "--allow-uid",
+					   optarg, g,
+					   g ? &o->gids[*n] : &o->uids[*n])))
+				return rc;
+			(*n)++;
+			break;
+		}
+		case ':':
+			return usage_error("option '%s' needs a value",
+					   argv[optind - 1]);
+		default:
+			if (optopt)
+				return usage_error("unknown option '-%c'",
+						   optopt);
+			return usage_error("unknown option '%s'",
+					   argv[optind - 1]);
+		}
+	}
+	return 0;
+}
+
+static int need_args(int n, int want, const char *what)
+{
+	if (n < want)
+		return usage_error("%s: missing flow NAME", what);
+	if (n > want)
+		return usage_error("%s: unexpected argument(s)", what);
+	return 0;
+}
+
+static int check_name_arg(const char *name)
+{
+	if (!ctl_name_valid(name))
+		return usage_error("invalid flow name '%s': use 1 to 64 of "
+				   "A-Z a-z 0-9 . _ -", name);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .timeout_ms = CTL_DEFAULT_TIMEOUT_MS };
+	char **args;
+	int n, rc;
+
+	if ((rc = parse_opts(argc, argv, &o)))
+		return rc;
+	args = argv + optind;
+	n = argc - optind;
+	if (n == 0) {
+		fputs(usage_text, stderr);
+		return EX_USAGE;
+	}
+	if (!strcmp(args[0], "help")) {
+		fputs(usage_text, stdout);
+		return EX_OK;
+	}
+	if (o.create_opts && !(n >= 2 && !strcmp(args[0], "flow") &&
+			       !strcmp(args[1], "create")))
+		return usage_error("--ring-size, --max-record, --peer and "
+				   "--allow-uid/gid go with 'flow create'");
+	if (!strcmp(args[0], "status")) {
+		if (n > 1)
+			return usage_error("status: unexpected argument '%s'",
+					   args[1]);
+		return cmd_status(&o);
+	}
+	if (strcmp(args[0], "flow"))
+		return usage_error("unknown command '%s'", args[0]);
+	if (n < 2)
+		return usage_error("flow: missing subcommand (create, destroy, "
+				   "list, show)");
+	if (!strcmp(args[1], "list")) {
+		if (n > 2)
+			return usage_error("flow list: unexpected argument "
+					   "'%s'", args[2]);
+		return cmd_list(&o);
+	}
+	if (!strcmp(args[1], "create")) {
+		if ((rc = need_args(n, 3, "flow create")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_create(&o, args[2]);
+	}
+	if (!strcmp(args[1], "destroy")) {
+		if ((rc = need_args(n, 3, "flow destroy")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_destroy(&o, args[2]);
+	}
+	if (!strcmp(args[1], "show")) {
+		if ((rc = need_args(n, 3, "flow show")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_show(&o, args[2]);
+	}
+	return usage_error("flow: unknown subcommand '%s'", args[1]);
+}

@@ -1,0 +1,87 @@
+/*
+ * libflowshm/attach.c - flowshm_attach: get a flow's ring from moverd over
+ * the control socket (flowmover.proto, see control/) and open an end.
+ */
+#include "flowshm_internal.h"
+
+#include "ctl_client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static _Thread_local char attach_err[CTL_ERR_MAX + 128];
+
+const char *flowshm_attach_error(void)
+{
+	return attach_err;
+}
+
+int flowshm_attach(const char *flow_name, enum flowshm_role role,
+		   const struct flowshm_opts *opts, flowshm_t **out)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__Response *resp = NULL;
+	const char *path;
+	int sock, fd = -1, rc;
+
+	attach_err[0] = '\0';
+	if (!out || (role != FLOWSHM_PRODUCER && role != FLOWSHM_CONSUMER)) {
+		snprintf(attach_err, sizeof(attach_err),
+			 "flowshm_attach: bad argument");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (!ctl_name_valid(flow_name)) {
+		snprintf(attach_err, sizeof(attach_err),
+			 "invalid flow name: use 1 to 64 of A-Z a-z 0-9 . _ -");
+		return -EINVAL;
+	}
+	path = ctl_socket_path(NULL);
+	sock = ctl_connect(path);
+	if (sock < 0) {
+		snprintf(attach_err, sizeof(attach_err), "%s",
+			 ctl_last_error());
+		return sock;
+	}
+	at.name = (char *)flow_name;
+	at.role = role == FLOWSHM_PRODUCER ? FLOWMOVER__ROLE__PRODUCER
+					   : FLOWMOVER__ROLE__CONSUMER;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	rc = ctl_call(sock, &req, &resp, &fd, CTL_DEFAULT_TIMEOUT_MS);
+	if (rc) {
+		snprintf(attach_err, sizeof(attach_err), "%s",
+			 ctl_last_error());
+		goto out;
+	}
+	if (resp->body_case != FLOWMOVER__RESPONSE__BODY_FLOW || fd < 0) {
+		snprintf(attach_err, sizeof(attach_err),
+			 "bad response from moverd: %s",
+			 fd < 0 ? "no ring descriptor attached"
+				: "not a flow description");
+		rc = -EPROTO;
+		goto out;
+	}
+	rc = flowshm_open_fd(fd, role, opts, out);
+	if (rc)
+		snprintf(attach_err, sizeof(attach_err),
+			 "ring of flow '%s' from moverd: %s", flow_name,
+			 flowshm_strerror(rc));
+	else
+		(*out)->ctl_fd = sock; /* held until detach: our liveness */
+out:
+	ctl_response_free(resp);
+	if (fd >= 0)
+		close(fd);
+	if (rc)
+		close(sock);
+	return rc;
+}
+
+void flowshm_detach(flowshm_t *f)
+{
+	flowshm_close(f);
+}

@@ -1,0 +1,592 @@
+/*
+ * moverd/control.c - the control socket of moverd.
+ *
+ * Each client is a small state machine driven by the io_uring loop:
+ *   READ  -> (a whole frame is buffered) -> run the request -> WRITE -> READ
+ * One request is served at a time per client; frames that arrive early stay
+ * buffered.  A bad frame gets an error response: if its length prefix was
+ * sane the connection goes on, otherwise it is closed after the response.
+ */
+#include "control.h"
+#include "ctl_frame.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ATTACH_MAX 16
+
+struct attachment {
+	struct flow *flow;
+	enum flowshm_role role;
+};
+
+struct ctl_client {
+	struct ctl_server *srv;
+	struct loop_op rd, wr;
+	int fd;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	size_t have;
+	uint8_t *out;
+	size_t out_len, out_done;
+	struct msghdr msg;
+	struct iovec iov;
+	_Alignas(struct cmsghdr) char cmsg[CMSG_SPACE(sizeof(int))];
+	bool closing; /* close once the pending response is written */
+	bool gone;    /* connection finished; free when no op is in flight */
+	struct attachment att[ATTACH_MAX];
+	unsigned n_att;
+	struct ctl_client *next;
+	uint8_t in[CTL_FRAME_BUF];
+};
+
+static void arm_accept(struct ctl_server *s);
+static void serve(struct ctl_client *c);
+
+/* ---- client lifetime ---------------------------------------------------- */
+
+static void detach_all(struct ctl_client *c)
+{
+	for (unsigned i = 0; i < c->n_att; i++) {
+		struct flow *f = c->att[i].flow;
+
+		if (c->att[i].role == FLOWSHM_CONSUMER)
+			f->consumers--;
+		else
+			f->producers--;
+		log_debug("flow %s: pid %d detached", f->name, (int)c->pid);
+	}
+	c->n_att = 0;
+}
+
+static void maybe_free(struct ctl_client *c)
+{
+	struct ctl_server *s = c->srv;
+
+	if (!c->gone || c->rd.busy || c->wr.busy)
+		return;
+	for (struct ctl_client **pp = &s->clients; *pp; pp = &(*pp)->next) {
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	}
+	s->n_clients--;
+	close(c->fd);
+	free(c->out);
+	free(c);
+}
+
+static void client_gone(struct ctl_client *c)
+{
+	if (!c->gone) {
+		c->gone = true;
+		detach_all(c);
+		/* completes any recv still in flight, so we can free */
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	maybe_free(c);
+}
+
+/* ---- writing responses -------------------------------------------------- */
+
+static void write_done(struct loop_op *op, int res)
+{
+	struct ctl_client *c = (struct ctl_client *)((char *)op -
+		offsetof(struct ctl_client, wr));
+
+	if (c->gone || res <= 0) {
+		client_gone(c);
+		return;
+	}
+	c->out_done += (size_t)res;
+	if (c->out_done < c->out_len) {
+		/* the fd went with the first bytes; send the rest plainly */
+		struct io_uring_sqe *sqe = loop_sqe(c->srv->loop, &c->wr,
+						    write_done);
+		if (!sqe) {
+			client_gone(c);
+			return;
+		}
+		io_uring_prep_send(sqe, c->fd, c->out + c->out_done,
+				   c->out_len - c->out_done, MSG_NOSIGNAL);
+		return;
+	}
+	free(c->out);
+	c->out = NULL;
+	if (c->closing) {
+		client_gone(c);
+		return;
+	}
+	serve(c);
+}
+
+static void respond(struct ctl_client *c, Flowmover__Response *resp,
+		    uint64_t id, int pass_fd)
+{
+	struct io_uring_sqe *sqe;
+	size_t cap;
+
+	resp->id = id;
+	cap = CTL_HDR_BYTES + protobuf_c_message_get_packed_size(&resp->base);
+	c->out = malloc(cap);
+	if (!c->out || ctl_frame_pack(&resp->base, c->out, cap, &c->out_len)) {
+		log_error("cannot pack a response for pid %d", (int)c->pid);
+		client_gone(c);
+		return;
+	}
+	c->out_done = 0;
+	c->iov = (struct iovec){ c->out, c->out_len };
+	c->msg = (struct msghdr){ .msg_iov = &c->iov, .msg_iovlen = 1 };
+	if (pass_fd >= 0) {
+		struct cmsghdr *cm;
+
+		c->msg.msg_control = c->cmsg;
+		c->msg.msg_controllen = sizeof(c->cmsg);
+		cm = CMSG_FIRSTHDR(&c->msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+	}
+	sqe = loop_sqe(c->srv->loop, &c->wr, write_done);
+	if (!sqe) {
+		client_gone(c);
+		return;
+	}
+	io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+}
+
+static void respond_error(struct ctl_client *c, uint64_t id, int code,
+			  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void respond_error(struct ctl_client *c, uint64_t id, int code,
+			  const char *fmt, ...)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__Error err = FLOWMOVER__ERROR__INIT;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	err.code = code;
+	err.message = msg;
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_ERROR;
+	resp.error = &err;
+	c->srv->stats.bad_requests += code == -EPROTO || code == -EMSGSIZE;
+	log_debug("client pid %d: error %d: %s", (int)c->pid, code, msg);
+	respond(c, &resp, id, -1);
+}
+
+static void respond_ok(struct ctl_client *c, uint64_t id)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__Ok ok = FLOWMOVER__OK__INIT;
+
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_OK;
+	resp.ok = &ok;
+	respond(c, &resp, id, -1);
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
+{
+	struct flowshm_info in;
+
+	flowshm_info(f->view, &in);
+	fi->name = (char *)f->name;
+	fi->state = in.closed ? "closing" : "open";
+	fi->state_reason = "";
+	fi->ring_size = in.ring_size;
+	fi->max_record = in.max_record;
+	fi->head = in.head;
+	fi->tail = in.tail;
+	fi->producers = f->producers;
+	fi->consumers = f->consumers;
+	fi->owner_uid = f->owner_uid;
+	fi->owner_gid = f->owner_gid;
+	fi->n_allow_uids = f->n_allow_uids;
+	fi->allow_uids = (uint32_t *)f->allow_uids;
+	fi->n_allow_gids = f->n_allow_gids;
+	fi->allow_gids = (uint32_t *)f->allow_gids;
+	fi->peer = "";
+	fi->transport = "local";
+	fi->role = "local";
+	fi->recovered = in.recovered;
+	fi->created_unix_ms = f->created_unix_ms;
+}
+
+static void respond_flow(struct ctl_client *c, uint64_t id,
+			 const struct flow *f, int pass_fd)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+
+	fill_info(f, &fi);
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+	resp.flow = &fi;
+	respond(c, &resp, id, pass_fd);
+}
+
+static void do_create(struct ctl_client *c, uint64_t id,
+		      const Flowmover__FlowSpec *sp)
+{
+	struct flow_spec spec = {
+		.name = sp->name,
+		.ring_size = sp->ring_size,
+		.max_record = sp->max_record,
+		.allow_uids = sp->allow_uids,
+		.n_allow_uids = sp->n_allow_uids,
+		.allow_gids = sp->allow_gids,
+		.n_allow_gids = sp->n_allow_gids,
+	};
+	struct flow *f;
+	char err[256];
+	int rc;
+
+	if (sp->peer && sp->peer[0]) {
+		respond_error(c, id, -EOPNOTSUPP, "flows to a peer (%.100s) are "
+			      "not supported by this moverd yet", sp->peer);
+		return;
+	}
+	rc = flows_create(c->srv->flows, &spec, c->uid, c->gid, &f, err,
+			  sizeof(err));
+	if (rc) {
+		respond_error(c, id, rc, "%s", err);
+		return;
+	}
+	respond_flow(c, id, f, -1);
+}
+
+static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
+				 const char *name)
+{
+	struct flow *f = flows_find(c->srv->flows, name);
+
+	if (!f)
+		respond_error(c, id, -ENOENT, "no such flow '%.80s'", name);
+	return f;
+}
+
+static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
+{
+	struct flow *f = find_or_fail(c, id, name);
+
+	if (!f)
+		return;
+	if (!flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
+		return;
+	}
+	ctl_server_forget_flow(c->srv, f);
+	flows_destroy(c->srv->flows, f);
+	respond_ok(c, id);
+}
+
+static void do_list(struct ctl_client *c, uint64_t id)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowList list = FLOWMOVER__FLOW_LIST__INIT;
+	unsigned n = c->srv->flows->count, i = 0;
+	Flowmover__FlowInfo *infos = calloc(n ? n : 1, sizeof(*infos));
+	Flowmover__FlowInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+
+	if (!infos || !ptrs) {
+		free(infos);
+		free(ptrs);
+		respond_error(c, id, -ENOMEM, "out of memory");
+		return;
+	}
+	for (struct flow *f = c->srv->flows->head; f && i < n; f = f->next) {
+		flowmover__flow_info__init(&infos[i]);
+		fill_info(f, &infos[i]);
+		ptrs[i] = &infos[i];
+		i++;
+	}
+	list.n_flows = i;
+	list.flows = ptrs;
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_LIST;
+	resp.list = &list;
+	respond(c, &resp, id, -1);
+	free(infos);
+	free(ptrs);
+}
+
+static void do_attach(struct ctl_client *c, uint64_t id,
+		      const Flowmover__Attach *a)
+{
+	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
+					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
+	struct flow *f = find_or_fail(c, id, a->name);
+
+	if (!f)
+		return;
+	if (!flows_may_attach(f, c->uid, c->gid)) {
+		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
+			      "attach to flow '%s'", (unsigned)c->uid, f->name);
+		return;
+	}
+	if (role == FLOWSHM_CONSUMER && f->consumers) {
+		respond_error(c, id, -EBUSY, "flow '%s' already has a consumer",
+			      f->name);
+		return;
+	}
+	if (c->n_att == ATTACH_MAX) {
+		respond_error(c, id, -ENOSPC, "too many attachments on one "
+			      "connection (limit %d)", ATTACH_MAX);
+		return;
+	}
+	c->att[c->n_att++] = (struct attachment){ f, role };
+	if (role == FLOWSHM_CONSUMER)
+		f->consumers++;
+	else
+		f->producers++;
+	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
+		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
+	respond_flow(c, id, f, f->ring_fd);
+}
+
+static void do_status(struct ctl_client *c, uint64_t id)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__StatusInfo st = FLOWMOVER__STATUS_INFO__INIT;
+	static char *transports[] = { "local" };
+
+	st.version = FLOWSHM_VERSION;
+	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;
+	st.n_transports = 1;
+	st.transports = transports;
+	st.flows = c->srv->flows->count;
+	st.clients = c->srv->n_clients;
+	st.socket_path = (char *)c->srv->socket_path;
+	st.listen = "";
+	st.pid = (uint32_t)getpid();
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_STATUS;
+	resp.status = &st;
+	respond(c, &resp, id, -1);
+}
+
+static void run_request(struct ctl_client *c, const Flowmover__Request *req)
+{
+	uint64_t id = req->id;
+
+	c->srv->stats.requests++;
+	switch (req->body_case) {
+	case FLOWMOVER__REQUEST__BODY_CREATE:
+		do_create(c, id, req->create->spec);
+		break;
+	case FLOWMOVER__REQUEST__BODY_DESTROY:
+		do_destroy(c, id, req->destroy->name);
+		break;
+	case FLOWMOVER__REQUEST__BODY_LIST:
+		do_list(c, id);
+		break;
+	case FLOWMOVER__REQUEST__BODY_DESCRIBE: {
+		struct flow *f = find_or_fail(c, id, req->describe->name);
+		if (f)
+			respond_flow(c, id, f, -1);
+		break;
+	}
+	case FLOWMOVER__REQUEST__BODY_ATTACH:
+		do_attach(c, id, req->attach);
+		break;
+	case FLOWMOVER__REQUEST__BODY_STATUS:
+		do_status(c, id);
+		break;
+	default:
+		respond_error(c, id, -EPROTO, "request has no known body");
+	}
+}
+
+/* ---- reading requests --------------------------------------------------- */
+
+static void read_done(struct loop_op *op, int res)
+{
+	struct ctl_client *c = (struct ctl_client *)((char *)op -
+		offsetof(struct ctl_client, rd));
+
+	if (c->gone || res <= 0) {
+		client_gone(c);
+		return;
+	}
+	c->have += (size_t)res;
+	serve(c);
+}
+
+static void arm_read(struct ctl_client *c)
+{
+	struct io_uring_sqe *sqe = loop_sqe(c->srv->loop, &c->rd, read_done);
+
+	if (!sqe) {
+		client_gone(c);
+		return;
+	}
+	io_uring_prep_recv(sqe, c->fd, c->in + c->have, sizeof(c->in) - c->have,
+			   0);
+}
+
+/* Serve the next buffered frame, or read more. */
+static void serve(struct ctl_client *c)
+{
+	Flowmover__Request *req = NULL;
+	char err[256];
+	uint32_t len;
+	int rc;
+
+	if (c->have < 4) {
+		arm_read(c);
+		return;
+	}
+	rc = ctl_frame_len(c->in, &len);
+	if (rc) {
+		c->closing = true; /* cannot find the next frame: hang up */
+		respond_error(c, 0, rc, "bad frame length %u (1..%u bytes allowed)",
+			      len, CTL_MAX_FRAME);
+		return;
+	}
+	if (c->have < 4 + (size_t)len) {
+		arm_read(c);
+		return;
+	}
+	rc = ctl_request_decode(c->in + 4, len, &req, err, sizeof(err));
+	c->have -= 4 + (size_t)len;
+	memmove(c->in, c->in + 4 + len, c->have);
+	if (rc) {
+		respond_error(c, 0, rc, "bad request: %s", err);
+		return;
+	}
+	run_request(c, req);
+	flowmover__request__free_unpacked(req, NULL);
+}
+
+/* ---- accepting ---------------------------------------------------------- */
+
+static void accept_done(struct loop_op *op, int res)
+{
+	struct ctl_server *s = (struct ctl_server *)((char *)op -
+		offsetof(struct ctl_server, accept_op));
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	struct ctl_client *c;
+
+	if (s->listen_fd < 0) {
+		if (res >= 0)
+			close(res);
+		return;
+	}
+	arm_accept(s);
+	if (res < 0) {
+		log_warn("accept: %s", strerror(-res));
+		return;
+	}
+	if (s->n_clients >= s->max_clients ||
+	    getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
+		log_warn("refusing a control client: %s",
+			 s->n_clients >= s->max_clients ? "too many clients" :
+							  strerror(errno));
+		close(res);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(res);
+		return;
+	}
+	c->srv = s;
+	c->fd = res;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->pid = cred.pid;
+	c->next = s->clients;
+	s->clients = c;
+	s->n_clients++;
+	s->stats.clients_total++;
+	arm_read(c);
+}
+
+static void arm_accept(struct ctl_server *s)
+{
+	struct io_uring_sqe *sqe = loop_sqe(s->loop, &s->accept_op, accept_done);
+
+	if (!sqe) {
+		log_error("no submission slot for accept");
+		return;
+	}
+	io_uring_prep_accept(sqe, s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+int ctl_server_start(struct ctl_server *s, struct loop *l,
+		     struct flow_table *flows, const char *path, mode_t mode)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd, rc;
+
+	*s = (struct ctl_server){ .loop = l, .flows = flows, .listen_fd = -1,
+				  .max_clients = 1024, .socket_path = path,
+				  .started_ns = fr_now_ns() };
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		log_error("socket path too long: %s", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(addr.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path); /* stale: the caller holds the daemon lock */
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
+	    chmod(path, mode) || listen(fd, 128)) {
+		rc = -errno;
+		log_error("control socket %s: %s", path, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	s->listen_fd = fd;
+	arm_accept(s);
+	log_info("control socket %s (mode %04o)", path, (unsigned)mode);
+	return 0;
+}
+
+void ctl_server_stop(struct ctl_server *s)
+{
+	if (s->listen_fd >= 0) {
+		shutdown(s->listen_fd, SHUT_RDWR);
+		close(s->listen_fd);
+		s->listen_fd = -1;
+		unlink(s->socket_path);
+	}
+	for (struct ctl_client *c = s->clients, *n; c; c = n) {
+		n = c->next;
+		client_gone(c);
+	}
+}
+
+int ctl_server_busy(const struct ctl_server *s)
+{
+	return s->clients != NULL || s->accept_op.busy;
+}
+
+void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
+{
+	for (struct ctl_client *c = s->clients; c; c = c->next) {
+		for (unsigned i = 0; i < c->n_att;) {
+			if (c->att[i].flow == f)
+				c->att[i] = c->att[--c->n_att];
+			else
+				i++;
+		}
+	}
+}

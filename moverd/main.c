@@ -1,0 +1,429 @@
+/*
+ * moverd - the flowmover daemon.  Owns every ring and (later) every network
+ * resource; applications and moverctl talk to it over the control socket.
+ *
+ * Start-up order: options (config file, then command line), daemonize
+ * unless --foreground, take the daemon lock (one moverd per socket), open
+ * the control socket, run the io_uring loop until SIGTERM/SIGINT, then close
+ * every flow (clients see -EPIPE), every client and the socket.
+ */
+#include "control.h"
+#include "flows.h"
+#include "log.h"
+#include "loop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_SOCKET "/run/flowmover/moverd.sock"
+
+struct options {
+	char socket[PATH_MAX];
+	mode_t socket_mode;
+	bool foreground;
+	bool use_syslog;
+	enum log_level level;
+	struct flow_limits limits;
+};
+
+struct daemon {
+	struct options opt;
+	struct loop loop;
+	struct flow_table flows;
+	struct ctl_server ctl;
+	struct loop_op sig_op;
+	int sig_fd;
+	struct signalfd_siginfo si;
+	int lock_fd;
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: moverd [options]\n"
+"  --socket PATH            control socket (env FLOWMOVER_SOCKET; default\n"
+"                           " DEFAULT_SOCKET ")\n"
+"  --socket-mode OCTAL      permissions of the socket (default 0660)\n"
+"  --config FILE            read 'option = value' lines (same names as flags)\n"
+"  --foreground, -f         do not daemonize; log to stderr\n"
+"  --syslog                 log to syslog (the default when daemonized)\n"
+"  --log-level LEVEL        error, warn, info (default) or debug\n"
+"  --default-ring-size N    ring size of flows that do not say (default 4M)\n"
+"  --default-max-record N   max record of flows that do not say (default 64K)\n"
+"  --max-ring-size N        largest ring a client may ask for (default 1G)\n"
+"  --max-flows N            (default 1024)\n"
+"  --version, --help\n"
+"Sizes take K, M or G suffixes (powers of 1024).\n");
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'G': case 'g': v <<= 10; /* fall through */
+	case 'M': case 'm': v <<= 10; /* fall through */
+	case 'K': case 'k': v <<= 10; end++; break;
+	case 0: break;
+	default: return -1;
+	}
+	if (*end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static const struct option long_opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "socket-mode", required_argument, NULL, 'm' },
+	{ "config", required_argument, NULL, 'c' },
+	{ "foreground", no_argument, NULL, 'f' },
+	{ "syslog", no_argument, NULL, 'S' },
+	{ "log-level", required_argument, NULL, 'l' },
+	{ "default-ring-size", required_argument, NULL, 'r' },
+	{ "default-max-record", required_argument, NULL, 'x' },
+	{ "max-ring-size", required_argument, NULL, 'R' },
+	{ "max-flows", required_argument, NULL, 'F' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 }
+};
+
+static const char *option_name(int key)
+{
+	for (const struct option *o = long_opts; o->name; o++)
+		if (o->val == key)
+			return o->name;
+	return "?";
+}
+
+/* Apply one option; 0, or -1 after printing why. */
+static int set_option(struct options *o, int key, const char *val)
+{
+	uint64_t v;
+	char *end;
+
+	switch (key) {
+	case 's':
+		if (strlen(val) >= sizeof(o->socket))
+			goto bad;
+		strcpy(o->socket, val);
+		return 0;
+	case 'm':
+		o->socket_mode = (mode_t)strtoul(val, &end, 8);
+		if (*end || end == val || o->socket_mode > 0777)
+			goto bad;
+		return 0;
+	case 'f': o->foreground = true; return 0;
+	case 'S': o->use_syslog = true; return 0;
+	case 'l':
+		if (log_parse_level(val, &o->level))
+			goto bad;
+		return 0;
+	case 'r':
+		if (parse_size(val, &v)) goto bad;
+		o->limits.default_ring_size = v;
+		return 0;
+	case 'x':
+		if (parse_size(val, &v) || v > UINT32_MAX) goto bad;
+		o->limits.default_max_record = (uint32_t)v;
+		return 0;
+	case 'R':
+		if (parse_size(val, &v)) goto bad;
+		o->limits.max_ring_size = v;
+		return 0;
+	case 'F':
+		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		o->limits.max_flows = (unsigned)v;
+		return 0;
+	}
+bad:
+	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
+		option_name(key));
+	return -1;
+}
+
+static int option_key(const char *name)
+{
+	for (const struct option *o = long_opts; o->name; o++)
+		if (strcmp(o->name, name) == 0)
+			return o->val;
+	return 0;
+}
+
+/* Config file: "name = value" or "name value" lines, '#' comments. */
+static int read_config(struct options *o, const char *path)
+{
+	char line[1024];
+	FILE *f = fopen(path, "re");
+	int lineno = 0, rc = 0;
+
+	if (!f) {
+		fprintf(stderr, "moverd: config %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (!rc && fgets(line, sizeof(line), f)) {
+		char *name, *val, *save = NULL;
+		int key;
+
+		lineno++;
+		line[strcspn(line, "#\n")] = 0;
+		name = strtok_r(line, " \t=", &save);
+		if (!name)
+			continue;
+		val = strtok_r(NULL, " \t=", &save);
+		key = option_key(name);
+		if (!key || key == 'c' || key == 'h' || key == 'V') {
+			fprintf(stderr, "moverd: %s:%d: unknown option '%s'\n",
+				path, lineno, name);
+			rc = -1;
+		} else if (key == 'f' || key == 'S') {
+			rc = set_option(o, key, NULL);
+		} else if (!val) {
+			fprintf(stderr, "moverd: %s:%d: '%s' needs a value\n",
+				path, lineno, name);
+			rc = -1;
+		} else {
+			rc = set_option(o, key, val);
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+static int parse_options(struct options *o, int argc, char **argv)
+{
+	const char *env = getenv("FLOWMOVER_SOCKET");
+	int c;
+
+	*o = (struct options){
+		.socket_mode = 0660,
+		.level = LOG_LVL_INFO,
+		.limits = { .default_ring_size = 4u << 20,
+			    .default_max_record = 64u << 10,
+			    .max_ring_size = 1u << 30,
+			    .max_flows = 1024 },
+	};
+	snprintf(o->socket, sizeof(o->socket), "%s",
+		 env && *env ? env : DEFAULT_SOCKET);
+	/* the config file first, so that flags override it */
+	for (int i = 1; i < argc - 1; i++)
+		if (strcmp(argv[i], "--config") == 0 &&
+		    read_config(o, argv[i + 1]))
+			return 2;
+	while ((c = getopt_long(argc, argv, "fh", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("moverd %s\n", FLOWSHM_VERSION);
+			exit(0);
+		case 'c':
+			break;
+		case '?':
+			usage(stderr);
+			return 2;
+		default:
+			if (set_option(o, c, optarg))
+				return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "moverd: unexpected argument '%s'\n", argv[optind]);
+		return 2;
+	}
+	return 0;
+}
+
+/* mkdir -p the socket's directory (0755). */
+static void make_run_dir(const char *socket)
+{
+	char dir[PATH_MAX];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", socket);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return;
+	*slash = 0;
+	for (char *p = dir + 1; *p; p++) {
+		if (*p == '/') {
+			*p = 0;
+			mkdir(dir, 0755);
+			*p = '/';
+		}
+	}
+	mkdir(dir, 0755);
+}
+
+/* One moverd per socket: an exclusive flock on SOCKET.lock. */
+static int take_lock(struct daemon *d)
+{
+	char path[PATH_MAX + 8], pid[32];
+	int fd, n;
+
+	snprintf(path, sizeof(path), "%s.lock", d->opt.socket);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		log_error("cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = 0;
+		pid[strcspn(pid, "\n")] = 0;
+		log_error("another moverd (pid %s) is already running on %s",
+			  pid[0] ? pid : "?", d->opt.socket);
+		close(fd);
+		return -1;
+	}
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n)
+		log_warn("cannot write pid to %s", path);
+	d->lock_fd = fd;
+	return 0;
+}
+
+static void signal_done(struct loop_op *op, int res);
+
+static void arm_signal(struct daemon *d)
+{
+	struct io_uring_sqe *sqe = loop_sqe(&d->loop, &d->sig_op, signal_done);
+
+	if (sqe)
+		io_uring_prep_read(sqe, d->sig_fd, &d->si, sizeof(d->si), 0);
+}
+
+static void signal_done(struct loop_op *op, int res)
+{
+	struct daemon *d = (struct daemon *)((char *)op -
+		offsetof(struct daemon, sig_op));
+
+	if (res == (int)sizeof(d->si) &&
+	    (d->si.ssi_signo == SIGTERM || d->si.ssi_signo == SIGINT)) {
+		log_info("signal %u: shutting down", d->si.ssi_signo);
+		d->loop.stop = true;
+		return;
+	}
+	arm_signal(d);
+}
+
+static int setup_signals(struct daemon *d)
+{
+	sigset_t set;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL))
+		return -1;
+	d->sig_fd = signalfd(-1, &set, SFD_CLOEXEC);
+	if (d->sig_fd < 0)
+		return -1;
+	arm_signal(d);
+	return 0;
+}
+
+/* Fork into the background; the parent exits once the child is ready. */
+static int daemonize(int *ready_fd)
+{
+	int p[2];
+	pid_t pid;
+	char b;
+
+	if (pipe(p))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0) {
+		close(p[1]);
+		_exit(read(p[0], &b, 1) == 1 ? 0 : 1);
+	}
+	close(p[0]);
+	setsid();
+	if (fork() > 0)
+		_exit(0);
+	if (chdir("/")) {
+		/* nothing depends on the working directory */
+	}
+	int null = open("/dev/null", O_RDWR);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		if (null > 2)
+			close(null);
+	}
+	*ready_fd = p[1];
+	return 0;
+}
+
+static void shutdown_daemon(struct daemon *d)
+{
+	uint64_t until = fr_now_ns() + 1000000000ull;
+
+	flows_destroy_all(&d->flows); /* clients see -EPIPE */
+	ctl_server_stop(&d->ctl);
+	while (ctl_server_busy(&d->ctl) && fr_now_ns() < until)
+		loop_run_once(&d->loop, 100);
+	loop_fini(&d->loop);
+	close(d->sig_fd);
+	log_info("stopped");
+}
+
+int main(int argc, char **argv)
+{
+	static struct daemon d;
+	int rc, ready_fd = -1;
+
+	rc = parse_options(&d.opt, argc, argv);
+	if (rc)
+		return rc;
+	if (!d.opt.foreground && daemonize(&ready_fd)) {
+		perror("moverd: daemonize");
+		return 1;
+	}
+	log_setup(d.opt.level, d.opt.use_syslog || !d.opt.foreground);
+	make_run_dir(d.opt.socket);
+	if (take_lock(&d))
+		return 1;
+	flows_init(&d.flows, &d.opt.limits);
+	if (loop_init(&d.loop, 256) || setup_signals(&d) ||
+	    ctl_server_start(&d.ctl, &d.loop, &d.flows, d.opt.socket,
+			     d.opt.socket_mode))
+		return 1;
+	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());
+	if (ready_fd >= 0) {
+		if (write(ready_fd, "r", 1) != 1)
+			log_warn("could not signal readiness");
+		close(ready_fd);
+	}
+	while (!d.loop.stop) {
+		rc = loop_run_once(&d.loop, 1000);
+		if (rc < 0) {
+			log_error("event loop: %s", strerror(-rc));
+			break;
+		}
+	}
+	shutdown_daemon(&d);
+	return rc < 0 ? 1 : 0;
+}
