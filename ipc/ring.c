@@ -35,6 +35,8 @@ int fr_params_check(const struct fr_params *p)
 		return -EINVAL;
 	if (p->mode != FR_MODE_LOCAL && p->mode != FR_MODE_DEPOSIT)
 		return -EINVAL;
+	if (p->start % FR_ALIGN)
+		return -EINVAL;
 	return 0;
 }
 
@@ -62,9 +64,9 @@ void fr_format(void *map, const struct fr_params *p)
 	sh->geo.seal_key = key & ~(FR_ALIGN - 1ull);
 	sh->geo.created_ns = (uint64_t)ts.tv_sec * 1000000000ull +
 			     (uint64_t)ts.tv_nsec;
-	atomic_store_explicit(&sh->tail, 0, memory_order_relaxed);
-	atomic_store_explicit(&sh->head, 0, memory_order_relaxed);
-	atomic_store_explicit(&sh->published, 0, memory_order_relaxed);
+	atomic_store_explicit(&sh->tail, p->start, memory_order_relaxed);
+	atomic_store_explicit(&sh->head, p->start, memory_order_relaxed);
+	atomic_store_explicit(&sh->published, p->start, memory_order_relaxed);
 	/*
 	 * The magic goes last, with release: whoever attaches and sees it
 	 * also sees a complete geometry (matters for rings in shared files).
@@ -555,10 +557,68 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 		}
 		if (l == 0 || l > r->max_record || fr_record_bytes(l) > rest)
 			return -EPROTO;
+		/* a deposit ring publishes whole records only */
+		if (r->mode == FR_MODE_DEPOSIT &&
+		    fr_record_bytes(l) > r->tail_cache - pos)
+			return -EPROTO;
 		*rec = h;
 		*len = l;
 		return 0;
 	}
+}
+
+/* Size of the committed record whose header is h at pos, or 0 if invalid. */
+static uint64_t committed_bytes(const struct fr_ring *r, const struct fr_rec *h,
+				uint64_t pos)
+{
+	uint32_t l = atomic_load_explicit(&h->len, memory_order_relaxed);
+	uint32_t info = atomic_load_explicit(&h->info, memory_order_relaxed);
+	uint64_t rest = fr_lap_rest(r, pos);
+
+	if (info & FR_INFO_PAD)
+		return l % FR_ALIGN || (uint64_t)l + FR_REC_HDR > rest ?
+			       0 : FR_REC_HDR + (uint64_t)l;
+	if (l == 0 || l > r->max_record || fr_record_bytes(l) > rest)
+		return 0;
+	return fr_record_bytes(l);
+}
+
+int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+	    uint64_t *end, bool *stuck)
+{
+	*stuck = false;
+	while (pos < limit) {
+		const struct fr_rec *h = fr_rec_at(r, pos);
+		uint64_t bytes;
+
+		/* acquire: pairs with the producer's release of the seal, so
+		 * the bytes we are about to send are the committed ones */
+		if (atomic_load_explicit(&h->seal, memory_order_acquire) !=
+		    fr_seal(r, pos, FR_SEAL_COMMITTED)) {
+			*stuck = true;
+			break;
+		}
+		bytes = committed_bytes(r, h, pos);
+		if (!bytes) {
+			*end = pos;
+			return -EPROTO;
+		}
+		if (bytes > limit - pos)
+			break;
+		pos += bytes;
+	}
+	*end = pos;
+	return 0;
+}
+
+int fr_check_stuck(struct fr_ring *r, uint64_t pos)
+{
+	uint64_t seal = atomic_load_explicit(&fr_rec_at(r, pos)->seal,
+					     memory_order_acquire);
+
+	if (seal == fr_seal(r, pos, FR_SEAL_COMMITTED))
+		return 0;
+	return not_committed(r, pos, seal);
 }
 
 /* ---- waiting ------------------------------------------------------------ */

@@ -161,6 +161,8 @@ struct fr_params {
 	uint32_t max_record; /* 1..ring_bytes/2 payload bytes */
 	uint32_t mode;       /* enum fr_mode */
 	uint64_t seal_key;   /* 0 = pick a random key */
+	uint64_t start;      /* first position (FR_ALIGN-aligned): a deposit
+				ring resumes where its producer ring stands */
 };
 
 /*
@@ -288,6 +290,20 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len);
 
 /* Release everything before `pos` (a position returned by fr_peek + size). */
 void fr_release(struct fr_ring *r, uint64_t pos);
+
+/*
+ * For moverd, the consumer of a producer ring that sends spans to a peer:
+ * the end of the run of committed records from `pos`, stopping before
+ * `limit` (records are never split).  Pads count as records.  *stuck is set
+ * when the run stops at a record claimed but not committed (a caller may
+ * then run fr_check_stuck).  -EPROTO if a committed header is invalid.
+ */
+int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+	    uint64_t *end, bool *stuck);
+
+/* Producer-crash recovery at pos (see above), for scanners.  0 = the
+ * record at pos was turned into padding; -EAGAIN = keep waiting. */
+int fr_check_stuck(struct fr_ring *r, uint64_t pos);
 
 /* --- waiting (ring.c) ---------------------------------------------------- */
 

@@ -86,7 +86,8 @@ static int params_to_fr(const struct flowshm_ring_params *p,
 }
 
 int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
-			      const char *path, uint64_t seal_key, int *fd_out)
+			      const char *path, uint64_t seal_key,
+			      uint64_t start, int *fd_out)
 {
 	struct fr_params p;
 	size_t bytes;
@@ -96,6 +97,9 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 	if (rc || !fd_out)
 		return rc ? rc : -EINVAL;
 	p.seal_key = seal_key;
+	p.start = start;
+	if (fr_params_check(&p))
+		return -EINVAL;
 	bytes = fr_map_bytes(p.ring_bytes);
 	fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) :
 		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -126,7 +130,7 @@ fail:
 int flowshm_ring_create(const struct flowshm_ring_params *params,
 			const char *path, int *fd)
 {
-	return flowshm_ring_create_keyed(params, path, 0, fd);
+	return flowshm_ring_create_keyed(params, path, 0, 0, fd);
 }
 
 int flowshm_open_fd(int fd, enum flowshm_role role,

@@ -21,11 +21,12 @@ struct flowshm {
 };
 
 /*
- * Like flowshm_ring_create, with a given seal key (0 = random).  A deposit
- * ring takes the key of the producer ring it mirrors, so that spans copied
- * byte for byte carry valid seals.
+ * Like flowshm_ring_create, with a given seal key (0 = random) and first
+ * position.  A deposit ring takes the key and position of the producer ring
+ * it mirrors, so that spans copied byte for byte carry valid seals.
  */
 int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
-			      const char *path, uint64_t seal_key, int *fd);
+			      const char *path, uint64_t seal_key,
+			      uint64_t start, int *fd);
 
 #endif

@@ -204,12 +204,13 @@ static void respond_ok(struct ctl_client *c, uint64_t id)
 
 static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 {
-	struct flowshm_info in;
+	struct flowshm_info in = { 0 };
 
-	flowshm_info(f->view, &in);
+	if (f->view)
+		flowshm_info(f->view, &in);
 	fi->name = (char *)f->name;
-	fi->state = in.closed ? "closing" : "open";
-	fi->state_reason = "";
+	fi->state = (char *)flows_state_name(in.closed ? FLOW_CLOSING : f->state);
+	fi->state_reason = (char *)f->reason;
 	fi->ring_size = in.ring_size;
 	fi->max_record = in.max_record;
 	fi->head = in.head;
@@ -222,9 +223,11 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->allow_uids = (uint32_t *)f->allow_uids;
 	fi->n_allow_gids = f->n_allow_gids;
 	fi->allow_gids = (uint32_t *)f->allow_gids;
-	fi->peer = "";
-	fi->transport = "local";
-	fi->role = "local";
+	fi->peer = (char *)f->peer_addr;
+	fi->transport = f->role == FLOW_LOCAL ? "local" : "tcp";
+	fi->role = (char *)flows_role_name(f->role);
+	fi->bytes_sent = f->bytes_sent;
+	fi->bytes_acked = f->role == FLOW_SENDER ? f->bytes_acked : f->bytes_sent;
 	fi->recovered = in.recovered;
 	fi->created_unix_ms = f->created_unix_ms;
 }
@@ -258,14 +261,23 @@ static void do_create(struct ctl_client *c, uint64_t id,
 	int rc;
 
 	if (sp->peer && sp->peer[0]) {
-		respond_error(c, id, -EOPNOTSUPP, "flows to a peer (%.100s) are "
-			      "not supported by this moverd yet", sp->peer);
-		return;
+		if (!strchr(sp->peer, ':') || strlen(sp->peer) >= 80) {
+			respond_error(c, id, -EINVAL, "peer '%.100s' is not "
+				      "HOST:PORT", sp->peer);
+			return;
+		}
+		spec.role = FLOW_SENDER;
+		spec.peer = sp->peer;
 	}
 	rc = flows_create(c->srv->flows, &spec, c->uid, c->gid, &f, err,
 			  sizeof(err));
 	if (rc) {
 		respond_error(c, id, rc, "%s", err);
+		return;
+	}
+	if (f->role == FLOW_SENDER && (rc = peer_add_sender(c->srv->peers, f))) {
+		flows_destroy(c->srv->flows, f);
+		respond_error(c, id, rc, "cannot reach peer %s", sp->peer);
 		return;
 	}
 	respond_flow(c, id, f, -1);
@@ -293,6 +305,7 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
 		return;
 	}
 	ctl_server_forget_flow(c->srv, f);
+	peer_forget_flow(c->srv->peers, f);
 	flows_destroy(c->srv->flows, f);
 	respond_ok(c, id);
 }
@@ -364,16 +377,32 @@ static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__StatusInfo st = FLOWMOVER__STATUS_INFO__INIT;
-	static char *transports[] = { "local" };
+	static char *transports[] = { "local", "tcp" };
+	struct peer_status ps[64];
+	Flowmover__PeerInfo pi[64], *pip[64];
+	unsigned np = peer_status(c->srv->peers, ps, 64);
 
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;
-	st.n_transports = 1;
+	st.n_transports = 2;
 	st.transports = transports;
+	for (unsigned i = 0; i < np; i++) {
+		flowmover__peer_info__init(&pi[i]);
+		pi[i].address = (char *)ps[i].address;
+		pi[i].state = (char *)ps[i].state;
+		pi[i].transport = "tcp";
+		pi[i].flows = ps[i].flows;
+		pi[i].bytes_sent = ps[i].bytes_sent;
+		pi[i].bytes_received = ps[i].bytes_received;
+		pi[i].reconnects = ps[i].reconnects;
+		pip[i] = &pi[i];
+	}
+	st.n_peers = np;
+	st.peers = pip;
 	st.flows = c->srv->flows->count;
 	st.clients = c->srv->n_clients;
 	st.socket_path = (char *)c->srv->socket_path;
-	st.listen = "";
+	st.listen = c->srv->peers->listen_addr;
 	st.pid = (uint32_t)getpid();
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_STATUS;
 	resp.status = &st;
@@ -530,12 +559,14 @@ static void arm_accept(struct ctl_server *s)
 }
 
 int ctl_server_start(struct ctl_server *s, struct loop *l,
-		     struct flow_table *flows, const char *path, mode_t mode)
+		     struct flow_table *flows, struct peer_mgr *peers,
+		     const char *path, mode_t mode)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int fd, rc;
 
-	*s = (struct ctl_server){ .loop = l, .flows = flows, .listen_fd = -1,
+	*s = (struct ctl_server){ .loop = l, .flows = flows, .peers = peers,
+				  .listen_fd = -1,
 				  .max_clients = 1024, .socket_path = path,
 				  .started_ns = fr_now_ns() };
 	if (strlen(path) >= sizeof(addr.sun_path)) {

@@ -10,6 +10,7 @@
 
 #include "flows.h"
 #include "loop.h"
+#include "peer.h"
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,6 +26,7 @@ struct ctl_stats {
 struct ctl_server {
 	struct loop *loop;
 	struct flow_table *flows;
+	struct peer_mgr *peers;
 	struct loop_op accept_op;
 	int listen_fd;
 	struct ctl_client *clients;
@@ -37,7 +39,8 @@ struct ctl_server {
 
 /* Bind the socket (mode applied before listen) and start accepting. */
 int ctl_server_start(struct ctl_server *s, struct loop *l,
-		     struct flow_table *flows, const char *path, mode_t mode);
+		     struct flow_table *flows, struct peer_mgr *peers,
+		     const char *path, mode_t mode);
 
 /* Close every client and the listening socket; unlink the socket path. */
 void ctl_server_stop(struct ctl_server *s);

@@ -4,16 +4,207 @@
 #include "flows.h"
 #include "log.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-void flows_init(struct flow_table *t, const struct flow_limits *limits)
+void flows_init(struct flow_table *t, const struct flow_limits *limits,
+		const char *state_dir)
 {
-	*t = (struct flow_table){ .limits = *limits };
+	*t = (struct flow_table){ .limits = *limits, .next_id = 1 };
+	snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir);
+}
+
+const char *flows_state_name(enum flow_state s)
+{
+	static const char *const names[] = { "open", "connecting",
+					     "reconnecting", "failed",
+					     "closing" };
+	return names[s];
+}
+
+const char *flows_role_name(enum flow_role r)
+{
+	static const char *const names[] = { "local", "sender", "receiver" };
+	return names[r];
+}
+
+void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
+{
+	if (f->state != s)
+		log_info("flow %s: %s%s%s", f->name, flows_state_name(s),
+			 reason && *reason ? ": " : "", reason ? reason : "");
+	f->state = s;
+	snprintf(f->reason, sizeof(f->reason), "%s", reason ? reason : "");
+}
+
+/* ---- ring files of flows between hosts ---------------------------------- */
+
+static void flow_file(const struct flow_table *t, const char *name,
+		      const char *ext, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/%s.%s", t->state_dir, name, ext);
+}
+
+static void write_list(FILE *f, const char *key, const uint32_t *v, unsigned n)
+{
+	fprintf(f, "%s=", key);
+	for (unsigned i = 0; i < n; i++)
+		fprintf(f, "%s%u", i ? "," : "", v[i]);
+	fputc('\n', f);
+}
+
+/* name.flow: what a restarted moverd needs besides the ring itself. */
+static int write_meta(const struct flow_table *t, const struct flow *fl)
+{
+	char path[400], tmp[420];
+	FILE *f;
+
+	flow_file(t, fl->name, "flow", path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "we");
+	if (!f)
+		return -errno;
+	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n",
+		flows_role_name(fl->role), fl->peer_addr, fl->id,
+		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid);
+	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
+	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
+	if (fclose(f) || rename(tmp, path))
+		return -errno;
+	return 0;
+}
+
+static unsigned read_list(const char *s, uint32_t *v)
+{
+	unsigned n = 0;
+	char *end;
+
+	while (*s && n < FLOW_ALLOW_MAX) {
+		v[n++] = (uint32_t)strtoul(s, &end, 10);
+		if (*end != ',')
+			break;
+		s = end + 1;
+	}
+	return n;
+}
+
+static void apply_meta_line(struct flow *fl, char *line)
+{
+	char *eq = strchr(line, '=');
+	const char *k = line, *v;
+
+	if (!eq)
+		return;
+	*eq = 0;
+	v = eq + 1;
+	if (!strcmp(k, "role"))
+		fl->role = !strcmp(v, "sender") ? FLOW_SENDER : FLOW_RECEIVER;
+	else if (!strcmp(k, "peer"))
+		snprintf(fl->peer_addr, sizeof(fl->peer_addr), "%s", v);
+	else if (!strcmp(k, "id"))
+		fl->id = (uint32_t)strtoul(v, NULL, 10);
+	else if (!strcmp(k, "owner_uid"))
+		fl->owner_uid = (uid_t)strtoul(v, NULL, 10);
+	else if (!strcmp(k, "owner_gid"))
+		fl->owner_gid = (gid_t)strtoul(v, NULL, 10);
+	else if (!strcmp(k, "allow_uids"))
+		fl->n_allow_uids = read_list(v, fl->allow_uids);
+	else if (!strcmp(k, "allow_gids"))
+		fl->n_allow_gids = read_list(v, fl->allow_gids);
+}
+
+static void link_flow(struct flow_table *t, struct flow *f)
+{
+	f->next = t->head;
+	t->head = f;
+	t->count++;
+	if (f->id >= t->next_id)
+		t->next_id = f->id + 1;
+}
+
+/* Open the ring file of one flow named in the state directory. */
+static struct flow *adopt_one(struct flow_table *t, const char *name)
+{
+	char path[400], line[512];
+	struct flowshm_info in;
+	struct flow *fl = calloc(1, sizeof(*fl));
+	FILE *f;
+	int rc;
+
+	if (!fl)
+		return NULL;
+	snprintf(fl->name, sizeof(fl->name), "%s", name);
+	flow_file(t, name, "flow", path, sizeof(path));
+	f = fopen(path, "re");
+	if (!f)
+		goto fail;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		apply_meta_line(fl, line);
+	}
+	fclose(f);
+	flow_file(t, name, "ring", fl->path, sizeof(fl->path));
+	fl->ring_fd = open(fl->path, O_RDWR | O_CLOEXEC);
+	if (fl->ring_fd < 0)
+		goto fail;
+	rc = flowshm_open_fd(fl->ring_fd, FLOWSHM_PRODUCER, NULL, &fl->view);
+	if (rc) {
+		log_error("flow %s: cannot re-adopt %s: %s", name, fl->path,
+			  flowshm_strerror(rc));
+		close(fl->ring_fd);
+		goto fail;
+	}
+	flowshm_info(fl->view, &in);
+	/* sender: everything before head was acknowledged by the peer */
+	fl->sent = fl->acked = fl->remote_head = in.head;
+	fl->reported_head = in.head;
+	fl->state = fl->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
+	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
+	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
+		 flows_role_name(fl->role), (unsigned long long)in.head,
+		 (unsigned long long)in.tail);
+	return fl;
+fail:
+	log_error("flow %s: cannot re-adopt: %s", name, strerror(errno));
+	free(fl);
+	return NULL;
+}
+
+unsigned flows_adopt(struct flow_table *t)
+{
+	DIR *d = opendir(t->state_dir);
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char name[FLOW_NAME_MAX + 1];
+		size_t len = strlen(e->d_name);
+		struct flow *fl;
+
+		if (len < 6 || len - 5 > FLOW_NAME_MAX ||
+		    strcmp(e->d_name + len - 5, ".flow"))
+			continue;
+		memcpy(name, e->d_name, len - 5);
+		name[len - 5] = 0;
+		if (!flows_valid_name(name) || flows_find(t, name))
+			continue;
+		fl = adopt_one(t, name);
+		if (fl) {
+			link_flow(t, fl);
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
 }
 
 bool flows_valid_name(const char *name)
@@ -109,7 +300,20 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = flowshm_ring_create(&p, NULL, &f->ring_fd);
+	f->role = spec->role;
+	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
+	snprintf(f->peer_addr, sizeof(f->peer_addr), "%s",
+		 spec->peer ? spec->peer : "");
+	if (spec->role == FLOW_RECEIVER)
+		p.flags |= FLOWSHM_RING_DEPOSIT;
+	if (spec->role != FLOW_LOCAL) {
+		/* a file, so that a restarted moverd can re-adopt it */
+		mkdir(t->state_dir, 0700);
+		flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
+		unlink(f->path);
+	}
+	rc = flowshm_ring_create_keyed(&p, f->path[0] ? f->path : NULL,
+				       spec->seal_key, spec->start, &f->ring_fd);
 	if (!rc)
 		rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &f->view);
 	if (rc) {
@@ -130,6 +334,17 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	for (unsigned i = 0; i < f->n_allow_gids; i++)
 		f->allow_gids[i] = spec->allow_gids[i];
 	f->created_unix_ms = unix_ms();
+	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
+	f->state = spec->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_OPEN;
+	if (f->path[0] && (rc = write_meta(t, f))) {
+		snprintf(err, errlen, "cannot write the flow's state file in "
+			 "%s: %s", t->state_dir, strerror(-rc));
+		flowshm_close(f->view);
+		close(f->ring_fd);
+		unlink(f->path);
+		free(f);
+		return rc;
+	}
 	f->next = t->head;
 	t->head = f;
 	t->count++;
@@ -149,9 +364,18 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 			break;
 		}
 	}
-	flowshm_shutdown(f->view);
-	flowshm_close(f->view);
+	if (f->view) { /* else a peer op in flight holds it: see peer.c */
+		flowshm_shutdown(f->view);
+		flowshm_close(f->view);
+	}
 	close(f->ring_fd);
+	if (f->path[0]) {
+		char meta[400];
+
+		unlink(f->path);
+		flow_file(t, f->name, "flow", meta, sizeof(meta));
+		unlink(meta);
+	}
 	log_info("flow %s destroyed", f->name);
 	free(f);
 }

@@ -8,6 +8,7 @@
 
 #include "flowshm_internal.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -15,8 +16,28 @@
 #define FLOW_NAME_MAX  64
 #define FLOW_ALLOW_MAX 16
 
+enum flow_role {
+	FLOW_LOCAL,    /* producers and consumer on this host: one ring */
+	FLOW_SENDER,   /* producer end here, consumer end on a peer */
+	FLOW_RECEIVER, /* consumer end here (a deposit ring), fed by a peer */
+};
+
+enum flow_state {
+	FLOW_OPEN,
+	FLOW_CONNECTING,   /* sender: waiting for the peer to open it */
+	FLOW_RECONNECTING, /* link lost: producers back-pressured */
+	FLOW_FAILED,
+	FLOW_CLOSING,
+};
+
+struct peer;
+
 struct flow_spec {
 	const char *name;
+	enum flow_role role;
+	const char *peer;        /* sender: "HOST:PORT" */
+	uint64_t seal_key;       /* receiver: the producer ring's */
+	uint64_t start;          /* receiver: first position */
 	uint64_t ring_size;      /* 0 = default */
 	uint32_t max_record;     /* 0 = default */
 	const uint32_t *allow_uids;
@@ -37,6 +58,27 @@ struct flow {
 	unsigned producers, consumers;
 	uint64_t created_unix_ms;
 	struct flow *next;
+
+	enum flow_role role;
+	enum flow_state state;
+	char reason[160];        /* why it is not open */
+	char peer_addr[80];
+	char path[384];          /* ring file ("" for a memfd ring) */
+	struct peer *peer;
+	struct flow *peer_next;  /* in the peer's list */
+	uint32_t id;             /* the sender's id for the flow */
+
+	/* sender: positions in the producer ring */
+	uint64_t sent;           /* everything before it is on the wire */
+	uint64_t acked;          /* ... and published in the peer's ring */
+	uint64_t remote_head;    /* the peer consumer's position (window) */
+	uint64_t stuck_checked_ns;
+
+	/* receiver */
+	uint64_t reported_head;  /* the consumer position last sent back */
+	bool ack_due;
+
+	uint64_t bytes_sent, bytes_acked;
 };
 
 struct flow_limits {
@@ -49,10 +91,21 @@ struct flow_limits {
 struct flow_table {
 	struct flow *head;
 	unsigned count;
+	uint32_t next_id;
 	struct flow_limits limits;
+	char state_dir[256];      /* ring files of flows between hosts */
 };
 
-void flows_init(struct flow_table *t, const struct flow_limits *limits);
+void flows_init(struct flow_table *t, const struct flow_limits *limits,
+		const char *state_dir);
+
+/* Re-adopt the flows between hosts whose rings are in the state
+ * directory (after a restart); returns how many. */
+unsigned flows_adopt(struct flow_table *t);
+
+const char *flows_state_name(enum flow_state s);
+const char *flows_role_name(enum flow_role r);
+void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 
 /* Create a flow owned by uid/gid.  0, or a negative errno with a sentence
  * for the client in err: -EEXIST, -EINVAL, -ENOSPC, -ENOMEM... */

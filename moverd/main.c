@@ -11,6 +11,7 @@
 #include "flows.h"
 #include "log.h"
 #include "loop.h"
+#include "peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,8 @@
 
 struct options {
 	char socket[PATH_MAX];
+	char state_dir[256];
+	char listen[80];
 	mode_t socket_mode;
 	bool foreground;
 	bool use_syslog;
@@ -41,6 +44,7 @@ struct daemon {
 	struct loop loop;
 	struct flow_table flows;
 	struct ctl_server ctl;
+	struct peer_mgr peers;
 	struct loop_op sig_op;
 	int sig_fd;
 	struct signalfd_siginfo si;
@@ -55,6 +59,9 @@ static void usage(FILE *out)
 "                           " DEFAULT_SOCKET ")\n"
 "  --socket-mode OCTAL      permissions of the socket (default 0660)\n"
 "  --config FILE            read 'option = value' lines (same names as flags)\n"
+"  --listen HOST:PORT       accept peer daemons (flows from other hosts)\n"
+"  --state-dir DIR          ring files of flows between hosts, re-adopted\n"
+"                           after a restart (default: SOCKET's dir/rings)\n"
 "  --foreground, -f         do not daemonize; log to stderr\n"
 "  --syslog                 log to syslog (the default when daemonized)\n"
 "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -92,6 +99,8 @@ static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "socket-mode", required_argument, NULL, 'm' },
 	{ "config", required_argument, NULL, 'c' },
+	{ "listen", required_argument, NULL, 'L' },
+	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
 	{ "log-level", required_argument, NULL, 'l' },
@@ -128,6 +137,16 @@ static int set_option(struct options *o, int key, const char *val)
 		o->socket_mode = (mode_t)strtoul(val, &end, 8);
 		if (*end || end == val || o->socket_mode > 0777)
 			goto bad;
+		return 0;
+	case 'L':
+		if (strlen(val) >= sizeof(o->listen) || !strchr(val, ':'))
+			goto bad;
+		strcpy(o->listen, val);
+		return 0;
+	case 'D':
+		if (strlen(val) >= sizeof(o->state_dir))
+			goto bad;
+		strcpy(o->state_dir, val);
 		return 0;
 	case 'f': o->foreground = true; return 0;
 	case 'S': o->use_syslog = true; return 0;
@@ -244,6 +263,18 @@ static int parse_options(struct options *o, int argc, char **argv)
 				return 2;
 		}
 	}
+	if (!o->state_dir[0]) {
+		const char *slash = strrchr(o->socket, '/');
+		int dir = slash ? (int)(slash - o->socket) : 0;
+
+		if (dir > (int)sizeof(o->state_dir) - 8) {
+			fprintf(stderr, "moverd: socket path too long for the "
+				"default --state-dir\n");
+			return 2;
+		}
+		snprintf(o->state_dir, sizeof(o->state_dir), "%.*s%srings", dir,
+			 o->socket, slash ? "/" : "");
+	}
 	if (optind < argc) {
 		fprintf(stderr, "moverd: unexpected argument '%s'\n", argv[optind]);
 		return 2;
@@ -342,6 +373,23 @@ static int setup_signals(struct daemon *d)
 	return 0;
 }
 
+/*
+ * The duty cycle's idle strategy: poll without sleeping while the mover
+ * found work in the last 2 ms; then sleep in io_uring in 1 ms steps while
+ * sender flows exist (their producers do not ring a doorbell yet), else
+ * until the next event.
+ */
+static int idle_timeout_ms(struct daemon *d)
+{
+	if (peer_do_work(&d->peers) ||
+	    fr_now_ns() - d->peers.last_work_ns < 2000000ull)
+		return 0;
+	for (struct flow *f = d->flows.head; f; f = f->next)
+		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN)
+			return 1;
+	return 1000;
+}
+
 /* Fork into the background; the parent exits once the child is ready. */
 static int daemonize(int *ready_fd)
 {
@@ -381,9 +429,17 @@ static void shutdown_daemon(struct daemon *d)
 {
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
-	flows_destroy_all(&d->flows); /* clients see -EPIPE */
+	peer_mgr_stop(&d->peers);
+	while (d->flows.head) { /* clients see -EPIPE */
+		struct flow *f = d->flows.head;
+
+		ctl_server_forget_flow(&d->ctl, f);
+		peer_forget_flow(&d->peers, f);
+		flows_destroy(&d->flows, f);
+	}
 	ctl_server_stop(&d->ctl);
-	while (ctl_server_busy(&d->ctl) && fr_now_ns() < until)
+	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers)) &&
+	       fr_now_ns() < until)
 		loop_run_once(&d->loop, 100);
 	loop_fini(&d->loop);
 	close(d->sig_fd);
@@ -406,11 +462,16 @@ int main(int argc, char **argv)
 	make_run_dir(d.opt.socket);
 	if (take_lock(&d))
 		return 1;
-	flows_init(&d.flows, &d.opt.limits);
-	if (loop_init(&d.loop, 256) || setup_signals(&d) ||
-	    ctl_server_start(&d.ctl, &d.loop, &d.flows, d.opt.socket,
-			     d.opt.socket_mode))
+	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir);
+	if (loop_init(&d.loop, 1024) || setup_signals(&d) ||
+	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
+			     d.opt.socket_mode) ||
+	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, d.opt.listen))
 		return 1;
+	if (flows_adopt(&d.flows))
+		for (struct flow *f = d.flows.head; f; f = f->next)
+			if (f->role == FLOW_SENDER)
+				peer_add_sender(&d.peers, f);
 	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());
 	if (ready_fd >= 0) {
 		if (write(ready_fd, "r", 1) != 1)
@@ -418,7 +479,7 @@ int main(int argc, char **argv)
 		close(ready_fd);
 	}
 	while (!d.loop.stop) {
-		rc = loop_run_once(&d.loop, 1000);
+		rc = loop_run_once(&d.loop, idle_timeout_ms(&d));
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;

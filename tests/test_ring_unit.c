@@ -334,7 +334,7 @@ static void test_deposit_mirror(void)
 	size_t len;
 
 	CHECK_RC(flowshm_ring_create_keyed(&dp, NULL, src->geo.seal_key,
-					   &dst_fd), 0);
+					   0, &dst_fd), 0);
 	CHECK_RC(flowshm_open_fd(dst_fd, FLOWSHM_PRODUCER, NULL, &x), 0);
 	CHECK_RC(flowshm_send(x, "no", 2, 0), -EINVAL); /* moverd writes it */
 	flowshm_close(x);

@@ -1,0 +1,1158 @@
+/*
+ * moverd/peer.c - peers, the TCP transport and the mover duty cycle.
+ *
+ * A peer is one TCP connection to another moverd, shared by every flow
+ * between the two.  Each peer has at most one send and one receive in
+ * flight on the io_uring loop:
+ *
+ *   send: control frames first, then acknowledgements of receiver flows,
+ *         then data of sender flows, round robin with a per-flow quantum
+ *         (a bulk flow cannot starve a small one), up to BATCH_MAX bytes.
+ *         Data goes from the producer ring's mapping straight to sendmsg.
+ *         Nothing waits for more data: when the link is idle, whatever is
+ *         committed goes at once; while a send is in flight, records pile
+ *         up and leave together in the next one.
+ *   recv: a 32-byte header, then its payload: into a control buffer, or
+ *         for DATA straight into the consumer ring at the same offsets.
+ *
+ * Everything a peer sends is validated: unknown flows, positions outside
+ * the window, sizes that do not fit, bad magic or version close that
+ * connection with a logged reason; other peers and flows go on.
+ */
+#include "peer.h"
+#include "control.h"
+#include "log.h"
+#include "wire.h"
+
+#include "flowmover.pb-c.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TX_MAX_IOV     192
+#define BATCH_MAX      (2u << 20)   /* high watermark of one send */
+#define FLOW_QUANTUM   (512u << 10) /* per flow per send */
+#define TICK_MS        20
+#define HEARTBEAT_NS   1000000000ull
+#define DEAD_NS        5000000000ull
+#define STUCK_CHECK_NS 100000000ull
+#define GRAVE_MAX      16
+
+struct ctrl_frame {
+	struct ctrl_frame *next;
+	size_t len;
+	uint8_t buf[];
+};
+
+enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_CLOSING };
+
+struct peer {
+	struct peer_mgr *m;
+	struct peer *next;
+	char addr[80];
+	bool outbound;
+	enum peer_state state;
+	int fd;
+	struct loop_op conn_op, rd_op, wr_op;
+	struct flow *flows;
+
+	/* receive */
+	uint8_t hdr_buf[WIRE_HDR];
+	size_t hdr_have, body_have;
+	struct wire_hdr hdr;
+	bool in_body;
+	uint8_t *ctrl_buf;
+	struct flow *rx_flow;
+	struct iovec rx_iov[2];
+
+	/* send */
+	struct ctrl_frame *ctrlq, *tx_ctrl;
+	uint8_t tx_hdr[TX_MAX_IOV / 2][WIRE_HDR];
+	struct iovec tx_iov[TX_MAX_IOV];
+	unsigned tx_niov, tx_first;
+	struct msghdr tx_msg;
+
+	/* mappings of destroyed flows that an op in flight may still touch */
+	flowshm_t *grave[GRAVE_MAX];
+	unsigned n_grave;
+
+	uint64_t last_rx_ns, last_tx_ns, retry_at_ns;
+	unsigned backoff_ms;
+	uint64_t bytes_tx, bytes_rx;
+	uint32_t reconnects;
+};
+
+static void arm_recv(struct peer *p);
+static void start_connect(struct peer *p);
+static void peer_fail(struct peer *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define CONTAINER(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+static struct fr_ring *ring_of(struct flow *f)
+{
+	return &f->view->ring;
+}
+
+/* ---- peers and their flows ---------------------------------------------- */
+
+static struct peer *peer_new(struct peer_mgr *m, const char *addr,
+			     bool outbound)
+{
+	struct peer *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->m = m;
+	p->fd = -1;
+	p->outbound = outbound;
+	p->backoff_ms = 100;
+	snprintf(p->addr, sizeof(p->addr), "%s", addr);
+	p->next = m->peers;
+	m->peers = p;
+	return p;
+}
+
+static void link_flow(struct peer *p, struct flow *f)
+{
+	f->peer = p;
+	f->peer_next = p->flows;
+	p->flows = f;
+}
+
+static void unlink_flow(struct flow *f)
+{
+	struct peer *p = f->peer;
+
+	if (!p)
+		return;
+	for (struct flow **pp = &p->flows; *pp; pp = &(*pp)->peer_next) {
+		if (*pp == f) {
+			*pp = f->peer_next;
+			break;
+		}
+	}
+	f->peer = NULL;
+	f->peer_next = NULL;
+}
+
+static struct flow *flow_by_id(struct peer *p, uint32_t id, enum flow_role r)
+{
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		if (f->id == id && f->role == r)
+			return f;
+	return NULL;
+}
+
+static unsigned flow_count(const struct peer *p)
+{
+	unsigned n = 0;
+
+	for (const struct flow *f = p->flows; f; f = f->peer_next)
+		n++;
+	return n;
+}
+
+static bool peer_io_busy(const struct peer *p)
+{
+	return p->rd_op.busy || p->wr_op.busy || p->conn_op.busy;
+}
+
+static void bury_graves(struct peer *p)
+{
+	if (peer_io_busy(p))
+		return;
+	while (p->n_grave)
+		flowshm_close(p->grave[--p->n_grave]);
+}
+
+/* ---- control frames ------------------------------------------------------ */
+
+static int queue_ctrl(struct peer *p, Flowmover__PeerMsg *msg)
+{
+	size_t body = protobuf_c_message_get_packed_size(&msg->base);
+	struct ctrl_frame *fr = malloc(sizeof(*fr) + WIRE_HDR + body);
+	struct ctrl_frame **pp = &p->ctrlq;
+
+	if (!fr)
+		return -ENOMEM;
+	fr->next = NULL;
+	fr->len = WIRE_HDR + body;
+	wire_put(fr->buf, WIRE_CTRL, 0, (uint32_t)body, 0, 0);
+	protobuf_c_message_pack(&msg->base, fr->buf + WIRE_HDR);
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = fr;
+	return 0;
+}
+
+static void free_frames(struct ctrl_frame *fr)
+{
+	while (fr) {
+		struct ctrl_frame *n = fr->next;
+		free(fr);
+		fr = n;
+	}
+}
+
+static void queue_hello(struct peer *p)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+	char host[64] = "";
+
+	gethostname(host, sizeof(host) - 1);
+	hello.version = WIRE_VERSION;
+	hello.node = host;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	queue_ctrl(p, &msg);
+}
+
+static void queue_open(struct peer *p, struct flow *f)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
+	struct fr_ring *r = ring_of(f);
+
+	op.name = f->name;
+	op.flow_id = f->id;
+	op.ring_size = r->size;
+	op.max_record = r->max_record;
+	op.seal_key = r->key;
+	op.start = f->acked;
+	op.owner_uid = f->owner_uid;
+	op.owner_gid = f->owner_gid;
+	op.n_allow_uids = f->n_allow_uids;
+	op.allow_uids = f->allow_uids;
+	op.n_allow_gids = f->n_allow_gids;
+	op.allow_gids = f->allow_gids;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
+	msg.open = &op;
+	queue_ctrl(p, &msg);
+	flows_set_state(f, f->state == FLOW_OPEN ? FLOW_CONNECTING : f->state,
+			"waiting for the peer to open the flow");
+}
+
+static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
+			 uint64_t head, int error, const char *message)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+
+	op.flow_id = id;
+	op.resume = resume;
+	op.head = head;
+	op.error = error;
+	op.message = (char *)message;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	msg.opened = &op;
+	queue_ctrl(p, &msg);
+}
+
+/* ---- failure and reconnection ------------------------------------------- */
+
+static void reset_flows(struct peer *p, const char *why)
+{
+	for (struct flow *f = p->flows, *n; f; f = n) {
+		n = f->peer_next;
+		if (f->role == FLOW_SENDER) {
+			/* unacknowledged data goes again after the resume */
+			f->sent = f->acked;
+			if (f->state != FLOW_FAILED)
+				flows_set_state(f, FLOW_RECONNECTING, why);
+		} else {
+			flows_set_state(f, FLOW_RECONNECTING,
+					"waiting for the sender to reconnect");
+			unlink_flow(f);
+		}
+	}
+}
+
+/* The connection is finished and no op is in flight: clean up. */
+static void peer_closed(struct peer *p)
+{
+	struct peer_mgr *m = p->m;
+
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+	free_frames(p->ctrlq);
+	free_frames(p->tx_ctrl);
+	p->ctrlq = p->tx_ctrl = NULL;
+	p->tx_niov = 0;
+	p->hdr_have = p->body_have = 0;
+	p->in_body = false;
+	p->rx_flow = NULL;
+	bury_graves(p);
+	if (p->outbound) {
+		p->state = PEER_DOWN;
+		p->retry_at_ns = fr_now_ns() + p->backoff_ms * 1000000ull;
+		if (p->backoff_ms < 2000)
+			p->backoff_ms *= 2;
+		return;
+	}
+	for (struct peer **pp = &m->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	free(p->ctrl_buf);
+	free(p);
+}
+
+static void maybe_closed(struct peer *p)
+{
+	if (p->state == PEER_CLOSING && !peer_io_busy(p))
+		peer_closed(p);
+}
+
+static void peer_fail(struct peer *p, const char *fmt, ...)
+{
+	char why[200];
+	va_list ap;
+
+	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	log_warn("peer %s: %s: disconnecting", p->addr, why);
+	reset_flows(p, why);
+	if (p->state == PEER_UP)
+		p->reconnects++;
+	p->state = PEER_CLOSING;
+	if (p->fd >= 0)
+		shutdown(p->fd, SHUT_RDWR); /* completes any op in flight */
+	maybe_closed(p);
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+static void write_done(struct loop_op *op, int res);
+
+static void submit_tx(struct peer *p)
+{
+	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->wr_op, write_done);
+
+	if (!sqe) {
+		peer_fail(p, "no submission slot");
+		return;
+	}
+	p->tx_msg = (struct msghdr){ .msg_iov = p->tx_iov + p->tx_first,
+				     .msg_iovlen = p->tx_niov - p->tx_first };
+	io_uring_prep_sendmsg(sqe, p->fd, &p->tx_msg, MSG_NOSIGNAL);
+	p->last_tx_ns = fr_now_ns();
+}
+
+static void write_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, wr_op);
+	size_t done;
+
+	if (p->state == PEER_CLOSING) {
+		maybe_closed(p);
+		return;
+	}
+	if (res <= 0) {
+		peer_fail(p, "send: %s", res ? strerror(-res) : "closed");
+		return;
+	}
+	p->bytes_tx += (uint64_t)res;
+	done = (size_t)res;
+	while (p->tx_first < p->tx_niov && done >= p->tx_iov[p->tx_first].iov_len)
+		done -= p->tx_iov[p->tx_first++].iov_len;
+	if (p->tx_first < p->tx_niov) {
+		/* partial send: go on from where the socket stopped */
+		p->tx_iov[p->tx_first].iov_base =
+			(char *)p->tx_iov[p->tx_first].iov_base + done;
+		p->tx_iov[p->tx_first].iov_len -= done;
+		submit_tx(p);
+		return;
+	}
+	free_frames(p->tx_ctrl);
+	p->tx_ctrl = NULL;
+	p->tx_niov = p->tx_first = 0;
+	bury_graves(p);
+}
+
+static bool tx_room(const struct peer *p, unsigned iovs)
+{
+	return p->tx_niov + iovs <= TX_MAX_IOV;
+}
+
+static uint8_t *tx_header(struct peer *p)
+{
+	return p->tx_hdr[p->tx_niov / 2]; /* at most one header per 2 iovs */
+}
+
+static void tx_add(struct peer *p, void *base, size_t len)
+{
+	p->tx_iov[p->tx_niov++] = (struct iovec){ base, len };
+}
+
+static void build_ctrl(struct peer *p)
+{
+	struct ctrl_frame **tail = &p->tx_ctrl;
+
+	while (p->ctrlq && tx_room(p, 1)) {
+		struct ctrl_frame *fr = p->ctrlq;
+
+		p->ctrlq = fr->next;
+		fr->next = NULL;
+		*tail = fr;
+		tail = &fr->next;
+		tx_add(p, fr->buf, fr->len);
+	}
+}
+
+/* Receiver flows: acknowledge deposits, return consumer credit lazily. */
+static int build_acks(struct peer *p)
+{
+	int n = 0;
+
+	for (struct flow *f = p->flows; f && tx_room(p, 2); f = f->peer_next) {
+		struct fr_ring *r;
+		uint64_t head;
+		uint8_t *h;
+
+		if (f->role != FLOW_RECEIVER)
+			continue;
+		r = ring_of(f);
+		/* acquire: a consistent reading of the consumer's position */
+		head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+		if (head > f->sent)
+			head = f->sent; /* a lying consumer gains nothing */
+		if (!f->ack_due && head - f->reported_head < r->size / 4 &&
+		    !(head == f->sent && head != f->reported_head))
+			continue;
+		h = tx_header(p);
+		wire_put(h, WIRE_ACK, f->id, 0, f->sent, head);
+		tx_add(p, h, WIRE_HDR);
+		f->reported_head = head;
+		f->ack_due = false;
+		n++;
+	}
+	return n;
+}
+
+/* The next committed span of a sender flow, within window and quantum. */
+static uint64_t next_span(struct flow *f, uint64_t budget)
+{
+	struct fr_ring *r = ring_of(f);
+	uint64_t limit = f->remote_head + r->size, end;
+	bool stuck;
+	int rc;
+
+	if (limit > f->sent + budget)
+		limit = f->sent + budget;
+	rc = fr_scan(r, f->sent, limit, &end, &stuck);
+	if (rc == -EPROTO && end == f->sent) {
+		char why[120];
+
+		snprintf(why, sizeof(why), "a producer wrote a corrupt record "
+			 "at position %llu", (unsigned long long)end);
+		flows_set_state(f, FLOW_FAILED, why);
+		return 0;
+	}
+	if (stuck && end == f->sent &&
+	    fr_now_ns() - f->stuck_checked_ns > STUCK_CHECK_NS) {
+		/* a producer may have died mid-record: the ring's recovery */
+		f->stuck_checked_ns = fr_now_ns();
+		if (fr_check_stuck(r, f->sent) == 0)
+			return next_span(f, budget);
+	}
+	return end - f->sent;
+}
+
+static void add_data(struct peer *p, struct flow *f, uint64_t len)
+{
+	struct fr_ring *r = ring_of(f);
+	uint64_t off = f->sent & r->mask, first = r->size - off;
+	uint8_t *h = tx_header(p);
+
+	wire_put(h, WIRE_DATA, f->id, (uint32_t)len, f->sent, 0);
+	tx_add(p, h, WIRE_HDR);
+	if (first >= len) {
+		tx_add(p, r->data + off, len);
+	} else {
+		tx_add(p, r->data + off, first); /* two pieces at the wrap */
+		tx_add(p, r->data, len - first);
+	}
+	f->sent += len;
+	f->bytes_sent += len;
+}
+
+static int build_data(struct peer *p)
+{
+	unsigned n = flow_count(p), start;
+	uint64_t total = 0;
+	struct flow *f = p->flows;
+	int spans = 0;
+
+	if (!n)
+		return 0;
+	start = p->m->rr++ % n;
+	for (unsigned i = 0; i < start; i++)
+		f = f->peer_next;
+	for (unsigned i = 0; i < n && total < BATCH_MAX && tx_room(p, 4); i++) {
+		uint64_t len;
+
+		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN) {
+			uint64_t budget = BATCH_MAX - total;
+
+			len = next_span(f, budget < FLOW_QUANTUM ? budget :
+								    FLOW_QUANTUM);
+			if (len) {
+				add_data(p, f, len);
+				total += len;
+				spans++;
+			}
+		}
+		f = f->peer_next ? f->peer_next : p->flows;
+	}
+	return spans;
+}
+
+/* Build and post the next send if none is in flight; returns work done. */
+static int tx_build(struct peer *p)
+{
+	int work;
+
+	if (p->state != PEER_UP || p->wr_op.busy || p->tx_niov)
+		return 0;
+	build_ctrl(p);
+	work = (int)p->tx_niov + build_acks(p) + build_data(p);
+	if (!p->tx_niov && fr_now_ns() - p->last_tx_ns > HEARTBEAT_NS) {
+		uint8_t *h = tx_header(p);
+
+		wire_put(h, WIRE_HEARTBEAT, 0, 0, 0, 0);
+		tx_add(p, h, WIRE_HDR);
+	}
+	if (p->tx_niov)
+		submit_tx(p);
+	return work;
+}
+
+/* ---- receiving ----------------------------------------------------------- */
+
+static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
+{
+	struct peer_mgr *m = p->m;
+	struct flow *f = flows_find(m->flows, op->name ? op->name : "");
+	char err[200] = "";
+	int rc = 0;
+
+	if (f && f->role != FLOW_RECEIVER) {
+		snprintf(err, sizeof(err), "a flow named '%s' already exists "
+			 "on this host", f->name);
+		rc = -EEXIST;
+	} else if (f) {
+		struct fr_ring *r = ring_of(f);
+		uint64_t pub = atomic_load_explicit(&r->sh->published,
+						    memory_order_acquire);
+
+		if (r->size != op->ring_size || r->key != op->seal_key ||
+		    r->max_record != op->max_record) {
+			snprintf(err, sizeof(err), "flow '%s' exists here with "
+				 "another ring", f->name);
+			rc = -EEXIST;
+		} else if (pub < op->start) {
+			snprintf(err, sizeof(err), "the consumer ring of '%s' "
+				 "lost data the sender had acknowledged", f->name);
+			rc = -EPROTO;
+		} else {
+			unlink_flow(f);
+			f->sent = pub;
+		}
+	} else {
+		struct flow_spec spec = {
+			.name = op->name, .role = FLOW_RECEIVER,
+			.ring_size = op->ring_size, .max_record = op->max_record,
+			.seal_key = op->seal_key, .start = op->start,
+			.allow_uids = op->allow_uids,
+			.n_allow_uids = op->n_allow_uids,
+			.allow_gids = op->allow_gids,
+			.n_allow_gids = op->n_allow_gids,
+		};
+		rc = flows_create(m->flows, &spec, op->owner_uid, op->owner_gid,
+				  &f, err, sizeof(err));
+	}
+	if (rc) {
+		log_warn("peer %s: cannot open flow '%s': %s", p->addr,
+			 op->name ? op->name : "", err);
+		queue_opened(p, op->flow_id, 0, 0, rc, err);
+		return;
+	}
+	f->id = op->flow_id;
+	f->ack_due = false;
+	f->reported_head = atomic_load_explicit(&ring_of(f)->sh->head,
+						memory_order_acquire);
+	link_flow(p, f);
+	flows_set_state(f, FLOW_OPEN, "");
+	queue_opened(p, f->id, f->sent, f->reported_head, 0, "");
+}
+
+static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
+{
+	struct flow *f = flow_by_id(p, op->flow_id, FLOW_SENDER);
+	struct fr_ring *r;
+	uint64_t tail;
+
+	if (!f)
+		return; /* destroyed meanwhile */
+	if (op->error) {
+		flows_set_state(f, FLOW_FAILED, op->message);
+		return;
+	}
+	r = ring_of(f);
+	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+	if (op->resume < f->acked || op->resume > tail || op->head > op->resume ||
+	    op->resume % FR_ALIGN) {
+		peer_fail(p, "flow %s: resume position %llu outside [%llu, %llu]",
+			  f->name, (unsigned long long)op->resume,
+			  (unsigned long long)f->acked, (unsigned long long)tail);
+		return;
+	}
+	f->sent = f->acked = op->resume;
+	f->remote_head = op->head;
+	fr_release(r, f->acked); /* delivered before the link broke */
+	flows_set_state(f, FLOW_OPEN, "");
+}
+
+static void handle_close(struct peer *p, const char *name)
+{
+	struct flow *f = flows_find(p->m->flows, name ? name : "");
+
+	if (!f || f->role != FLOW_RECEIVER || f->peer != p)
+		return;
+	log_info("flow %s: closed by the sender", f->name);
+	ctl_server_forget_flow(p->m->ctl, f);
+	peer_forget_flow(p->m, f);
+	flows_destroy(p->m->flows, f);
+}
+
+static void handle_ctrl(struct peer *p)
+{
+	Flowmover__PeerMsg *msg = flowmover__peer_msg__unpack(NULL, p->hdr.len,
+							      p->ctrl_buf);
+
+	if (!msg) {
+		peer_fail(p, "undecodable control message");
+		return;
+	}
+	switch (msg->body_case) {
+	case FLOWMOVER__PEER_MSG__BODY_HELLO:
+		if (msg->hello->version != WIRE_VERSION)
+			peer_fail(p, "peer protocol version %u, we speak %u",
+				  msg->hello->version, WIRE_VERSION);
+		else
+			log_info("peer %s: hello from %s", p->addr,
+				 msg->hello->node);
+		break;
+	case FLOWMOVER__PEER_MSG__BODY_OPEN:
+		handle_open(p, msg->open);
+		break;
+	case FLOWMOVER__PEER_MSG__BODY_OPENED:
+		handle_opened(p, msg->opened);
+		break;
+	case FLOWMOVER__PEER_MSG__BODY_CLOSE:
+		handle_close(p, msg->close->name);
+		break;
+	default:
+		peer_fail(p, "unknown control message");
+	}
+	flowmover__peer_msg__free_unpacked(msg, NULL);
+}
+
+static void handle_ack(struct peer *p, const struct wire_hdr *h)
+{
+	struct flow *f = flow_by_id(p, h->flow_id, FLOW_SENDER);
+
+	if (!f)
+		return; /* destroyed meanwhile */
+	if (h->len || h->pos < f->acked || h->pos > f->sent ||
+	    h->aux < f->remote_head || h->aux > h->pos) {
+		peer_fail(p, "flow %s: acknowledgement %llu/%llu outside the "
+			  "window", f->name, (unsigned long long)h->pos,
+			  (unsigned long long)h->aux);
+		return;
+	}
+	f->bytes_acked += h->pos - f->acked;
+	f->acked = h->pos;
+	f->remote_head = h->aux;
+	/* the consumer ring has it: producers may reuse the space */
+	fr_release(ring_of(f), f->acked);
+}
+
+/* Validate a DATA header and point the receive at the consumer ring. */
+static int start_data(struct peer *p, const struct wire_hdr *h)
+{
+	struct flow *f = flow_by_id(p, h->flow_id, FLOW_RECEIVER);
+	struct fr_ring *r;
+	uint64_t head, off, first;
+
+	if (!f || f->state != FLOW_OPEN) {
+		peer_fail(p, "data for unknown flow %u", h->flow_id);
+		return -1;
+	}
+	r = ring_of(f);
+	head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+	if (h->pos != f->sent || h->len == 0 || h->len % FR_ALIGN ||
+	    h->len > r->size || head > h->pos ||
+	    h->pos + h->len - head > r->size) {
+		peer_fail(p, "flow %s: data [%llu, +%u) outside the window "
+			  "(published %llu, consumer %llu)", f->name,
+			  (unsigned long long)h->pos, h->len,
+			  (unsigned long long)f->sent, (unsigned long long)head);
+		return -1;
+	}
+	off = h->pos & r->mask;
+	first = r->size - off;
+	p->rx_iov[0] = (struct iovec){ r->data + off,
+				       first < h->len ? first : h->len };
+	p->rx_iov[1] = (struct iovec){ r->data, first < h->len ?
+							h->len - first : 0 };
+	p->rx_flow = f;
+	return 0;
+}
+
+static void finish_data(struct peer *p)
+{
+	struct flow *f = p->rx_flow;
+
+	f->sent = p->hdr.pos + p->hdr.len;
+	f->bytes_sent += p->hdr.len;
+	/* release store of `published`, then wake a sleeping consumer */
+	fr_publish(ring_of(f), f->sent);
+	f->ack_due = true;
+	p->rx_flow = NULL;
+}
+
+static void got_header(struct peer *p)
+{
+	struct wire_hdr *h = &p->hdr;
+
+	wire_get(p->hdr_buf, h);
+	p->hdr_have = 0;
+	if (h->magic != WIRE_MAGIC || h->version != WIRE_VERSION) {
+		peer_fail(p, "bad frame header (magic %#x, version %u)",
+			  h->magic, h->version);
+		return;
+	}
+	switch (h->type) {
+	case WIRE_CTRL:
+		if (h->len == 0 || h->len > WIRE_MAX_CTRL) {
+			peer_fail(p, "control frame of %u bytes", h->len);
+			return;
+		}
+		if (!p->ctrl_buf && !(p->ctrl_buf = malloc(WIRE_MAX_CTRL))) {
+			peer_fail(p, "out of memory");
+			return;
+		}
+		break;
+	case WIRE_DATA:
+		if (start_data(p, h))
+			return;
+		break;
+	case WIRE_ACK:
+		handle_ack(p, h);
+		return;
+	case WIRE_HEARTBEAT:
+		if (h->len)
+			peer_fail(p, "heartbeat with a payload");
+		return;
+	default:
+		peer_fail(p, "unknown frame type %u", h->type);
+		return;
+	}
+	p->in_body = true;
+	p->body_have = 0;
+}
+
+static void read_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, rd_op);
+
+	if (p->state == PEER_CLOSING) {
+		maybe_closed(p);
+		return;
+	}
+	if (res <= 0) {
+		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
+		return;
+	}
+	p->last_rx_ns = fr_now_ns();
+	p->bytes_rx += (uint64_t)res;
+	if (!p->in_body) {
+		p->hdr_have += (size_t)res;
+		if (p->hdr_have == WIRE_HDR)
+			got_header(p);
+	} else {
+		p->body_have += (size_t)res;
+		if (p->body_have == p->hdr.len) {
+			p->in_body = false;
+			if (p->hdr.type == WIRE_CTRL)
+				handle_ctrl(p);
+			else
+				finish_data(p);
+		}
+	}
+	bury_graves(p);
+	if (p->state == PEER_UP)
+		arm_recv(p);
+	else
+		maybe_closed(p);
+}
+
+static void arm_recv(struct peer *p)
+{
+	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->rd_op, read_done);
+	static struct iovec iov[2];
+	size_t skip;
+
+	if (!sqe) {
+		peer_fail(p, "no submission slot");
+		return;
+	}
+	if (!p->in_body) {
+		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
+				   WIRE_HDR - p->hdr_have, 0);
+		return;
+	}
+	if (p->hdr.type == WIRE_CTRL) {
+		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf + p->body_have,
+				   p->hdr.len - p->body_have, 0);
+		return;
+	}
+	/* DATA: straight into the consumer ring, one or two pieces */
+	skip = p->body_have;
+	p->rx_iov[0] = p->rx_iov[0]; /* (the window was set by start_data) */
+	if (skip < p->rx_iov[0].iov_len) {
+		iov[0] = (struct iovec){ (char *)p->rx_iov[0].iov_base + skip,
+					 p->rx_iov[0].iov_len - skip };
+		iov[1] = p->rx_iov[1];
+	} else {
+		skip -= p->rx_iov[0].iov_len;
+		iov[0] = (struct iovec){ (char *)p->rx_iov[1].iov_base + skip,
+					 p->rx_iov[1].iov_len - skip };
+		iov[1] = (struct iovec){ NULL, 0 };
+	}
+	io_uring_prep_readv(sqe, p->fd, iov, iov[1].iov_len ? 2 : 1, 0);
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void tune_socket(int fd)
+{
+	int one = 1, buf = 4 << 20;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+static void peer_up(struct peer *p)
+{
+	p->state = PEER_UP;
+	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
+	p->hdr_have = p->body_have = 0;
+	p->in_body = false;
+	if (p->outbound) {
+		p->backoff_ms = 100;
+		queue_hello(p);
+		for (struct flow *f = p->flows; f; f = f->peer_next)
+			if (f->state != FLOW_FAILED)
+				queue_open(p, f);
+	}
+	arm_recv(p);
+	log_info("peer %s: connected (%s)", p->addr,
+		 p->outbound ? "outbound" : "inbound");
+}
+
+static void connect_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, conn_op);
+
+	if (p->state == PEER_CLOSING) {
+		maybe_closed(p);
+		return;
+	}
+	if (res < 0) {
+		log_debug("peer %s: connect: %s", p->addr, strerror(-res));
+		p->state = PEER_CLOSING;
+		maybe_closed(p);
+		return;
+	}
+	peer_up(p);
+}
+
+static int resolve(const char *addr, struct sockaddr_storage *sa,
+		   socklen_t *len)
+{
+	char host[80], *colon;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+
+	snprintf(host, sizeof(host), "%s", addr);
+	colon = strrchr(host, ':');
+	if (!colon)
+		return -EINVAL;
+	*colon = 0;
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EHOSTUNREACH;
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void start_connect(struct peer *p)
+{
+	static struct sockaddr_storage sa;
+	static socklen_t len;
+	struct io_uring_sqe *sqe;
+
+	if (resolve(p->addr, &sa, &len)) {
+		log_warn("peer %s: cannot resolve", p->addr);
+		p->retry_at_ns = fr_now_ns() + 2000000000ull;
+		return;
+	}
+	p->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (p->fd < 0) {
+		p->retry_at_ns = fr_now_ns() + 1000000000ull;
+		return;
+	}
+	tune_socket(p->fd);
+	sqe = loop_sqe(p->m->loop, &p->conn_op, connect_done);
+	if (!sqe) {
+		close(p->fd);
+		p->fd = -1;
+		return;
+	}
+	/* the kernel copies the address when the SQE is submitted */
+	io_uring_prep_connect(sqe, p->fd, (struct sockaddr *)&sa, len);
+	io_uring_submit(&p->m->loop->ring);
+	p->state = PEER_CONNECTING;
+}
+
+static void arm_accept(struct peer_mgr *m);
+
+static void accept_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, accept_op);
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+	char host[64] = "?", serv[16] = "?", addr[80];
+	struct peer *p;
+
+	if (m->listen_fd < 0) {
+		if (res >= 0)
+			close(res);
+		return;
+	}
+	arm_accept(m);
+	if (res < 0) {
+		log_warn("peer accept: %s", strerror(-res));
+		return;
+	}
+	if (!getpeername(res, (struct sockaddr *)&sa, &len))
+		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
+			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
+	p = peer_new(m, addr, false);
+	if (!p) {
+		close(res);
+		return;
+	}
+	p->fd = res;
+	tune_socket(res);
+	peer_up(p);
+}
+
+static void arm_accept(struct peer_mgr *m)
+{
+	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->accept_op, accept_done);
+
+	if (sqe)
+		io_uring_prep_accept(sqe, m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+static int listen_on(struct peer_mgr *m, const char *addr)
+{
+	struct sockaddr_storage sa;
+	socklen_t len;
+	int one = 1, fd, rc = resolve(addr, &sa, &len);
+
+	if (rc) {
+		log_error("cannot resolve listen address %s", addr);
+		return rc;
+	}
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 64)) {
+		rc = -errno;
+		log_error("listen on %s: %s", addr, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	m->listen_fd = fd;
+	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", addr);
+	arm_accept(m);
+	log_info("listening for peers on %s", addr);
+	return 0;
+}
+
+/* ---- timer ------------------------------------------------------------------ */
+
+static void tick_done(struct loop_op *op, int res);
+
+static void arm_tick(struct peer_mgr *m)
+{
+	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->tick_op, tick_done);
+
+	m->tick_ts = (struct __kernel_timespec){ .tv_nsec = TICK_MS * 1000000 };
+	if (sqe)
+		io_uring_prep_timeout(sqe, &m->tick_ts, 0, 0);
+}
+
+static void tick_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, tick_op);
+	uint64_t now = fr_now_ns();
+
+	(void)res;
+	if (m->loop->stop)
+		return;
+	for (struct peer *p = m->peers, *n; p; p = n) {
+		n = p->next;
+		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
+			peer_fail(p, "no frame for %llu s",
+				  (unsigned long long)(DEAD_NS / 1000000000ull));
+		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
+			start_connect(p);
+	}
+	arm_tick(m);
+}
+
+/* ---- public ---------------------------------------------------------------- */
+
+int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
+		   struct ctl_server *ctl, const char *listen_addr)
+{
+	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
+				.listen_fd = -1 };
+	arm_tick(m);
+	if (listen_addr && *listen_addr)
+		return listen_on(m, listen_addr);
+	return 0;
+}
+
+void peer_mgr_stop(struct peer_mgr *m)
+{
+	if (m->listen_fd >= 0) {
+		shutdown(m->listen_fd, SHUT_RDWR);
+		close(m->listen_fd);
+		m->listen_fd = -1;
+	}
+	for (struct peer *p = m->peers; p; p = p->next) {
+		p->outbound = false; /* no reconnecting: free when closed */
+		if (p->state == PEER_DOWN)
+			p->state = PEER_CLOSING;
+		else
+			peer_fail(p, "moverd is stopping");
+	}
+	for (struct peer *p = m->peers, *n; p; p = n) {
+		n = p->next;
+		maybe_closed(p);
+	}
+}
+
+bool peer_mgr_busy(const struct peer_mgr *m)
+{
+	return m->peers != NULL;
+}
+
+int peer_add_sender(struct peer_mgr *m, struct flow *f)
+{
+	struct peer *p;
+
+	for (p = m->peers; p; p = p->next)
+		if (p->outbound && strcmp(p->addr, f->peer_addr) == 0)
+			break;
+	if (!p && !(p = peer_new(m, f->peer_addr, true)))
+		return -ENOMEM;
+	link_flow(p, f);
+	if (p->state == PEER_UP)
+		queue_open(p, f);
+	else if (p->state == PEER_DOWN)
+		start_connect(p);
+	return 0;
+}
+
+void peer_forget_flow(struct peer_mgr *m, struct flow *f)
+{
+	struct peer *p = f->peer;
+
+	(void)m;
+	if (!p)
+		return;
+	if (f->role == FLOW_SENDER && p->state == PEER_UP) {
+		Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
+
+		cl.name = f->name;
+		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
+		msg.close = &cl;
+		queue_ctrl(p, &msg);
+	}
+	if (p->rx_flow == f)
+		peer_fail(p, "flow %s destroyed while receiving", f->name);
+	/* a send or receive in flight may still read or write the ring */
+	if (peer_io_busy(p) && p->n_grave < GRAVE_MAX) {
+		flowshm_shutdown(f->view);
+		p->grave[p->n_grave++] = f->view;
+		f->view = NULL;
+	}
+	unlink_flow(f);
+}
+
+int peer_do_work(struct peer_mgr *m)
+{
+	int work = 0;
+
+	for (struct peer *p = m->peers; p; p = p->next)
+		work += tx_build(p);
+	if (work)
+		m->last_work_ns = fr_now_ns();
+	return work;
+}
+
+unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
+		     unsigned max)
+{
+	static const char *const names[] = { "down", "connecting", "up",
+					     "closing" };
+	unsigned n = 0;
+
+	for (const struct peer *p = m->peers; p && n < max; p = p->next, n++)
+		out[n] = (struct peer_status){
+			.address = p->addr, .state = names[p->state],
+			.flows = flow_count(p), .bytes_sent = p->bytes_tx,
+			.bytes_received = p->bytes_rx,
+			.reconnects = p->reconnects,
+		};
+	return n;
+}

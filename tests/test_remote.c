@@ -1,0 +1,1595 @@
+/*
+ * Flows between two moverd daemons over TCP, end to end: real daemons on
+ * private sockets, producers attached on the sending host (daemon A), a
+ * consumer attached on the receiving host (daemon B, the one with --listen),
+ * all in separate processes.
+ *
+ *   usage: test_remote MOVERD MOVERCTL
+ *
+ * Cases (each prints "ok N - name"):
+ *   1  loopback: 8 flows A->B, 2 producers + 1 consumer each, every record
+ *      checked (contents, per-producer order, no loss, no duplicate)
+ *   2  slow consumer: producers see -EAGAIN (back-pressure) and neither
+ *      daemon's RSS grows by more than 64 MiB
+ *   3  consumer attaching late: producers fill both rings and block; a
+ *      consumer that attaches afterwards gets every record
+ *   4  flow destroyed on A while busy: producers get -EPIPE, the consumer
+ *      drains a gap-free prefix then gets -EPIPE, the flow is gone on both
+ *      daemons and both still answer
+ *   5  kill -9 of the receiving moverd mid-stream, restarted with the same
+ *      arguments: the sender goes "reconnecting" then "open"; a consumer that
+ *      kept running (flow r0) and a consumer that detaches and re-attaches
+ *      after the restart (flow r1) each get the full sequence
+ *   6  kill -9 of a producer mid-stream: the other producers' records all
+ *      arrive, the killed one's arrive as a gap-free prefix covering every
+ *      send that returned 0
+ *   7  two network namespaces joined by a veth pair: as 1 with 2 flows, and
+ *      the link is cut for about a second mid-stream (skipped, exit 0, when
+ *      not root or "ip netns" is unavailable)
+ *
+ * Scale with FM_REMOTE_RECORDS (records of case 1, default 200000; the
+ * other cases scale with it).  Every wait is bounded; on failure the test
+ * prints what each process got, both daemons' view of the flows and the
+ * tails of their logs, kills every process it started and removes its
+ * network namespaces.  Logs stay in /tmp/fm-remote-PID/ on failure.
+ */
+#include "testutil.h"
+#include "ctl_client.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define MS 1000000ull
+#define SEC 1000000000ull
+#define MAX_REC 4096                 /* records are 16..MAX_REC bytes */
+#define UNKNOWN UINT64_MAX           /* count of a producer we killed */
+#define MAXP 64                      /* producer ids per case */
+#define MAXF 16                      /* flows per case */
+#define MAXPROCS 256
+
+static const char *moverd_bin, *moverctl_bin;
+static char top_dir[64];             /* /tmp/fm-remote-PID */
+static pid_t main_pid;
+static int cur_case;
+static const char *skip_reason;      /* set by a case that could not run */
+static const char *log_level = "debug";
+
+/* ---- shared progress counters (one anonymous MAP_SHARED page set) -------- */
+
+struct shared {
+	uint64_t sent[MAXP];     /* sends of producer id that returned 0 */
+	uint64_t eagain[MAXP];   /* send(timeout 0) that returned -EAGAIN */
+	uint64_t got[MAXP];      /* records of producer id the consumer got */
+	uint64_t recv[MAXF];     /* records received per flow */
+	int phase;               /* case 5: 1 = daemon B killed, 2 = back */
+	int reattached[MAXF];
+};
+static struct shared *sh;
+
+static uint64_t ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static void st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+
+/* ---- every process we start, so that failure paths can kill them -------- */
+
+enum kind { K_DAEMON, K_PRODUCER, K_CONSUMER };
+
+struct proc {
+	pid_t pid;
+	enum kind kind;
+	char name[64];
+	bool done;
+	int status;
+};
+static struct proc procs[MAXPROCS];
+static int nprocs;
+
+/* network namespaces of case 7, removed at exit */
+static char ns_a[32], ns_b[32];
+
+static void netns_cleanup(void)
+{
+	char cmd[160];
+
+	for (int i = 0; i < 2; i++) {
+		const char *ns = i ? ns_b : ns_a;
+		if (!ns[0])
+			continue;
+		snprintf(cmd, sizeof(cmd), "ip netns del %s 2>/dev/null", ns);
+		if (system(cmd)) { /* gone already: fine */ }
+	}
+	ns_a[0] = ns_b[0] = 0;
+}
+
+static void kill_all(void)
+{
+	for (int i = 0; i < nprocs; i++)
+		if (!procs[i].done && procs[i].pid > 0)
+			kill(procs[i].pid, SIGKILL);
+	for (int i = 0; i < nprocs; i++)
+		if (!procs[i].done && procs[i].pid > 0) {
+			waitpid(procs[i].pid, &procs[i].status, 0);
+			procs[i].done = true;
+		}
+}
+
+static void at_exit(void)
+{
+	if (getpid() != main_pid)
+		return; /* a child calling exit() (CHECK) */
+	kill_all();
+	netns_cleanup();
+}
+
+/* The last resort if something we did not bound still hangs. */
+static void on_alarm(int sig)
+{
+	static const char msg[] = "test_remote: case timed out (alarm); "
+				  "killing everything\n";
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1)) { }
+	for (int i = 0; i < nprocs; i++)
+		if (!procs[i].done && procs[i].pid > 0)
+			kill(procs[i].pid, SIGKILL);
+	for (int i = 0; i < 2; i++) {
+		const char *ns = i ? ns_b : ns_a;
+		pid_t p;
+		if (!ns[0])
+			continue;
+		p = fork();
+		if (p == 0) {
+			execl("/usr/sbin/ip", "ip", "netns", "del", ns, (char *)0);
+			execlp("ip", "ip", "netns", "del", ns, (char *)0);
+			_exit(127);
+		}
+		if (p > 0)
+			waitpid(p, NULL, 0);
+	}
+	_exit(1);
+}
+
+static int spawn(enum kind kind, const char *name, void (*fn)(const void *),
+		 const void *arg)
+{
+	pid_t pid;
+
+	CHECK(nprocs < MAXPROCS);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != main_pid)
+			_exit(99);
+		fn(arg);
+		_exit(0);
+	}
+	procs[nprocs] = (struct proc){ .pid = pid, .kind = kind };
+	snprintf(procs[nprocs].name, sizeof(procs[nprocs].name), "%s", name);
+	return nprocs++;
+}
+
+/* true once the process has exited (status in procs[i].status) */
+static bool proc_poll(int i)
+{
+	if (!procs[i].done &&
+	    waitpid(procs[i].pid, &procs[i].status, WNOHANG) == procs[i].pid)
+		procs[i].done = true;
+	return procs[i].done;
+}
+
+static const char *describe_status(int s, char *buf, size_t cap)
+{
+	if (WIFEXITED(s))
+		snprintf(buf, cap, "exit %d", WEXITSTATUS(s));
+	else if (WIFSIGNALED(s))
+		snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(s),
+			 strsignal(WTERMSIG(s)));
+	else
+		snprintf(buf, cap, "status 0x%x", s);
+	return buf;
+}
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static int sh_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh_run(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	int s;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	fflush(NULL);
+	s = system(cmd);
+	return WIFEXITED(s) ? WEXITSTATUS(s) : 128;
+}
+
+/* moverctl against socket sock; its exit code, stdout+stderr in out */
+static int ctl(const char *sock, char *out, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int ctl(const char *sock, char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[1024], args[768], sink[4096];
+	size_t n = 0;
+	va_list ap;
+	FILE *p;
+	int s;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "timeout -k 2 20 %s --socket %s %s 2>&1",
+		 moverctl_bin, sock, args);
+	fflush(NULL);
+	p = popen(cmd, "r");
+	CHECK(p);
+	if (!out) {
+		out = sink;
+		cap = sizeof(sink);
+	}
+	n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	while (fread(sink, 1, sizeof(sink), p) > 0)
+		;
+	s = pclose(p);
+	return WIFEXITED(s) ? WEXITSTATUS(s) : 128;
+}
+
+/* The value of "key" in moverctl's JSON (first occurrence), as text. */
+static bool jget(const char *json, const char *key, char *val, size_t cap)
+{
+	char pat[80];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json, pat);
+	val[0] = 0;
+	if (!p)
+		return false;
+	p += strlen(pat);
+	if (*p == '"') {
+		for (p++; *p && *p != '"' && n + 1 < cap; p++)
+			val[n++] = *p;
+	} else {
+		for (; *p && !strchr(",\n}]", *p) && n + 1 < cap; p++)
+			val[n++] = *p;
+	}
+	val[n] = 0;
+	return true;
+}
+
+static uint64_t jget_u64(const char *json, const char *key)
+{
+	char v[32];
+
+	return jget(json, key, v, sizeof(v)) ? strtoull(v, NULL, 10) : 0;
+}
+
+static int free_tcp_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	CHECK(fd >= 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+static long rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+/* ---- the daemons ------------------------------------------------------------ */
+
+struct daemon {
+	char tag;                /* 'A' (sender) or 'B' (receiver) */
+	char dir[128], sock[160], log[160], state_dir[160];
+	char listen[64];         /* "" or ADDR:PORT */
+	const char *netns;       /* NULL: ours */
+	int proc;                /* index in procs[], -1 when not running */
+};
+
+struct pair {
+	char dir[128];
+	char peer[64];           /* what moverctl --peer gets */
+	struct daemon a, b;
+};
+
+static void daemon_exec(const void *arg)
+{
+	const struct daemon *d = arg;
+	const char *argv[16] = { moverd_bin, "--foreground", "--socket",
+				 d->sock, "--log-level", log_level };
+	int n = 6, fd;
+
+	if (d->listen[0]) {
+		argv[n++] = "--listen";
+		argv[n++] = d->listen;
+	}
+	if (d->state_dir[0]) {
+		argv[n++] = "--state-dir";
+		argv[n++] = d->state_dir;
+	}
+	argv[n] = NULL;
+	if (d->netns) {
+		/* what "ip netns exec NS" does for the network; the pid stays
+		 * moverd's own, so we can SIGKILL it and read its RSS */
+		char path[96];
+		snprintf(path, sizeof(path), "/run/netns/%s", d->netns);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+			perror("setns");
+			_exit(126);
+		}
+		close(fd);
+	}
+	fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	execv(moverd_bin, (char **)argv);
+	perror("execv moverd");
+	_exit(127);
+}
+
+static void log_tail(const struct daemon *d, int lines)
+{
+	fprintf(stderr, "---- last %d lines of moverd %c log (%s) ----\n",
+		lines, d->tag, d->log);
+	fflush(NULL);
+	sh_run("tail -n %d %s >&2", lines, d->log);
+	fprintf(stderr, "---- end of moverd %c log ----\n", d->tag);
+}
+
+static void fail_daemon_died(const struct daemon *d)
+{
+	char s[64];
+
+	fprintf(stderr, "FAIL case %d: moverd %c (pid %d) died: %s\n",
+		cur_case, d->tag, (int)procs[d->proc].pid,
+		describe_status(procs[d->proc].status, s, sizeof(s)));
+	log_tail(d, 40);
+	exit(1);
+}
+
+static void daemon_start(struct daemon *d)
+{
+	char name[32];
+	uint64_t t0 = tu_now_ns();
+
+	snprintf(name, sizeof(name), "moverd %c", d->tag);
+	d->proc = spawn(K_DAEMON, name, daemon_exec, d);
+	/* ready when the control socket accepts */
+	while (tu_now_ns() - t0 < 10 * SEC) {
+		int fd = ctl_connect(d->sock);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		if (proc_poll(d->proc))
+			fail_daemon_died(d);
+		usleep(10000);
+	}
+	fprintf(stderr, "FAIL case %d: moverd %c did not open %s within 10 s\n",
+		cur_case, d->tag, d->sock);
+	log_tail(d, 40);
+	exit(1);
+}
+
+static void daemon_check_alive(const struct daemon *d)
+{
+	if (d->proc >= 0 && proc_poll(d->proc))
+		fail_daemon_died(d);
+}
+
+static pid_t daemon_pid(const struct daemon *d)
+{
+	return procs[d->proc].pid;
+}
+
+/* SIGTERM; it must exit 0 within 10 s */
+static void daemon_stop(struct daemon *d)
+{
+	struct proc *p = &procs[d->proc];
+	uint64_t t0 = tu_now_ns();
+	char s[64];
+
+	daemon_check_alive(d);
+	kill(p->pid, SIGTERM);
+	while (!proc_poll(d->proc) && tu_now_ns() - t0 < 10 * SEC)
+		usleep(10000);
+	if (!p->done) {
+		fprintf(stderr, "FAIL case %d: moverd %c ignored SIGTERM for "
+			"10 s\n", cur_case, d->tag);
+		log_tail(d, 40);
+		exit(1);
+	}
+	if (!WIFEXITED(p->status) || WEXITSTATUS(p->status)) {
+		fprintf(stderr, "FAIL case %d: moverd %c after SIGTERM: %s\n",
+			cur_case, d->tag, describe_status(p->status, s, sizeof(s)));
+		log_tail(d, 40);
+		exit(1);
+	}
+	d->proc = -1;
+}
+
+/* Daemon A (no --listen) and B (--listen ADDR:PORT) for one case. */
+static void pair_init(struct pair *P, const char *name, const char *addr_b,
+		      const char *ns_of_a, const char *ns_of_b, bool state_dir)
+{
+	int port = free_tcp_port();
+
+	memset(P, 0, sizeof(*P));
+	snprintf(P->dir, sizeof(P->dir), "%s/%s", top_dir, name);
+	snprintf(P->peer, sizeof(P->peer), "%s:%d", addr_b, port);
+	for (int i = 0; i < 2; i++) {
+		struct daemon *d = i ? &P->b : &P->a;
+
+		d->tag = i ? 'B' : 'A';
+		d->proc = -1;
+		d->netns = i ? ns_of_b : ns_of_a;
+		snprintf(d->dir, sizeof(d->dir), "%s/%c", P->dir, i ? 'b' : 'a');
+		snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
+		snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
+		if (state_dir)
+			snprintf(d->state_dir, sizeof(d->state_dir), "%s/state",
+				 d->dir);
+		CHECK(sh_run("mkdir -p %s", d->dir) == 0);
+	}
+	snprintf(P->b.listen, sizeof(P->b.listen), "%s", P->peer);
+}
+
+static void pair_start(struct pair *P)
+{
+	daemon_start(&P->b);
+	daemon_start(&P->a);
+}
+
+static void pair_stop(struct pair *P)
+{
+	daemon_stop(&P->a);
+	daemon_stop(&P->b);
+}
+
+static void pair_check(const struct pair *P)
+{
+	daemon_check_alive(&P->a);
+	daemon_check_alive(&P->b);
+}
+
+/* ---- diagnostics -------------------------------------------------------------- */
+
+struct run;
+static void dump_progress(const struct run *R);
+
+static void dump_flow(const struct pair *P, const char *flow)
+{
+	char out[4096];
+
+	for (int i = 0; i < 2; i++) {
+		const struct daemon *d = i ? &P->b : &P->a;
+		int rc = ctl(d->sock, out, sizeof(out), "--json flow show %s", flow);
+		fprintf(stderr, "moverd %c: flow show %s -> exit %d\n%s", d->tag,
+			flow, rc, out);
+	}
+}
+
+static void dump_status(const struct pair *P)
+{
+	char out[8192];
+
+	for (int i = 0; i < 2; i++) {
+		const struct daemon *d = i ? &P->b : &P->a;
+		int rc = ctl(d->sock, out, sizeof(out), "--json status");
+		fprintf(stderr, "moverd %c: status -> exit %d\n%s", d->tag, rc,
+			out);
+	}
+}
+
+/* ---- producer and consumer processes ----------------------------------------- */
+
+struct prod_cfg {
+	char sock[160], flow[32];
+	uint32_t id;
+	uint64_t n;           /* records to send; UNKNOWN: until -EPIPE */
+	bool try0;            /* first try each send with timeout 0 */
+	uint64_t stall_ns;    /* a send blocked this long fails the test */
+};
+
+struct cons_cfg {
+	char sock[160], flow[32];
+	int fidx;
+	uint32_t base, np;    /* producer ids base..base+np-1 */
+	uint64_t want[8];     /* records per producer; UNKNOWN: a prefix */
+	unsigned slow_us;     /* sleep after each record */
+	bool until_epipe;     /* stop at -EPIPE (case 4) */
+	bool reattach;        /* case 5: detach at phase 1, attach at phase 2 */
+	uint64_t stall_ns;    /* no record for this long fails the test */
+	uint64_t quiet_ns;    /* with UNKNOWN producers: done after this quiet */
+};
+
+static flowshm_t *attach_retry(const char *who, const char *flow,
+			       enum flowshm_role role, uint64_t limit_ns)
+{
+	uint64_t t0 = tu_now_ns();
+	flowshm_t *f = NULL;
+	int rc;
+
+	for (;;) {
+		rc = flowshm_attach(flow, role, NULL, &f);
+		if (rc == 0)
+			return f;
+		if ((rc != -ENOENT && rc != -ECONNREFUSED && rc != -EBUSY) ||
+		    tu_now_ns() - t0 > limit_ns)
+			break;
+		usleep(20000);
+	}
+	fprintf(stderr, "[%s] attach %s as %s via %s: %d (%s): %s\n", who, flow,
+		role == FLOWSHM_PRODUCER ? "producer" : "consumer",
+		getenv("FLOWMOVER_SOCKET"), rc, flowshm_strerror(rc),
+		flowshm_attach_error());
+	_exit(3);
+}
+
+static void producer_main(const void *arg)
+{
+	const struct prod_cfg *c = arg;
+	static unsigned char buf[MAX_REC];
+	char who[64];
+	flowshm_t *f;
+
+	snprintf(who, sizeof(who), "producer %u of %s", c->id, c->flow);
+	setenv("FLOWMOVER_SOCKET", c->sock, 1);
+	f = attach_retry(who, c->flow, FLOWSHM_PRODUCER, 15 * SEC);
+	for (uint64_t seq = 0; seq < c->n; seq++) {
+		size_t len = tu_rec_len(c->id, seq, 16, MAX_REC);
+		uint64_t t0 = tu_now_ns();
+		int rc = -EAGAIN;
+
+		tu_fill(buf, c->id, seq, len);
+		if (c->try0) {
+			rc = flowshm_send(f, buf, len, 0);
+			if (rc == -EAGAIN)
+				st(&sh->eagain[c->id], ld(&sh->eagain[c->id]) + 1);
+		}
+		while (rc) {
+			rc = flowshm_send(f, buf, len, 200 * (int64_t)MS);
+			if (rc == 0)
+				break;
+			if (rc == -EPIPE && c->n == UNKNOWN)
+				goto out; /* the flow was destroyed: expected */
+			if (rc != -ETIMEDOUT && rc != -EAGAIN) {
+				fprintf(stderr, "[%s] send seq %llu (%zu bytes): "
+					"%d (%s)\n", who, (unsigned long long)seq,
+					len, rc, flowshm_strerror(rc));
+				_exit(4);
+			}
+			if (tu_now_ns() - t0 > c->stall_ns) {
+				fprintf(stderr, "[%s] send seq %llu blocked for "
+					"%.0f s (back-pressure that never ends)\n",
+					who, (unsigned long long)seq,
+					c->stall_ns / 1e9);
+				_exit(5);
+			}
+		}
+		st(&sh->sent[c->id], seq + 1);
+	}
+out:
+	flowshm_detach(f);
+	_exit(0);
+}
+
+static void consumer_main(const void *arg)
+{
+	const struct cons_cfg *c = arg;
+	static unsigned char buf[MAX_REC + 64];
+	uint64_t next[8] = { 0 }, total = 0, last = tu_now_ns();
+	bool unknown = false;
+	char who[64];
+	flowshm_t *f;
+
+	snprintf(who, sizeof(who), "consumer of %s", c->flow);
+	for (uint32_t i = 0; i < c->np; i++)
+		unknown |= c->want[i] == UNKNOWN;
+	setenv("FLOWMOVER_SOCKET", c->sock, 1);
+	f = attach_retry(who, c->flow, FLOWSHM_CONSUMER, 15 * SEC);
+	for (;;) {
+		bool complete = !c->until_epipe;
+		size_t len = 0;
+		uint32_t id;
+		uint64_t seq;
+		int rc;
+
+		for (uint32_t i = 0; i < c->np && complete; i++)
+			complete = c->want[i] == UNKNOWN || next[i] == c->want[i];
+		if (complete && !unknown)
+			break;
+		if (c->reattach && f && __atomic_load_n(&sh->phase,
+							__ATOMIC_ACQUIRE) == 1) {
+			uint64_t t0 = tu_now_ns();
+
+			flowshm_detach(f);
+			f = NULL;
+			while (__atomic_load_n(&sh->phase, __ATOMIC_ACQUIRE) != 2) {
+				if (tu_now_ns() - t0 > 60 * SEC) {
+					fprintf(stderr, "[%s] daemon B never came "
+						"back\n", who);
+					_exit(6);
+				}
+				usleep(5000);
+			}
+			f = attach_retry(who, c->flow, FLOWSHM_CONSUMER,
+					 20 * SEC);
+			__atomic_store_n(&sh->reattached[c->fidx], 1,
+					 __ATOMIC_RELEASE);
+			last = tu_now_ns();
+		}
+		rc = flowshm_recv(f, buf, sizeof(buf), &len, 100 * (int64_t)MS);
+		if (rc == -ETIMEDOUT || rc == -EAGAIN) {
+			uint64_t idle = tu_now_ns() - last;
+
+			if (complete && idle > c->quiet_ns)
+				break;
+			if (idle > c->stall_ns)
+				goto stalled;
+			continue;
+		}
+		if (rc == -EPIPE && c->until_epipe)
+			break;
+		if (rc) {
+			fprintf(stderr, "[%s] recv after %llu records: %d (%s)\n",
+				who, (unsigned long long)total, rc,
+				flowshm_strerror(rc));
+			goto fail;
+		}
+		if (!tu_verify(buf, len, &id, &seq)) {
+			const struct tu_rec_hdr *h = (const void *)buf;
+			fprintf(stderr, "[%s] record #%llu (%zu bytes) fails the "
+				"content check: header says producer %u seq %llu "
+				"len %u\n", who, (unsigned long long)total, len,
+				len >= 16 ? h->producer : 0,
+				len >= 16 ? (unsigned long long)h->seq : 0ull,
+				len >= 16 ? h->len : 0);
+			goto fail;
+		}
+		if (id < c->base || id >= c->base + c->np) {
+			fprintf(stderr, "[%s] record #%llu from producer %u, which "
+				"does not feed this flow (ids %u..%u)\n", who,
+				(unsigned long long)total, id, c->base,
+				c->base + c->np - 1);
+			goto fail;
+		}
+		if (seq != next[id - c->base]) {
+			uint64_t want = next[id - c->base];
+			fprintf(stderr, "[%s] record #%llu: producer %u seq %llu, "
+				"expected seq %llu: %s\n", who,
+				(unsigned long long)total, id,
+				(unsigned long long)seq, (unsigned long long)want,
+				seq < want ? "duplicate or out of order"
+					   : "records lost (gap)");
+			goto fail;
+		}
+		if (c->want[id - c->base] != UNKNOWN &&
+		    seq >= c->want[id - c->base]) {
+			fprintf(stderr, "[%s] producer %u: seq %llu but it sent "
+				"only %llu\n", who, id, (unsigned long long)seq,
+				(unsigned long long)c->want[id - c->base]);
+			goto fail;
+		}
+		next[id - c->base]++;
+		total++;
+		st(&sh->got[id], next[id - c->base]);
+		st(&sh->recv[c->fidx], total);
+		last = tu_now_ns();
+		if (c->slow_us)
+			usleep(c->slow_us);
+	}
+	flowshm_detach(f);
+	_exit(0);
+stalled:
+	fprintf(stderr, "[%s] no record for %.0f s after %llu records\n", who,
+		c->stall_ns / 1e9, (unsigned long long)total);
+fail:
+	for (uint32_t i = 0; i < c->np; i++)
+		fprintf(stderr, "[%s]   producer %u: received %llu of %s%llu\n",
+			who, c->base + i, (unsigned long long)next[i],
+			c->want[i] == UNKNOWN ? "(unknown) " : "",
+			(unsigned long long)(c->want[i] == UNKNOWN ?
+					     ld(&sh->sent[c->base + i]) : c->want[i]));
+	_exit(2);
+}
+
+/* ---- one case's flows and processes ---------------------------------------------- */
+
+struct run {
+	struct pair *P;
+	int nflows;
+	uint32_t np;                      /* producers per flow */
+	char flow[MAXF][32];
+	struct prod_cfg prod[MAXP];
+	struct cons_cfg cons[MAXF];
+	int prod_proc[MAXP], cons_proc[MAXF];
+	uint64_t expected;                /* records the consumers must get */
+	uint64_t t0;
+};
+
+static void fail_run(const struct run *R, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3), noreturn));
+static void fail_run(const struct run *R, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "FAIL case %d: ", cur_case);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (R) {
+		dump_progress(R);
+		for (int i = 0; i < R->nflows && i < 2; i++)
+			dump_flow(R->P, R->flow[i]);
+		dump_status(R->P);
+		log_tail(&R->P->a, 30);
+		log_tail(&R->P->b, 30);
+	}
+	fprintf(stderr, "logs kept in %s\n", top_dir);
+	exit(1);
+}
+
+static void dump_progress(const struct run *R)
+{
+	char s[64];
+
+	fprintf(stderr, "progress after %.1f s:\n", (tu_now_ns() - R->t0) / 1e9);
+	for (int f = 0; f < R->nflows; f++) {
+		int ci = R->cons_proc[f];
+		fprintf(stderr, "  flow %s: consumer received %llu records%s%s\n",
+			R->flow[f], (unsigned long long)ld(&sh->recv[f]),
+			ci >= 0 && procs[ci].done ? ", consumer " : "",
+			ci >= 0 && procs[ci].done ?
+				describe_status(procs[ci].status, s, sizeof(s)) : "");
+		for (uint32_t p = 0; p < R->np; p++) {
+			uint32_t id = (uint32_t)f * R->np + p;
+			int pi = R->prod_proc[id];
+			fprintf(stderr, "    producer %u: sent %llu, received %llu%s%s\n",
+				id, (unsigned long long)ld(&sh->sent[id]),
+				(unsigned long long)ld(&sh->got[id]),
+				pi >= 0 && procs[pi].done ? ", producer " : "",
+				pi >= 0 && procs[pi].done ?
+					describe_status(procs[pi].status, s, sizeof(s)) : "");
+		}
+	}
+}
+
+static void run_init(struct run *R, struct pair *P, const char *prefix,
+		     int nflows, uint32_t np, uint64_t n_per_producer)
+{
+	memset(R, 0, sizeof(*R));
+	memset(sh, 0, sizeof(*sh));
+	CHECK(nflows <= MAXF && (uint32_t)nflows * np <= MAXP && np <= 8);
+	R->P = P;
+	R->nflows = nflows;
+	R->np = np;
+	for (int f = 0; f < nflows; f++) {
+		struct cons_cfg *c = &R->cons[f];
+
+		snprintf(R->flow[f], sizeof(R->flow[f]), "%s%d", prefix, f);
+		snprintf(c->sock, sizeof(c->sock), "%s", P->b.sock);
+		snprintf(c->flow, sizeof(c->flow), "%s", R->flow[f]);
+		c->fidx = f;
+		c->base = (uint32_t)f * np;
+		c->np = np;
+		c->stall_ns = 30 * SEC;
+		c->quiet_ns = 2 * SEC;
+		R->cons_proc[f] = -1;
+		for (uint32_t p = 0; p < np; p++) {
+			struct prod_cfg *q = &R->prod[c->base + p];
+
+			snprintf(q->sock, sizeof(q->sock), "%s", P->a.sock);
+			snprintf(q->flow, sizeof(q->flow), "%s", R->flow[f]);
+			q->id = c->base + p;
+			q->n = n_per_producer;
+			q->stall_ns = 30 * SEC;
+			c->want[p] = n_per_producer;
+			R->prod_proc[q->id] = -1;
+			if (n_per_producer != UNKNOWN)
+				R->expected += n_per_producer;
+		}
+	}
+}
+
+static const char *state_of(const char *sock, const char *flow, char *state,
+			    size_t cap, int *rc, char *json, size_t jcap)
+{
+	*rc = ctl(sock, json, jcap, "--json flow show %s", flow);
+	if (*rc || !jget(json, "state", state, cap))
+		snprintf(state, cap, "(none)");
+	return state;
+}
+
+/* Create every flow on A with --peer B and wait until both ends exist and
+ * A says "open". */
+static void run_create_flows(struct run *R, const char *ring_size)
+{
+	struct pair *P = R->P;
+	char out[4096], state[32], v[64];
+	int rc;
+
+	for (int f = 0; f < R->nflows; f++) {
+		rc = ctl(P->a.sock, out, sizeof(out),
+			 "flow create %s --peer %s --ring-size %s --max-record 4K",
+			 R->flow[f], P->peer, ring_size);
+		if (rc)
+			fail_run(R, "moverctl flow create %s --peer %s on A: exit "
+				 "%d: %s", R->flow[f], P->peer, rc, out);
+	}
+	for (int f = 0; f < R->nflows; f++) {
+		uint64_t t0 = tu_now_ns();
+
+		for (;;) {
+			state_of(P->a.sock, R->flow[f], state, sizeof(state), &rc,
+				 out, sizeof(out));
+			if (!strcmp(state, "open"))
+				break;
+			pair_check(P);
+			if (tu_now_ns() - t0 > 15 * SEC)
+				fail_run(R, "flow %s on A is '%s', not 'open', "
+					 "15 s after create", R->flow[f], state);
+			usleep(20000);
+		}
+		if (!jget(out, "role", v, sizeof(v)) || strcmp(v, "sender"))
+			fail_run(R, "flow %s on A: role '%s', want 'sender':\n%s",
+				 R->flow[f], v, out);
+		if (!jget(out, "transport", v, sizeof(v)) || strcmp(v, "tcp"))
+			fail_run(R, "flow %s on A: transport '%s', want 'tcp':\n%s",
+				 R->flow[f], v, out);
+		if (!jget(out, "peer", v, sizeof(v)) || !strstr(v,
+				strrchr(P->peer, ':') + 1))
+			fail_run(R, "flow %s on A: peer '%s', want %s:\n%s",
+				 R->flow[f], v, P->peer, out);
+		/* the receiving end on B */
+		t0 = tu_now_ns();
+		while ((rc = ctl(P->b.sock, out, sizeof(out),
+				 "--json flow show %s", R->flow[f])) != 0) {
+			pair_check(P);
+			if (tu_now_ns() - t0 > 10 * SEC)
+				fail_run(R, "flow %s does not exist on B 10 s after "
+					 "it opened on A: %s", R->flow[f], out);
+			usleep(20000);
+		}
+		if (!jget(out, "role", v, sizeof(v)) || strcmp(v, "receiver"))
+			fail_run(R, "flow %s on B: role '%s', want 'receiver':\n%s",
+				 R->flow[f], v, out);
+	}
+}
+
+static void run_start_producers(struct run *R)
+{
+	char name[48];
+
+	if (!R->t0)
+		R->t0 = tu_now_ns();
+	for (uint32_t i = 0; i < (uint32_t)R->nflows * R->np; i++) {
+		snprintf(name, sizeof(name), "producer %u", i);
+		R->prod_proc[i] = spawn(K_PRODUCER, name, producer_main, &R->prod[i]);
+	}
+}
+
+static void run_start_consumers(struct run *R)
+{
+	char name[48];
+
+	if (!R->t0)
+		R->t0 = tu_now_ns();
+	for (int f = 0; f < R->nflows; f++) {
+		snprintf(name, sizeof(name), "consumer of %s", R->flow[f]);
+		R->cons_proc[f] = spawn(K_CONSUMER, name, consumer_main, &R->cons[f]);
+	}
+}
+
+static uint64_t run_received(const struct run *R)
+{
+	uint64_t n = 0;
+
+	for (int f = 0; f < R->nflows; f++)
+		n += ld(&sh->recv[f]);
+	return n;
+}
+
+/* Has every process in idx[] exited 0?  Fails on a bad exit. */
+static bool procs_done(const struct run *R, const int *idx, int n)
+{
+	bool all = true;
+	char s[64];
+
+	for (int i = 0; i < n; i++) {
+		if (idx[i] < 0)
+			continue;
+		if (!proc_poll(idx[i])) {
+			all = false;
+			continue;
+		}
+		if (!WIFEXITED(procs[idx[i]].status) ||
+		    WEXITSTATUS(procs[idx[i]].status))
+			fail_run(R, "%s: %s (its own message is above)",
+				 procs[idx[i]].name,
+				 describe_status(procs[idx[i]].status, s, sizeof(s)));
+	}
+	return all;
+}
+
+/*
+ * Wait until all producers and consumers have exited 0, at most limit_s;
+ * tick (if any) runs every 10 ms.  Daemons must stay alive.
+ */
+static void run_wait(struct run *R, double limit_s,
+		     void (*tick)(struct run *, void *), void *arg)
+{
+	uint64_t t0 = tu_now_ns();
+
+	for (;;) {
+		bool p = procs_done(R, R->prod_proc, R->nflows * (int)R->np);
+		bool c = procs_done(R, R->cons_proc, R->nflows);
+
+		if (p && c)
+			return;
+		pair_check(R->P);
+		if (tick)
+			tick(R, arg);
+		if (tu_now_ns() - t0 > (uint64_t)(limit_s * SEC))
+			fail_run(R, "not done after %.0f s", limit_s);
+		usleep(10000);
+	}
+}
+
+static void run_report(const struct run *R, const char *what)
+{
+	double s = (tu_now_ns() - R->t0) / 1e9;
+
+	printf("# %s: %llu records in %.2f s (%.0f records/s)\n", what,
+	       (unsigned long long)run_received(R), s, run_received(R) / s);
+}
+
+/* Destroy every flow (on A) and check both daemons forget it. */
+static void run_destroy_flows(struct run *R)
+{
+	char out[4096];
+	int rc;
+
+	for (int f = 0; f < R->nflows; f++) {
+		rc = ctl(R->P->a.sock, out, sizeof(out), "flow destroy %s",
+			 R->flow[f]);
+		if (rc)
+			fail_run(R, "flow destroy %s on A: exit %d: %s", R->flow[f],
+				 rc, out);
+	}
+	for (int i = 0; i < 2; i++) {
+		const struct daemon *d = i ? &R->P->b : &R->P->a;
+		for (int f = 0; f < R->nflows; f++) {
+			uint64_t t0 = tu_now_ns();
+
+			while ((rc = ctl(d->sock, out, sizeof(out), "flow show %s",
+					 R->flow[f])) != 1 || !strstr(out, "no such flow")) {
+				pair_check(R->P);
+				if (tu_now_ns() - t0 > 10 * SEC)
+					fail_run(R, "flow %s still on moverd %c 10 s "
+						 "after destroy (flow show: exit %d)\n%s",
+						 R->flow[f], d->tag, rc, out);
+				usleep(20000);
+			}
+		}
+	}
+}
+
+static uint64_t scaled(uint64_t n)
+{
+	static long total = -1;
+	uint64_t v;
+
+	if (total < 0)
+		total = tu_env_long("FM_REMOTE_RECORDS", 200000);
+	v = n * (uint64_t)total / 200000;
+	return v < 50 ? 50 : v;
+}
+
+static void case_begin(int n, const char *name, unsigned alarm_s)
+{
+	cur_case = n;
+	printf("# case %d: %s\n", n, name);
+	fflush(stdout);
+	alarm(alarm_s);
+}
+
+static void case_end(int n, const char *name)
+{
+	alarm(0);
+	if (skip_reason)
+		printf("ok %d - %s # SKIP %s\n", n, name, skip_reason);
+	else
+		printf("ok %d - %s\n", n, name);
+	skip_reason = NULL;
+	fflush(stdout);
+}
+
+/* ---- 1: loopback --------------------------------------------------------------- */
+
+static bool peers_listed(const char *json)
+{
+	const char *p = strstr(json, "\"peers\": [");
+
+	if (!p)
+		return false;
+	p += strlen("\"peers\": [");
+	while (*p == ' ' || *p == '\n')
+		p++;
+	return *p == '{';
+}
+
+static void test_loopback(void)
+{
+	const int nflows = 8;
+	uint64_t n = scaled(200000) / (nflows * 2);
+	struct pair P;
+	static struct run R;
+	char out[8192];
+
+	pair_init(&P, "c1", "127.0.0.1", NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "lo", nflows, 2, n);
+	run_create_flows(&R, "1M");
+	if (ctl(P.a.sock, out, sizeof(out), "--json status") || !peers_listed(out))
+		fail_run(&R, "moverd A's status lists no peer:\n%s", out);
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 120, NULL, NULL);
+	run_report(&R, "loopback");
+	if (ctl(P.b.sock, out, sizeof(out), "--json status") || !peers_listed(out))
+		fail_run(&R, "moverd B's status lists no peer:\n%s", out);
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+/* ---- 2: slow consumer ---------------------------------------------------------- */
+
+struct rss_watch {
+	long a0, b0, a_max, b_max;
+};
+
+static void rss_tick(struct run *R, void *arg)
+{
+	struct rss_watch *w = arg;
+	long a = rss_kib(daemon_pid(&R->P->a)), b = rss_kib(daemon_pid(&R->P->b));
+
+	if (a > w->a_max)
+		w->a_max = a;
+	if (b > w->b_max)
+		w->b_max = b;
+}
+
+static void test_slow_consumer(void)
+{
+	uint64_t n = scaled(4000), eagain = 0;
+	struct rss_watch w;
+	struct pair P;
+	static struct run R;
+
+	pair_init(&P, "c2", "127.0.0.1", NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "slow", 2, 2, n);
+	for (int f = 0; f < R.nflows; f++)
+		R.cons[f].slow_us = 150;
+	for (uint32_t i = 0; i < 4; i++)
+		R.prod[i].try0 = true;
+	run_create_flows(&R, "256K");
+	w.a0 = w.a_max = rss_kib(daemon_pid(&P.a));
+	w.b0 = w.b_max = rss_kib(daemon_pid(&P.b));
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 90, rss_tick, &w);
+	run_report(&R, "slow consumer");
+	for (uint32_t i = 0; i < 4; i++)
+		eagain += ld(&sh->eagain[i]);
+	printf("# %llu sends saw -EAGAIN; RSS A %ld -> max %ld KiB, "
+	       "B %ld -> max %ld KiB\n", (unsigned long long)eagain,
+	       w.a0, w.a_max, w.b0, w.b_max);
+	if (!eagain)
+		fail_run(&R, "producers never saw -EAGAIN although the consumer "
+			 "is slow: no back-pressure reached them");
+	if (w.b_max - w.b0 > 64 * 1024)
+		fail_run(&R, "receiving moverd's RSS grew by %ld KiB (> 64 MiB)",
+			 w.b_max - w.b0);
+	if (w.a_max - w.a0 > 64 * 1024)
+		fail_run(&R, "sending moverd's RSS grew by %ld KiB (> 64 MiB)",
+			 w.a_max - w.a0);
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+/* ---- 3: consumer attaching late ------------------------------------------------ */
+
+static void test_late_consumer(void)
+{
+	/* 2 producers x n records of ~2 KiB: far more than two 256K rings */
+	uint64_t n = scaled(3000), prev = 0, t_stable = 0, t0;
+	struct pair P;
+	static struct run R;
+	char out[4096];
+
+	pair_init(&P, "c3", "127.0.0.1", NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "late", 1, 2, n);
+	run_create_flows(&R, "256K");
+	run_start_producers(&R);
+	/* wait until the producers are stuck: no progress for 1 s */
+	t0 = tu_now_ns();
+	for (;;) {
+		uint64_t s = ld(&sh->sent[0]) + ld(&sh->sent[1]);
+
+		procs_done(&R, R.prod_proc, 2); /* fails on a bad exit */
+		pair_check(&P);
+		if (s == 2 * n)
+			fail_run(&R, "producers sent all %llu records with no "
+				 "consumer attached: nothing held them back",
+				 (unsigned long long)(2 * n));
+		if (s != prev || !s) {
+			prev = s;
+			t_stable = tu_now_ns();
+		} else if (tu_now_ns() - t_stable > SEC) {
+			break;
+		}
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(&R, "producers still making progress (or none "
+				 "at all) after 20 s with no consumer: sent %llu",
+				 (unsigned long long)s);
+		usleep(10000);
+	}
+	printf("# producers blocked after %llu of %llu records\n",
+	       (unsigned long long)prev, (unsigned long long)(2 * n));
+	if (ctl(P.b.sock, out, sizeof(out), "--json flow show %s", R.flow[0]) ||
+	    jget_u64(out, "consumers") != 0)
+		fail_run(&R, "flow on B before the consumer attached:\n%s", out);
+	run_start_consumers(&R);
+	run_wait(&R, 60, NULL, NULL);
+	run_report(&R, "late consumer");
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+/* ---- 4: destroy while busy ----------------------------------------------------- */
+
+static void test_destroy_busy(void)
+{
+	struct pair P;
+	static struct run R;
+	char out[4096];
+	uint64_t t0;
+	int rc;
+
+	pair_init(&P, "c4", "127.0.0.1", NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "busy", 1, 2, UNKNOWN); /* send until -EPIPE */
+	R.cons[0].until_epipe = true;
+	R.cons[0].stall_ns = 20 * SEC;
+	run_create_flows(&R, "1M");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	t0 = tu_now_ns();
+	while (ld(&sh->recv[0]) < scaled(20000)) {
+		procs_done(&R, R.prod_proc, 2);
+		procs_done(&R, R.cons_proc, 1);
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 30 * SEC)
+			fail_run(&R, "fewer than %llu records in 30 s",
+				 (unsigned long long)scaled(20000));
+		usleep(5000);
+	}
+	rc = ctl(P.a.sock, out, sizeof(out), "flow destroy %s", R.flow[0]);
+	if (rc)
+		fail_run(&R, "flow destroy %s on A while busy: exit %d: %s",
+			 R.flow[0], rc, out);
+	t0 = tu_now_ns();
+	/* producers: -EPIPE (they exit 0 on it); consumer: drains, -EPIPE */
+	run_wait(&R, 15, NULL, NULL);
+	printf("# destroy: producers stopped and consumer saw -EPIPE %.2f s "
+	       "later\n", (tu_now_ns() - t0) / 1e9);
+	for (uint32_t i = 0; i < 2; i++) {
+		printf("# producer %u: sent %llu, consumer received %llu\n", i,
+		       (unsigned long long)ld(&sh->sent[i]),
+		       (unsigned long long)ld(&sh->got[i]));
+		if (ld(&sh->got[i]) > ld(&sh->sent[i]))
+			fail_run(&R, "consumer got more records of producer %u "
+				 "than it sent", i);
+	}
+	/* gone from both daemons, and both still answer */
+	for (int i = 0; i < 2; i++) {
+		const struct daemon *d = i ? &P.b : &P.a;
+		t0 = tu_now_ns();
+		while ((rc = ctl(d->sock, out, sizeof(out), "--json flow list")) ||
+		       strstr(out, "\"busy0\"")) {
+			pair_check(&P);
+			if (tu_now_ns() - t0 > 10 * SEC)
+				fail_run(&R, "moverd %c still lists busy0 10 s after "
+					 "destroy (exit %d):\n%s", d->tag, rc, out);
+			usleep(20000);
+		}
+		if ((rc = ctl(d->sock, out, sizeof(out), "status")))
+			fail_run(&R, "moverd %c status after destroy: exit %d: %s",
+				 d->tag, rc, out);
+	}
+	pair_stop(&P);
+}
+
+/* ---- 5: kill -9 the receiving moverd ------------------------------------------- */
+
+static void test_kill_receiver(void)
+{
+	uint64_t n = scaled(12000), t0;
+	struct pair P;
+	static struct run R;
+	char out[4096], state[32], seen[160] = "";
+	bool reconnecting = false;
+	int rc;
+
+	/* B gets an explicit --state-dir: the rings must outlive it */
+	pair_init(&P, "c5", "127.0.0.1", NULL, NULL, true);
+	pair_start(&P);
+	run_init(&R, &P, "r", 2, 2, n);
+	R.cons[1].reattach = true;       /* flow r1: detach + re-attach */
+	R.cons[0].stall_ns = R.cons[1].stall_ns = 40 * SEC;
+	for (uint32_t i = 0; i < 4; i++)
+		R.prod[i].stall_ns = 40 * SEC;
+	run_create_flows(&R, "256K");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	t0 = tu_now_ns();
+	while (run_received(&R) < R.expected / 3) {
+		procs_done(&R, R.prod_proc, 4);
+		procs_done(&R, R.cons_proc, 2);
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 60 * SEC)
+			fail_run(&R, "a third of the records not there in 60 s");
+		usleep(2000);
+	}
+	printf("# SIGKILL moverd B after %llu of %llu records\n",
+	       (unsigned long long)run_received(&R),
+	       (unsigned long long)R.expected);
+	kill(daemon_pid(&P.b), SIGKILL);
+	waitpid(daemon_pid(&P.b), &procs[P.b.proc].status, 0);
+	procs[P.b.proc].done = true;
+	__atomic_store_n(&sh->phase, 1, __ATOMIC_RELEASE);
+	/* A must notice: "reconnecting" (or "connecting") while B is away */
+	t0 = tu_now_ns();
+	while (tu_now_ns() - t0 < 5 * SEC) {
+		daemon_check_alive(&P.a);
+		state_of(P.a.sock, R.flow[0], state, sizeof(state), &rc, out,
+			 sizeof(out));
+		if (!strstr(seen, state) && strlen(seen) + strlen(state) + 2 <
+		    sizeof(seen))
+			strcat(strcat(seen, " "), state);
+		if (!strcmp(state, "reconnecting") || !strcmp(state, "connecting")) {
+			reconnecting = true;
+			if (tu_now_ns() - t0 > SEC)
+				break;
+		}
+		usleep(20000);
+	}
+	printf("# flow %s on A while B was down:%s\n", R.flow[0], seen);
+	if (!reconnecting)
+		fail_run(&R, "flow %s on A never went 'reconnecting' in the 5 s "
+			 "B was down (states seen:%s)", R.flow[0], seen);
+	daemon_start(&P.b);  /* same arguments, same state dir */
+	__atomic_store_n(&sh->phase, 2, __ATOMIC_RELEASE);
+	t0 = tu_now_ns();
+	for (;;) {
+		state_of(P.a.sock, R.flow[0], state, sizeof(state), &rc, out,
+			 sizeof(out));
+		if (!strcmp(state, "open"))
+			break;
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(&R, "flow %s on A is '%s' 20 s after B restarted",
+				 R.flow[0], state);
+		usleep(20000);
+	}
+	printf("# flow %s on A open again %.2f s after B restarted\n", R.flow[0],
+	       (tu_now_ns() - t0) / 1e9);
+	run_wait(&R, 90, NULL, NULL);
+	if (!__atomic_load_n(&sh->reattached[1], __ATOMIC_ACQUIRE))
+		fail_run(&R, "consumer of r1 did not re-attach");
+	run_report(&R, "kill -9 receiver (r0: consumer kept running, "
+		   "r1: consumer re-attached)");
+	if (!ctl(P.a.sock, out, sizeof(out), "--json status"))
+		printf("# moverd A peer reconnects: %s\n",
+		       jget(out, "reconnects", state, sizeof(state)) ? state : "?");
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+/* ---- 6: kill -9 a producer ----------------------------------------------------- */
+
+static void test_kill_producer(void)
+{
+	uint64_t n = scaled(8000), t0, got, sent;
+	const uint32_t victim = 1;
+	struct pair P;
+	static struct run R;
+	char out[4096];
+
+	pair_init(&P, "c6", "127.0.0.1", NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "kp", 1, 3, n);
+	R.cons[0].want[victim] = UNKNOWN;
+	R.expected -= n;
+	/* the consumer of a claimed-but-never-committed record may wait for
+	 * the recovery timeout (2 s) before the flow moves on */
+	R.cons[0].quiet_ns = 3 * SEC;
+	run_create_flows(&R, "256K");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	t0 = tu_now_ns();
+	while (ld(&sh->sent[victim]) < n / 3) {
+		procs_done(&R, R.prod_proc, 3);
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 30 * SEC)
+			fail_run(&R, "producer %u sent only %llu in 30 s", victim,
+				 (unsigned long long)ld(&sh->sent[victim]));
+		usleep(1000);
+	}
+	kill(procs[R.prod_proc[victim]].pid, SIGKILL);
+	waitpid(procs[R.prod_proc[victim]].pid, NULL, 0);
+	procs[R.prod_proc[victim]].done = true;
+	procs[R.prod_proc[victim]].status = 0; /* expected death */
+	sent = ld(&sh->sent[victim]);
+	printf("# SIGKILL producer %u after %llu sends returned 0\n", victim,
+	       (unsigned long long)sent);
+	run_wait(&R, 60, NULL, NULL);
+	got = ld(&sh->got[victim]);
+	printf("# consumer got %llu records of the killed producer\n",
+	       (unsigned long long)got);
+	/* every send that returned 0 arrived; at most the one in progress more */
+	if (got < sent || got > sent + 1)
+		fail_run(&R, "killed producer: %llu sends returned 0 but %llu "
+			 "records arrived", (unsigned long long)sent,
+			 (unsigned long long)got);
+	if (!ctl(P.a.sock, out, sizeof(out), "--json flow show %s", R.flow[0]))
+		printf("# flow on A: recovered %llu\n",
+		       (unsigned long long)jget_u64(out, "recovered"));
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+/* ---- 7: two network namespaces -------------------------------------------------- */
+
+static const char *netns_unavailable(void)
+{
+	if (geteuid() != 0)
+		return "not root";
+	if (sh_run("ip netns list >/dev/null 2>&1"))
+		return "'ip netns' is unavailable";
+	return NULL;
+}
+
+/* leftovers of earlier runs that were killed: fmrA-PID / fmrB-PID */
+static void netns_remove_stale(void)
+{
+	FILE *p = popen("ip netns list 2>/dev/null", "r");
+	char line[256];
+
+	if (!p)
+		return;
+	while (fgets(line, sizeof(line), p)) {
+		int pid;
+		char ab, path[64];
+
+		if (sscanf(line, "fmr%c-%d", &ab, &pid) != 2)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d", pid);
+		if (pid != main_pid && access(path, F_OK) == 0)
+			continue; /* another test's, still running */
+		sh_run("ip netns del fmr%c-%d 2>/dev/null", ab, pid);
+	}
+	pclose(p);
+}
+
+static int netns_setup(void)
+{
+	int pid = (int)main_pid;
+
+	netns_remove_stale();
+	snprintf(ns_a, sizeof(ns_a), "fmrA-%d", pid);
+	snprintf(ns_b, sizeof(ns_b), "fmrB-%d", pid);
+	if (sh_run("ip netns add %s", ns_a) || sh_run("ip netns add %s", ns_b))
+		return -1;
+	if (sh_run("ip link add vA netns %s type veth peer name vB netns %s",
+		   ns_a, ns_b) ||
+	    sh_run("ip -n %s addr add 10.99.0.1/24 dev vA", ns_a) ||
+	    sh_run("ip -n %s addr add 10.99.0.2/24 dev vB", ns_b) ||
+	    sh_run("ip -n %s link set lo up && ip -n %s link set vA up", ns_a,
+		   ns_a) ||
+	    sh_run("ip -n %s link set lo up && ip -n %s link set vB up", ns_b,
+		   ns_b))
+		return -2;
+	/* the link works before we blame moverd */
+	if (sh_run("ip netns exec %s ping -c 1 -W 2 10.99.0.2 >/dev/null 2>&1",
+		   ns_a) &&
+	    sh_run("sleep 1; ip netns exec %s ping -c 1 -W 2 10.99.0.2 "
+		   ">/dev/null 2>&1", ns_a))
+		fprintf(stderr, "# warning: ping 10.99.0.2 from %s failed "
+			"(no ping binary?)\n", ns_a);
+	return 0;
+}
+
+struct cut {
+	bool done;
+	uint64_t at;
+	char states[160];
+};
+
+static void cut_tick(struct run *R, void *arg)
+{
+	struct cut *c = arg;
+	char state[32], out[4096];
+	int rc;
+
+	if (c->done || run_received(R) < R->expected * 3 / 10)
+		return;
+	c->done = true;
+	c->at = run_received(R);
+	if (sh_run("ip netns exec %s ip link set vA down", ns_a))
+		fail_run(R, "could not take vA down");
+	for (int i = 0; i < 10; i++) {
+		state_of(R->P->a.sock, R->flow[0], state, sizeof(state), &rc, out,
+			 sizeof(out));
+		if (!strstr(c->states, state) &&
+		    strlen(c->states) + strlen(state) + 2 < sizeof(c->states))
+			strcat(strcat(c->states, " "), state);
+		usleep(100000);
+	}
+	if (sh_run("ip netns exec %s ip link set vA up", ns_a))
+		fail_run(R, "could not bring vA up again");
+}
+
+static void test_netns(void)
+{
+	const char *why = netns_unavailable();
+	uint64_t n = scaled(200000) / 16;
+	struct pair P;
+	static struct run R;
+	struct cut c = { 0 };
+	char state[32], out[4096];
+	int rc;
+
+	if (why) {
+		printf("# skipped: %s\n", why);
+		skip_reason = why;
+		return;
+	}
+	if ((rc = netns_setup())) {
+		netns_cleanup();
+		if (rc == -1) {
+			printf("# skipped: cannot create network namespaces\n");
+			skip_reason = "cannot create network namespaces";
+			return;
+		}
+		fprintf(stderr, "FAIL case 7: namespaces created but the veth "
+			"pair could not be set up\n");
+		exit(1);
+	}
+	pair_init(&P, "c7", "10.99.0.2", ns_a, ns_b, false);
+	pair_start(&P);
+	run_init(&R, &P, "ns", 2, 2, n);
+	R.cons[0].stall_ns = R.cons[1].stall_ns = 45 * SEC;
+	for (uint32_t i = 0; i < 4; i++)
+		R.prod[i].stall_ns = 45 * SEC;
+	run_create_flows(&R, "256K");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 90, cut_tick, &c);
+	if (!c.done)
+		fail_run(&R, "never got to 30%% of the records to cut the link");
+	printf("# link cut for 1 s after %llu of %llu records; flow %s on A "
+	       "meanwhile:%s\n", (unsigned long long)c.at,
+	       (unsigned long long)R.expected, R.flow[0], c.states);
+	run_report(&R, "two namespaces, link cut");
+	for (int f = 0; f < R.nflows; f++) {
+		uint64_t t0 = tu_now_ns();
+		while (strcmp(state_of(P.a.sock, R.flow[f], state, sizeof(state),
+				       &rc, out, sizeof(out)), "open")) {
+			pair_check(&P);
+			if (tu_now_ns() - t0 > 20 * SEC)
+				fail_run(&R, "flow %s on A is '%s', not open, "
+					 "after all records arrived", R.flow[f],
+					 state);
+			usleep(50000);
+		}
+	}
+	run_destroy_flows(&R);
+	pair_stop(&P);
+	netns_cleanup();
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+	const char *only = getenv("FM_REMOTE_CASES"); /* e.g. "1,5" */
+	static const struct {
+		void (*fn)(void);
+		const char *name;
+		unsigned alarm_s;
+	} cases[] = {
+		{ test_loopback, "loopback: 8 flows, 2 producers each", 180 },
+		{ test_slow_consumer, "slow consumer: back-pressure, bounded RSS", 120 },
+		{ test_late_consumer, "consumer attaching late", 90 },
+		{ test_destroy_busy, "flow destroyed on the sender while busy", 90 },
+		{ test_kill_receiver, "kill -9 and restart of the receiving moverd", 180 },
+		{ test_kill_producer, "kill -9 of a producer mid-stream", 90 },
+		{ test_netns, "two network namespaces, veth link cut", 180 },
+	};
+	uint64_t t0 = tu_now_ns();
+
+	CHECK(argc == 3);
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	if (getenv("FM_REMOTE_LOG_LEVEL"))
+		log_level = getenv("FM_REMOTE_LOG_LEVEL");
+	main_pid = getpid();
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	snprintf(top_dir, sizeof(top_dir), "/tmp/fm-remote-%d", (int)main_pid);
+	CHECK(mkdir(top_dir, 0755) == 0 || errno == EEXIST);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(sh != MAP_FAILED);
+	atexit(at_exit);
+	signal(SIGALRM, on_alarm);
+	signal(SIGPIPE, SIG_IGN);
+	printf("1..%zu\n", sizeof(cases) / sizeof(cases[0]));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char num[8];
+
+		snprintf(num, sizeof(num), "%zu", i + 1);
+		if (only && !strstr(only, num)) {
+			printf("ok %zu - %s # SKIP not in FM_REMOTE_CASES\n", i + 1,
+			       cases[i].name);
+			continue;
+		}
+		case_begin((int)i + 1, cases[i].name, cases[i].alarm_s);
+		cases[i].fn();
+		case_end((int)i + 1, cases[i].name);
+	}
+	printf("# all cases in %.1f s\n", (tu_now_ns() - t0) / 1e9);
+	sh_run("rm -rf %s", top_dir);
+	return 0;
+}
