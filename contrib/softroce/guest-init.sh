@@ -80,6 +80,14 @@ prepare_chroot() {
     mount -t tmpfs -o mode=755 tmpfs "$HOST/run"
     mkdir -p "$HOST$RES_IN_CHROOT"
     mount --bind "$RES" "$HOST$RES_IN_CHROOT"
+    # the caller's work tree, when it lives under one of those tmpfs
+    local work
+    work=$(sed -n 's/.*fm\.work=\([^ ]*\).*/\1/p' /proc/cmdline)
+    if [ -n "$work" ]; then
+        mkdir -p "$HOST$work"
+        mount -t 9p -o trans=virtio,version=9p2000.L,ro work "$HOST$work" ||
+            setup_failed "cannot mount the work tree $work (9p tag work)"
+    fi
 }
 
 # dummy0 (created by the dummy module) carries the address; rxe0 rides on it.

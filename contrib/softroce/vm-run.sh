@@ -209,9 +209,22 @@ extract_vmlinux() {
 prepare_results_dir() {
     RESULTS=$(mktemp -d "${TMPDIR:-/tmp}/flowmover-vm.XXXXXX")
     trap cleanup EXIT
-    case "$PWD/" in
-        /tmp/*|/run/*|/dev/shm/*|/proc/*|/sys/*)
-            log "warning: $PWD is hidden by the guest's own tmpfs/proc/sys; the command will start in /" ;;
+    # A work tree under /tmp, /run or /dev/shm would be hidden by the guest's
+    # own tmpfs there: share its top directory separately, at the same path.
+    SHARE_ARGS=()
+    SHARE_APPEND=
+    local top
+    top=$(git -C "$PWD" rev-parse --show-toplevel 2>/dev/null || echo "$PWD")
+    case "$top/" in
+        /tmp/*|/run/*|/dev/shm/*)
+            if [[ "$top" =~ ^[A-Za-z0-9/._-]+$ ]]; then
+                SHARE_ARGS=(-virtfs "local,path=$top,mount_tag=work,security_model=none,readonly=on")
+                SHARE_APPEND=" fm.work=$top"
+            else
+                log "warning: $top is hidden by the guest's own tmpfs; the command will start in /"
+            fi ;;
+        /proc/*|/sys/*)
+            log "warning: $PWD is hidden in the guest; the command will start in /" ;;
     esac
     {
         echo "cd -- $(printf '%q' "$PWD") 2>/dev/null || cd /"
@@ -239,9 +252,10 @@ run_qemu() {
             -nodefaults -display none -no-reboot \
             -serial "file:$RESULTS/console.log" -monitor none \
             -kernel "$KERNEL" -initrd "$INITRD" \
-            -append "console=ttyS0 quiet panic=-1" \
+            -append "console=ttyS0 quiet panic=-1$SHARE_APPEND" \
             -virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
             -virtfs "local,path=$RESULTS,mount_tag=results,security_model=none" \
+            "${SHARE_ARGS[@]}" \
             </dev/null >"$RESULTS/qemu.log" 2>&1 &
     QEMU_PID=$!
     stream_output
