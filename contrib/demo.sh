@@ -1,6 +1,8 @@
 #!/bin/bash
-# demo.sh - build flowmover, start moverd on a private socket, create a flow,
-# run a producer process and a consumer process through it, print the rates.
+# demo.sh - build flowmover, start two moverd daemons on loopback (the
+# producer's host and the consumer's host), create a flow between them, run
+# a producer process against one and a consumer process against the other,
+# and print the rates.  No RDMA hardware needed: the daemons use TCP.
 # Usage: contrib/demo.sh [--count N] [--size BYTES]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,24 +21,43 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" --target moverd moverctl flowdemo >/dev/null
 
 run=$(mktemp -d /tmp/flowmover-demo.XXXXXX)
-export FLOWMOVER_SOCKET=$run/moverd.sock
 bin=build
+pids=()
 cleanup() {
-    [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     rm -rf "$run"
 }
 trap cleanup EXIT
 
-"$bin/moverd/moverd" --foreground --log-level warn &
-daemon=$!
+# A free TCP port on loopback for the receiving daemon.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+ctl_a() { "$bin/control/moverctl" --socket "$run/a/moverd.sock" "$@"; }
+ctl_b() { "$bin/control/moverctl" --socket "$run/b/moverd.sock" "$@"; }
+
+echo "== two moverd daemons: A (producer's host) and B (consumer's host, listening on 127.0.0.1:$port)"
+"$bin/moverd/moverd" --foreground --log-level warn --socket "$run/a/moverd.sock" &
+pids+=($!)
+"$bin/moverd/moverd" --foreground --log-level warn --socket "$run/b/moverd.sock" \
+    --listen "127.0.0.1:$port" &
+pids+=($!)
 for _ in $(seq 100); do
-    "$bin/control/moverctl" status >/dev/null 2>&1 && break
+    ctl_a status >/dev/null 2>&1 && ctl_b status >/dev/null 2>&1 && break
     sleep 0.05
 done
-"$bin/control/moverctl" flow create demo --ring-size 4M --max-record 64K
-"$bin/libflowshm/flowdemo" consume demo --count "$count" &
+
+echo "== flow 'demo' from A to B"
+ctl_a flow create demo --ring-size 8M --max-record 64K --peer "127.0.0.1:$port"
+for _ in $(seq 100); do
+    ctl_b flow show demo >/dev/null 2>&1 && break
+    sleep 0.05
+done
+
+echo "== a consumer on B, a producer on A: $count records of $size bytes"
+FLOWMOVER_SOCKET=$run/b/moverd.sock "$bin/libflowshm/flowdemo" consume demo --count "$count" &
 consumer=$!
-"$bin/libflowshm/flowdemo" produce demo --count "$count" --size "$size"
+FLOWMOVER_SOCKET=$run/a/moverd.sock "$bin/libflowshm/flowdemo" produce demo --count "$count" --size "$size"
 wait "$consumer"
-"$bin/control/moverctl" flow show demo
-"$bin/control/moverctl" flow destroy demo
+echo
+ctl_a flow list
+ctl_b flow list
+ctl_a flow destroy demo

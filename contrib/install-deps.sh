@@ -11,6 +11,7 @@ PACKAGES=(
     clang libclang-rt-14-dev              # libFuzzer targets, sanitizer runtimes
     iproute2 procps util-linux            # ip netns/veth, pkill, setpriv
     iperf3                                # TCP reference in benchmarks
+    python3                               # demo: picks a free port
 )
 
 SUDO=
