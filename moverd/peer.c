@@ -76,12 +76,13 @@ struct peer {
 
 	/* send */
 	struct ctrl_frame *ctrlq, *tx_ctrl;
-	uint8_t tx_hdr[TX_MAX_IOV / 2][WIRE_HDR];
+	uint8_t tx_hdr[TX_MAX_IOV][WIRE_HDR];
 	struct iovec tx_iov[TX_MAX_IOV];
-	unsigned tx_niov, tx_first;
+	unsigned tx_niov, tx_first, tx_nhdr;
 	struct msghdr tx_msg;
 
-	/* mappings of destroyed flows that an op in flight may still touch */
+	/* mappings of destroyed flows that the send or receive in flight
+	 * may still touch: unmapped once it completes */
 	flowshm_t *grave[GRAVE_MAX];
 	unsigned n_grave;
 
@@ -170,7 +171,7 @@ static bool peer_io_busy(const struct peer *p)
 
 static void bury_graves(struct peer *p)
 {
-	if (peer_io_busy(p))
+	if (p->wr_op.busy || p->rx_flow)
 		return;
 	while (p->n_grave)
 		flowshm_close(p->grave[--p->n_grave]);
@@ -290,7 +291,7 @@ static void peer_closed(struct peer *p)
 	free_frames(p->ctrlq);
 	free_frames(p->tx_ctrl);
 	p->ctrlq = p->tx_ctrl = NULL;
-	p->tx_niov = 0;
+	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	p->hdr_have = p->body_have = 0;
 	p->in_body = false;
 	p->rx_flow = NULL;
@@ -383,7 +384,7 @@ static void write_done(struct loop_op *op, int res)
 	}
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
-	p->tx_niov = p->tx_first = 0;
+	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	bury_graves(p);
 }
 
@@ -392,9 +393,10 @@ static bool tx_room(const struct peer *p, unsigned iovs)
 	return p->tx_niov + iovs <= TX_MAX_IOV;
 }
 
+/* A header slot for the send being built (never more than its iovs). */
 static uint8_t *tx_header(struct peer *p)
 {
-	return p->tx_hdr[p->tx_niov / 2]; /* at most one header per 2 iovs */
+	return p->tx_hdr[p->tx_nhdr++];
 }
 
 static void tx_add(struct peer *p, void *base, size_t len)
@@ -1118,13 +1120,20 @@ void peer_forget_flow(struct peer_mgr *m, struct flow *f)
 		msg.close = &cl;
 		queue_ctrl(p, &msg);
 	}
+	/* a receive in flight into this ring: drop the connection (the
+	 * sender resumes its other flows); the ring stays mapped until the
+	 * receive completes */
 	if (p->rx_flow == f)
 		peer_fail(p, "flow %s destroyed while receiving", f->name);
-	/* a send or receive in flight may still read or write the ring */
-	if (peer_io_busy(p) && p->n_grave < GRAVE_MAX) {
-		flowshm_shutdown(f->view);
-		p->grave[p->n_grave++] = f->view;
-		f->view = NULL;
+	/* the send in flight may still read this ring: keep it mapped */
+	if ((f->role == FLOW_SENDER && p->wr_op.busy) || p->rx_flow == f) {
+		if (p->n_grave == GRAVE_MAX)
+			peer_fail(p, "too many flows destroyed during one send");
+		else {
+			flowshm_shutdown(f->view);
+			p->grave[p->n_grave++] = f->view;
+			f->view = NULL;
+		}
 	}
 	unlink_flow(f);
 }

@@ -748,6 +748,20 @@ struct run {
 	uint64_t t0;
 };
 
+/* FM_REMOTE_HOLD=S: on failure, leave everything running S seconds so
+ * that a person can look (ss, moverctl, gdb) before the cleanup. */
+static void hold_for_inspection(void)
+{
+	long s = tu_env_long("FM_REMOTE_HOLD", 0);
+
+	if (s <= 0)
+		return;
+	alarm(0);
+	fprintf(stderr, "holding %ld s for inspection (test pid %d)\n", s,
+		(int)main_pid);
+	sleep((unsigned)s);
+}
+
 static void fail_run(const struct run *R, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 static void fail_run(const struct run *R, const char *fmt, ...)
@@ -768,6 +782,7 @@ static void fail_run(const struct run *R, const char *fmt, ...)
 		log_tail(&R->P->b, 30);
 	}
 	fprintf(stderr, "logs kept in %s\n", top_dir);
+	hold_for_inspection();
 	exit(1);
 }
 

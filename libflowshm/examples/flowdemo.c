@@ -52,12 +52,12 @@ static int produce(flowshm_t *f, const struct args *a)
 	struct iovec *iov = calloc(a->batch, sizeof(*iov));
 	unsigned long long seq = 0;
 	double t0 = now_s();
+	int rc = 0;
 
 	if (!buf || !iov)
 		return 1;
 	while (seq < a->count) {
 		unsigned k = 0, sent;
-		int rc;
 
 		for (; k < a->batch && seq + k < a->count; k++) {
 			unsigned long long s = seq + k;
@@ -66,12 +66,14 @@ static int produce(flowshm_t *f, const struct args *a)
 		}
 		rc = flowshm_send_batch(f, iov, k, &sent, -1);
 		if (rc)
-			return fail("send", rc);
+			break;
 		seq += sent;
 	}
-	report("producer", seq, seq * a->size, now_s() - t0);
 	free(buf);
 	free(iov);
+	if (seq < a->count)
+		return fail("send", rc);
+	report("producer", seq, seq * a->size, now_s() - t0);
 	return 0;
 }
 
