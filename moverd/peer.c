@@ -19,17 +19,13 @@
  * the window, sizes that do not fit, bad magic or version close that
  * connection with a logged reason; other peers and flows go on.
  */
-#include "peer.h"
+#include "peer_impl.h"
 #include "control.h"
 #include "log.h"
-#include "wire.h"
 
 #include "flowmover.pb-c.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -38,67 +34,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define TX_MAX_IOV     192
-#define BATCH_MAX      (2u << 20)   /* high watermark of one send */
-#define FLOW_QUANTUM   (512u << 10) /* per flow per send */
-#define TICK_MS        20
-#define HEARTBEAT_NS   1000000000ull
-#define DEAD_NS        5000000000ull
-#define STUCK_CHECK_NS 100000000ull
-#define GRAVE_MAX      16
-
-struct ctrl_frame {
-	struct ctrl_frame *next;
-	size_t len;
-	uint8_t buf[];
-};
-
-enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_CLOSING };
-
-struct peer {
-	struct peer_mgr *m;
-	struct peer *next;
-	char addr[80];
-	bool outbound;
-	enum peer_state state;
-	int fd;
-	struct loop_op conn_op, rd_op, wr_op;
-	struct flow *flows;
-
-	/* receive */
-	uint8_t hdr_buf[WIRE_HDR];
-	size_t hdr_have, body_have;
-	struct wire_hdr hdr;
-	bool in_body;
-	uint8_t *ctrl_buf;
-	struct flow *rx_flow;
-	struct iovec rx_iov[2];
-
-	/* send */
-	struct ctrl_frame *ctrlq, *tx_ctrl;
-	uint8_t tx_hdr[TX_MAX_IOV][WIRE_HDR];
-	struct iovec tx_iov[TX_MAX_IOV];
-	unsigned tx_niov, tx_first, tx_nhdr;
-	struct msghdr tx_msg;
-
-	/* mappings of destroyed flows that the send or receive in flight
-	 * may still touch: unmapped once it completes */
-	flowshm_t *grave[GRAVE_MAX];
-	unsigned n_grave;
-
-	uint64_t last_rx_ns, last_tx_ns, retry_at_ns;
-	unsigned backoff_ms;
-	uint64_t bytes_tx, bytes_rx;
-	uint32_t reconnects;
-};
-
-static void arm_recv(struct peer *p);
-static void start_connect(struct peer *p);
-static void peer_fail(struct peer *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
-#define CONTAINER(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
 
 static struct fr_ring *ring_of(struct flow *f)
 {
@@ -107,8 +42,7 @@ static struct fr_ring *ring_of(struct flow *f)
 
 /* ---- peers and their flows ---------------------------------------------- */
 
-static struct peer *peer_new(struct peer_mgr *m, const char *addr,
-			     bool outbound)
+struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound)
 {
 	struct peer *p = calloc(1, sizeof(*p));
 
@@ -285,9 +219,7 @@ static void peer_closed(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
 
-	if (p->fd >= 0)
-		close(p->fd);
-	p->fd = -1;
+	m->tp->close(p);
 	free_frames(p->ctrlq);
 	free_frames(p->tx_ctrl);
 	p->ctrlq = p->tx_ctrl = NULL;
@@ -313,13 +245,13 @@ static void peer_closed(struct peer *p)
 	free(p);
 }
 
-static void maybe_closed(struct peer *p)
+void peer_op_done(struct peer *p)
 {
 	if (p->state == PEER_CLOSING && !peer_io_busy(p))
 		peer_closed(p);
 }
 
-static void peer_fail(struct peer *p, const char *fmt, ...)
+void peer_fail(struct peer *p, const char *fmt, ...)
 {
 	char why[200];
 	va_list ap;
@@ -334,54 +266,14 @@ static void peer_fail(struct peer *p, const char *fmt, ...)
 	if (p->state == PEER_UP)
 		p->reconnects++;
 	p->state = PEER_CLOSING;
-	if (p->fd >= 0)
-		shutdown(p->fd, SHUT_RDWR); /* completes any op in flight */
-	maybe_closed(p);
+	p->m->tp->shutdown(p);
+	peer_op_done(p);
 }
 
 /* ---- sending ------------------------------------------------------------- */
 
-static void write_done(struct loop_op *op, int res);
-
-static void submit_tx(struct peer *p)
+void peer_sent(struct peer *p)
 {
-	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->wr_op, write_done);
-
-	if (!sqe) {
-		peer_fail(p, "no submission slot");
-		return;
-	}
-	p->tx_msg = (struct msghdr){ .msg_iov = p->tx_iov + p->tx_first,
-				     .msg_iovlen = p->tx_niov - p->tx_first };
-	io_uring_prep_sendmsg(sqe, p->fd, &p->tx_msg, MSG_NOSIGNAL);
-	p->last_tx_ns = fr_now_ns();
-}
-
-static void write_done(struct loop_op *op, int res)
-{
-	struct peer *p = CONTAINER(op, struct peer, wr_op);
-	size_t done;
-
-	if (p->state == PEER_CLOSING) {
-		maybe_closed(p);
-		return;
-	}
-	if (res <= 0) {
-		peer_fail(p, "send: %s", res ? strerror(-res) : "closed");
-		return;
-	}
-	p->bytes_tx += (uint64_t)res;
-	done = (size_t)res;
-	while (p->tx_first < p->tx_niov && done >= p->tx_iov[p->tx_first].iov_len)
-		done -= p->tx_iov[p->tx_first++].iov_len;
-	if (p->tx_first < p->tx_niov) {
-		/* partial send: go on from where the socket stopped */
-		p->tx_iov[p->tx_first].iov_base =
-			(char *)p->tx_iov[p->tx_first].iov_base + done;
-		p->tx_iov[p->tx_first].iov_len -= done;
-		submit_tx(p);
-		return;
-	}
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
@@ -543,7 +435,7 @@ static int tx_build(struct peer *p)
 		tx_add(p, h, WIRE_HDR);
 	}
 	if (p->tx_niov)
-		submit_tx(p);
+		p->m->tp->send(p);
 	return work;
 }
 
@@ -742,7 +634,7 @@ static void finish_data(struct peer *p)
 	p->rx_flow = NULL;
 }
 
-static void got_header(struct peer *p)
+void peer_rx_header(struct peer *p)
 {
 	struct wire_hdr *h = &p->hdr;
 
@@ -783,89 +675,17 @@ static void got_header(struct peer *p)
 	p->body_have = 0;
 }
 
-static void read_done(struct loop_op *op, int res)
+void peer_rx_body(struct peer *p)
 {
-	struct peer *p = CONTAINER(op, struct peer, rd_op);
-
-	if (p->state == PEER_CLOSING) {
-		maybe_closed(p);
-		return;
-	}
-	if (res <= 0) {
-		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
-		return;
-	}
-	p->last_rx_ns = fr_now_ns();
-	p->bytes_rx += (uint64_t)res;
-	if (!p->in_body) {
-		p->hdr_have += (size_t)res;
-		if (p->hdr_have == WIRE_HDR)
-			got_header(p);
-	} else {
-		p->body_have += (size_t)res;
-		if (p->body_have == p->hdr.len) {
-			p->in_body = false;
-			if (p->hdr.type == WIRE_CTRL)
-				handle_ctrl(p);
-			else
-				finish_data(p);
-		}
-	}
-	bury_graves(p);
-	if (p->state == PEER_UP)
-		arm_recv(p);
+	p->in_body = false;
+	if (p->hdr.type == WIRE_CTRL)
+		handle_ctrl(p);
 	else
-		maybe_closed(p);
+		finish_data(p);
+	bury_graves(p);
 }
 
-static void arm_recv(struct peer *p)
-{
-	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->rd_op, read_done);
-	static struct iovec iov[2];
-	size_t skip;
-
-	if (!sqe) {
-		peer_fail(p, "no submission slot");
-		return;
-	}
-	if (!p->in_body) {
-		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
-				   WIRE_HDR - p->hdr_have, 0);
-		return;
-	}
-	if (p->hdr.type == WIRE_CTRL) {
-		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf + p->body_have,
-				   p->hdr.len - p->body_have, 0);
-		return;
-	}
-	/* DATA: straight into the consumer ring, one or two pieces */
-	skip = p->body_have;
-	p->rx_iov[0] = p->rx_iov[0]; /* (the window was set by start_data) */
-	if (skip < p->rx_iov[0].iov_len) {
-		iov[0] = (struct iovec){ (char *)p->rx_iov[0].iov_base + skip,
-					 p->rx_iov[0].iov_len - skip };
-		iov[1] = p->rx_iov[1];
-	} else {
-		skip -= p->rx_iov[0].iov_len;
-		iov[0] = (struct iovec){ (char *)p->rx_iov[1].iov_base + skip,
-					 p->rx_iov[1].iov_len - skip };
-		iov[1] = (struct iovec){ NULL, 0 };
-	}
-	io_uring_prep_readv(sqe, p->fd, iov, iov[1].iov_len ? 2 : 1, 0);
-}
-
-/* ---- connections ---------------------------------------------------------- */
-
-static void tune_socket(int fd)
-{
-	int one = 1, buf = 4 << 20;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-}
-
-static void peer_up(struct peer *p)
+void peer_up(struct peer *p)
 {
 	p->state = PEER_UP;
 	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
@@ -878,144 +698,12 @@ static void peer_up(struct peer *p)
 			if (f->state != FLOW_FAILED)
 				queue_open(p, f);
 	}
-	arm_recv(p);
-	log_info("peer %s: connected (%s)", p->addr,
+	p->m->tp->recv(p);
+	log_info("peer %s: connected over %s (%s)", p->addr, p->m->tp->name,
 		 p->outbound ? "outbound" : "inbound");
 }
 
-static void connect_done(struct loop_op *op, int res)
-{
-	struct peer *p = CONTAINER(op, struct peer, conn_op);
-
-	if (p->state == PEER_CLOSING) {
-		maybe_closed(p);
-		return;
-	}
-	if (res < 0) {
-		log_debug("peer %s: connect: %s", p->addr, strerror(-res));
-		p->state = PEER_CLOSING;
-		maybe_closed(p);
-		return;
-	}
-	peer_up(p);
-}
-
-static int resolve(const char *addr, struct sockaddr_storage *sa,
-		   socklen_t *len)
-{
-	char host[80], *colon;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-
-	snprintf(host, sizeof(host), "%s", addr);
-	colon = strrchr(host, ':');
-	if (!colon)
-		return -EINVAL;
-	*colon = 0;
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EHOSTUNREACH;
-	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-	*len = ai->ai_addrlen;
-	freeaddrinfo(ai);
-	return 0;
-}
-
-static void start_connect(struct peer *p)
-{
-	static struct sockaddr_storage sa;
-	static socklen_t len;
-	struct io_uring_sqe *sqe;
-
-	if (resolve(p->addr, &sa, &len)) {
-		log_warn("peer %s: cannot resolve", p->addr);
-		p->retry_at_ns = fr_now_ns() + 2000000000ull;
-		return;
-	}
-	p->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (p->fd < 0) {
-		p->retry_at_ns = fr_now_ns() + 1000000000ull;
-		return;
-	}
-	tune_socket(p->fd);
-	sqe = loop_sqe(p->m->loop, &p->conn_op, connect_done);
-	if (!sqe) {
-		close(p->fd);
-		p->fd = -1;
-		return;
-	}
-	/* the kernel copies the address when the SQE is submitted */
-	io_uring_prep_connect(sqe, p->fd, (struct sockaddr *)&sa, len);
-	io_uring_submit(&p->m->loop->ring);
-	p->state = PEER_CONNECTING;
-}
-
-static void arm_accept(struct peer_mgr *m);
-
-static void accept_done(struct loop_op *op, int res)
-{
-	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, accept_op);
-	struct sockaddr_storage sa;
-	socklen_t len = sizeof(sa);
-	char host[64] = "?", serv[16] = "?", addr[80];
-	struct peer *p;
-
-	if (m->listen_fd < 0) {
-		if (res >= 0)
-			close(res);
-		return;
-	}
-	arm_accept(m);
-	if (res < 0) {
-		log_warn("peer accept: %s", strerror(-res));
-		return;
-	}
-	if (!getpeername(res, (struct sockaddr *)&sa, &len))
-		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
-			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
-	p = peer_new(m, addr, false);
-	if (!p) {
-		close(res);
-		return;
-	}
-	p->fd = res;
-	tune_socket(res);
-	peer_up(p);
-}
-
-static void arm_accept(struct peer_mgr *m)
-{
-	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->accept_op, accept_done);
-
-	if (sqe)
-		io_uring_prep_accept(sqe, m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-}
-
-static int listen_on(struct peer_mgr *m, const char *addr)
-{
-	struct sockaddr_storage sa;
-	socklen_t len;
-	int one = 1, fd, rc = resolve(addr, &sa, &len);
-
-	if (rc) {
-		log_error("cannot resolve listen address %s", addr);
-		return rc;
-	}
-	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 64)) {
-		rc = -errno;
-		log_error("listen on %s: %s", addr, strerror(-rc));
-		close(fd);
-		return rc;
-	}
-	m->listen_fd = fd;
-	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", addr);
-	arm_accept(m);
-	log_info("listening for peers on %s", addr);
-	return 0;
-}
+/* ---- connections ---------------------------------------------------------- */
 
 /* ---- timer ------------------------------------------------------------------ */
 
@@ -1044,7 +732,7 @@ static void tick_done(struct loop_op *op, int res)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
-			start_connect(p);
+			m->tp->connect(p);
 	}
 	arm_tick(m);
 }
@@ -1055,20 +743,16 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   struct ctl_server *ctl, const char *listen_addr)
 {
 	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
-				.listen_fd = -1 };
+				.listen_fd = -1, .tp = &tcp_transport };
 	arm_tick(m);
 	if (listen_addr && *listen_addr)
-		return listen_on(m, listen_addr);
+		return m->tp->listen(m, listen_addr);
 	return 0;
 }
 
 void peer_mgr_stop(struct peer_mgr *m)
 {
-	if (m->listen_fd >= 0) {
-		shutdown(m->listen_fd, SHUT_RDWR);
-		close(m->listen_fd);
-		m->listen_fd = -1;
-	}
+	m->tp->stop_listening(m);
 	for (struct peer *p = m->peers; p; p = p->next) {
 		p->outbound = false; /* no reconnecting: free when closed */
 		if (p->state == PEER_DOWN)
@@ -1078,7 +762,7 @@ void peer_mgr_stop(struct peer_mgr *m)
 	}
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
-		maybe_closed(p);
+		peer_op_done(p);
 	}
 }
 
@@ -1100,7 +784,7 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 	if (p->state == PEER_UP)
 		queue_open(p, f);
 	else if (p->state == PEER_DOWN)
-		start_connect(p);
+		m->tp->connect(p);
 	return 0;
 }
 

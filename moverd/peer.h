@@ -21,11 +21,13 @@
 
 struct ctl_server;
 struct peer;
+struct transport;
 
 struct peer_mgr {
 	struct loop *loop;
 	struct flow_table *flows;
 	struct ctl_server *ctl;
+	const struct transport *tp;
 	struct peer *peers;
 	int listen_fd;
 	char listen_addr[80];

@@ -22,10 +22,15 @@
  *      after the restart (flow r1) each get the full sequence
  *   6  kill -9 of a producer mid-stream: the other producers' records all
  *      arrive, the killed one's arrive as a gap-free prefix covering every
- *      send that returned 0
+ *      send that returned 0; and a producer killed while it holds a
+ *      reserved, uncommitted record: the sender recovers the dead claim
  *   7  two network namespaces joined by a veth pair: as 1 with 2 flows, and
- *      the link is cut for about a second mid-stream (skipped, exit 0, when
- *      not root or "ip netns" is unavailable)
+ *      the link is cut mid-stream twice, for 1 s and then for 7 s (longer
+ *      than the dead-peer timeout: the daemons reconnect and resume)
+ *      (skipped, exit 0, when not root or "ip netns" is unavailable)
+ *   8  kill -9 of the sending moverd mid-stream, restarted with the same
+ *      arguments: producers and consumer keep running, every record
+ *      arrives once
  *
  * Scale with FM_REMOTE_RECORDS (records of case 1, default 200000; the
  * other cases scale with it).  Every wait is bounded; on failure the test
@@ -71,6 +76,7 @@ struct shared {
 	uint64_t eagain[MAXP];   /* send(timeout 0) that returned -EAGAIN */
 	uint64_t got[MAXP];      /* records of producer id the consumer got */
 	uint64_t recv[MAXF];     /* records received per flow */
+	int holding[MAXP];       /* case 6: producer holds a reserved record */
 	int phase;               /* case 5: 1 = daemon B killed, 2 = back */
 	int reattached[MAXF];
 };
@@ -529,6 +535,7 @@ struct prod_cfg {
 	uint64_t n;           /* records to send; UNKNOWN: until -EPIPE */
 	bool try0;            /* first try each send with timeout 0 */
 	uint64_t stall_ns;    /* a send blocked this long fails the test */
+	uint64_t hold_at;     /* >0: reserve record hold_at, never commit it */
 };
 
 struct cons_cfg {
@@ -581,6 +588,21 @@ static void producer_main(const void *arg)
 		uint64_t t0 = tu_now_ns();
 		int rc = -EAGAIN;
 
+		if (c->hold_at && seq == c->hold_at) {
+			void *b;
+			int rc2 = flowshm_reserve(f, len, &b, 10 * (int64_t)SEC);
+
+			if (rc2) {
+				fprintf(stderr, "[%s] reserve seq %llu: %d (%s)\n",
+					who, (unsigned long long)seq, rc2,
+					flowshm_strerror(rc2));
+				_exit(4);
+			}
+			tu_fill(b, c->id, seq, len / 2); /* half written */
+			__atomic_store_n(&sh->holding[c->id], 1, __ATOMIC_RELEASE);
+			for (;;)
+				pause(); /* the test kills us here */
+		}
 		tu_fill(buf, c->id, seq, len);
 		if (c->try0) {
 			rc = flowshm_send(f, buf, len, 0);
@@ -1357,53 +1379,78 @@ static void test_kill_receiver(void)
 
 /* ---- 6: kill -9 a producer ----------------------------------------------------- */
 
+static void kill_producer(struct run *R, uint32_t id)
+{
+	struct proc *p = &procs[R->prod_proc[id]];
+
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, NULL, 0);
+	p->done = true;
+	p->status = 0; /* an expected death */
+}
+
+/*
+ * Flow kp0: producer 1 (of 0..2) is killed at a random point of its send
+ * loop.  Flow kp1: producer 4 (of 3..5) is killed while it holds a reserved
+ * record it never commits, so the sender must recover the dead claim
+ * before anything behind it can move.
+ */
 static void test_kill_producer(void)
 {
 	uint64_t n = scaled(8000), t0, got, sent;
-	const uint32_t victim = 1;
+	const uint32_t victim = 1, holder = 4;
 	struct pair P;
 	static struct run R;
 	char out[4096];
 
 	pair_init(&P, "c6", "127.0.0.1", NULL, NULL, false);
 	pair_start(&P);
-	run_init(&R, &P, "kp", 1, 3, n);
+	run_init(&R, &P, "kp", 2, 3, n);
 	R.cons[0].want[victim] = UNKNOWN;
-	R.expected -= n;
-	/* the consumer of a claimed-but-never-committed record may wait for
-	 * the recovery timeout (2 s) before the flow moves on */
-	R.cons[0].quiet_ns = 3 * SEC;
+	R.cons[1].want[holder - 3] = UNKNOWN;
+	R.expected -= 2 * n;
+	R.prod[holder].hold_at = n / 3;
+	/* a dead claim may hold the flow up to the recovery timeout (2 s) */
+	R.cons[0].quiet_ns = R.cons[1].quiet_ns = 3 * SEC;
 	run_create_flows(&R, "256K");
 	run_start_consumers(&R);
 	run_start_producers(&R);
 	t0 = tu_now_ns();
-	while (ld(&sh->sent[victim]) < n / 3) {
-		procs_done(&R, R.prod_proc, 3);
+	while (ld(&sh->sent[victim]) < n / 3 ||
+	       !__atomic_load_n(&sh->holding[holder], __ATOMIC_ACQUIRE)) {
+		procs_done(&R, R.prod_proc, 6);
 		pair_check(&P);
 		if (tu_now_ns() - t0 > 30 * SEC)
-			fail_run(&R, "producer %u sent only %llu in 30 s", victim,
-				 (unsigned long long)ld(&sh->sent[victim]));
+			fail_run(&R, "producers %u/%u not a third through in 30 s",
+				 victim, holder);
 		usleep(1000);
 	}
-	kill(procs[R.prod_proc[victim]].pid, SIGKILL);
-	waitpid(procs[R.prod_proc[victim]].pid, NULL, 0);
-	procs[R.prod_proc[victim]].done = true;
-	procs[R.prod_proc[victim]].status = 0; /* expected death */
+	kill_producer(&R, victim);
+	kill_producer(&R, holder);
 	sent = ld(&sh->sent[victim]);
-	printf("# SIGKILL producer %u after %llu sends returned 0\n", victim,
-	       (unsigned long long)sent);
+	printf("# SIGKILL producer %u after %llu sends returned 0, producer "
+	       "%u holding reserved record %llu\n", victim,
+	       (unsigned long long)sent, holder,
+	       (unsigned long long)R.prod[holder].hold_at);
 	run_wait(&R, 60, NULL, NULL);
 	got = ld(&sh->got[victim]);
-	printf("# consumer got %llu records of the killed producer\n",
-	       (unsigned long long)got);
+	printf("# consumers got %llu records of producer %u, %llu of producer "
+	       "%u\n", (unsigned long long)got, victim,
+	       (unsigned long long)ld(&sh->got[holder]), holder);
 	/* every send that returned 0 arrived; at most the one in progress more */
 	if (got < sent || got > sent + 1)
-		fail_run(&R, "killed producer: %llu sends returned 0 but %llu "
-			 "records arrived", (unsigned long long)sent,
+		fail_run(&R, "killed producer %u: %llu sends returned 0 but %llu "
+			 "records arrived", victim, (unsigned long long)sent,
 			 (unsigned long long)got);
-	if (!ctl(P.a.sock, out, sizeof(out), "--json flow show %s", R.flow[0]))
-		printf("# flow on A: recovered %llu\n",
-		       (unsigned long long)jget_u64(out, "recovered"));
+	if (ld(&sh->got[holder]) != R.prod[holder].hold_at)
+		fail_run(&R, "producer %u: %llu records committed, %llu arrived",
+			 holder, (unsigned long long)R.prod[holder].hold_at,
+			 (unsigned long long)ld(&sh->got[holder]));
+	for (int f = 0; f < 2; f++)
+		if (!ctl(P.a.sock, out, sizeof(out), "--json flow show %s",
+			 R.flow[f]))
+			printf("# flow %s on A: recovered %llu\n", R.flow[f],
+			       (unsigned long long)jget_u64(out, "recovered"));
 	run_destroy_flows(&R);
 	pair_stop(&P);
 }
@@ -1468,30 +1515,39 @@ static int netns_setup(void)
 	return 0;
 }
 
+/* Cut the link twice: briefly, then for longer than the daemons' dead-peer
+ * timeout (a few seconds) so that they must reconnect and resume. */
+static const struct {
+	unsigned pct;        /* of the records received */
+	unsigned ms;         /* link down for */
+} cut_plan[] = { { 25, 1000 }, { 55, 7000 } };
+
 struct cut {
-	bool done;
-	uint64_t at;
-	char states[160];
+	int done;
+	uint64_t at[2];
+	char states[2][160];
 };
 
 static void cut_tick(struct run *R, void *arg)
 {
 	struct cut *c = arg;
-	char state[32], out[4096];
-	int rc;
+	char state[32], out[4096], *seen;
+	int rc, k = c->done;
 
-	if (c->done || run_received(R) < R->expected * 3 / 10)
+	if (k == 2 || run_received(R) < R->expected * cut_plan[k].pct / 100)
 		return;
-	c->done = true;
-	c->at = run_received(R);
+	c->done++;
+	c->at[k] = run_received(R);
+	seen = c->states[k];
 	if (sh_run("ip netns exec %s ip link set vA down", ns_a))
 		fail_run(R, "could not take vA down");
-	for (int i = 0; i < 10; i++) {
+	for (unsigned t = 0; t < cut_plan[k].ms; t += 100) {
 		state_of(R->P->a.sock, R->flow[0], state, sizeof(state), &rc, out,
 			 sizeof(out));
-		if (!strstr(c->states, state) &&
-		    strlen(c->states) + strlen(state) + 2 < sizeof(c->states))
-			strcat(strcat(c->states, " "), state);
+		if (!strstr(seen, state) &&
+		    strlen(seen) + strlen(state) + 2 < sizeof(c->states[k]))
+			strcat(strcat(seen, " "), state);
+		pair_check(R->P);
 		usleep(100000);
 	}
 	if (sh_run("ip netns exec %s ip link set vA up", ns_a))
@@ -1501,7 +1557,7 @@ static void cut_tick(struct run *R, void *arg)
 static void test_netns(void)
 {
 	const char *why = netns_unavailable();
-	uint64_t n = scaled(200000) / 16;
+	uint64_t n = scaled(200000) / 8;
 	struct pair P;
 	static struct run R;
 	struct cut c = { 0 };
@@ -1533,12 +1589,17 @@ static void test_netns(void)
 	run_create_flows(&R, "256K");
 	run_start_consumers(&R);
 	run_start_producers(&R);
-	run_wait(&R, 90, cut_tick, &c);
-	if (!c.done)
-		fail_run(&R, "never got to 30%% of the records to cut the link");
-	printf("# link cut for 1 s after %llu of %llu records; flow %s on A "
-	       "meanwhile:%s\n", (unsigned long long)c.at,
-	       (unsigned long long)R.expected, R.flow[0], c.states);
+	run_wait(&R, 120, cut_tick, &c);
+	for (int k = 0; k < 2; k++) {
+		if (k >= c.done || c.at[k] >= R.expected)
+			fail_run(&R, "cut %d (at %u%% of the records) did not "
+				 "happen mid-stream: the run was too quick", k + 1,
+				 cut_plan[k].pct);
+		printf("# link cut for %.1f s after %llu of %llu records; flow "
+		       "%s on A meanwhile:%s\n", cut_plan[k].ms / 1000.0,
+		       (unsigned long long)c.at[k],
+		       (unsigned long long)R.expected, R.flow[0], c.states[k]);
+	}
 	run_report(&R, "two namespaces, link cut");
 	for (int f = 0; f < R.nflows; f++) {
 		uint64_t t0 = tu_now_ns();
@@ -1555,6 +1616,70 @@ static void test_netns(void)
 	run_destroy_flows(&R);
 	pair_stop(&P);
 	netns_cleanup();
+}
+
+/* ---- 8: kill -9 the sending moverd ---------------------------------------------- */
+
+/*
+ * Beyond the brief's seven cases: the rings of both ends are files in the
+ * state directory, so a sending moverd killed mid-stream and restarted with
+ * the same arguments re-adopts its producer rings and resumes from what the
+ * consumer ring published.  Producers and the consumer keep running.
+ */
+static void test_kill_sender(void)
+{
+	uint64_t n = scaled(12000), t0;
+	struct pair P;
+	static struct run R;
+	char out[4096], state[32];
+	int rc;
+
+	pair_init(&P, "c8", "127.0.0.1", NULL, NULL, true);
+	pair_start(&P);
+	run_init(&R, &P, "s", 2, 2, n);
+	R.cons[0].stall_ns = R.cons[1].stall_ns = 40 * SEC;
+	for (uint32_t i = 0; i < 4; i++)
+		R.prod[i].stall_ns = 40 * SEC;
+	run_create_flows(&R, "256K");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	t0 = tu_now_ns();
+	while (run_received(&R) < R.expected / 3) {
+		procs_done(&R, R.prod_proc, 4);
+		procs_done(&R, R.cons_proc, 2);
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 60 * SEC)
+			fail_run(&R, "a third of the records not there in 60 s");
+		usleep(2000);
+	}
+	printf("# SIGKILL moverd A after %llu of %llu records\n",
+	       (unsigned long long)run_received(&R),
+	       (unsigned long long)R.expected);
+	kill(daemon_pid(&P.a), SIGKILL);
+	waitpid(daemon_pid(&P.a), &procs[P.a.proc].status, 0);
+	procs[P.a.proc].done = true;
+	usleep(500000);
+	daemon_check_alive(&P.b);
+	daemon_start(&P.a);  /* same arguments, same state dir */
+	for (int f = 0; f < R.nflows; f++) {
+		t0 = tu_now_ns();
+		for (;;) {
+			state_of(P.a.sock, R.flow[f], state, sizeof(state), &rc, out,
+				 sizeof(out));
+			if (!strcmp(state, "open"))
+				break;
+			pair_check(&P);
+			if (tu_now_ns() - t0 > 20 * SEC)
+				fail_run(&R, "flow %s on restarted A is '%s' after "
+					 "20 s (flow show exit %d)", R.flow[f], state,
+					 rc);
+			usleep(20000);
+		}
+	}
+	run_wait(&R, 90, NULL, NULL);
+	run_report(&R, "kill -9 sender, producers and consumer kept running");
+	run_destroy_flows(&R);
+	pair_stop(&P);
 }
 
 /* ---- main ------------------------------------------------------------------------- */
@@ -1574,6 +1699,7 @@ int main(int argc, char **argv)
 		{ test_kill_receiver, "kill -9 and restart of the receiving moverd", 180 },
 		{ test_kill_producer, "kill -9 of a producer mid-stream", 90 },
 		{ test_netns, "two network namespaces, veth link cut", 180 },
+		{ test_kill_sender, "kill -9 and restart of the sending moverd", 180 },
 	};
 	uint64_t t0 = tu_now_ns();
 

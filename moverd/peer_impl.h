@@ -1,0 +1,112 @@
+/*
+ * moverd/peer_impl.h - what the peer protocol (peer.c) and a transport
+ * (tcp.c) share: the peer's state and the calls between the two halves.
+ *
+ * The protocol builds each send as a list of frames in p->tx_iov: a
+ * 32-byte header (wire.h) followed, for DATA, by one or two spans of the
+ * producer ring (two at the wrap).  A byte-stream transport sends them as
+ * they are; a memory transport (RDMA) would write each DATA span at
+ * hdr.pos of the peer's registered ring and send only the headers.  On the
+ * receiving side the transport delivers headers to peer_rx_header(), which
+ * says where a body goes (p->ctrl_buf or p->rx_iov: the consumer ring),
+ * and completed bodies to peer_rx_body().
+ */
+#ifndef MOVERD_PEER_IMPL_H
+#define MOVERD_PEER_IMPL_H
+
+#include "peer.h"
+#include "wire.h"
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define TX_MAX_IOV     192
+#define BATCH_MAX      (2u << 20)   /* high watermark of one send */
+#define FLOW_QUANTUM   (512u << 10) /* per flow per send */
+#define TICK_MS        20
+#define HEARTBEAT_NS   1000000000ull
+#define DEAD_NS        5000000000ull
+#define STUCK_CHECK_NS 100000000ull
+#define GRAVE_MAX      16
+
+struct ctrl_frame {
+	struct ctrl_frame *next;
+	size_t len;
+	uint8_t buf[];
+};
+
+enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_CLOSING };
+
+struct peer {
+	struct peer_mgr *m;
+	struct peer *next;
+	char addr[80];
+	bool outbound;
+	enum peer_state state;
+	int fd;
+	struct loop_op conn_op, rd_op, wr_op;
+	struct flow *flows;
+
+	/* receive: a header, then its body (see peer_rx_header) */
+	uint8_t hdr_buf[WIRE_HDR];
+	size_t hdr_have, body_have;
+	struct wire_hdr hdr;
+	bool in_body;
+	uint8_t *ctrl_buf;
+	struct flow *rx_flow;
+	struct iovec rx_iov[2];   /* where a DATA body goes in the ring */
+	struct iovec rx_cur[2];   /* what the receive in flight still fills */
+
+	/* send */
+	struct ctrl_frame *ctrlq, *tx_ctrl;
+	uint8_t tx_hdr[TX_MAX_IOV][WIRE_HDR];
+	struct iovec tx_iov[TX_MAX_IOV];
+	unsigned tx_niov, tx_first, tx_nhdr;
+	struct msghdr tx_msg;
+	struct sockaddr_storage sa; /* connect: the peer's resolved address */
+	socklen_t sa_len;
+
+	/* mappings of destroyed flows that the send or receive in flight
+	 * may still touch: unmapped once it completes */
+	flowshm_t *grave[GRAVE_MAX];
+	unsigned n_grave;
+
+	uint64_t last_rx_ns, last_tx_ns, retry_at_ns;
+	unsigned backoff_ms;
+	uint64_t bytes_tx, bytes_rx;
+	uint32_t reconnects;
+};
+
+#define CONTAINER(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* A transport moves the frames of one peer connection. */
+struct transport {
+	const char *name;
+	int (*listen)(struct peer_mgr *m, const char *addr);
+	void (*stop_listening)(struct peer_mgr *m);
+	/* start connecting p (outbound): later peer_up() or peer_closed */
+	void (*connect)(struct peer *p);
+	/* post p->tx_iov[tx_first..tx_niov): later peer_sent() or peer_fail() */
+	void (*send)(struct peer *p);
+	/* arm the next receive per p's receive state */
+	void (*recv)(struct peer *p);
+	/* make every op in flight complete (the connection is going) */
+	void (*shutdown)(struct peer *p);
+	void (*close)(struct peer *p);
+};
+
+extern const struct transport tcp_transport;
+
+/* protocol side, called by transports */
+struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound);
+void peer_up(struct peer *p);
+void peer_fail(struct peer *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void peer_op_done(struct peer *p);  /* an op completed on a closing peer */
+void peer_sent(struct peer *p);     /* the whole send went */
+void peer_rx_header(struct peer *p); /* may fail the peer */
+void peer_rx_body(struct peer *p);
+
+#endif

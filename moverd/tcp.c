@@ -1,0 +1,306 @@
+/*
+ * moverd/tcp.c - the TCP transport: one socket per peer, driven by the
+ * io_uring loop.  Sends are one sendmsg of the frames the protocol built
+ * (headers and producer-ring spans, no copy); a short send goes on from
+ * where it stopped.  Receives read a header, then its body: control bodies
+ * into a buffer, DATA bodies straight into the consumer ring (readv of the
+ * one or two pieces the protocol pointed at).
+ */
+#include "peer_impl.h"
+#include "log.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void tcp_recv(struct peer *p);
+
+/* ---- sending -------------------------------------------------------------- */
+
+static void write_done(struct loop_op *op, int res);
+
+static void tcp_send(struct peer *p)
+{
+	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->wr_op, write_done);
+
+	if (!sqe) {
+		peer_fail(p, "no submission slot");
+		return;
+	}
+	p->tx_msg = (struct msghdr){ .msg_iov = p->tx_iov + p->tx_first,
+				     .msg_iovlen = p->tx_niov - p->tx_first };
+	io_uring_prep_sendmsg(sqe, p->fd, &p->tx_msg, MSG_NOSIGNAL);
+	p->last_tx_ns = fr_now_ns();
+}
+
+static void write_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, wr_op);
+	size_t done;
+
+	if (p->state == PEER_CLOSING) {
+		peer_op_done(p);
+		return;
+	}
+	if (res <= 0) {
+		peer_fail(p, "send: %s", res ? strerror(-res) : "closed");
+		return;
+	}
+	p->bytes_tx += (uint64_t)res;
+	done = (size_t)res;
+	while (p->tx_first < p->tx_niov && done >= p->tx_iov[p->tx_first].iov_len)
+		done -= p->tx_iov[p->tx_first++].iov_len;
+	if (p->tx_first < p->tx_niov) {
+		/* partial send: go on from where the socket stopped */
+		p->tx_iov[p->tx_first].iov_base =
+			(char *)p->tx_iov[p->tx_first].iov_base + done;
+		p->tx_iov[p->tx_first].iov_len -= done;
+		tcp_send(p);
+		return;
+	}
+	peer_sent(p);
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+static void read_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, rd_op);
+
+	if (p->state == PEER_CLOSING) {
+		peer_op_done(p);
+		return;
+	}
+	if (res <= 0) {
+		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
+		return;
+	}
+	p->last_rx_ns = fr_now_ns();
+	p->bytes_rx += (uint64_t)res;
+	if (!p->in_body) {
+		p->hdr_have += (size_t)res;
+		if (p->hdr_have == WIRE_HDR)
+			peer_rx_header(p);
+	} else {
+		p->body_have += (size_t)res;
+		if (p->body_have == p->hdr.len)
+			peer_rx_body(p);
+	}
+	if (p->state == PEER_UP)
+		tcp_recv(p);
+	else
+		peer_op_done(p);
+}
+
+static void tcp_recv(struct peer *p)
+{
+	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->rd_op, read_done);
+	struct iovec *iov = p->rx_cur;
+	size_t skip;
+
+	if (!sqe) {
+		peer_fail(p, "no submission slot");
+		return;
+	}
+	if (!p->in_body) {
+		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
+				   WIRE_HDR - p->hdr_have, 0);
+		return;
+	}
+	if (p->hdr.type == WIRE_CTRL) {
+		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf + p->body_have,
+				   p->hdr.len - p->body_have, 0);
+		return;
+	}
+	/* DATA: straight into the consumer ring, one or two pieces */
+	skip = p->body_have;
+	if (skip < p->rx_iov[0].iov_len) {
+		iov[0] = (struct iovec){ (char *)p->rx_iov[0].iov_base + skip,
+					 p->rx_iov[0].iov_len - skip };
+		iov[1] = p->rx_iov[1];
+	} else {
+		skip -= p->rx_iov[0].iov_len;
+		iov[0] = (struct iovec){ (char *)p->rx_iov[1].iov_base + skip,
+					 p->rx_iov[1].iov_len - skip };
+		iov[1] = (struct iovec){ NULL, 0 };
+	}
+	io_uring_prep_readv(sqe, p->fd, iov, iov[1].iov_len ? 2 : 1, 0);
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void tune_socket(int fd)
+{
+	int one = 1, buf = 4 << 20;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+static void connect_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, conn_op);
+
+	if (p->state == PEER_CLOSING) {
+		peer_op_done(p);
+		return;
+	}
+	if (res < 0) {
+		log_debug("peer %s: connect: %s", p->addr, strerror(-res));
+		p->state = PEER_CLOSING;
+		peer_op_done(p);
+		return;
+	}
+	peer_up(p);
+}
+
+static int resolve(const char *addr, struct sockaddr_storage *sa,
+		   socklen_t *len)
+{
+	char host[80], *colon;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+
+	snprintf(host, sizeof(host), "%s", addr);
+	colon = strrchr(host, ':');
+	if (!colon)
+		return -EINVAL;
+	*colon = 0;
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EHOSTUNREACH;
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	*len = ai->ai_addrlen;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void tcp_connect(struct peer *p)
+{
+	struct io_uring_sqe *sqe;
+
+	if (resolve(p->addr, &p->sa, &p->sa_len)) {
+		log_warn("peer %s: cannot resolve", p->addr);
+		p->retry_at_ns = fr_now_ns() + 2000000000ull;
+		return;
+	}
+	p->fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (p->fd < 0) {
+		p->retry_at_ns = fr_now_ns() + 1000000000ull;
+		return;
+	}
+	tune_socket(p->fd);
+	sqe = loop_sqe(p->m->loop, &p->conn_op, connect_done);
+	if (!sqe) {
+		close(p->fd);
+		p->fd = -1;
+		return;
+	}
+	io_uring_prep_connect(sqe, p->fd, (struct sockaddr *)&p->sa, p->sa_len);
+	p->state = PEER_CONNECTING;
+}
+
+static void arm_accept(struct peer_mgr *m);
+
+static void accept_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, accept_op);
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+	char host[64] = "?", serv[16] = "?", addr[80];
+	struct peer *p;
+
+	if (m->listen_fd < 0) {
+		if (res >= 0)
+			close(res);
+		return;
+	}
+	arm_accept(m);
+	if (res < 0) {
+		log_warn("peer accept: %s", strerror(-res));
+		return;
+	}
+	if (!getpeername(res, (struct sockaddr *)&sa, &len))
+		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
+			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
+	p = peer_new(m, addr, false);
+	if (!p) {
+		close(res);
+		return;
+	}
+	p->fd = res;
+	tune_socket(res);
+	peer_up(p);
+}
+
+static void arm_accept(struct peer_mgr *m)
+{
+	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->accept_op, accept_done);
+
+	if (sqe)
+		io_uring_prep_accept(sqe, m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+static int tcp_listen(struct peer_mgr *m, const char *addr)
+{
+	struct sockaddr_storage sa;
+	socklen_t len;
+	int one = 1, fd, rc = resolve(addr, &sa, &len);
+
+	if (rc) {
+		log_error("cannot resolve listen address %s", addr);
+		return rc;
+	}
+	fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, len) || listen(fd, 64)) {
+		rc = -errno;
+		log_error("listen on %s: %s", addr, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	m->listen_fd = fd;
+	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", addr);
+	arm_accept(m);
+	log_info("listening for peers on %s", addr);
+	return 0;
+}
+
+static void tcp_stop_listening(struct peer_mgr *m)
+{
+	if (m->listen_fd < 0)
+		return;
+	shutdown(m->listen_fd, SHUT_RDWR);
+	close(m->listen_fd);
+	m->listen_fd = -1;
+}
+
+static void tcp_shutdown(struct peer *p)
+{
+	if (p->fd >= 0)
+		shutdown(p->fd, SHUT_RDWR); /* completes any op in flight */
+}
+
+static void tcp_close(struct peer *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+}
+
+const struct transport tcp_transport = {
+	.name = "tcp",
+	.listen = tcp_listen,
+	.stop_listening = tcp_stop_listening,
+	.connect = tcp_connect,
+	.send = tcp_send,
+	.recv = tcp_recv,
+	.shutdown = tcp_shutdown,
+	.close = tcp_close,
+};
