@@ -374,20 +374,16 @@ static int setup_signals(struct daemon *d)
 }
 
 /*
- * The duty cycle's idle strategy: poll without sleeping while the mover
- * found work in the last 2 ms; then sleep in io_uring in 1 ms steps while
- * sender flows exist (their producers do not ring a doorbell yet), else
- * until the next event.
+ * The duty cycle's idle strategy: keep polling while the mover found work
+ * in the last 500 us; then sleep in io_uring until an event, with the
+ * doorbell armed so that a producer's commit is one (peer_prepare_sleep).
  */
 static int idle_timeout_ms(struct daemon *d)
 {
 	if (peer_do_work(&d->peers) ||
-	    fr_now_ns() - d->peers.last_work_ns < 2000000ull)
+	    fr_now_ns() - d->peers.last_work_ns < 500000ull)
 		return 0;
-	for (struct flow *f = d->flows.head; f; f = f->next)
-		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN)
-			return 1;
-	return 1000;
+	return peer_prepare_sleep(&d->peers);
 }
 
 /* Fork into the background; the parent exits once the child is ready. */
@@ -479,7 +475,11 @@ int main(int argc, char **argv)
 		close(ready_fd);
 	}
 	while (!d.loop.stop) {
-		rc = loop_run_once(&d.loop, idle_timeout_ms(&d));
+		int timeout = idle_timeout_ms(&d);
+
+		rc = loop_run_once(&d.loop, timeout);
+		if (timeout)
+			peer_woke(&d.peers);
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;

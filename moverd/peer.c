@@ -737,6 +737,137 @@ static void tick_done(struct loop_op *op, int res)
 	arm_tick(m);
 }
 
+/* ---- doorbell -------------------------------------------------------------- */
+
+#ifndef IORING_OP_FUTEX_WAITV
+#define IORING_OP_FUTEX_WAITV 53 /* Linux 6.7; Debian 12's headers predate it */
+#endif
+
+static void bell_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+
+	if (res == -EINVAL || res == -EOPNOTSUPP) {
+		m->bell_unsupported = true;
+		log_info("no io_uring FUTEX_WAITV on this kernel: an idle mover "
+			 "polls every millisecond");
+	}
+}
+
+/* Open sender flows: the ones whose producers ring the doorbell. */
+static struct flow *bell_flow(struct peer_mgr *m, struct peer **pp,
+			      struct flow *f)
+{
+	struct peer *p = *pp;
+
+	f = f ? f->peer_next : (p ? p->flows : NULL);
+	for (;;) {
+		for (; f; f = f->peer_next) {
+			if (f->role == FLOW_SENDER && f->state == FLOW_OPEN &&
+			    f->view) {
+				*pp = p;
+				return f;
+			}
+		}
+		if (!p || !(p = p->next))
+			break;
+		f = p->flows;
+	}
+	*pp = NULL;
+	(void)m;
+	return NULL;
+}
+
+#define BELL_MAX (sizeof(((struct peer_mgr *)0)->bell) / \
+		  sizeof(((struct peer_mgr *)0)->bell[0]))
+
+/* Set every flag and collect the futex words; false if too many. */
+static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig)
+{
+	struct peer *p = m->peers;
+
+	m->n_bell = 0;
+	*sig = 0;
+	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
+		struct fr_shared *sh = ring_of(f)->sh;
+
+		if (m->n_bell == BELL_MAX)
+			return false;
+		/* acquire: read the word before re-checking the ring (as a
+		 * consumer does in fr_wait_data) */
+		m->bell[m->n_bell++] = (struct futex_waitv){
+			.val = atomic_load_explicit(&sh->data_futex,
+						    memory_order_acquire),
+			.uaddr = (uintptr_t)&sh->data_futex,
+			.flags = FUTEX_32,
+		};
+		atomic_store_explicit(&sh->consumer_waiting, 1,
+				      memory_order_relaxed);
+		*sig = *sig * 31 + (uintptr_t)sh;
+	}
+	return true;
+}
+
+/* Did a producer commit at some flow's send position meanwhile? */
+static bool bell_data_ready(struct peer_mgr *m)
+{
+	struct peer *p = m->peers;
+
+	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
+		struct fr_ring *r = ring_of(f);
+
+		/* acquire: pairs with the producer's release of the seal */
+		if (atomic_load_explicit(&fr_rec_at(r, f->sent)->seal,
+					 memory_order_acquire) ==
+		    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
+			return true;
+	}
+	return false;
+}
+
+int peer_prepare_sleep(struct peer_mgr *m)
+{
+	struct peer *p = m->peers;
+	struct io_uring_sqe *sqe;
+	uint64_t sig;
+
+	if (!bell_flow(m, &p, NULL))
+		return 1000; /* no sender flow: sleep until an event */
+	if (m->bell_unsupported)
+		return 1;
+	if (!ring_bell_flags(m, &sig)) {
+		peer_woke(m);
+		return 1;
+	}
+	/*
+	 * Full fence between setting the flags and re-checking the rings;
+	 * a producer's commit does the mirror image (seal, fence, flag), so
+	 * either we see its record or it sees our flag and wakes the futex.
+	 */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (bell_data_ready(m)) {
+		peer_woke(m);
+		return 0;
+	}
+	if (m->bell_op.busy) /* armed in an earlier idle period */
+		return m->bell_sig == sig ? 1000 : 1;
+	sqe = loop_sqe(m->loop, &m->bell_op, bell_done);
+	if (!sqe)
+		return 1;
+	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, m->bell, m->n_bell, 0);
+	m->bell_sig = sig;
+	return 1000;
+}
+
+void peer_woke(struct peer_mgr *m)
+{
+	struct peer *p = m->peers;
+
+	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f))
+		atomic_store_explicit(&ring_of(f)->sh->consumer_waiting, 0,
+				      memory_order_relaxed);
+}
+
 /* ---- public ---------------------------------------------------------------- */
 
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,

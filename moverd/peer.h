@@ -16,6 +16,7 @@
 #include "flows.h"
 #include "loop.h"
 
+#include <linux/futex.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,6 +36,15 @@ struct peer_mgr {
 	struct __kernel_timespec tick_ts;
 	uint64_t last_work_ns;
 	unsigned rr;              /* round-robin start among flows */
+
+	/* doorbell: one FUTEX_WAITV on the data futex of every open sender
+	 * flow's producer ring, so that an idle moverd sleeps and a producer's
+	 * commit wakes it (see peer_prepare_sleep) */
+	struct loop_op bell_op;
+	struct futex_waitv bell[128];
+	unsigned n_bell;
+	uint64_t bell_sig;        /* which rings the armed doorbell watches */
+	bool bell_unsupported;
 };
 
 /* Listen on addr ("HOST:PORT", NULL = no listening) and start the timer. */
@@ -55,6 +65,16 @@ void peer_forget_flow(struct peer_mgr *m, struct flow *f);
  * work done (0 = idle), so the loop can decide between polling and sleep.
  */
 int peer_do_work(struct peer_mgr *m);
+
+/*
+ * The mover found no work for a while: set the "consumer sleeps" flag of
+ * every open sender flow's producer ring and arm the doorbell.  Returns
+ * the loop timeout in ms: 0 if data arrived meanwhile, 1000 with the
+ * doorbell armed, 1 where the kernel has no FUTEX_WAITV for io_uring.
+ */
+int peer_prepare_sleep(struct peer_mgr *m);
+/* Awake again: clear those flags so producers stop making wake calls. */
+void peer_woke(struct peer_mgr *m);
 
 /* For `moverctl status`: fills up to max entries, returns the count. */
 struct peer_status {

@@ -19,11 +19,17 @@
  */
 #include "flowshm.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,7 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -62,10 +70,15 @@ static void sleep_ns(uint64_t ns)
 		;
 }
 
+/* `remote` sets this: stop the daemons and children it started. */
+static void (*on_die)(void);
+
 static void die(const char *what, int rc)
 {
 	fprintf(stderr, "flowbench: %s: %s\n", what,
 		rc < 0 ? flowshm_strerror(rc) : strerror(errno));
+	if (on_die)
+		on_die();
 	exit(2);
 }
 
