@@ -224,7 +224,7 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->n_allow_gids = f->n_allow_gids;
 	fi->allow_gids = (uint32_t *)f->allow_gids;
 	fi->peer = (char *)f->peer_addr;
-	fi->transport = f->role == FLOW_LOCAL ? "local" : "tcp";
+	fi->transport = f->role == FLOW_LOCAL ? "local" : (char *)f->transport;
 	fi->role = (char *)flows_role_name(f->role);
 	fi->bytes_sent = f->bytes_sent;
 	fi->bytes_acked = f->role == FLOW_SENDER ? f->bytes_acked : f->bytes_sent;
@@ -377,20 +377,20 @@ static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__StatusInfo st = FLOWMOVER__STATUS_INFO__INIT;
-	static char *transports[] = { "local", "tcp" };
+	static char *transports[] = { "local", "tcp", "rdma" };
 	struct peer_status ps[64];
 	Flowmover__PeerInfo pi[64], *pip[64];
 	unsigned np = peer_status(c->srv->peers, ps, 64);
 
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;
-	st.n_transports = 2;
+	st.n_transports = c->srv->peers->rdma ? 3 : 2;
 	st.transports = transports;
 	for (unsigned i = 0; i < np; i++) {
 		flowmover__peer_info__init(&pi[i]);
 		pi[i].address = (char *)ps[i].address;
 		pi[i].state = (char *)ps[i].state;
-		pi[i].transport = "tcp";
+		pi[i].transport = (char *)ps[i].transport;
 		pi[i].flows = ps[i].flows;
 		pi[i].bytes_sent = ps[i].bytes_sent;
 		pi[i].bytes_received = ps[i].bytes_received;

@@ -141,6 +141,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	if (!fl)
 		return NULL;
 	snprintf(fl->name, sizeof(fl->name), "%s", name);
+	fl->transport = "tcp";
 	flow_file(t, name, "flow", path, sizeof(path));
 	f = fopen(path, "re");
 	if (!f)
@@ -301,6 +302,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		return -ENOMEM;
 	}
 	f->role = spec->role;
+	f->transport = spec->role == FLOW_LOCAL ? "local" : "tcp";
 	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
 	snprintf(f->peer_addr, sizeof(f->peer_addr), "%s",
 		 spec->peer ? spec->peer : "");

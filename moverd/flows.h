@@ -79,6 +79,12 @@ struct flow {
 	bool ack_due;
 
 	uint64_t bytes_sent, bytes_acked;
+
+	const char *transport;   /* of its peer connection: "tcp", "rdma" */
+
+	/* RDMA sender: where the peer's consumer ring is */
+	uint64_t raddr;
+	uint32_t rkey;
 };
 
 struct flow_limits {

@@ -32,6 +32,7 @@ struct options {
 	char socket[PATH_MAX];
 	char state_dir[256];
 	char listen[80];
+	char transport[8];
 	mode_t socket_mode;
 	bool foreground;
 	bool use_syslog;
@@ -59,7 +60,10 @@ static void usage(FILE *out)
 "                           " DEFAULT_SOCKET ")\n"
 "  --socket-mode OCTAL      permissions of the socket (default 0660)\n"
 "  --config FILE            read 'option = value' lines (same names as flags)\n"
-"  --listen HOST:PORT       accept peer daemons (flows from other hosts)\n"
+"  --listen HOST:PORT       accept peer daemons (flows from other hosts), over\n"
+"                           TCP and, where a device exists, RDMA (rdma_cm)\n"
+"  --transport T            to peers: auto (RDMA where a device exists, the\n"
+"                           default), rdma or tcp\n"
 "  --state-dir DIR          ring files of flows between hosts, re-adopted\n"
 "                           after a restart (default: SOCKET's dir/rings)\n"
 "  --foreground, -f         do not daemonize; log to stderr\n"
@@ -100,6 +104,7 @@ static const struct option long_opts[] = {
 	{ "socket-mode", required_argument, NULL, 'm' },
 	{ "config", required_argument, NULL, 'c' },
 	{ "listen", required_argument, NULL, 'L' },
+	{ "transport", required_argument, NULL, 'T' },
 	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
@@ -142,6 +147,11 @@ static int set_option(struct options *o, int key, const char *val)
 		if (strlen(val) >= sizeof(o->listen) || !strchr(val, ':'))
 			goto bad;
 		strcpy(o->listen, val);
+		return 0;
+	case 'T':
+		if (strcmp(val, "auto") && strcmp(val, "rdma") && strcmp(val, "tcp"))
+			goto bad;
+		strcpy(o->transport, val);
 		return 0;
 	case 'D':
 		if (strlen(val) >= sizeof(o->state_dir))
@@ -231,6 +241,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 	int c;
 
 	*o = (struct options){
+		.transport = "auto",
 		.socket_mode = 0660,
 		.level = LOG_LVL_INFO,
 		.limits = { .default_ring_size = 4u << 20,
@@ -462,7 +473,8 @@ int main(int argc, char **argv)
 	if (loop_init(&d.loop, 1024) || setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
 			     d.opt.socket_mode) ||
-	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, d.opt.listen))
+	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, d.opt.listen,
+			   d.opt.transport))
 		return 1;
 	if (flows_adopt(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)

@@ -42,13 +42,15 @@ static struct fr_ring *ring_of(struct flow *f)
 
 /* ---- peers and their flows ---------------------------------------------- */
 
-struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound)
+struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
+		      const struct transport *tp)
 {
 	struct peer *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
 	p->m = m;
+	p->tp = tp;
 	p->fd = -1;
 	p->outbound = outbound;
 	p->backoff_ms = 100;
@@ -61,6 +63,7 @@ struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound)
 static void link_flow(struct peer *p, struct flow *f)
 {
 	f->peer = p;
+	f->transport = p->tp->name;
 	f->peer_next = p->flows;
 	p->flows = f;
 }
@@ -81,7 +84,7 @@ static void unlink_flow(struct flow *f)
 	f->peer_next = NULL;
 }
 
-static struct flow *flow_by_id(struct peer *p, uint32_t id, enum flow_role r)
+struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r)
 {
 	for (struct flow *f = p->flows; f; f = f->peer_next)
 		if (f->id == id && f->role == r)
@@ -180,7 +183,8 @@ static void queue_open(struct peer *p, struct flow *f)
 }
 
 static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
-			 uint64_t head, int error, const char *message)
+			 uint64_t head, int error, const char *message,
+			 uint64_t raddr, uint32_t rkey)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
@@ -190,6 +194,8 @@ static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
 	op.head = head;
 	op.error = error;
 	op.message = (char *)message;
+	op.raddr = raddr;
+	op.rkey = rkey;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
 	msg.opened = &op;
 	queue_ctrl(p, &msg);
@@ -219,7 +225,7 @@ static void peer_closed(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
 
-	m->tp->close(p);
+	p->tp->close(p);
 	free_frames(p->ctrlq);
 	free_frames(p->tx_ctrl);
 	p->ctrlq = p->tx_ctrl = NULL;
@@ -266,7 +272,7 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	if (p->state == PEER_UP)
 		p->reconnects++;
 	p->state = PEER_CLOSING;
-	p->m->tp->shutdown(p);
+	p->tp->shutdown(p);
 	peer_op_done(p);
 }
 
@@ -300,9 +306,13 @@ static void build_ctrl(struct peer *p)
 {
 	struct ctrl_frame **tail = &p->tx_ctrl;
 
-	while (p->ctrlq && tx_room(p, 1)) {
+	size_t bytes = 0;
+
+	/* at most CTRL_BATCH_MAX control bytes per send (RDMA stages them) */
+	while (p->ctrlq && tx_room(p, 1) && bytes < CTRL_BATCH_MAX) {
 		struct ctrl_frame *fr = p->ctrlq;
 
+		bytes += fr->len;
 		p->ctrlq = fr->next;
 		fr->next = NULL;
 		*tail = fr;
@@ -435,7 +445,7 @@ static int tx_build(struct peer *p)
 		tx_add(p, h, WIRE_HDR);
 	}
 	if (p->tx_niov)
-		p->m->tp->send(p);
+		p->tp->send(p);
 	return work;
 }
 
@@ -446,6 +456,8 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	struct peer_mgr *m = p->m;
 	struct flow *f = flows_find(m->flows, op->name ? op->name : "");
 	char err[200] = "";
+	uint64_t raddr = 0;
+	uint32_t rkey = 0;
 	int rc = 0;
 
 	if (f && f->role != FLOW_RECEIVER) {
@@ -486,7 +498,14 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	if (rc) {
 		log_warn("peer %s: cannot open flow '%s': %s", p->addr,
 			 op->name ? op->name : "", err);
-		queue_opened(p, op->flow_id, 0, 0, rc, err);
+		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
+		return;
+	}
+	if (p->tp->open_flow && (rc = p->tp->open_flow(p, f, &raddr, &rkey))) {
+		snprintf(err, sizeof(err), "cannot register the consumer ring "
+			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
+		log_warn("peer %s: %s", p->addr, err);
+		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
 		return;
 	}
 	f->id = op->flow_id;
@@ -495,12 +514,12 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 						memory_order_acquire);
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
-	queue_opened(p, f->id, f->sent, f->reported_head, 0, "");
+	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);
 }
 
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
-	struct flow *f = flow_by_id(p, op->flow_id, FLOW_SENDER);
+	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
 	struct fr_ring *r;
 	uint64_t tail;
 
@@ -521,6 +540,8 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	}
 	f->sent = f->acked = op->resume;
 	f->remote_head = op->head;
+	f->raddr = op->raddr;
+	f->rkey = op->rkey;
 	fr_release(r, f->acked); /* delivered before the link broke */
 	flows_set_state(f, FLOW_OPEN, "");
 }
@@ -572,7 +593,7 @@ static void handle_ctrl(struct peer *p)
 
 static void handle_ack(struct peer *p, const struct wire_hdr *h)
 {
-	struct flow *f = flow_by_id(p, h->flow_id, FLOW_SENDER);
+	struct flow *f = peer_flow_by_id(p, h->flow_id, FLOW_SENDER);
 
 	if (!f)
 		return; /* destroyed meanwhile */
@@ -593,7 +614,7 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 /* Validate a DATA header and point the receive at the consumer ring. */
 static int start_data(struct peer *p, const struct wire_hdr *h)
 {
-	struct flow *f = flow_by_id(p, h->flow_id, FLOW_RECEIVER);
+	struct flow *f = peer_flow_by_id(p, h->flow_id, FLOW_RECEIVER);
 	struct fr_ring *r;
 	uint64_t head, off, first;
 
@@ -698,8 +719,8 @@ void peer_up(struct peer *p)
 			if (f->state != FLOW_FAILED)
 				queue_open(p, f);
 	}
-	p->m->tp->recv(p);
-	log_info("peer %s: connected over %s (%s)", p->addr, p->m->tp->name,
+	p->tp->recv(p);
+	log_info("peer %s: connected over %s (%s)", p->addr, p->tp->name,
 		 p->outbound ? "outbound" : "inbound");
 }
 
@@ -732,7 +753,7 @@ static void tick_done(struct loop_op *op, int res)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
-			m->tp->connect(p);
+			p->tp->connect(p);
 	}
 	arm_tick(m);
 }
@@ -831,6 +852,8 @@ int peer_prepare_sleep(struct peer_mgr *m)
 	struct io_uring_sqe *sqe;
 	uint64_t sig;
 
+	if (m->rdma && !rdma_transport.arm(m))
+		return 0; /* completions arrived meanwhile */
 	if (!bell_flow(m, &p, NULL))
 		return 1000; /* no sender flow: sleep until an event */
 	if (m->bell_unsupported)
@@ -871,19 +894,31 @@ void peer_woke(struct peer_mgr *m)
 /* ---- public ---------------------------------------------------------------- */
 
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
-		   struct ctl_server *ctl, const char *listen_addr)
+		   struct ctl_server *ctl, const char *listen_addr,
+		   const char *transport)
 {
 	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
 				.listen_fd = -1, .tp = &tcp_transport };
 	arm_tick(m);
-	if (listen_addr && *listen_addr)
-		return m->tp->listen(m, listen_addr);
-	return 0;
+	if (strcmp(transport, "tcp") && rdma_available(m))
+		m->tp = &rdma_transport;
+	else if (!strcmp(transport, "rdma")) {
+		log_error("--transport rdma: no usable RDMA device");
+		return -ENODEV;
+	}
+	log_info("transport for new peers: %s", m->tp->name);
+	if (!listen_addr || !*listen_addr)
+		return 0;
+	if (m->rdma && rdma_transport.listen(m, listen_addr))
+		log_warn("not accepting RDMA peers on %s", listen_addr);
+	return tcp_transport.listen(m, listen_addr);
 }
 
 void peer_mgr_stop(struct peer_mgr *m)
 {
-	m->tp->stop_listening(m);
+	tcp_transport.stop_listening(m);
+	if (m->rdma)
+		rdma_transport.stop_listening(m);
 	for (struct peer *p = m->peers; p; p = p->next) {
 		p->outbound = false; /* no reconnecting: free when closed */
 		if (p->state == PEER_DOWN)
@@ -909,13 +944,13 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 	for (p = m->peers; p; p = p->next)
 		if (p->outbound && strcmp(p->addr, f->peer_addr) == 0)
 			break;
-	if (!p && !(p = peer_new(m, f->peer_addr, true)))
+	if (!p && !(p = peer_new(m, f->peer_addr, true, m->tp)))
 		return -ENOMEM;
 	link_flow(p, f);
 	if (p->state == PEER_UP)
 		queue_open(p, f);
 	else if (p->state == PEER_DOWN)
-		m->tp->connect(p);
+		p->tp->connect(p);
 	return 0;
 }
 
@@ -950,12 +985,14 @@ void peer_forget_flow(struct peer_mgr *m, struct flow *f)
 			f->view = NULL;
 		}
 	}
+	if (p->tp->forget_flow)
+		p->tp->forget_flow(p, f);
 	unlink_flow(f);
 }
 
 int peer_do_work(struct peer_mgr *m)
 {
-	int work = 0;
+	int work = m->rdma ? rdma_transport.poll(m) : 0;
 
 	for (struct peer *p = m->peers; p; p = p->next)
 		work += tx_build(p);
@@ -974,6 +1011,7 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 	for (const struct peer *p = m->peers; p && n < max; p = p->next, n++)
 		out[n] = (struct peer_status){
 			.address = p->addr, .state = names[p->state],
+			.transport = p->tp->name,
 			.flows = flow_count(p), .bytes_sent = p->bytes_tx,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,

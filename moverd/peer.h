@@ -28,7 +28,8 @@ struct peer_mgr {
 	struct loop *loop;
 	struct flow_table *flows;
 	struct ctl_server *ctl;
-	const struct transport *tp;
+	const struct transport *tp;   /* for new outbound peers */
+	void *rdma;                   /* rdma.c's shared state, or NULL */
 	struct peer *peers;
 	int listen_fd;
 	char listen_addr[80];
@@ -48,8 +49,10 @@ struct peer_mgr {
 };
 
 /* Listen on addr ("HOST:PORT", NULL = no listening) and start the timer. */
+/* transport: "tcp", "rdma" or "auto" (RDMA where a device exists) */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
-		   struct ctl_server *ctl, const char *listen_addr);
+		   struct ctl_server *ctl, const char *listen_addr,
+		   const char *transport);
 void peer_mgr_stop(struct peer_mgr *m);
 bool peer_mgr_busy(const struct peer_mgr *m);
 
@@ -80,6 +83,7 @@ void peer_woke(struct peer_mgr *m);
 struct peer_status {
 	const char *address;
 	const char *state;
+	const char *transport;
 	unsigned flows;
 	uint64_t bytes_sent, bytes_received;
 	uint32_t reconnects;

@@ -29,6 +29,7 @@
 #define DEAD_NS        5000000000ull
 #define STUCK_CHECK_NS 100000000ull
 #define GRAVE_MAX      16
+#define CTRL_BATCH_MAX (512u << 10)
 
 struct ctrl_frame {
 	struct ctrl_frame *next;
@@ -44,6 +45,8 @@ struct peer {
 	char addr[80];
 	bool outbound;
 	enum peer_state state;
+	const struct transport *tp;
+	void *tp_data;            /* the transport's per-connection state */
 	int fd;
 	struct loop_op conn_op, rd_op, wr_op;
 	struct flow *flows;
@@ -95,12 +98,25 @@ struct transport {
 	/* make every op in flight complete (the connection is going) */
 	void (*shutdown)(struct peer *p);
 	void (*close)(struct peer *p);
+	/* optional, for transports that poll completions (RDMA): */
+	int (*poll)(struct peer_mgr *m);          /* work done */
+	bool (*arm)(struct peer_mgr *m);          /* false: work pending */
+	/* a receiver flow opened on p: let the peer write its ring */
+	int (*open_flow)(struct peer *p, struct flow *f, uint64_t *raddr,
+			 uint32_t *rkey);
+	void (*forget_flow)(struct peer *p, struct flow *f);
 };
 
 extern const struct transport tcp_transport;
+extern const struct transport rdma_transport;
+
+/* The RDMA transport can run here (a device exists and it initialised). */
+bool rdma_available(struct peer_mgr *m);
 
 /* protocol side, called by transports */
-struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound);
+struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
+		      const struct transport *tp);
+struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);
 void peer_up(struct peer *p);
 void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

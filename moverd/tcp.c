@@ -227,7 +227,7 @@ static void accept_done(struct loop_op *op, int res)
 		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
 			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
 	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
-	p = peer_new(m, addr, false);
+	p = peer_new(m, addr, false, &tcp_transport);
 	if (!p) {
 		close(res);
 		return;

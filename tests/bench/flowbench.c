@@ -1140,6 +1140,1250 @@ bad:
 	return 2;
 }
 
+/* ---- `remote`: two moverd daemons over TCP on loopback ------------------- */
+
+/*
+ * flowbench starts two moverd daemons itself: A (the producers' host) and B
+ * (the consumers' host, listening on a free loopback port), each with a
+ * private control socket and state directory under a temporary directory
+ * on tmpfs.  For every case it creates flows A -> B with moverctl, forks one
+ * producer (attached on A) and one consumer (attached on B) per flow, and
+ * destroys the flows afterwards.  Every record carries (flow id << 56 | seq)
+ * in its first 8 bytes, a CLOCK_MONOTONIC send time (or 0) in the next 8,
+ * and a check word in its last 8; consumers verify the length, the sequence
+ * and the check word of every record.  iperf3 over loopback, in the same
+ * run, is the reference for large records.
+ */
+
+#define R_MAX_FLOWS 16
+#define R_MAX_KIDS  (2 * R_MAX_FLOWS + 4)
+#define R_LAT_MAX   (1u << 18)   /* latency samples kept per flow */
+#define R_WAIT_NS   20000000ll   /* library waits: 20 ms, then look at phase */
+
+struct ropts {
+	double seconds, warmup, lat_seconds, iperf_seconds;
+	uint64_t sizes[MAX_SIZES];
+	unsigned nsizes;
+	unsigned flows[MAX_MP];
+	unsigned nflows;
+	uint64_t ring_size;     /* at least; a case's ring is >= 64 records */
+	unsigned batch;
+	uint64_t batch_bytes;
+	double pace, sparse;    /* records/s of the two latency runs */
+	double pace_share;      /* paced rate <= this share of the 1-flow rate */
+	bool json, do_tput, do_lat, do_iperf;
+	char moverd[PATH_MAX], moverctl[PATH_MAX];
+};
+
+struct latstat {
+	double rate;            /* records/s offered (paced runs) */
+	uint64_t n;
+	double p50, p90, p99, p999, max, mean; /* ns */
+};
+
+struct rcase {
+	uint64_t size, ring;
+	unsigned flows;
+	bool ok;
+	double cpu_a, cpu_b;    /* each daemon's CPU, share of one cpu */
+	double recs_per_s, gb_per_s, secs, min_flow, max_flow;
+	uint64_t recs;
+	struct latstat loaded;
+};
+
+struct rlat {
+	uint64_t size, ring;
+	const char *kind;       /* "paced" or "sparse" */
+	bool ok;
+	double cpu_a, cpu_b;
+	struct latstat l;
+};
+
+/* Per flow results, written by that flow's consumer. */
+struct rflow {
+	_Alignas(128) uint64_t recs, ns, total, nlat;
+};
+
+struct rshared {
+	struct ctl c;
+	struct rflow f[R_MAX_FLOWS];
+	uint64_t lat[]; /* R_LAT_MAX per flow */
+};
+
+static unsigned batch_records_r(const struct ropts *o, uint64_t size)
+{
+	uint64_t b = o->batch_bytes / size;
+
+	if (b < 1)
+		b = 1;
+	if (b > o->batch)
+		b = o->batch;
+	return (unsigned)b;
+}
+
+/* Everything the parent started, so that any exit can stop it. */
+static struct {
+	pid_t parent;
+	char dir[PATH_MAX - 64];
+	char sock[2][PATH_MAX];
+	int port;
+	pid_t daemon[2];
+	pid_t kids[R_MAX_KIDS];
+	unsigned nkids;
+	bool keep_logs;
+	const struct ropts *o;
+} R;
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+		    struct FTW *ftw)
+{
+	(void)st; (void)flag; (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void r_print_logs(void)
+{
+	for (int i = 0; i < 2; i++) {
+		char path[PATH_MAX + 16], line[512];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/moverd-%c.log", R.dir, 'a' + i);
+		if (!(f = fopen(path, "re")))
+			continue;
+		fprintf(stderr, "---- moverd %c log ----\n", 'A' + i);
+		while (fgets(line, sizeof(line), f))
+			fputs(line, stderr);
+		fclose(f);
+	}
+}
+
+/* Reap pid, waiting at most ns; 1 if it exited (status in *st), else 0. */
+static int r_wait_pid(pid_t pid, uint64_t ns, int *st)
+{
+	uint64_t until = now_ns() + ns;
+	int s;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &s, WNOHANG);
+
+		if (r == pid || (r < 0 && errno == ECHILD)) {
+			/* reaped: never signal that pid again */
+			for (unsigned i = 0; i < R.nkids; i++)
+				if (R.kids[i] == pid)
+					R.kids[i] = 0;
+			if (st)
+				*st = r == pid ? s : 0;
+			return 1;
+		}
+		if (now_ns() >= until)
+			return 0;
+		sleep_ns(1000000);
+	}
+}
+
+static void r_kill_kids(void)
+{
+	for (unsigned i = 0; i < R.nkids; i++)
+		if (R.kids[i] > 0) {
+			kill(R.kids[i], SIGKILL);
+			waitpid(R.kids[i], NULL, 0);
+		}
+	R.nkids = 0;
+}
+
+/* Stop everything we started: children, both daemons; remove the dir. */
+static void r_cleanup(void)
+{
+	if (R.parent != getpid())
+		return; /* a child: the parent cleans up */
+	R.parent = 0;
+	r_kill_kids();
+	for (int i = 0; i < 2; i++)
+		if (R.daemon[i] > 0)
+			kill(R.daemon[i], SIGTERM);
+	for (int i = 0; i < 2; i++) {
+		if (R.daemon[i] <= 0)
+			continue;
+		if (!r_wait_pid(R.daemon[i], 3000000000ull, NULL)) {
+			fprintf(stderr, "flowbench: moverd %d ignored SIGTERM, "
+				"killing it\n", (int)R.daemon[i]);
+			kill(R.daemon[i], SIGKILL);
+			waitpid(R.daemon[i], NULL, 0);
+		}
+		R.daemon[i] = 0;
+	}
+	if (R.dir[0]) {
+		if (R.keep_logs)
+			r_print_logs();
+		nftw(R.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		R.dir[0] = 0;
+	}
+}
+
+static void r_on_signal(int sig)
+{
+	r_cleanup();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/*
+ * fork + exec argv; stdout (and stderr if err_too) to out_fd, or to
+ * /dev/null if out_fd < 0.  The child dies with us (PDEATHSIG).
+ */
+static pid_t r_spawn(char *const argv[], int out_fd, bool err_too, int deathsig)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		die("fork", 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_RDWR);
+
+		prctl(PR_SET_PDEATHSIG, deathsig);
+		if (getppid() != R.parent)
+			_exit(127);
+		dup2(null, 0);
+		dup2(out_fd >= 0 ? out_fd : null, 1);
+		if (err_too)
+			dup2(out_fd >= 0 ? out_fd : null, 2);
+		execv(argv[0], argv);
+		execvp(argv[0], argv);
+		fprintf(stderr, "flowbench: cannot run %s: %s\n", argv[0],
+			strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Run argv to completion, its output into out (NUL-terminated); exit code
+ * or -1.  Gives up (kills it) after timeout_ns. */
+static int r_run(char *const argv[], char *out, size_t cap, uint64_t timeout_ns)
+{
+	int pfd[2], st = 0;
+	size_t have = 0;
+	uint64_t until = now_ns() + timeout_ns;
+	pid_t pid;
+
+	if (pipe2(pfd, O_CLOEXEC))
+		die("pipe", 0);
+	pid = r_spawn(argv, pfd[1], true, SIGKILL);
+	close(pfd[1]);
+	fcntl(pfd[0], F_SETFL, O_NONBLOCK);
+	for (;;) {
+		char junk[4096];
+		char *dst = have + 1 < cap ? out + have : junk;
+		size_t room = have + 1 < cap ? cap - 1 - have : sizeof(junk);
+		ssize_t n = read(pfd[0], dst, room);
+
+		if (n > 0) {
+			if (dst != junk)
+				have += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			break;
+		if (errno != EAGAIN && errno != EINTR)
+			break;
+		if (now_ns() > until) {
+			kill(pid, SIGKILL);
+			break;
+		}
+		sleep_ns(1000000);
+	}
+	close(pfd[0]);
+	if (cap)
+		out[have < cap ? have : cap - 1] = 0;
+	if (!r_wait_pid(pid, until > now_ns() ? until - now_ns() : 0, &st)) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		return -1;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* moverctl --socket SOCK args... (NULL-terminated); exit code. */
+static int r_ctl(int daemon, char *out, size_t cap, ...)
+{
+	char *argv[32];
+	int n = 0;
+	va_list ap;
+
+	argv[n++] = (char *)R.o->moverctl;
+	argv[n++] = "--socket";
+	argv[n++] = R.sock[daemon];
+	va_start(ap, cap);
+	while (n < 31 && (argv[n] = va_arg(ap, char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return r_run(argv, out, cap, 10000000000ull);
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len))
+		die("bind to a free port", 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+/* A temporary directory, on tmpfs if there is one: moverd keeps the rings of
+ * flows between hosts as files there (--state-dir), and a disk-backed file
+ * system would write them back to disk during the run. */
+static void r_make_dir(void)
+{
+	static const char *const bases[] = { "/dev/shm", "/run", NULL };
+	const char *tmp = getenv("TMPDIR");
+
+	for (int i = 0; i < 3; i++) {
+		const char *b = bases[i] ? bases[i] : tmp ? tmp : "/tmp";
+
+		snprintf(R.dir, sizeof(R.dir), "%s/flowbench-remote.XXXXXX", b);
+		if (mkdtemp(R.dir))
+			return;
+	}
+	R.dir[0] = 0;
+	die("mkdtemp", 0);
+}
+
+static int r_start_daemons(const struct ropts *o)
+{
+	char listen[64], out[1024];
+
+	R.port = free_port();
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", R.port);
+	for (int i = 0; i < 2; i++) {
+		char state[PATH_MAX], logp[PATH_MAX];
+		char *argv[16];
+		int n = 0, fd;
+
+		snprintf(R.sock[i], sizeof(R.sock[i]), "%s/%c/moverd.sock",
+			 R.dir, 'a' + i);
+		snprintf(state, sizeof(state), "%s/%c/rings", R.dir, 'a' + i);
+		snprintf(logp, sizeof(logp), "%s/moverd-%c.log", R.dir, 'a' + i);
+		fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			die(logp, 0);
+		argv[n++] = (char *)o->moverd;
+		argv[n++] = "--foreground";
+		argv[n++] = "--log-level";
+		argv[n++] = "warn";
+		argv[n++] = "--socket";
+		argv[n++] = R.sock[i];
+		argv[n++] = "--state-dir";
+		argv[n++] = state;
+		if (i == 1) {
+			argv[n++] = "--listen";
+			argv[n++] = listen;
+		}
+		argv[n] = NULL;
+		R.daemon[i] = r_spawn(argv, fd, true, SIGTERM);
+		close(fd);
+	}
+	for (uint64_t until = now_ns() + 10000000000ull;;) {
+		int ok = 0;
+
+		for (int i = 0; i < 2; i++) {
+			if (r_wait_pid(R.daemon[i], 0, NULL)) {
+				R.daemon[i] = 0;
+				fprintf(stderr, "flowbench: moverd %c exited at "
+					"start\n", 'A' + i);
+				R.keep_logs = true;
+				return -1;
+			}
+			ok += r_ctl(i, out, sizeof(out), "status", NULL) == 0;
+		}
+		if (ok == 2)
+			return 0;
+		if (now_ns() > until) {
+			fprintf(stderr, "flowbench: the daemons did not answer "
+				"in 10 s: %s\n", out);
+			R.keep_logs = true;
+			return -1;
+		}
+		sleep_ns(20000000);
+	}
+}
+
+static int r_attach(const char *name, int daemon, enum flowshm_role role,
+		    flowshm_t **out)
+{
+	uint64_t until = now_ns() + 10000000000ull;
+	int rc;
+
+	setenv("FLOWMOVER_SOCKET", R.sock[daemon], 1);
+	/* the consumer's end exists once B has opened the flow: wait for it */
+	while ((rc = flowshm_attach(name, role, NULL, out)) == -ENOENT &&
+	       now_ns() < until)
+		sleep_ns(2000000);
+	return rc;
+}
+
+static void r_child_fail(struct ctl *c, const char *who, const char *name,
+			 int rc)
+{
+	snprintf(c->err, sizeof(c->err), "%s of %s: %s%s%s", who, name,
+		 flowshm_strerror(rc), rc == -ENOENT || rc == -ECONNREFUSED ?
+		 " " : "", rc == -ENOENT || rc == -ECONNREFUSED ?
+		 flowshm_attach_error() : "");
+	fprintf(stderr, "flowbench: %s\n", c->err);
+	_exit(1);
+}
+
+static inline void rec_time(unsigned char *p, uint64_t t)
+{
+	memcpy(p + 8, &t, 8);
+}
+
+/*
+ * A producer on A.  rate == 0: as fast as it can with flowshm_send_batch
+ * until STOP, the first unsent record of each call carrying the time of
+ * the call.  rate > 0: `count` records with flowshm_send, one every
+ * 1/rate s (absolute schedule), each carrying the time just before its
+ * send.
+ */
+static void r_producer(const struct ropts *o, struct rshared *s,
+		       const char *name, uint64_t size, uint32_t id,
+		       double rate, uint64_t count)
+{
+	struct ctl *c = &s->c;
+	unsigned nb = rate > 0 ? 1 : batch_records_r(o, size);
+	unsigned char *buf = xalloc(nb * size);
+	struct iovec *iov = calloc(nb, sizeof(*iov));
+	uint64_t seq = 0;
+	flowshm_t *p;
+	int rc;
+
+	if ((rc = r_attach(name, 0, FLOWSHM_PRODUCER, &p)))
+		r_child_fail(c, "producer attach", name, rc);
+	for (unsigned i = 0; i < nb; i++)
+		iov[i] = (struct iovec){ buf + i * size, size };
+	announce_ready(c);
+	while (phase_of(c) == PH_START)
+		;
+	if (rate > 0) {
+		uint64_t t0 = now_ns();
+		double gap = 1e9 / rate;
+
+		prctl(PR_SET_TIMERSLACK, 1000ul); /* 1 µs, not the 50 µs default */
+		for (seq = 0; seq < count && phase_of(c) != PH_STOP;) {
+			uint64_t due = t0 + (uint64_t)(gap * (double)seq);
+			struct timespec ts = { (time_t)(due / 1000000000ull),
+					       (long)(due % 1000000000ull) };
+
+			while (now_ns() < due &&
+			       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME,
+					       &ts, NULL) == EINTR)
+				;
+			rec_stamp(buf, size, id, seq);
+			rec_time(buf, now_ns());
+			rc = flowshm_send(p, buf, size, R_WAIT_NS);
+			if (rc == -ETIMEDOUT)
+				continue; /* same seq again, new time */
+			if (rc)
+				break;
+			seq++;
+		}
+	} else {
+		unsigned off = nb;
+
+		rc = 0;
+		while (phase_of(c) != PH_STOP) {
+			unsigned sent = 0;
+
+			if (off == nb) {
+				for (unsigned i = 0; i < nb; i++) {
+					rec_stamp(buf + i * size, size, id,
+						  seq + i);
+					rec_time(buf + i * size, 0);
+				}
+				off = 0;
+			}
+			rec_time(buf + off * size, now_ns());
+			rc = flowshm_send_batch(p, iov + off, nb - off, &sent,
+						R_WAIT_NS);
+			if (rc == -ETIMEDOUT)
+				continue;
+			if (rc)
+				break;
+			off += sent;
+			if (off == nb)
+				seq += nb;
+		}
+	}
+	flowshm_detach(p);
+	if (rc && rc != -ETIMEDOUT && !(rc == -EPIPE &&
+					phase_of(c) == PH_STOP)) {
+		snprintf(c->err, sizeof(c->err), "producer of %s: %s", name,
+			 flowshm_strerror(rc));
+		fprintf(stderr, "flowbench: %s\n", c->err);
+		_exit(1);
+	}
+	_exit(0);
+}
+
+/*
+ * A consumer on B.  Verifies every record.  count == 0: counts records
+ * between MEASURE and STOP as it sees them, and samples the latency of the
+ * timestamped ones in that window.  count > 0 (paced): receives exactly
+ * `count` records and keeps the latency of those after the first `skip`.
+ */
+static void r_consumer(const struct ropts *o, struct rshared *s,
+		       const char *name, uint64_t size, uint32_t id,
+		       uint64_t count, uint64_t skip)
+{
+	struct ctl *c = &s->c;
+	struct rflow *rf = &s->f[id];
+	uint64_t *lat = s->lat + (size_t)id * R_LAT_MAX;
+	unsigned nb = count ? 1 : batch_records_r(o, size);
+	size_t cap = nb * ((size + 7) & ~(uint64_t)7);
+	unsigned char *buf = xalloc(cap);
+	struct iovec *iov = calloc(nb, sizeof(*iov));
+	uint64_t next[MAX_PRODUCERS] = { 0 };
+	uint64_t n = 0, n0 = 0, t0 = 0, nlat = 0;
+	enum phase seen = PH_START;
+	flowshm_t *cons;
+	int rc;
+
+	if ((rc = r_attach(name, 1, FLOWSHM_CONSUMER, &cons)))
+		r_child_fail(c, "consumer attach", name, rc);
+	/* rec_check: ids below nprod are valid, our producer's id is `id` */
+	announce_ready(c);
+	for (;;) {
+		enum phase ph = phase_of(c);
+		unsigned got = 0;
+
+		if (ph != seen) {
+			uint64_t t = now_ns();
+
+			if (ph == PH_MEASURE) {
+				n0 = n;
+				t0 = t;
+			} else if (ph == PH_STOP && seen == PH_MEASURE) {
+				rf->recs = n - n0;
+				rf->ns = t - t0;
+			}
+			seen = ph;
+		}
+		if (ph == PH_STOP || (count && n == count))
+			break;
+		rc = flowshm_recv_batch(cons, buf, cap, iov, nb, &got,
+					R_WAIT_NS);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc)
+			break;
+		for (unsigned i = 0; i < got; i++) {
+			const unsigned char *p = iov[i].iov_base;
+			uint64_t ts;
+
+			if (rec_check(c, p, iov[i].iov_len, size, id + 1,
+				      next)) {
+				fprintf(stderr, "flowbench: consumer of %s: "
+					"%s\n", name, c->err);
+				_exit(1);
+			}
+			memcpy(&ts, p + 8, 8);
+			if (ts && nlat < R_LAT_MAX &&
+			    (count ? n + i >= skip : seen == PH_MEASURE))
+				lat[nlat++] = now_ns() - ts;
+		}
+		n += got;
+	}
+	rf->total = n;
+	rf->nlat = nlat;
+	flowshm_detach(cons);
+	if (rc && rc != -ETIMEDOUT) {
+		snprintf(c->err, sizeof(c->err), "consumer of %s: %s after "
+			 "%" PRIu64 " records", name, flowshm_strerror(rc), n);
+		fprintf(stderr, "flowbench: %s\n", c->err);
+		_exit(1);
+	}
+	if (!count && !rf->ns) {
+		snprintf(c->err, sizeof(c->err), "consumer of %s missed the "
+			 "window (%" PRIu64 " records)", name, n);
+		_exit(1);
+	}
+	_exit(0);
+}
+
+static void lat_stats(uint64_t *v, uint64_t n, struct latstat *l)
+{
+	double sum = 0;
+
+	l->n = n;
+	if (!n)
+		return;
+	qsort(v, n, sizeof(*v), cmp_u64);
+	for (uint64_t i = 0; i < n; i++)
+		sum += (double)v[i];
+	l->mean = sum / (double)n;
+	l->p50 = (double)v[n / 2];
+	l->p90 = (double)v[n * 9 / 10];
+	l->p99 = (double)v[n * 99 / 100];
+	l->p999 = (double)v[n * 999 / 1000];
+	l->max = (double)v[n - 1];
+}
+
+/* CPU seconds a running child has used so far (/proc/PID/stat). */
+static double proc_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut = 0, st = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* fields after "(comm)": state is 3rd, utime 14th, stime 15th */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+		   &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static uint64_t pow2_at_least(uint64_t v)
+{
+	uint64_t p = 4096;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+static unsigned r_case_no;
+
+/*
+ * One case: `flows` flows of `size`-byte records.  rate == 0: throughput
+ * (results into tc); rate > 0: one paced latency run (results into lr).
+ */
+static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
+		      double rate, struct rcase *tc, struct rlat *lr)
+{
+	size_t bytes = sizeof(struct rshared) +
+		       (size_t)flows * R_LAT_MAX * sizeof(uint64_t);
+	struct rshared *s = shared_alloc(bytes);
+	uint64_t ring = pow2_at_least(o->ring_size > 64 * size ?
+				      o->ring_size : 64 * size);
+	uint64_t count = 0, skip = 0, all = 0, nlat = 0;
+	char names[R_MAX_FLOWS][32], rs[32], mr[32], peer[64], out[2048];
+	pid_t cons[R_MAX_FLOWS], prod[R_MAX_FLOWS];
+	unsigned created = 0, i;
+	int failed = 0;
+	double cpu0[2], cpu1[2];
+	uint64_t w0, w1;
+
+	r_case_no++;
+	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
+	snprintf(mr, sizeof(mr), "%" PRIu64, size);
+	snprintf(peer, sizeof(peer), "127.0.0.1:%d", R.port);
+	if (rate > 0) {
+		skip = (uint64_t)(rate * o->warmup);
+		count = skip + (uint64_t)(rate * o->lat_seconds);
+		if (count - skip > R_LAT_MAX)
+			count = skip + R_LAT_MAX;
+	}
+	for (i = 0; i < flows; i++) {
+		snprintf(names[i], sizeof(names[i]), "fb%u-%u", r_case_no, i);
+		if (r_ctl(0, out, sizeof(out), "flow", "create", names[i],
+			  "--peer", peer, "--ring-size", rs, "--max-record", mr,
+			  NULL)) {
+			fprintf(stderr, "flowbench: moverctl flow create %s: "
+				"%s", names[i], out);
+			failed = 1;
+			goto out;
+		}
+		created++;
+	}
+	for (i = 0; i < flows; i++) {
+		fflush(NULL);
+		if ((cons[i] = fork()) < 0)
+			die("fork", 0);
+		if (cons[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r_consumer(o, s, names[i], size, i, count, skip);
+		}
+		R.kids[R.nkids++] = cons[i];
+		if ((prod[i] = fork()) < 0)
+			die("fork", 0);
+		if (prod[i] == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r_producer(o, s, names[i], size, i, rate, count);
+		}
+		R.kids[R.nkids++] = prod[i];
+	}
+	for (uint64_t until = now_ns() + 15000000000ull;
+	     atomic_load_explicit(&s->c.ready, memory_order_acquire) <
+	     (int)(2 * flows);) {
+		if (now_ns() > until || s->c.err[0]) {
+			fprintf(stderr, "flowbench: producers and consumers "
+				"did not attach in 15 s%s%s\n",
+				s->c.err[0] ? ": " : "", s->c.err);
+			failed = 1;
+			goto out;
+		}
+		sleep_ns(1000000);
+	}
+	w0 = now_ns();
+	for (int d = 0; d < 2; d++)
+		cpu0[d] = proc_cpu_s(R.daemon[d]);
+	if (rate > 0) {
+		/* go; the consumers exit once they have every record */
+		uint64_t expect = (uint64_t)((double)count / rate * 1e9);
+
+		set_phase(&s->c, PH_MEASURE);
+		for (i = 0; i < flows; i++) {
+			int st;
+
+			if (!r_wait_pid(cons[i], expect + 5000000000ull, &st) ||
+			    !WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "flowbench: latency run, %s: "
+					"consumer %s%s\n", names[i],
+					s->c.err[0] ? "failed: " : "hung",
+					s->c.err);
+				failed = 1;
+			}
+			cons[i] = 0;
+		}
+		set_phase(&s->c, PH_STOP);
+	} else {
+		set_phase(&s->c, PH_WARM);
+		sleep_ns((uint64_t)(o->warmup * 1e9));
+		set_phase(&s->c, PH_MEASURE);
+		w0 = now_ns();
+		for (int d = 0; d < 2; d++)
+			cpu0[d] = proc_cpu_s(R.daemon[d]);
+		sleep_ns((uint64_t)(o->seconds * 1e9));
+		set_phase(&s->c, PH_STOP);
+	}
+	w1 = now_ns();
+	for (int d = 0; d < 2; d++)
+		cpu1[d] = (proc_cpu_s(R.daemon[d]) - cpu0[d]) /
+			  ((double)(w1 - w0) / 1e9);
+	for (i = 0; i < flows; i++) {
+		pid_t who[2] = { prod[i], cons[i] };
+
+		for (int k = 0; k < 2; k++) {
+			int st;
+
+			if (!who[k])
+				continue;
+			if (!r_wait_pid(who[k], 10000000000ull, &st)) {
+				fprintf(stderr, "flowbench: %s of %s hung\n",
+					k ? "consumer" : "producer", names[i]);
+				failed = 1;
+			} else if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "flowbench: %s of %s failed "
+					"(%s %d)%s%s\n",
+					k ? "consumer" : "producer", names[i],
+					WIFSIGNALED(st) ? "signal" : "status",
+					WIFSIGNALED(st) ? WTERMSIG(st) :
+							  WEXITSTATUS(st),
+					s->c.err[0] ? ": " : "", s->c.err);
+				failed = 1;
+			}
+		}
+	}
+out:
+	r_kill_kids(); /* whatever is left (only after a failure) */
+	for (i = 0; i < created; i++)
+		if (r_ctl(0, out, sizeof(out), "flow", "destroy", names[i],
+			  NULL)) {
+			fprintf(stderr, "flowbench: moverctl flow destroy %s: "
+				"%s", names[i], out);
+			failed = 1;
+		}
+	/* pack every flow's samples together */
+	for (i = 0; i < flows && !failed; i++) {
+		uint64_t k = s->f[i].nlat;
+
+		memmove(s->lat + nlat, s->lat + (size_t)i * R_LAT_MAX,
+			k * sizeof(uint64_t));
+		nlat += k;
+		all += s->f[i].total;
+	}
+	if (rate > 0) {
+		*lr = (struct rlat){ .size = size, .ring = ring, .ok = !failed,
+				     .cpu_a = cpu1[0], .cpu_b = cpu1[1] };
+		lr->l.rate = rate;
+		if (!failed)
+			lat_stats(s->lat, nlat, &lr->l);
+		if (!failed && all != count * flows) {
+			fprintf(stderr, "flowbench: latency run got %" PRIu64
+				" records of %" PRIu64 "\n", all, count * flows);
+			lr->ok = false;
+			failed = 1;
+		}
+	} else {
+		*tc = (struct rcase){ .size = size, .ring = ring,
+				      .flows = flows, .ok = !failed,
+				      .cpu_a = cpu1[0], .cpu_b = cpu1[1] };
+		for (i = 0; i < flows && !failed; i++) {
+			double r = s->f[i].ns ? (double)s->f[i].recs * 1e9 /
+						(double)s->f[i].ns : 0;
+
+			tc->recs += s->f[i].recs;
+			tc->secs += s->f[i].ns / 1e9 / flows;
+			tc->recs_per_s += r;
+			if (!i || r < tc->min_flow)
+				tc->min_flow = r;
+			if (r > tc->max_flow)
+				tc->max_flow = r;
+		}
+		tc->gb_per_s = tc->recs_per_s * (double)size / 1e9;
+		for (i = 0; i < flows && !failed; i++)
+			if (!s->f[i].recs) {
+				fprintf(stderr, "flowbench: %" PRIu64 " B, %u "
+					"flow%s: flow %s delivered no record in "
+					"%.1f s (moverd did not move it)\n",
+					size, flows, flows > 1 ? "s" : "",
+					names[i], o->seconds);
+				tc->ok = false;
+				failed = 1;
+			}
+		if (!failed)
+			lat_stats(s->lat, nlat, &tc->loaded);
+	}
+	munmap(s, bytes);
+	return failed ? -1 : 0;
+}
+
+/* iperf3 over loopback, one TCP stream: bits/s received, or < 0. */
+static double r_iperf(const struct ropts *o, char *why, size_t whylen)
+{
+	char port[16], secs[16], *out = malloc(1 << 20);
+	char *srv_argv[] = { "iperf3", "-s", "-1", "-p", port, NULL };
+	char *cli_argv[] = { "iperf3", "-c", "127.0.0.1", "-p", port, "-t",
+			     secs, "-J", NULL };
+	double bps = -1;
+	pid_t srv;
+	int rc = -1;
+
+	snprintf(port, sizeof(port), "%d", free_port());
+	snprintf(secs, sizeof(secs), "%g", o->iperf_seconds);
+	srv = r_spawn(srv_argv, -1, true, SIGKILL);
+	R.kids[R.nkids++] = srv;
+	for (int tries = 0; tries < 50; tries++) {
+		sleep_ns(100000000);
+		if (r_wait_pid(srv, 0, NULL)) {
+			snprintf(why, whylen, "the iperf3 server exited");
+			free(out);
+			return -1;
+		}
+		rc = r_run(cli_argv, out, 1 << 20,
+			   (uint64_t)((o->iperf_seconds + 20) * 1e9));
+		if (rc == 0 || !strstr(out, "connect"))
+			break;
+	}
+	if (rc == 0) {
+		/* "end": { ... "sum_received": { ... "bits_per_second": X */
+		char *e = strstr(out, "\"end\"");
+		char *r = e ? strstr(e, "\"sum_received\"") : NULL;
+		char *b = r ? strstr(r, "\"bits_per_second\"") : NULL;
+
+		if (b && (b = strchr(b, ':')))
+			bps = strtod(b + 1, NULL);
+		if (bps <= 0)
+			snprintf(why, whylen, "no end.sum_received."
+				 "bits_per_second in iperf3's JSON");
+	} else {
+		snprintf(why, whylen, "iperf3 -c failed (%d): %.200s", rc, out);
+	}
+	r_kill_kids();
+	free(out);
+	return bps;
+}
+
+static void usage_remote(FILE *f)
+{
+	fprintf(f,
+"usage: flowbench remote [options]\n"
+"  Starts two moverd daemons (A, B) on loopback, creates flows A -> B over\n"
+"  TCP; one producer process on A and one consumer process on B per flow.\n"
+"  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
+"                      this flowbench in the build tree)\n"
+"  --moverctl PATH     moverctl binary (default: ../../control/moverctl)\n"
+"  --seconds S         measured time per throughput case (default 2)\n"
+"  --warmup S          untimed warm-up per case (default 0.5)\n"
+"  --sizes LIST        record sizes >= 24 (default 32,256,4K,64K,1M)\n"
+"  --flows LIST        flows per throughput case (default 1,8; at most %d)\n"
+"  --ring-size N       ring bytes, at least (default 16M; a case uses at\n"
+"                      least 64 records' worth: 64M for 1M records)\n"
+"  --batch N           records per batch call, at most (default 256)\n"
+"  --batch-bytes N     payload bytes per batch call, at most (default 256K)\n"
+"  --pace R            records/s of the paced latency run (default 20000,\n"
+"                      capped at --pace-share of the size's 1-flow rate)\n"
+"  --pace-share F      (default 0.2)\n"
+"  --sparse R          records/s of the sparse latency run (default 200:\n"
+"                      gaps longer than moverd's 2 ms busy-poll window)\n"
+"  --lat-seconds S     length of each latency run (default 2)\n"
+"  --iperf-seconds S   iperf3 -t (default 3)\n"
+"  --only LIST         tput,latency,iperf (default all)\n"
+"  --json              machine-readable output on stdout\n"
+"  -h, --help          this text\n", R_MAX_FLOWS);
+}
+
+/* Default binaries: relative to this executable in the build tree. */
+static void r_default_bins(struct ropts *o)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return;
+	exe[n] = 0;
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return;
+	*slash = 0;
+	if (!o->moverd[0])
+		snprintf(o->moverd, sizeof(o->moverd), "%.*s/../../moverd/moverd",
+			 PATH_MAX - 32, exe);
+	if (!o->moverctl[0])
+		snprintf(o->moverctl, sizeof(o->moverctl),
+			 "%.*s/../../control/moverctl", PATH_MAX - 32, exe);
+}
+
+static void print_lat_row(const char *label, uint64_t size, double rate,
+			  const struct latstat *l)
+{
+	char sz[32];
+
+	printf("%-7s %-6s %8.0f %8" PRIu64 "  %8.1f %8.1f %8.1f %9.1f %9.1f"
+	       " %8.1f\n", label, fmt_size(size, sz, sizeof(sz)), rate, l->n,
+	       l->p50 / 1e3, l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3,
+	       l->max / 1e3, l->mean / 1e3);
+}
+
+static void json_lat(const struct latstat *l)
+{
+	printf("{\"samples\": %" PRIu64 ", \"p50\": %.0f, \"p90\": %.0f, "
+	       "\"p99\": %.0f, \"p99.9\": %.0f, \"max\": %.0f, \"mean\": %.0f}",
+	       l->n, l->p50, l->p90, l->p99, l->p999, l->max, l->mean);
+}
+
+static int cmd_remote(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "moverd", required_argument, NULL, 'm' },
+		{ "moverctl", required_argument, NULL, 'c' },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "sizes", required_argument, NULL, 'z' },
+		{ "flows", required_argument, NULL, 'f' },
+		{ "ring-size", required_argument, NULL, 'r' },
+		{ "batch", required_argument, NULL, 'b' },
+		{ "batch-bytes", required_argument, NULL, 'B' },
+		{ "pace", required_argument, NULL, 'p' },
+		{ "pace-share", required_argument, NULL, 'P' },
+		{ "sparse", required_argument, NULL, 'S' },
+		{ "lat-seconds", required_argument, NULL, 'l' },
+		{ "iperf-seconds", required_argument, NULL, 'i' },
+		{ "only", required_argument, NULL, 'o' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const uint64_t def_sizes[] = { 32, 256, 4096, 65536, 1 << 20 };
+	static struct ropts o = {
+		.seconds = 2, .warmup = 0.5, .lat_seconds = 2,
+		.iperf_seconds = 3, .ring_size = 16u << 20, .batch = 256,
+		.batch_bytes = 256 * 1024, .pace = 20000, .sparse = 200,
+		.pace_share = 0.2, .flows = { 1, 8 }, .nflows = 2,
+		.do_tput = true, .do_lat = true, .do_iperf = true,
+	};
+	static struct rcase cases[MAX_SIZES * MAX_MP];
+	static struct rlat lats[MAX_SIZES * 2];
+	unsigned ncases = 0, nlats = 0, i;
+	uint64_t tmp[MAX_MP];
+	double iperf_bps = -1, others, steal;
+	char model[256], sz[32], why[300] = "";
+	struct cpu_snap snap0, snap1;
+	struct utsname un;
+	int opt, failed = 0;
+
+	memcpy(o.sizes, def_sizes, sizeof(def_sizes));
+	o.nsizes = sizeof(def_sizes) / sizeof(def_sizes[0]);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (opt) {
+		case 'm': snprintf(o.moverd, sizeof(o.moverd), "%s", optarg); break;
+		case 'c': snprintf(o.moverctl, sizeof(o.moverctl), "%s", optarg); break;
+		case 's': o.seconds = atof(optarg); break;
+		case 'w': o.warmup = atof(optarg); break;
+		case 'z':
+			if (parse_list(optarg, o.sizes, MAX_SIZES, &o.nsizes))
+				goto bad;
+			break;
+		case 'f':
+			if (parse_list(optarg, tmp, MAX_MP, &o.nflows))
+				goto bad;
+			for (i = 0; i < o.nflows; i++) {
+				if (!tmp[i] || tmp[i] > R_MAX_FLOWS)
+					goto bad;
+				o.flows[i] = (unsigned)tmp[i];
+			}
+			break;
+		case 'r': o.ring_size = parse_bytes(optarg); break;
+		case 'b': o.batch = (unsigned)atoi(optarg); break;
+		case 'B': o.batch_bytes = parse_bytes(optarg); break;
+		case 'p': o.pace = atof(optarg); break;
+		case 'P': o.pace_share = atof(optarg); break;
+		case 'S': o.sparse = atof(optarg); break;
+		case 'l': o.lat_seconds = atof(optarg); break;
+		case 'i': o.iperf_seconds = atof(optarg); break;
+		case 'o':
+			o.do_tput = strstr(optarg, "tput") != NULL;
+			o.do_lat = strstr(optarg, "lat") != NULL;
+			o.do_iperf = strstr(optarg, "iperf") != NULL;
+			break;
+		case 'j': o.json = true; break;
+		case 'h': usage_remote(stdout); return 0;
+		default: goto bad;
+		}
+	}
+	if (optind != argc || o.seconds <= 0 || o.warmup < 0 || !o.batch ||
+	    !o.batch_bytes || o.pace <= 0 || o.sparse < 0 ||
+	    o.lat_seconds <= 0 || o.iperf_seconds <= 0 || o.pace_share <= 0 ||
+	    !o.ring_size || o.ring_size > (1ull << 30))
+		goto bad;
+	for (i = 0; i < o.nsizes; i++)
+		if (o.sizes[i] < 24 || o.sizes[i] > (256u << 20))
+			goto bad; /* seq, send time and check word: 24 bytes */
+	r_default_bins(&o);
+	if (access(o.moverd, X_OK) || access(o.moverctl, X_OK)) {
+		fprintf(stderr, "flowbench: cannot run %s or %s (use --moverd "
+			"and --moverctl)\n", o.moverd, o.moverctl);
+		return 2;
+	}
+
+	R.parent = getpid();
+	R.o = &o;
+	on_die = r_cleanup;
+	atexit(r_cleanup);
+	signal(SIGINT, r_on_signal);
+	signal(SIGTERM, r_on_signal);
+	signal(SIGHUP, r_on_signal);
+	cpu_model(model, sizeof(model));
+	uname(&un);
+	cpu_snap(&snap0);
+	r_make_dir();
+	if (!o.json) {
+		printf("flowbench remote: %ld cpus (%s), kernel %s\n",
+		       sysconf(_SC_NPROCESSORS_ONLN), model, un.release);
+		printf("two moverd daemons on loopback (%s), state and sockets "
+		       "in %s\n", o.moverd, R.dir);
+		printf("%.2f s per throughput case after %.2f s warm-up; batch "
+		       "APIs; every record verified (seq, check word)\n\n",
+		       o.seconds, o.warmup);
+		fflush(stdout);
+	}
+
+	/* the reference first, before our daemons exist */
+	if (o.do_iperf) {
+		iperf_bps = r_iperf(&o, why, sizeof(why));
+		if (iperf_bps < 0) {
+			fprintf(stderr, "flowbench: iperf3 reference: %s\n",
+				why);
+		} else if (!o.json) {
+			printf("iperf3 -c 127.0.0.1 -t %g (1 TCP stream): "
+			       "%.2f Gbit/s = %.3f GB/s\n\n", o.iperf_seconds,
+			       iperf_bps / 1e9, iperf_bps / 8e9);
+			fflush(stdout);
+		}
+	}
+
+	if (r_start_daemons(&o)) {
+		r_cleanup();
+		return 1;
+	}
+	if (!o.json)
+		printf("moverd A (producers) and B (consumers, listening on "
+		       "127.0.0.1:%d) are up\n\n", R.port);
+
+	if (o.do_tput) {
+		if (!o.json)
+			printf("%-6s %5s %5s %12s %8s %9s  %s\n", "size", "flows",
+			       "ring", "records/s", "GB/s", "vs iperf3",
+			       "loaded latency p50 / p99 (us)");
+		for (i = 0; i < o.nsizes; i++)
+			for (unsigned k = 0; k < o.nflows; k++) {
+				struct rcase *tc = &cases[ncases++];
+				char rsz[32];
+
+				if (r_run_case(&o, o.sizes[i], o.flows[k], 0,
+					       tc, NULL)) {
+					failed = 1;
+					R.keep_logs = true;
+					continue;
+				}
+				if (o.json)
+					continue;
+				printf("%-6s %5u %5s %12.0f %8.3f",
+				       fmt_size(tc->size, sz, sizeof(sz)),
+				       tc->flows,
+				       fmt_size(tc->ring, rsz, sizeof(rsz)),
+				       tc->recs_per_s, tc->gb_per_s);
+				if (iperf_bps > 0)
+					printf(" %8.1f%%", 100 * tc->gb_per_s /
+					       (iperf_bps / 8e9));
+				else
+					printf(" %9s", "-");
+				printf("  %8.1f / %8.1f\n", tc->loaded.p50 / 1e3,
+				       tc->loaded.p99 / 1e3);
+				fflush(stdout);
+			}
+		if (!o.json)
+			printf("(flows > 1: one producer and one consumer "
+			       "process per flow, all on %ld cpus with both "
+			       "daemons: a contention figure, not scaling; every "
+			       "flow shares the one TCP connection between A "
+			       "and B)\n(loaded latency: send call to receipt "
+			       "while the flow runs flat out, so it is mostly "
+			       "queueing in the rings)\n\n",
+			       sysconf(_SC_NPROCESSORS_ONLN));
+	}
+
+	if (o.do_lat) {
+		for (i = 0; i < o.nsizes; i++) {
+			double rate = o.pace, one = 0;
+
+			for (unsigned k = 0; k < ncases; k++)
+				if (cases[k].ok && cases[k].flows == 1 &&
+				    cases[k].size == o.sizes[i])
+					one = cases[k].recs_per_s;
+			if (one > 0 && rate > o.pace_share * one)
+				rate = o.pace_share * one;
+			if (!one && rate > 500e6 / (double)o.sizes[i])
+				rate = 500e6 / (double)o.sizes[i];
+			lats[nlats].kind = "paced";
+			if (r_run_case(&o, o.sizes[i], 1, rate, NULL,
+				       &lats[nlats]))
+				failed = 1, R.keep_logs = true;
+			lats[nlats].kind = "paced";
+			nlats++;
+			if (o.sparse > 0) {
+				if (r_run_case(&o, o.sizes[i], 1, o.sparse, NULL,
+					       &lats[nlats]))
+					failed = 1, R.keep_logs = true;
+				lats[nlats].kind = "sparse";
+				nlats++;
+			}
+		}
+		if (!o.json) {
+			printf("one-way latency, 1 flow, producer's send call to "
+			       "consumer's receipt (CLOCK_MONOTONIC in the "
+			       "record), us:\n");
+			printf("%-7s %-6s %8s %8s  %8s %8s %8s %9s %9s %8s\n",
+			       "run", "size", "rec/s", "samples", "p50", "p90",
+			       "p99", "p99.9", "max", "mean");
+			for (i = 0; i < nlats; i++)
+				if (lats[i].ok)
+					print_lat_row(lats[i].kind, lats[i].size,
+						      lats[i].l.rate, &lats[i].l);
+			printf("(paced: min(%g/s, %g x the size's 1-flow rate); "
+			       "sparse: %g/s, so moverd A has gone idle before "
+			       "each record)\n", o.pace, o.pace_share, o.sparse);
+		}
+	}
+
+	r_cleanup(); /* daemons reaped: their CPU time counts as ours */
+	cpu_snap(&snap1);
+	cpu_foreign(&snap0, &snap1, &others, &steal);
+	if (!o.json) {
+		printf("\nduring the run, other tasks used %.1f%% and the host "
+		       "stole %.1f%% of the cpus%s\n", 100 * others,
+		       100 * steal, others + steal > 0.05 ?
+		       ": NOT QUIET, figures are low" : "");
+		if (iperf_bps > 0) {
+			for (i = 0; i < ncases; i++)
+				if (cases[i].ok && cases[i].size >= 65536)
+					printf("%s records, %u flow%s: %.1f%% of "
+					       "iperf3\n", fmt_size(cases[i].size,
+					       sz, sizeof(sz)), cases[i].flows,
+					       cases[i].flows > 1 ? "s" : "",
+					       100 * cases[i].gb_per_s /
+					       (iperf_bps / 8e9));
+		}
+	} else {
+		printf("{\n  \"mode\": \"remote\",\n  \"machine\": {\"cpus\": "
+		       "%ld, \"model\": ", sysconf(_SC_NPROCESSORS_ONLN));
+		json_str(model);
+		printf(", \"kernel\": ");
+		json_str(un.release);
+		printf("},\n  \"params\": {\"seconds\": %g, \"warmup\": %g, "
+		       "\"ring_size_min\": %" PRIu64 ", \"batch\": %u, "
+		       "\"batch_bytes\": %" PRIu64 ", \"pace\": %g, "
+		       "\"pace_share\": %g, \"sparse\": %g, \"lat_seconds\": %g},\n",
+		       o.seconds, o.warmup, o.ring_size, o.batch, o.batch_bytes,
+		       o.pace, o.pace_share, o.sparse, o.lat_seconds);
+		printf("  \"others_cpu\": %.4f, \"steal_cpu\": %.4f,\n", others,
+		       steal);
+		if (iperf_bps > 0)
+			printf("  \"iperf3\": {\"streams\": 1, \"seconds\": %g, "
+			       "\"bits_per_second\": %.0f, \"gb_per_s\": %.4f},\n",
+			       o.iperf_seconds, iperf_bps, iperf_bps / 8e9);
+		printf("  \"throughput\": [");
+		for (i = 0; i < ncases; i++) {
+			struct rcase *tc = &cases[i];
+
+			printf("%s\n    {\"size\": %" PRIu64 ", \"flows\": %u, "
+			       "\"ring\": %" PRIu64 ", \"ok\": %s", i ? "," : "",
+			       tc->size, tc->flows, tc->ring,
+			       tc->ok ? "true" : "false");
+			if (tc->ok) {
+				printf(", \"records\": %" PRIu64 ", \"seconds\": "
+				       "%.4f, \"records_per_s\": %.0f, "
+				       "\"gb_per_s\": %.4f, \"min_flow_records_per_s\": "
+				       "%.0f, \"max_flow_records_per_s\": %.0f",
+				       tc->recs, tc->secs, tc->recs_per_s,
+				       tc->gb_per_s, tc->min_flow, tc->max_flow);
+				if (iperf_bps > 0)
+					printf(", \"vs_iperf3\": %.4f",
+					       tc->gb_per_s / (iperf_bps / 8e9));
+				printf(", \"loaded_latency_ns\": ");
+				json_lat(&tc->loaded);
+			}
+			printf("}");
+		}
+		printf("%s],\n  \"latency\": [", ncases ? "\n  " : "");
+		for (i = 0; i < nlats; i++) {
+			printf("%s\n    {\"run\": \"%s\", \"size\": %" PRIu64
+			       ", \"flows\": 1, \"records_per_s\": %.0f, \"ok\": %s",
+			       i ? "," : "", lats[i].kind, lats[i].size,
+			       lats[i].l.rate, lats[i].ok ? "true" : "false");
+			if (lats[i].ok) {
+				printf(", \"one_way_ns\": ");
+				json_lat(&lats[i].l);
+			}
+			printf("}");
+		}
+		printf("%s],\n  \"ok\": %s\n}\n", nlats ? "\n  " : "",
+		       failed ? "false" : "true");
+	}
+	return failed ? 1 : 0;
+bad:
+	usage_remote(stderr);
+	return 2;
+}
+
 /* ---- subcommands ---------------------------------------------------------- */
 
 struct subcmd {
@@ -1148,10 +2392,11 @@ struct subcmd {
 	const char *summary;
 };
 
-/* Add `remote` (two daemons) here when it exists. */
 static const struct subcmd subcmds[] = {
 	{ "local", cmd_local,
 	  "shared-memory rings between processes on this machine" },
+	{ "remote", cmd_remote,
+	  "two moverd daemons on loopback, flows between them over TCP" },
 };
 
 static void usage(FILE *f)

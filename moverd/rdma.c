@@ -1,0 +1,661 @@
+/*
+ * moverd/rdma.c - the RDMA transport: one RC queue pair per peer daemon,
+ * shared by every flow between the two, set up with librdmacm.
+ *
+ * Sending a batch the protocol built (see peer_impl.h) is one chain of
+ * work requests posted at once, only the last one signalled:
+ *   DATA      one RDMA WRITE per producer-ring span (two at the wrap),
+ *             straight from the registered producer ring into the peer's
+ *             registered consumer ring at the same offsets, then a SEND of
+ *             the 32-byte header.  On an RC queue pair the header's receive
+ *             completes only after the WRITEs before it are placed, so the
+ *             receiver may publish what the header describes.  No reliance
+ *             on byte placement order inside a WRITE.
+ *   others    a SEND of the frame (control messages, acknowledgements,
+ *             heartbeats) from a registered staging buffer; small ones
+ *             inline.
+ * Receives are pre-posted buffers, re-posted as soon as a frame is
+ * handled, so the peer never meets receiver-not-ready in steady state
+ * (and rnr_retry is infinite should it happen).
+ *
+ * Completions are polled in user space on every turn of the duty cycle;
+ * before moverd sleeps it arms CQ notification, and the completion
+ * channel's fd wakes the io_uring loop.  rdma_cm events arrive the same
+ * way, through the event channel's fd.
+ *
+ * Consumer rings are registered for remote write only on the connection
+ * of the peer that feeds them; producer rings for local access only.
+ */
+#include "peer_impl.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define RECV_BUFS   64
+#define RECV_BYTES  (WIRE_HDR + WIRE_MAX_CTRL)
+#define STAGE_BYTES (1u << 20)
+#define SQ_DEPTH    512
+#define CQ_DEPTH    (SQ_DEPTH + RECV_BUFS)
+#define MR_MAX      64
+#define INLINE_WANT 64
+
+struct rdma_shared {
+	struct rdma_event_channel *ec;
+	struct ibv_comp_channel *cc; /* one per device context: rxe0 here */
+	struct ibv_context *verbs;
+	struct rdma_cm_id *listen_id;
+	struct loop_op ec_op, cc_op;
+	short ec_events, cc_events;
+	bool cq_armed;
+};
+
+struct flow_mr {
+	struct flow *flow;
+	struct ibv_mr *mr;
+};
+
+struct rdma_conn {
+	struct rdma_cm_id *id;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_mr *recv_mr, *stage_mr;
+	uint8_t *recv_bufs, *stage;
+	unsigned max_inline;
+	bool qp_ready;
+	struct flow_mr mrs[MR_MAX];
+	unsigned n_mrs;
+	struct ibv_send_wr wr[SQ_DEPTH];
+	struct ibv_sge sge[SQ_DEPTH];
+};
+
+static struct rdma_shared *shared(struct peer_mgr *m)
+{
+	return m->rdma;
+}
+
+static struct rdma_conn *conn(struct peer *p)
+{
+	return p->tp_data;
+}
+
+/* ---- memory registration -------------------------------------------------- */
+
+static struct ibv_mr *find_mr(struct rdma_conn *c, struct flow *f)
+{
+	for (unsigned i = 0; i < c->n_mrs; i++)
+		if (c->mrs[i].flow == f)
+			return c->mrs[i].mr;
+	return NULL;
+}
+
+/* Register f's ring data area on this connection (once). */
+static struct ibv_mr *flow_mr(struct rdma_conn *c, struct flow *f, int access)
+{
+	struct fr_ring *r = &f->view->ring;
+	struct ibv_mr *mr = find_mr(c, f);
+
+	if (mr || c->n_mrs == MR_MAX)
+		return mr;
+	mr = ibv_reg_mr(c->pd, r->data, r->size, access);
+	if (!mr) {
+		log_error("flow %s: ibv_reg_mr of %llu bytes: %s%s", f->name,
+			  (unsigned long long)r->size, strerror(errno),
+			  errno == ENOMEM || errno == EPERM ?
+				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
+		return NULL;
+	}
+	c->mrs[c->n_mrs++] = (struct flow_mr){ f, mr };
+	return mr;
+}
+
+static void drop_mr(struct rdma_conn *c, unsigned i)
+{
+	ibv_dereg_mr(c->mrs[i].mr);
+	c->mrs[i] = c->mrs[--c->n_mrs];
+}
+
+static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
+			  uint32_t *rkey)
+{
+	struct rdma_conn *c = conn(p);
+	struct ibv_mr *mr = flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE |
+					   IBV_ACCESS_REMOTE_WRITE);
+
+	if (!mr)
+		return -ENOMEM;
+	*raddr = (uintptr_t)f->view->ring.data;
+	*rkey = mr->rkey;
+	return 0;
+}
+
+static void rdma_forget_flow(struct peer *p, struct flow *f)
+{
+	struct rdma_conn *c = conn(p);
+
+	/* a batch in flight may still read it: deregister at close then */
+	if (!c || p->wr_op.busy)
+		return;
+	for (unsigned i = 0; i < c->n_mrs; i++)
+		if (c->mrs[i].flow == f) {
+			drop_mr(c, i);
+			return;
+		}
+}
+
+/* ---- queue pair ------------------------------------------------------------ */
+
+static int post_recv(struct rdma_conn *c, unsigned i)
+{
+	struct ibv_sge sge = { (uintptr_t)(c->recv_bufs + (size_t)i * RECV_BYTES),
+			       RECV_BYTES, c->recv_mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = i, .sg_list = &sge, .num_sge = 1 },
+			   *bad;
+
+	return ibv_post_recv(c->id->qp, &wr, &bad);
+}
+
+/* PD, CQ, QP and buffers for a connection whose id has its device. */
+static int setup_qp(struct peer *p, struct rdma_cm_id *id)
+{
+	struct rdma_shared *s = shared(p->m);
+	struct rdma_conn *c = conn(p);
+	struct ibv_qp_init_attr qa = {
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = SQ_DEPTH, .max_recv_wr = RECV_BUFS,
+			 .max_send_sge = 1, .max_recv_sge = 1,
+			 .max_inline_data = INLINE_WANT },
+	};
+
+	if (id->verbs != s->verbs) {
+		log_error("peer %s: RDMA device differs from the first one",
+			  p->addr);
+		return -ENODEV;
+	}
+	c->id = id;
+	c->pd = ibv_alloc_pd(id->verbs);
+	c->cq = c->pd ? ibv_create_cq(id->verbs, CQ_DEPTH, p, s->cc, 0) : NULL;
+	if (!c->cq)
+		return -errno ? -errno : -ENOMEM;
+	qa.send_cq = qa.recv_cq = c->cq;
+	if (rdma_create_qp(id, c->pd, &qa)) {
+		qa.cap.max_inline_data = 0; /* the device may allow none */
+		if (rdma_create_qp(id, c->pd, &qa))
+			return -errno;
+	}
+	c->max_inline = qa.cap.max_inline_data;
+	c->recv_bufs = aligned_alloc(4096, (size_t)RECV_BUFS * RECV_BYTES);
+	c->stage = aligned_alloc(4096, STAGE_BYTES);
+	if (!c->recv_bufs || !c->stage)
+		return -ENOMEM;
+	c->recv_mr = ibv_reg_mr(c->pd, c->recv_bufs,
+				(size_t)RECV_BUFS * RECV_BYTES,
+				IBV_ACCESS_LOCAL_WRITE);
+	c->stage_mr = ibv_reg_mr(c->pd, c->stage, STAGE_BYTES, 0);
+	if (!c->recv_mr || !c->stage_mr) {
+		log_error("peer %s: registering buffers: %s%s", p->addr,
+			  strerror(errno), " (check RLIMIT_MEMLOCK: ulimit -l)");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < RECV_BUFS; i++)
+		if (post_recv(c, i))
+			return -EIO;
+	c->qp_ready = true;
+	return 0;
+}
+
+static void rdma_close(struct peer *p)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (!c)
+		return;
+	while (c->n_mrs)
+		drop_mr(c, 0);
+	if (c->id && c->id->qp)
+		rdma_destroy_qp(c->id);
+	if (c->recv_mr)
+		ibv_dereg_mr(c->recv_mr);
+	if (c->stage_mr)
+		ibv_dereg_mr(c->stage_mr);
+	if (c->cq)
+		ibv_destroy_cq(c->cq);
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	if (c->id)
+		rdma_destroy_id(c->id);
+	free(c->recv_bufs);
+	free(c->stage);
+	free(c);
+	p->tp_data = NULL;
+}
+
+static void rdma_shutdown(struct peer *p)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (c && c->id)
+		rdma_disconnect(c->id);
+	/* the queue pair is destroyed at close: nothing completes after */
+	p->wr_op.busy = false;
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+static void add_wr(struct rdma_conn *c, unsigned *n, enum ibv_wr_opcode op,
+		   uint64_t addr, uint32_t len, uint32_t lkey, uint64_t raddr,
+		   uint32_t rkey)
+{
+	struct ibv_send_wr *wr = &c->wr[*n];
+
+	c->sge[*n] = (struct ibv_sge){ addr, len, lkey };
+	*wr = (struct ibv_send_wr){ .wr_id = *n, .sg_list = &c->sge[*n],
+				    .num_sge = 1, .opcode = op };
+	if (op == IBV_WR_RDMA_WRITE) {
+		wr->wr.rdma.remote_addr = raddr;
+		wr->wr.rdma.rkey = rkey;
+	} else if (len <= c->max_inline) {
+		wr->send_flags = IBV_SEND_INLINE;
+	}
+	if (*n)
+		c->wr[*n - 1].next = wr;
+	(*n)++;
+}
+
+/* One DATA frame: WRITE its spans into the peer's ring, SEND its header. */
+static int add_data(struct peer *p, unsigned *n, unsigned i, size_t *staged,
+		    const struct wire_hdr *h)
+{
+	struct rdma_conn *c = conn(p);
+	struct flow *f = peer_flow_by_id(p, h->flow_id, FLOW_SENDER);
+	struct ibv_mr *mr = f ? flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	uint64_t off = h->pos & (f ? f->view->ring.mask : 0);
+	unsigned k = i + 1;
+
+	if (!mr)
+		return -ENOMEM;
+	for (uint64_t done = 0; done < h->len && k < p->tx_niov; k++) {
+		const struct iovec *v = &p->tx_iov[k];
+
+		add_wr(c, n, IBV_WR_RDMA_WRITE, (uintptr_t)v->iov_base,
+		       (uint32_t)v->iov_len, mr->lkey,
+		       f->raddr + ((off + done) & f->view->ring.mask), f->rkey);
+		done += v->iov_len;
+	}
+	memcpy(c->stage + *staged, p->tx_iov[i].iov_base, WIRE_HDR);
+	add_wr(c, n, IBV_WR_SEND, (uintptr_t)(c->stage + *staged), WIRE_HDR,
+	       c->stage_mr->lkey, 0, 0);
+	*staged += WIRE_HDR;
+	return (int)(k - i);
+}
+
+static void rdma_send(struct peer *p)
+{
+	struct rdma_conn *c = conn(p);
+	struct ibv_send_wr *bad;
+	size_t staged = 0;
+	unsigned n = 0;
+
+	for (unsigned i = p->tx_first; i < p->tx_niov;) {
+		const struct iovec *v = &p->tx_iov[i];
+		struct wire_hdr h;
+		int used = 1;
+
+		wire_get(v->iov_base, &h);
+		if (h.type == WIRE_DATA) {
+			used = add_data(p, &n, i, &staged, &h);
+			if (used < 0) {
+				peer_fail(p, "flow %u: cannot register its ring",
+					  h.flow_id);
+				return;
+			}
+		} else {
+			if (staged + v->iov_len > STAGE_BYTES) {
+				/* build_ctrl bounds control bytes per batch */
+				peer_fail(p, "batch exceeds the staging buffer");
+				return;
+			}
+			memcpy(c->stage + staged, v->iov_base, v->iov_len);
+			add_wr(c, &n, IBV_WR_SEND, (uintptr_t)(c->stage + staged),
+			       (uint32_t)v->iov_len, c->stage_mr->lkey, 0, 0);
+			staged += v->iov_len;
+		}
+		i += (unsigned)used;
+	}
+	if (!n) {
+		peer_sent(p);
+		return;
+	}
+	c->wr[n - 1].send_flags |= IBV_SEND_SIGNALED; /* selective signalling */
+	c->wr[n - 1].next = NULL;
+	if (ibv_post_send(c->id->qp, c->wr, &bad)) {
+		peer_fail(p, "ibv_post_send: %s", strerror(errno));
+		return;
+	}
+	for (unsigned i = p->tx_first; i < p->tx_niov; i++)
+		p->bytes_tx += p->tx_iov[i].iov_len;
+	p->wr_op.busy = true;
+	p->last_tx_ns = fr_now_ns();
+}
+
+static void rdma_recv(struct peer *p)
+{
+	(void)p; /* receive buffers are posted work requests */
+}
+
+/* ---- completions -------------------------------------------------------------- */
+
+static void got_frame(struct peer *p, struct ibv_wc *wc)
+{
+	struct rdma_conn *c = conn(p);
+	uint8_t *buf = c->recv_bufs + (size_t)wc->wr_id * RECV_BYTES;
+
+	p->last_rx_ns = fr_now_ns();
+	p->bytes_rx += wc->byte_len;
+	if (wc->byte_len < WIRE_HDR) {
+		peer_fail(p, "short frame of %u bytes", wc->byte_len);
+		return;
+	}
+	memcpy(p->hdr_buf, buf, WIRE_HDR);
+	peer_rx_header(p);
+	if (p->state != PEER_UP || !p->in_body)
+		return;
+	if (p->hdr.type == WIRE_CTRL) {
+		if (wc->byte_len != WIRE_HDR + p->hdr.len) {
+			peer_fail(p, "control frame of %u bytes, header says %u",
+				  wc->byte_len, p->hdr.len);
+			return;
+		}
+		memcpy(p->ctrl_buf, buf + WIRE_HDR, p->hdr.len);
+	} else if (wc->byte_len != WIRE_HDR) {
+		peer_fail(p, "data header with a payload");
+		return;
+	}
+	/* DATA: the WRITEs before this header have been placed */
+	p->body_have = p->hdr.len;
+	peer_rx_body(p);
+}
+
+static int poll_peer(struct peer *p)
+{
+	struct rdma_conn *c = conn(p);
+	struct ibv_wc wc[32];
+	int n, work = 0;
+
+	if (!c || !c->qp_ready || p->state != PEER_UP)
+		return 0;
+	while ((n = ibv_poll_cq(c->cq, 32, wc)) > 0) {
+		for (int i = 0; i < n && p->state == PEER_UP; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS) {
+				peer_fail(p, "work request: %s",
+					  ibv_wc_status_str(wc[i].status));
+				return work + 1;
+			}
+			if (wc[i].opcode == IBV_WC_RECV) {
+				got_frame(p, &wc[i]);
+				if (p->state == PEER_UP &&
+				    post_recv(c, (unsigned)wc[i].wr_id))
+					peer_fail(p, "cannot re-post a receive");
+			} else {
+				p->wr_op.busy = false;
+				peer_sent(p);
+			}
+			work++;
+		}
+		if (p->state != PEER_UP)
+			break;
+	}
+	return work;
+}
+
+static int rdma_poll(struct peer_mgr *m)
+{
+	int work = 0;
+
+	for (struct peer *p = m->peers, *n; p; p = n) {
+		n = p->next;
+		if (p->tp == &rdma_transport)
+			work += poll_peer(p);
+	}
+	return work;
+}
+
+static void arm_fd(struct peer_mgr *m, struct loop_op *op, int fd,
+		   loop_done_fn done)
+{
+	struct io_uring_sqe *sqe;
+
+	if (op->busy)
+		return;
+	sqe = loop_sqe(m->loop, op, done);
+	if (sqe)
+		io_uring_prep_poll_add(sqe, fd, POLLIN);
+}
+
+static void cc_done(struct loop_op *op, int res)
+{
+	struct rdma_shared *s = CONTAINER(op, struct rdma_shared, cc_op);
+	struct ibv_cq *cq;
+	void *ctx;
+
+	(void)res;
+	/* drain the channel (non-blocking fd); the duty cycle polls CQs */
+	while (ibv_get_cq_event(s->cc, &cq, &ctx) == 0)
+		ibv_ack_cq_events(cq, 1);
+	s->cq_armed = false;
+}
+
+/* Before sleeping: request notification, then look once more. */
+static bool rdma_arm(struct peer_mgr *m)
+{
+	struct rdma_shared *s = shared(m);
+
+	for (struct peer *p = m->peers; p; p = p->next) {
+		struct rdma_conn *c = conn(p);
+
+		if (p->tp == &rdma_transport && c && c->qp_ready &&
+		    p->state == PEER_UP)
+			ibv_req_notify_cq(c->cq, 0);
+	}
+	s->cq_armed = true;
+	if (s->cc)
+		arm_fd(m, &s->cc_op, s->cc->fd, cc_done);
+	return rdma_poll(m) == 0;
+}
+
+/* ---- connection management ------------------------------------------------------ */
+
+static void ec_done(struct loop_op *op, int res);
+
+static int new_conn(struct peer *p)
+{
+	p->tp_data = calloc(1, sizeof(struct rdma_conn));
+	return p->tp_data ? 0 : -ENOMEM;
+}
+
+static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
+{
+	struct rdma_conn_param cp = { .rnr_retry_count = 7, .retry_count = 7 };
+	char addr[80], host[64] = "?";
+	struct sockaddr *sa = rdma_get_peer_addr(id);
+	struct peer *p;
+
+	getnameinfo(sa, sizeof(struct sockaddr_storage), host, sizeof(host),
+		    NULL, 0, NI_NUMERICHOST);
+	snprintf(addr, sizeof(addr), "%s:%u", host, ntohs(rdma_get_dst_port(id)));
+	p = peer_new(m, addr, false, &rdma_transport);
+	if (!p || new_conn(p)) {
+		rdma_reject(id, NULL, 0);
+		rdma_destroy_id(id);
+		return;
+	}
+	id->context = p;
+	p->state = PEER_CONNECTING;
+	if (setup_qp(p, id) || rdma_accept(id, &cp)) {
+		log_warn("peer %s: cannot accept an RDMA connection", addr);
+		conn(p)->id = id;
+		p->state = PEER_CLOSING;
+		peer_op_done(p);
+	}
+}
+
+static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
+{
+	struct peer *p = ev->id->context;
+	struct rdma_conn_param cp = { .rnr_retry_count = 7, .retry_count = 7 };
+
+	switch (ev->event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		accept_request(m, ev->id);
+		return;
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(ev->id, 2000))
+			peer_fail(p, "rdma_resolve_route: %s", strerror(errno));
+		return;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (setup_qp(p, ev->id) || rdma_connect(ev->id, &cp))
+			peer_fail(p, "cannot set up the queue pair");
+		return;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (p)
+			peer_up(p);
+		return;
+	default:
+		if (p && p != (void *)m)
+			peer_fail(p, "%s", rdma_event_str(ev->event));
+	}
+}
+
+static void ec_done(struct loop_op *op, int res)
+{
+	struct rdma_shared *s = CONTAINER(op, struct rdma_shared, ec_op);
+	struct peer_mgr *m = s->listen_id ? s->listen_id->context : NULL;
+	struct rdma_cm_event *ev;
+
+	(void)res;
+	if (!m)
+		return;
+	while (rdma_get_cm_event(s->ec, &ev) == 0) {
+		struct rdma_cm_event copy = *ev;
+
+		rdma_ack_cm_event(ev); /* before anything may destroy the id */
+		cm_event(m, &copy);
+	}
+	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+}
+
+static int resolve(const char *addr, struct sockaddr_storage *sa)
+{
+	char host[80], *colon;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+
+	snprintf(host, sizeof(host), "%s", addr);
+	colon = strrchr(host, ':');
+	if (!colon)
+		return -EINVAL;
+	*colon = 0;
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EHOSTUNREACH;
+	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static void rdma_connect_peer(struct peer *p)
+{
+	struct rdma_shared *s = shared(p->m);
+	struct sockaddr_storage sa;
+	struct rdma_cm_id *id;
+
+	p->retry_at_ns = fr_now_ns() + 2000000000ull;
+	if (resolve(p->addr, &sa) || (!p->tp_data && new_conn(p)))
+		return;
+	if (rdma_create_id(s->ec, &id, p, RDMA_PS_TCP)) {
+		log_warn("peer %s: rdma_create_id: %s", p->addr, strerror(errno));
+		return;
+	}
+	conn(p)->id = id;
+	p->state = PEER_CONNECTING;
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000))
+		peer_fail(p, "rdma_resolve_addr: %s", strerror(errno));
+}
+
+static int rdma_listen_on(struct peer_mgr *m, const char *addr)
+{
+	struct rdma_shared *s = shared(m);
+	struct sockaddr_storage sa;
+
+	if (resolve(addr, &sa) || rdma_bind_addr(s->listen_id,
+						 (struct sockaddr *)&sa) ||
+	    rdma_listen(s->listen_id, 64)) {
+		log_warn("rdma listen on %s: %s", addr, strerror(errno));
+		return -1;
+	}
+	log_info("listening for RDMA peers on %s", addr);
+	return 0;
+}
+
+static void rdma_stop_listening(struct peer_mgr *m)
+{
+	(void)m; /* the listening id lives as long as the daemon */
+}
+
+static void set_nonblocking(int fd)
+{
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+bool rdma_available(struct peer_mgr *m)
+{
+	struct rdma_shared *s;
+	struct ibv_context **devs;
+	int n = 0;
+
+	devs = rdma_get_devices(&n);
+	if (!devs || n == 0) {
+		if (devs)
+			rdma_free_devices(devs);
+		return false;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return false;
+	s->verbs = devs[0];
+	rdma_free_devices(devs);
+	s->ec = rdma_create_event_channel();
+	s->cc = s->ec ? ibv_create_comp_channel(s->verbs) : NULL;
+	if (!s->cc || rdma_create_id(s->ec, &s->listen_id, m, RDMA_PS_TCP)) {
+		log_warn("RDMA device present but unusable: %s", strerror(errno));
+		free(s);
+		return false;
+	}
+	set_nonblocking(s->ec->fd);
+	set_nonblocking(s->cc->fd);
+	m->rdma = s;
+	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+	log_info("RDMA device %s", ibv_get_device_name(s->verbs->device));
+	return true;
+}
+
+const struct transport rdma_transport = {
+	.name = "rdma",
+	.listen = rdma_listen_on,
+	.stop_listening = rdma_stop_listening,
+	.connect = rdma_connect_peer,
+	.send = rdma_send,
+	.recv = rdma_recv,
+	.shutdown = rdma_shutdown,
+	.close = rdma_close,
+	.poll = rdma_poll,
+	.arm = rdma_arm,
+	.open_flow = rdma_open_flow,
+	.forget_flow = rdma_forget_flow,
+};
