@@ -847,7 +847,7 @@ static void run_init(struct run *R, struct pair *P, const char *prefix,
 
 		snprintf(R->flow[f], sizeof(R->flow[f]), "%s%d", prefix, f);
 		snprintf(c->sock, sizeof(c->sock), "%s", P->b.sock);
-		snprintf(c->flow, sizeof(c->flow), "%s", R->flow[f]);
+		memcpy(c->flow, R->flow[f], sizeof(c->flow));
 		c->fidx = f;
 		c->base = (uint32_t)f * np;
 		c->np = np;
@@ -858,7 +858,7 @@ static void run_init(struct run *R, struct pair *P, const char *prefix,
 			struct prod_cfg *q = &R->prod[c->base + p];
 
 			snprintf(q->sock, sizeof(q->sock), "%s", P->a.sock);
-			snprintf(q->flow, sizeof(q->flow), "%s", R->flow[f]);
+			memcpy(q->flow, R->flow[f], sizeof(q->flow));
 			q->id = c->base + p;
 			q->n = n_per_producer;
 			q->stall_ns = 30 * SEC;

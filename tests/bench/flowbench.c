@@ -1786,8 +1786,8 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	pid_t cons[R_MAX_FLOWS], prod[R_MAX_FLOWS];
 	unsigned created = 0, i;
 	int failed = 0;
-	double cpu0[2], cpu1[2];
-	uint64_t w0, w1;
+	double cpu0[2] = { 0, 0 }, cpu1[2] = { 0, 0 };
+	uint64_t w0 = now_ns(), w1;
 
 	r_case_no++;
 	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
@@ -2061,15 +2061,16 @@ static void r_default_bins(struct ropts *o)
 			 "%.*s/../../control/moverctl", PATH_MAX - 32, exe);
 }
 
-static void print_lat_row(const char *label, uint64_t size, double rate,
-			  const struct latstat *l)
+static void print_lat_row(const struct rlat *r)
 {
+	const struct latstat *l = &r->l;
 	char sz[32];
 
 	printf("%-7s %-6s %8.0f %8" PRIu64 "  %8.1f %8.1f %8.1f %9.1f %9.1f"
-	       " %8.1f\n", label, fmt_size(size, sz, sizeof(sz)), rate, l->n,
-	       l->p50 / 1e3, l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3,
-	       l->max / 1e3, l->mean / 1e3);
+	       " %8.1f  %3.0f/%3.0f%%\n", r->kind,
+	       fmt_size(r->size, sz, sizeof(sz)), l->rate, l->n, l->p50 / 1e3,
+	       l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3, l->max / 1e3,
+	       l->mean / 1e3, 100 * r->cpu_a, 100 * r->cpu_b);
 }
 
 static void json_lat(const struct latstat *l)
@@ -2220,9 +2221,9 @@ static int cmd_remote(int argc, char **argv)
 
 	if (o.do_tput) {
 		if (!o.json)
-			printf("%-6s %5s %5s %12s %8s %9s  %s\n", "size", "flows",
-			       "ring", "records/s", "GB/s", "vs iperf3",
-			       "loaded latency p50 / p99 (us)");
+			printf("%-6s %5s %5s %12s %8s %9s  %-7s %s\n", "size",
+			       "flows", "ring", "records/s", "GB/s", "vs iperf3",
+			       "cpu A/B", "loaded latency p50 / p99 (us)");
 		for (i = 0; i < o.nsizes; i++)
 			for (unsigned k = 0; k < o.nflows; k++) {
 				struct rcase *tc = &cases[ncases++];
@@ -2246,8 +2247,9 @@ static int cmd_remote(int argc, char **argv)
 					       (iperf_bps / 8e9));
 				else
 					printf(" %9s", "-");
-				printf("  %8.1f / %8.1f\n", tc->loaded.p50 / 1e3,
-				       tc->loaded.p99 / 1e3);
+				printf("  %3.0f/%3.0f%% %8.1f / %8.1f\n",
+				       100 * tc->cpu_a, 100 * tc->cpu_b,
+				       tc->loaded.p50 / 1e3, tc->loaded.p99 / 1e3);
 				fflush(stdout);
 			}
 		if (!o.json)
@@ -2264,11 +2266,21 @@ static int cmd_remote(int argc, char **argv)
 	if (o.do_lat) {
 		for (i = 0; i < o.nsizes; i++) {
 			double rate = o.pace, one = 0;
+			bool broken = false;
 
-			for (unsigned k = 0; k < ncases; k++)
+			for (unsigned k = 0; k < ncases; k++) {
 				if (cases[k].ok && cases[k].flows == 1 &&
 				    cases[k].size == o.sizes[i])
 					one = cases[k].recs_per_s;
+				if (!cases[k].ok && cases[k].size == o.sizes[i])
+					broken = true;
+			}
+			if (broken) {
+				fprintf(stderr, "flowbench: no latency runs for "
+					"%" PRIu64 " B records: their throughput "
+					"case failed\n", o.sizes[i]);
+				continue;
+			}
 			if (one > 0 && rate > o.pace_share * one)
 				rate = o.pace_share * one;
 			if (!one && rate > 500e6 / (double)o.sizes[i])
@@ -2291,13 +2303,12 @@ static int cmd_remote(int argc, char **argv)
 			printf("one-way latency, 1 flow, producer's send call to "
 			       "consumer's receipt (CLOCK_MONOTONIC in the "
 			       "record), us:\n");
-			printf("%-7s %-6s %8s %8s  %8s %8s %8s %9s %9s %8s\n",
+			printf("%-7s %-6s %8s %8s  %8s %8s %8s %9s %9s %8s  %s\n",
 			       "run", "size", "rec/s", "samples", "p50", "p90",
-			       "p99", "p99.9", "max", "mean");
+			       "p99", "p99.9", "max", "mean", "cpu A/B");
 			for (i = 0; i < nlats; i++)
 				if (lats[i].ok)
-					print_lat_row(lats[i].kind, lats[i].size,
-						      lats[i].l.rate, &lats[i].l);
+					print_lat_row(&lats[i]);
 			printf("(paced: min(%g/s, %g x the size's 1-flow rate); "
 			       "sparse: %g/s, so moverd A has gone idle before "
 			       "each record)\n", o.pace, o.pace_share, o.sparse);
@@ -2349,6 +2360,8 @@ static int cmd_remote(int argc, char **argv)
 			       tc->size, tc->flows, tc->ring,
 			       tc->ok ? "true" : "false");
 			if (tc->ok) {
+				printf(", \"moverd_cpu\": {\"a\": %.3f, \"b\": %.3f}",
+				       tc->cpu_a, tc->cpu_b);
 				printf(", \"records\": %" PRIu64 ", \"seconds\": "
 				       "%.4f, \"records_per_s\": %.0f, "
 				       "\"gb_per_s\": %.4f, \"min_flow_records_per_s\": "
@@ -2370,6 +2383,8 @@ static int cmd_remote(int argc, char **argv)
 			       i ? "," : "", lats[i].kind, lats[i].size,
 			       lats[i].l.rate, lats[i].ok ? "true" : "false");
 			if (lats[i].ok) {
+				printf(", \"moverd_cpu\": {\"a\": %.3f, \"b\": "
+				       "%.3f}", lats[i].cpu_a, lats[i].cpu_b);
 				printf(", \"one_way_ns\": ");
 				json_lat(&lats[i].l);
 			}
