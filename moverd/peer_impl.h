@@ -113,6 +113,10 @@ extern const struct transport rdma_transport;
 /* The RDMA transport can run here (a device exists and it initialised). */
 bool rdma_available(struct peer_mgr *m);
 
+/* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno. */
+int peer_resolve(const char *addr, struct sockaddr_storage *sa,
+		 socklen_t *len);
+
 /* protocol side, called by transports */
 struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 		      const struct transport *tp);

@@ -552,31 +552,15 @@ static void ec_done(struct loop_op *op, int res)
 	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
 }
 
-static int resolve(const char *addr, struct sockaddr_storage *sa)
-{
-	char host[80], *colon;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-
-	snprintf(host, sizeof(host), "%s", addr);
-	colon = strrchr(host, ':');
-	if (!colon)
-		return -EINVAL;
-	*colon = 0;
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EHOSTUNREACH;
-	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	return 0;
-}
-
 static void rdma_connect_peer(struct peer *p)
 {
 	struct rdma_shared *s = shared(p->m);
 	struct sockaddr_storage sa;
 	struct rdma_cm_id *id;
+	socklen_t len;
 
 	p->retry_at_ns = fr_now_ns() + 2000000000ull;
-	if (resolve(p->addr, &sa) || (!p->tp_data && new_conn(p)))
+	if (peer_resolve(p->addr, &sa, &len) || (!p->tp_data && new_conn(p)))
 		return;
 	if (rdma_create_id(s->ec, &id, p, RDMA_PS_TCP)) {
 		log_warn("peer %s: rdma_create_id: %s", p->addr, strerror(errno));
@@ -592,8 +576,9 @@ static int rdma_listen_on(struct peer_mgr *m, const char *addr)
 {
 	struct rdma_shared *s = shared(m);
 	struct sockaddr_storage sa;
+	socklen_t len;
 
-	if (resolve(addr, &sa) || rdma_bind_addr(s->listen_id,
+	if (peer_resolve(addr, &sa, &len) || rdma_bind_addr(s->listen_id,
 						 (struct sockaddr *)&sa) ||
 	    rdma_listen(s->listen_id, 64)) {
 		log_warn("rdma listen on %s: %s", addr, strerror(errno));

@@ -159,8 +159,8 @@ static void connect_done(struct loop_op *op, int res)
 	peer_up(p);
 }
 
-static int resolve(const char *addr, struct sockaddr_storage *sa,
-		   socklen_t *len)
+int peer_resolve(const char *addr, struct sockaddr_storage *sa,
+		 socklen_t *len)
 {
 	char host[80], *colon;
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
@@ -182,7 +182,7 @@ static void tcp_connect(struct peer *p)
 {
 	struct io_uring_sqe *sqe;
 
-	if (resolve(p->addr, &p->sa, &p->sa_len)) {
+	if (peer_resolve(p->addr, &p->sa, &p->sa_len)) {
 		log_warn("peer %s: cannot resolve", p->addr);
 		p->retry_at_ns = fr_now_ns() + 2000000000ull;
 		return;
@@ -249,7 +249,7 @@ static int tcp_listen(struct peer_mgr *m, const char *addr)
 {
 	struct sockaddr_storage sa;
 	socklen_t len;
-	int one = 1, fd, rc = resolve(addr, &sa, &len);
+	int one = 1, fd, rc = peer_resolve(addr, &sa, &len);
 
 	if (rc) {
 		log_error("cannot resolve listen address %s", addr);

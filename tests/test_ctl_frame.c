@@ -3,6 +3,7 @@
  * validation, fd passing and client round trip (control/, library fmctl).
  * Exits non-zero on the first failed check.
  */
+#include "testutil.h"
 #include "ctl_client.h"
 #include "ctl_frame.h"
 
@@ -19,25 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CHECK(cond)                                                        \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n",       \
-				__FILE__, __LINE__, #cond);                \
-			exit(1);                                           \
-		}                                                          \
-	} while (0)
-
-#define CHECK_RC(expr, want)                                               \
-	do {                                                               \
-		int rc_ = (expr);                                          \
-		if (rc_ != (want)) {                                       \
-			fprintf(stderr, "%s:%d: %s = %d (%s), want %d\n",  \
-				__FILE__, __LINE__, #expr, rc_,            \
-				strerror(rc_ < 0 ? -rc_ : rc_), (want));   \
-			exit(1);                                           \
-		}                                                          \
-	} while (0)
 
 /* err must contain want. */
 #define CHECK_MSG(err, want)                                               \
