@@ -1,0 +1,73 @@
+/*
+ * fuzz_ring: the ring reader against arbitrary shared memory.  Everything a
+ * client writes into a ring is untrusted input to moverd and to consumers:
+ * the input becomes the positions and the data area of a ring, and the
+ * consumer (fr_peek/fr_release) and moverd's scanner (fr_scan) must return
+ * records that lie inside the ring, or -EPROTO, never read out of bounds.
+ *
+ * Input: 1 byte mode (bit 0: deposit ring), 3 x 8 bytes head/tail/published
+ * offsets (taken modulo a few laps), then up to 4 KiB of data area.
+ */
+#include "flowshm_internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RING 4096u
+#define KEY  0x5eed000000001000ull
+
+static uint64_t take64(const uint8_t **p, size_t *n)
+{
+	uint64_t v = 0;
+	size_t k = *n < 8 ? *n : 8;
+
+	memcpy(&v, *p, k);
+	*p += k;
+	*n -= k;
+	return v;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static _Alignas(4096) uint8_t map[FR_CTRL_BYTES + RING];
+	struct fr_params prm = { RING, 1024, FR_MODE_LOCAL, KEY, 0 };
+	struct fr_shared *sh = (struct fr_shared *)map;
+	struct fr_ring r;
+	uint64_t base = 3 * RING, sum = 0, end;
+	bool stuck;
+
+	if (size < 1)
+		return 0;
+	prm.mode = data[0] & 1 ? FR_MODE_DEPOSIT : FR_MODE_LOCAL;
+	data++;
+	size--;
+	memset(map, 0, sizeof(map));
+	fr_format(map, &prm);
+	/* positions near a few laps in, possibly inconsistent */
+	atomic_store(&sh->head, base + (take64(&data, &size) % (2 * RING)));
+	atomic_store(&sh->tail, base + (take64(&data, &size) % (2 * RING)));
+	atomic_store(&sh->published, base + (take64(&data, &size) % (2 * RING)));
+	memcpy(map + FR_CTRL_BYTES, data, size < RING ? size : RING);
+	if (fr_attach(&r, map, sizeof(map)))
+		return 0;
+	r.recover_ns = 0; /* no timing: recovery is exercised by the tests */
+	for (int i = 0; i < 512; i++) {
+		const struct fr_rec *rec;
+		uint32_t len;
+
+		if (fr_peek(&r, &rec, &len))
+			break;
+		/* the record must lie inside the data area */
+		if ((const uint8_t *)(rec + 1) + len > map + sizeof(map))
+			abort();
+		for (uint32_t k = 0; k < len; k++)
+			sum += ((const uint8_t *)(rec + 1))[k];
+		fr_release(&r, r.head + fr_record_bytes(len));
+	}
+	fr_scan(&r, r.head, r.head + RING, &end, &stuck);
+	if (end < r.head || end > r.head + RING)
+		abort();
+	return (int)(sum & 0);
+}
