@@ -385,14 +385,17 @@ static int setup_signals(struct daemon *d)
 }
 
 /*
- * The duty cycle's idle strategy: keep polling while the mover found work
- * in the last 500 us; then sleep in io_uring until an event, with the
- * doorbell armed so that a producer's commit is one (peer_prepare_sleep).
+ * The duty cycle's idle strategy: go on while the mover finds work; when
+ * it finds none, sleep in io_uring at once, with the doorbell and RDMA CQ
+ * notification armed (peer_prepare_sleep re-checks the rings behind a
+ * fence first).  Measured on 2 cores: a 500 us busy-poll window cost
+ * ~0.5 ms per daemon hop (the woken daemon waited behind the other's
+ * polling), and a 20 us window with sched_yield gave 50-90 ms tails at
+ * 20k records/s; sleeping at once gave p50 62-91 us, p99 0.3-0.7 ms.
  */
 static int idle_timeout_ms(struct daemon *d)
 {
-	if (peer_do_work(&d->peers) ||
-	    fr_now_ns() - d->peers.last_work_ns < 500000ull)
+	if (peer_do_work(&d->peers))
 		return 0;
 	return peer_prepare_sleep(&d->peers);
 }

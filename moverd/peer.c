@@ -359,6 +359,9 @@ static uint64_t next_span(struct flow *f, uint64_t budget)
 	bool stuck;
 	int rc;
 
+	/* never below one whole record of the flow's largest size */
+	if (budget < fr_record_bytes(r->max_record))
+		budget = fr_record_bytes(r->max_record);
 	if (limit > f->sent + budget)
 		limit = f->sent + budget;
 	rc = fr_scan(r, f->sent, limit, &end, &stuck);

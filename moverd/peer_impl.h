@@ -60,6 +60,7 @@ struct peer {
 	struct flow *rx_flow;
 	struct iovec rx_iov[2];   /* where a DATA body goes in the ring */
 	struct iovec rx_cur[2];   /* what the receive in flight still fills */
+	struct msghdr rx_msg;
 
 	/* send */
 	struct ctrl_frame *ctrlq, *tx_ctrl;

@@ -108,7 +108,7 @@ static void tcp_recv(struct peer *p)
 	}
 	if (!p->in_body) {
 		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
-				   WIRE_HDR - p->hdr_have, 0);
+				   WIRE_HDR - p->hdr_have, MSG_WAITALL);
 		return;
 	}
 	if (p->hdr.type == WIRE_CTRL) {
@@ -128,7 +128,10 @@ static void tcp_recv(struct peer *p)
 					 p->rx_iov[1].iov_len - skip };
 		iov[1] = (struct iovec){ NULL, 0 };
 	}
-	io_uring_prep_readv(sqe, p->fd, iov, iov[1].iov_len ? 2 : 1, 0);
+	/* MSG_WAITALL: one completion per body, not one per arriving segment */
+	p->rx_msg = (struct msghdr){ .msg_iov = iov,
+				     .msg_iovlen = iov[1].iov_len ? 2 : 1 };
+	io_uring_prep_recvmsg(sqe, p->fd, &p->rx_msg, MSG_WAITALL);
 }
 
 /* ---- connections ---------------------------------------------------------- */
