@@ -3,9 +3,10 @@
  * records for integrity but sets no performance thresholds).
  *
  *   flowbench local [options]   shared-memory rings on this machine
+ *   flowbench remote [options]  two moverd daemons on loopback, flows
+ *                               between them over TCP (see cmd_remote)
  *
- * Subcommands live in one table (see `subcmds` at the bottom), so a later
- * mode such as `flowbench remote` (two daemons) is one more entry.
+ * Subcommands live in one table (see `subcmds` at the bottom).
  *
  * `local` measures, with separate processes (fork) for every producer and
  * the consumer, each opening its end with flowshm_open_fd after the fork:
@@ -73,7 +74,7 @@ static void sleep_ns(uint64_t ns)
 /* `remote` sets this: stop the daemons and children it started. */
 static void (*on_die)(void);
 
-static void die(const char *what, int rc)
+static _Noreturn void die(const char *what, int rc)
 {
 	fprintf(stderr, "flowbench: %s: %s\n", what,
 		rc < 0 ? flowshm_strerror(rc) : strerror(errno));
@@ -1461,6 +1462,12 @@ static int r_start_daemons(const struct ropts *o)
 {
 	char listen[64], out[1024];
 
+	char *help_argv[] = { (char *)o->moverd, "--help", NULL };
+	bool tcp_opt;
+
+	/* older daemons know TCP only and have no --transport */
+	r_run(help_argv, out, sizeof(out), 5000000000ull);
+	tcp_opt = strstr(out, "--transport") != NULL;
 	R.port = free_port();
 	snprintf(listen, sizeof(listen), "127.0.0.1:%d", R.port);
 	for (int i = 0; i < 2; i++) {
@@ -1483,6 +1490,10 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = R.sock[i];
 		argv[n++] = "--state-dir";
 		argv[n++] = state;
+		if (tcp_opt) { /* this mode measures TCP, even with RDMA */
+			argv[n++] = "--transport";
+			argv[n++] = "tcp";
+		}
 		if (i == 1) {
 			argv[n++] = "--listen";
 			argv[n++] = listen;
@@ -2257,7 +2268,8 @@ static int cmd_remote(int argc, char **argv)
 			       "process per flow, all on %ld cpus with both "
 			       "daemons: a contention figure, not scaling; every "
 			       "flow shares the one TCP connection between A "
-			       "and B)\n(loaded latency: send call to receipt "
+			       "and B)\n(cpu A/B: CPU time of moverd A and B, as a "
+			       "share of one cpu)\n(loaded latency: send call to receipt "
 			       "while the flow runs flat out, so it is mostly "
 			       "queueing in the rings)\n\n",
 			       sysconf(_SC_NPROCESSORS_ONLN));
