@@ -241,6 +241,8 @@ static void peer_closed(struct peer *p)
 			p->backoff_ms *= 2;
 		return;
 	}
+	while (p->flows) /* sender flows of a stopping daemon */
+		unlink_flow(p->flows);
 	for (struct peer **pp = &m->peers; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
@@ -922,16 +924,16 @@ void peer_mgr_stop(struct peer_mgr *m)
 	tcp_transport.stop_listening(m);
 	if (m->rdma)
 		rdma_transport.stop_listening(m);
-	for (struct peer *p = m->peers; p; p = p->next) {
-		p->outbound = false; /* no reconnecting: free when closed */
-		if (p->state == PEER_DOWN)
-			p->state = PEER_CLOSING;
-		else
-			peer_fail(p, "moverd is stopping");
-	}
+	/* a peer with nothing in flight is freed inside peer_fail */
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
-		peer_op_done(p);
+		p->outbound = false; /* no reconnecting: free when closed */
+		if (p->state == PEER_DOWN) {
+			p->state = PEER_CLOSING;
+			peer_op_done(p);
+		} else {
+			peer_fail(p, "moverd is stopping");
+		}
 	}
 }
 
@@ -997,8 +999,10 @@ int peer_do_work(struct peer_mgr *m)
 {
 	int work = m->rdma ? rdma_transport.poll(m) : 0;
 
-	for (struct peer *p = m->peers; p; p = p->next)
+	for (struct peer *p = m->peers, *n; p; p = n) {
+		n = p->next; /* a failing send may free p */
 		work += tx_build(p);
+	}
 	if (work)
 		m->last_work_ns = fr_now_ns();
 	return work;

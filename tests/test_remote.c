@@ -335,6 +335,11 @@ struct pair {
 	struct daemon a, b;
 };
 
+/* FM_REMOTE_ADDR / FM_REMOTE_TRANSPORT: run the loopback cases over
+ * another address and transport (the soft-RoCE guest: 10.77.0.1, rdma). */
+static const char *remote_addr = "127.0.0.1";
+static const char *remote_transport;
+
 static void daemon_exec(const void *arg)
 {
 	const struct daemon *d = arg;
@@ -349,6 +354,10 @@ static void daemon_exec(const void *arg)
 	if (d->state_dir[0]) {
 		argv[n++] = "--state-dir";
 		argv[n++] = d->state_dir;
+	}
+	if (remote_transport) {
+		argv[n++] = "--transport";
+		argv[n++] = remote_transport;
 	}
 	argv[n] = NULL;
 	if (d->netns) {
@@ -883,6 +892,8 @@ static const char *state_of(const char *sock, const char *flow, char *state,
  * A says "open". */
 static void run_create_flows(struct run *R, const char *ring_size)
 {
+	const char *want_tp = remote_transport && strcmp(remote_transport,
+						"auto") ? remote_transport : "tcp";
 	struct pair *P = R->P;
 	char out[4096], state[32], v[64];
 	int rc;
@@ -912,9 +923,9 @@ static void run_create_flows(struct run *R, const char *ring_size)
 		if (!jget(out, "role", v, sizeof(v)) || strcmp(v, "sender"))
 			fail_run(R, "flow %s on A: role '%s', want 'sender':\n%s",
 				 R->flow[f], v, out);
-		if (!jget(out, "transport", v, sizeof(v)) || strcmp(v, "tcp"))
-			fail_run(R, "flow %s on A: transport '%s', want 'tcp':\n%s",
-				 R->flow[f], v, out);
+		if (!jget(out, "transport", v, sizeof(v)) || strcmp(v, want_tp))
+			fail_run(R, "flow %s on A: transport '%s', want '%s':\n%s",
+				 R->flow[f], v, want_tp, out);
 		if (!jget(out, "peer", v, sizeof(v)) || !strstr(v,
 				strrchr(P->peer, ':') + 1))
 			fail_run(R, "flow %s on A: peer '%s', want %s:\n%s",
@@ -1105,7 +1116,7 @@ static void test_loopback(void)
 	static struct run R;
 	char out[8192];
 
-	pair_init(&P, "c1", "127.0.0.1", NULL, NULL, false);
+	pair_init(&P, "c1", remote_addr, NULL, NULL, false);
 	pair_start(&P);
 	run_init(&R, &P, "lo", nflows, 2, n);
 	run_create_flows(&R, "1M");
@@ -1145,7 +1156,7 @@ static void test_slow_consumer(void)
 	struct pair P;
 	static struct run R;
 
-	pair_init(&P, "c2", "127.0.0.1", NULL, NULL, false);
+	pair_init(&P, "c2", remote_addr, NULL, NULL, false);
 	pair_start(&P);
 	run_init(&R, &P, "slow", 2, 2, n);
 	for (int f = 0; f < R.nflows; f++)
@@ -1187,7 +1198,7 @@ static void test_late_consumer(void)
 	static struct run R;
 	char out[4096];
 
-	pair_init(&P, "c3", "127.0.0.1", NULL, NULL, false);
+	pair_init(&P, "c3", remote_addr, NULL, NULL, false);
 	pair_start(&P);
 	run_init(&R, &P, "late", 1, 2, n);
 	run_create_flows(&R, "256K");
@@ -1237,7 +1248,7 @@ static void test_destroy_busy(void)
 	uint64_t t0;
 	int rc;
 
-	pair_init(&P, "c4", "127.0.0.1", NULL, NULL, false);
+	pair_init(&P, "c4", remote_addr, NULL, NULL, false);
 	pair_start(&P);
 	run_init(&R, &P, "busy", 1, 2, UNKNOWN); /* send until -EPIPE */
 	R.cons[0].until_epipe = true;
@@ -1303,7 +1314,7 @@ static void test_kill_receiver(void)
 	int rc;
 
 	/* B gets an explicit --state-dir: the rings must outlive it */
-	pair_init(&P, "c5", "127.0.0.1", NULL, NULL, true);
+	pair_init(&P, "c5", remote_addr, NULL, NULL, true);
 	pair_start(&P);
 	run_init(&R, &P, "r", 2, 2, n);
 	R.cons[1].reattach = true;       /* flow r1: detach + re-attach */
@@ -1403,7 +1414,7 @@ static void test_kill_producer(void)
 	static struct run R;
 	char out[4096];
 
-	pair_init(&P, "c6", "127.0.0.1", NULL, NULL, false);
+	pair_init(&P, "c6", remote_addr, NULL, NULL, false);
 	pair_start(&P);
 	run_init(&R, &P, "kp", 2, 3, n);
 	R.cons[0].want[victim] = UNKNOWN;
@@ -1634,7 +1645,7 @@ static void test_kill_sender(void)
 	char out[4096], state[32];
 	int rc;
 
-	pair_init(&P, "c8", "127.0.0.1", NULL, NULL, true);
+	pair_init(&P, "c8", remote_addr, NULL, NULL, true);
 	pair_start(&P);
 	run_init(&R, &P, "s", 2, 2, n);
 	R.cons[0].stall_ns = R.cons[1].stall_ns = 40 * SEC;
@@ -1708,6 +1719,9 @@ int main(int argc, char **argv)
 	moverctl_bin = argv[2];
 	if (getenv("FM_REMOTE_LOG_LEVEL"))
 		log_level = getenv("FM_REMOTE_LOG_LEVEL");
+	if (getenv("FM_REMOTE_ADDR"))
+		remote_addr = getenv("FM_REMOTE_ADDR");
+	remote_transport = getenv("FM_REMOTE_TRANSPORT");
 	main_pid = getpid();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	snprintf(top_dir, sizeof(top_dir), "/tmp/fm-remote-%d", (int)main_pid);
