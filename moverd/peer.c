@@ -253,10 +253,18 @@ static void peer_closed(struct peer *p)
 	free(p);
 }
 
-void peer_op_done(struct peer *p)
+/*
+ * Free (inbound) or reset (outbound) every closing peer with nothing in
+ * flight.  Only here, at the top of the duty cycle: never inside a
+ * completion handler, which may still hold the peer.
+ */
+static void reap_peers(struct peer_mgr *m)
 {
-	if (p->state == PEER_CLOSING && !peer_io_busy(p))
-		peer_closed(p);
+	for (struct peer *p = m->peers, *n; p; p = n) {
+		n = p->next;
+		if (p->state == PEER_CLOSING && !peer_io_busy(p))
+			peer_closed(p);
+	}
 }
 
 void peer_fail(struct peer *p, const char *fmt, ...)
@@ -274,8 +282,7 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	if (p->state == PEER_UP)
 		p->reconnects++;
 	p->state = PEER_CLOSING;
-	p->tp->shutdown(p);
-	peer_op_done(p);
+	p->tp->shutdown(p); /* reap_peers frees it once idle */
 }
 
 /* ---- sending ------------------------------------------------------------- */
@@ -842,6 +849,9 @@ static bool bell_data_ready(struct peer_mgr *m)
 	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
 		struct fr_ring *r = ring_of(f);
 
+		/* a send in flight: its completion wakes us, do not spin */
+		if (f->peer->wr_op.busy)
+			continue;
 		/* acquire: pairs with the producer's release of the seal */
 		if (atomic_load_explicit(&fr_rec_at(r, f->sent)->seal,
 					 memory_order_acquire) ==
@@ -924,21 +934,20 @@ void peer_mgr_stop(struct peer_mgr *m)
 	tcp_transport.stop_listening(m);
 	if (m->rdma)
 		rdma_transport.stop_listening(m);
-	/* a peer with nothing in flight is freed inside peer_fail */
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
 		p->outbound = false; /* no reconnecting: free when closed */
-		if (p->state == PEER_DOWN) {
+		if (p->state == PEER_DOWN)
 			p->state = PEER_CLOSING;
-			peer_op_done(p);
-		} else {
+		else
 			peer_fail(p, "moverd is stopping");
-		}
 	}
+	reap_peers(m);
 }
 
-bool peer_mgr_busy(const struct peer_mgr *m)
+bool peer_mgr_busy(struct peer_mgr *m)
 {
+	reap_peers(m);
 	return m->peers != NULL;
 }
 
@@ -997,12 +1006,12 @@ void peer_forget_flow(struct peer_mgr *m, struct flow *f)
 
 int peer_do_work(struct peer_mgr *m)
 {
-	int work = m->rdma ? rdma_transport.poll(m) : 0;
+	int work;
 
-	for (struct peer *p = m->peers, *n; p; p = n) {
-		n = p->next; /* a failing send may free p */
+	reap_peers(m);
+	work = m->rdma ? rdma_transport.poll(m) : 0;
+	for (struct peer *p = m->peers; p; p = p->next)
 		work += tx_build(p);
-	}
 	if (work)
 		m->last_work_ns = fr_now_ns();
 	return work;

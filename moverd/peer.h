@@ -54,7 +54,7 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   struct ctl_server *ctl, const char *listen_addr,
 		   const char *transport);
 void peer_mgr_stop(struct peer_mgr *m);
-bool peer_mgr_busy(const struct peer_mgr *m);
+bool peer_mgr_busy(struct peer_mgr *m);
 
 /* A sender flow was created or re-adopted: connect and open it. */
 int peer_add_sender(struct peer_mgr *m, struct flow *f);

@@ -125,7 +125,6 @@ struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);
 void peer_up(struct peer *p);
 void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-void peer_op_done(struct peer *p);  /* an op completed on a closing peer */
 void peer_sent(struct peer *p);     /* the whole send went */
 void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);

@@ -502,8 +502,7 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	if (setup_qp(p, id) || rdma_accept(id, &cp)) {
 		log_warn("peer %s: cannot accept an RDMA connection", addr);
 		conn(p)->id = id;
-		p->state = PEER_CLOSING;
-		peer_op_done(p);
+		p->state = PEER_CLOSING; /* reap_peers frees it */
 	}
 }
 

@@ -42,10 +42,8 @@ static void write_done(struct loop_op *op, int res)
 	struct peer *p = CONTAINER(op, struct peer, wr_op);
 	size_t done;
 
-	if (p->state == PEER_CLOSING) {
-		peer_op_done(p);
-		return;
-	}
+	if (p->state == PEER_CLOSING)
+		return; /* reap_peers takes it from here */
 	if (res <= 0) {
 		peer_fail(p, "send: %s", res ? strerror(-res) : "closed");
 		return;
@@ -71,10 +69,8 @@ static void read_done(struct loop_op *op, int res)
 {
 	struct peer *p = CONTAINER(op, struct peer, rd_op);
 
-	if (p->state == PEER_CLOSING) {
-		peer_op_done(p);
-		return;
-	}
+	if (p->state == PEER_CLOSING)
+		return; /* reap_peers takes it from here */
 	if (res <= 0) {
 		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
 		return;
@@ -92,8 +88,6 @@ static void read_done(struct loop_op *op, int res)
 	}
 	if (p->state == PEER_UP)
 		tcp_recv(p);
-	else
-		peer_op_done(p);
 }
 
 static void tcp_recv(struct peer *p)
@@ -149,14 +143,11 @@ static void connect_done(struct loop_op *op, int res)
 {
 	struct peer *p = CONTAINER(op, struct peer, conn_op);
 
-	if (p->state == PEER_CLOSING) {
-		peer_op_done(p);
-		return;
-	}
+	if (p->state == PEER_CLOSING)
+		return; /* reap_peers takes it from here */
 	if (res < 0) {
 		log_debug("peer %s: connect: %s", p->addr, strerror(-res));
-		p->state = PEER_CLOSING;
-		peer_op_done(p);
+		p->state = PEER_CLOSING; /* reap_peers schedules a retry */
 		return;
 	}
 	peer_up(p);

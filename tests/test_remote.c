@@ -42,6 +42,7 @@
 #include "ctl_client.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <sched.h>
@@ -1466,6 +1467,83 @@ static void test_kill_producer(void)
 	pair_stop(&P);
 }
 
+/* ---- 9: a hostile peer ---------------------------------------------------------- */
+
+/* Connect to B's peer port, send bytes, and wait for B to hang up. */
+static bool bad_peer_hung_up(const struct pair *P, const void *buf, size_t len)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	const char *colon = strrchr(P->peer, ':');
+	char host[64], b;
+	struct pollfd pf;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	bool closed;
+
+	snprintf(host, sizeof(host), "%.*s", (int)(colon - P->peer), P->peer);
+	a.sin_port = htons((uint16_t)atoi(colon + 1));
+	CHECK(fd >= 0 && inet_pton(AF_INET, host, &a.sin_addr) == 1);
+	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(send(fd, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
+	pf = (struct pollfd){ .fd = fd, .events = POLLIN };
+	closed = poll(&pf, 1, 5000) == 1 && recv(fd, &b, 1, 0) <= 0;
+	close(fd);
+	return closed;
+}
+
+static void frame(uint8_t out[32], uint32_t magic, uint16_t version,
+		  uint16_t type, uint32_t flow, uint32_t len, uint64_t pos)
+{
+	memset(out, 0, 32);
+	memcpy(out, &magic, 4);
+	memcpy(out + 4, &version, 2);
+	memcpy(out + 6, &type, 2);
+	memcpy(out + 8, &flow, 4);
+	memcpy(out + 12, &len, 4);
+	memcpy(out + 16, &pos, 8);
+}
+
+/*
+ * While a flow runs between A and B, other "peers" send B garbage, a
+ * wrong protocol version, data for a flow that does not exist, and an
+ * undecodable control message: each is disconnected with a logged reason,
+ * and the real flow delivers every record.
+ */
+static void test_bad_peer(void)
+{
+	uint64_t n = scaled(40000);
+	struct pair P;
+	static struct run R;
+	uint8_t junk[64], hdr[48];
+
+	pair_init(&P, "c9", remote_addr, NULL, NULL, false);
+	pair_start(&P);
+	run_init(&R, &P, "bp", 1, 1, n);
+	run_create_flows(&R, "1M");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	memset(junk, 0xa5, sizeof(junk));
+	if (!bad_peer_hung_up(&P, junk, sizeof(junk)))
+		fail_run(&R, "B kept a peer that sent garbage");
+	frame(hdr, 0x464d5057u, 99, 4, 0, 0, 0);
+	if (!bad_peer_hung_up(&P, hdr, 32))
+		fail_run(&R, "B kept a peer of protocol version 99");
+	frame(hdr, 0x464d5057u, 1, 2, 999, 16, 0);
+	if (!bad_peer_hung_up(&P, hdr, 48))
+		fail_run(&R, "B kept a peer sending data for an unknown flow");
+	frame(hdr, 0x464d5057u, 1, 1, 0, 16, 0);
+	memset(hdr + 32, 0xff, 16);
+	if (!bad_peer_hung_up(&P, hdr, 48))
+		fail_run(&R, "B kept a peer sending an undecodable message");
+	run_wait(&R, 120, NULL, NULL);
+	run_report(&R, "bad peers");
+	if (sh_run("grep -q 'bad frame header' %s && grep -q 'data for unknown "
+		   "flow' %s && grep -q undecodable %s", P.b.log, P.b.log,
+		   P.b.log))
+		fail_run(&R, "B's log does not give the reasons");
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
 /* ---- 7: two network namespaces -------------------------------------------------- */
 
 static const char *netns_unavailable(void)
@@ -1711,6 +1789,7 @@ int main(int argc, char **argv)
 		{ test_kill_producer, "kill -9 of a producer mid-stream", 90 },
 		{ test_netns, "two network namespaces, veth link cut", 180 },
 		{ test_kill_sender, "kill -9 and restart of the sending moverd", 180 },
+		{ test_bad_peer, "hostile peers: garbage, wrong version, unknown flow", 120 },
 	};
 	uint64_t t0 = tu_now_ns();
 
