@@ -3,8 +3,9 @@
  * records for integrity but sets no performance thresholds).
  *
  *   flowbench local [options]   shared-memory rings on this machine
- *   flowbench remote [options]  two moverd daemons on loopback, flows
- *                               between them over TCP (see cmd_remote)
+ *   flowbench remote [options]  two moverd daemons on this machine, flows
+ *                               between them over TCP or RDMA (see
+ *                               cmd_remote; loopback and TCP by default)
  *
  * Subcommands live in one table (see `subcmds` at the bottom).
  *
@@ -1141,11 +1142,13 @@ bad:
 	return 2;
 }
 
-/* ---- `remote`: two moverd daemons over TCP on loopback ------------------- */
+/* ---- `remote`: two moverd daemons, TCP on loopback by default ----------- */
 
 /*
  * flowbench starts two moverd daemons itself: A (the producers' host) and B
- * (the consumers' host, listening on a free loopback port), each with a
+ * (the consumers' host, listening on a free port of --addr, 127.0.0.1 by
+ * default), both with --transport (tcp by default; rdma where the address
+ * has an RDMA device, e.g. soft-RoCE in tests/rdma/bench-in-vm.sh), each with a
  * private control socket and state directory under a temporary directory
  * on tmpfs.  For every case it creates flows A -> B with moverctl, forks one
  * producer (attached on A) and one consumer (attached on B) per flow, and
@@ -1174,6 +1177,9 @@ struct ropts {
 	double pace_share;      /* paced rate <= this share of the 1-flow rate */
 	bool json, do_tput, do_lat, do_iperf;
 	char moverd[PATH_MAX], moverctl[PATH_MAX];
+	char addr[64];          /* B listens here, A's flows peer here */
+	char transport[16];     /* moverd --transport: tcp, rdma or auto */
+	const char *dir_base;   /* parent of the temporary dir, or NULL */
 };
 
 struct latstat {
@@ -1190,6 +1196,7 @@ struct rcase {
 	double recs_per_s, gb_per_s, secs, min_flow, max_flow;
 	uint64_t recs;
 	struct latstat loaded;
+	char transport[16];     /* what moverctl flow show said, or "?" */
 };
 
 struct rlat {
@@ -1198,6 +1205,7 @@ struct rlat {
 	bool ok;
 	double cpu_a, cpu_b;
 	struct latstat l;
+	char transport[16];
 };
 
 /* Per flow results, written by that flow's consumer. */
@@ -1424,13 +1432,17 @@ static int r_ctl(int daemon, char *out, size_t cap, ...)
 	return r_run(argv, out, cap, 10000000000ull);
 }
 
-static int free_port(void)
+/* A free TCP port on addr (an IPv4 address). */
+static int free_port(const char *addr)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t len = sizeof(sa);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port;
 
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1) {
+		errno = EINVAL;
+		die(addr, 0);
+	}
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    getsockname(fd, (struct sockaddr *)&sa, &len))
 		die("bind to a free port", 0);
@@ -1441,12 +1453,21 @@ static int free_port(void)
 
 /* A temporary directory, on tmpfs if there is one: moverd keeps the rings of
  * flows between hosts as files there (--state-dir), and a disk-backed file
- * system would write them back to disk during the run. */
-static void r_make_dir(void)
+ * system would write them back to disk during the run.  --dir BASE puts it
+ * under BASE (e.g. /tmp in the soft-RoCE guest, where /tmp is tmpfs). */
+static void r_make_dir(const char *base)
 {
 	static const char *const bases[] = { "/dev/shm", "/run", NULL };
 	const char *tmp = getenv("TMPDIR");
 
+	if (base) {
+		snprintf(R.dir, sizeof(R.dir), "%s/flowbench-remote.XXXXXX",
+			 base);
+		if (mkdtemp(R.dir))
+			return;
+		R.dir[0] = 0;
+		die(base, 0);
+	}
 	for (int i = 0; i < 3; i++) {
 		const char *b = bases[i] ? bases[i] : tmp ? tmp : "/tmp";
 
@@ -1460,16 +1481,10 @@ static void r_make_dir(void)
 
 static int r_start_daemons(const struct ropts *o)
 {
-	char listen[64], out[1024];
+	char listen[96], out[1024];
 
-	char *help_argv[] = { (char *)o->moverd, "--help", NULL };
-	bool tcp_opt;
-
-	/* older daemons know TCP only and have no --transport */
-	r_run(help_argv, out, sizeof(out), 5000000000ull);
-	tcp_opt = strstr(out, "--transport") != NULL;
-	R.port = free_port();
-	snprintf(listen, sizeof(listen), "127.0.0.1:%d", R.port);
+	R.port = free_port(o->addr);
+	snprintf(listen, sizeof(listen), "%s:%d", o->addr, R.port);
 	for (int i = 0; i < 2; i++) {
 		char state[PATH_MAX], logp[PATH_MAX];
 		char *argv[16];
@@ -1485,15 +1500,14 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = (char *)o->moverd;
 		argv[n++] = "--foreground";
 		argv[n++] = "--log-level";
-		argv[n++] = "warn";
+		argv[n++] = getenv("FLOWBENCH_MOVERD_LOG") ?
+			    getenv("FLOWBENCH_MOVERD_LOG") : "warn";
 		argv[n++] = "--socket";
 		argv[n++] = R.sock[i];
 		argv[n++] = "--state-dir";
 		argv[n++] = state;
-		if (tcp_opt) { /* this mode measures TCP, even with RDMA */
-			argv[n++] = "--transport";
-			argv[n++] = "tcp";
-		}
+		argv[n++] = "--transport";
+		argv[n++] = (char *)o->transport;
 		if (i == 1) {
 			argv[n++] = "--listen";
 			argv[n++] = listen;
@@ -1793,7 +1807,8 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	uint64_t ring = pow2_at_least(o->ring_size > 64 * size ?
 				      o->ring_size : 64 * size);
 	uint64_t count = 0, skip = 0, all = 0, nlat = 0;
-	char names[R_MAX_FLOWS][32], rs[32], mr[32], peer[64], out[2048];
+	char names[R_MAX_FLOWS][32], rs[32], mr[32], peer[96], out[2048];
+	char transport[16] = "?";
 	pid_t cons[R_MAX_FLOWS], prod[R_MAX_FLOWS];
 	unsigned created = 0, i;
 	int failed = 0;
@@ -1803,7 +1818,7 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	r_case_no++;
 	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
 	snprintf(mr, sizeof(mr), "%" PRIu64, size);
-	snprintf(peer, sizeof(peer), "127.0.0.1:%d", R.port);
+	snprintf(peer, sizeof(peer), "%s:%d", o->addr, R.port);
 	if (rate > 0) {
 		skip = (uint64_t)(rate * o->warmup);
 		count = skip + (uint64_t)(rate * o->lat_seconds);
@@ -1913,6 +1928,14 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	}
 out:
 	r_kill_kids(); /* whatever is left (only after a failure) */
+	/* the transport the first flow actually ran on (A's view) */
+	if (created && r_ctl(0, out, sizeof(out), "flow", "show", names[0],
+			     NULL) == 0) {
+		const char *t = strstr(out, "\ntransport:");
+
+		if (t && sscanf(t + 11, " %15s", transport) != 1)
+			snprintf(transport, sizeof(transport), "?");
+	}
 	for (i = 0; i < created; i++)
 		if (r_ctl(0, out, sizeof(out), "flow", "destroy", names[i],
 			  NULL)) {
@@ -1932,6 +1955,7 @@ out:
 	if (rate > 0) {
 		*lr = (struct rlat){ .size = size, .ring = ring, .ok = !failed,
 				     .cpu_a = cpu1[0], .cpu_b = cpu1[1] };
+		memcpy(lr->transport, transport, sizeof(transport));
 		lr->l.rate = rate;
 		if (!failed)
 			lat_stats(s->lat, nlat, &lr->l);
@@ -1945,6 +1969,7 @@ out:
 		*tc = (struct rcase){ .size = size, .ring = ring,
 				      .flows = flows, .ok = !failed,
 				      .cpu_a = cpu1[0], .cpu_b = cpu1[1] };
+		memcpy(tc->transport, transport, sizeof(transport));
 		for (i = 0; i < flows && !failed; i++) {
 			double r = s->f[i].ns ? (double)s->f[i].recs * 1e9 /
 						(double)s->f[i].ns : 0;
@@ -1975,18 +2000,18 @@ out:
 	return failed ? -1 : 0;
 }
 
-/* iperf3 over loopback, one TCP stream: bits/s received, or < 0. */
+/* iperf3 to --addr (loopback by default), one TCP stream: bits/s, or < 0. */
 static double r_iperf(const struct ropts *o, char *why, size_t whylen)
 {
 	char port[16], secs[16], *out = malloc(1 << 20);
 	char *srv_argv[] = { "iperf3", "-s", "-1", "-p", port, NULL };
-	char *cli_argv[] = { "iperf3", "-c", "127.0.0.1", "-p", port, "-t",
-			     secs, "-J", NULL };
+	char *cli_argv[] = { "iperf3", "-c", (char *)o->addr, "-p", port,
+			     "-t", secs, "-J", NULL };
 	double bps = -1;
 	pid_t srv;
 	int rc = -1;
 
-	snprintf(port, sizeof(port), "%d", free_port());
+	snprintf(port, sizeof(port), "%d", free_port(o->addr));
 	snprintf(secs, sizeof(secs), "%g", o->iperf_seconds);
 	srv = r_spawn(srv_argv, -1, true, SIGKILL);
 	R.kids[R.nkids++] = srv;
@@ -2025,8 +2050,15 @@ static void usage_remote(FILE *f)
 {
 	fprintf(f,
 "usage: flowbench remote [options]\n"
-"  Starts two moverd daemons (A, B) on loopback, creates flows A -> B over\n"
-"  TCP; one producer process on A and one consumer process on B per flow.\n"
+"  Starts two moverd daemons (A, B) on this machine, creates flows A -> B\n"
+"  (B listens on --addr); one producer process on A and one consumer\n"
+"  process on B per flow.\n"
+"  --addr IP           B's listen address and A's peer address (default\n"
+"                      127.0.0.1; e.g. 10.77.0.1 for rxe0 in the guest)\n"
+"  --transport T       moverd --transport of both daemons: tcp (default),\n"
+"                      rdma or auto\n"
+"  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
+"                      under DIR (default: /dev/shm, /run or $TMPDIR)\n"
 "  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
 "                      this flowbench in the build tree)\n"
 "  --moverctl PATH     moverctl binary (default: ../../control/moverctl)\n"
@@ -2046,6 +2078,8 @@ static void usage_remote(FILE *f)
 "  --lat-seconds S     length of each latency run (default 2)\n"
 "  --iperf-seconds S   iperf3 -t (default 3)\n"
 "  --only LIST         tput,latency,iperf (default all)\n"
+"  env FLOWBENCH_MOVERD_LOG=LEVEL  moverd --log-level (default warn); logs\n"
+"                      are printed to stderr when a case fails\n"
 "  --json              machine-readable output on stdout\n"
 "  -h, --help          this text\n", R_MAX_FLOWS);
 }
@@ -2078,10 +2112,10 @@ static void print_lat_row(const struct rlat *r)
 	char sz[32];
 
 	printf("%-7s %-6s %8.0f %8" PRIu64 "  %8.1f %8.1f %8.1f %9.1f %9.1f"
-	       " %8.1f  %3.0f/%3.0f%%\n", r->kind,
+	       " %8.1f  %3.0f/%3.0f%%  %s\n", r->kind,
 	       fmt_size(r->size, sz, sizeof(sz)), l->rate, l->n, l->p50 / 1e3,
 	       l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3, l->max / 1e3,
-	       l->mean / 1e3, 100 * r->cpu_a, 100 * r->cpu_b);
+	       l->mean / 1e3, 100 * r->cpu_a, 100 * r->cpu_b, r->transport);
 }
 
 static void json_lat(const struct latstat *l)
@@ -2109,6 +2143,9 @@ static int cmd_remote(int argc, char **argv)
 		{ "lat-seconds", required_argument, NULL, 'l' },
 		{ "iperf-seconds", required_argument, NULL, 'i' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "addr", required_argument, NULL, 'A' },
+		{ "transport", required_argument, NULL, 'T' },
+		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -2120,6 +2157,7 @@ static int cmd_remote(int argc, char **argv)
 		.batch_bytes = 256 * 1024, .pace = 20000, .sparse = 200,
 		.pace_share = 0.2, .flows = { 1, 8 }, .nflows = 2,
 		.do_tput = true, .do_lat = true, .do_iperf = true,
+		.addr = "127.0.0.1", .transport = "tcp",
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
@@ -2166,6 +2204,18 @@ static int cmd_remote(int argc, char **argv)
 			o.do_lat = strstr(optarg, "lat") != NULL;
 			o.do_iperf = strstr(optarg, "iperf") != NULL;
 			break;
+		case 'A':
+			if (snprintf(o.addr, sizeof(o.addr), "%s", optarg) >=
+			    (int)sizeof(o.addr))
+				goto bad;
+			break;
+		case 'T':
+			if (strcmp(optarg, "tcp") && strcmp(optarg, "rdma") &&
+			    strcmp(optarg, "auto"))
+				goto bad;
+			snprintf(o.transport, sizeof(o.transport), "%s", optarg);
+			break;
+		case 'D': o.dir_base = optarg; break;
 		case 'j': o.json = true; break;
 		case 'h': usage_remote(stdout); return 0;
 		default: goto bad;
@@ -2176,6 +2226,15 @@ static int cmd_remote(int argc, char **argv)
 	    o.lat_seconds <= 0 || o.iperf_seconds <= 0 || o.pace_share <= 0 ||
 	    !o.ring_size || o.ring_size > (1ull << 30))
 		goto bad;
+	{
+		struct in_addr ia;
+
+		if (inet_pton(AF_INET, o.addr, &ia) != 1) {
+			fprintf(stderr, "flowbench: --addr %s is not an IPv4 "
+				"address\n", o.addr);
+			goto bad;
+		}
+	}
 	for (i = 0; i < o.nsizes; i++)
 		if (o.sizes[i] < 24 || o.sizes[i] > (256u << 20))
 			goto bad; /* seq, send time and check word: 24 bytes */
@@ -2196,12 +2255,13 @@ static int cmd_remote(int argc, char **argv)
 	cpu_model(model, sizeof(model));
 	uname(&un);
 	cpu_snap(&snap0);
-	r_make_dir();
+	r_make_dir(o.dir_base);
 	if (!o.json) {
 		printf("flowbench remote: %ld cpus (%s), kernel %s\n",
 		       sysconf(_SC_NPROCESSORS_ONLN), model, un.release);
-		printf("two moverd daemons on loopback (%s), state and sockets "
-		       "in %s\n", o.moverd, R.dir);
+		printf("two moverd daemons (%s), --transport %s, B on %s, "
+		       "state and sockets in %s\n", o.moverd, o.transport,
+		       o.addr, R.dir);
 		printf("%.2f s per throughput case after %.2f s warm-up; batch "
 		       "APIs; every record verified (seq, check word)\n\n",
 		       o.seconds, o.warmup);
@@ -2215,8 +2275,9 @@ static int cmd_remote(int argc, char **argv)
 			fprintf(stderr, "flowbench: iperf3 reference: %s\n",
 				why);
 		} else if (!o.json) {
-			printf("iperf3 -c 127.0.0.1 -t %g (1 TCP stream): "
-			       "%.2f Gbit/s = %.3f GB/s\n\n", o.iperf_seconds,
+			printf("iperf3 -c %s -t %g (1 TCP stream): "
+			       "%.2f Gbit/s = %.3f GB/s\n\n", o.addr,
+			       o.iperf_seconds,
 			       iperf_bps / 1e9, iperf_bps / 8e9);
 			fflush(stdout);
 		}
@@ -2228,13 +2289,14 @@ static int cmd_remote(int argc, char **argv)
 	}
 	if (!o.json)
 		printf("moverd A (producers) and B (consumers, listening on "
-		       "127.0.0.1:%d) are up\n\n", R.port);
+		       "%s:%d) are up\n\n", o.addr, R.port);
 
 	if (o.do_tput) {
 		if (!o.json)
-			printf("%-6s %5s %5s %12s %8s %9s  %-7s %s\n", "size",
-			       "flows", "ring", "records/s", "GB/s", "vs iperf3",
-			       "cpu A/B", "loaded latency p50 / p99 (us)");
+			printf("%-6s %5s %5s %12s %8s %9s  %-7s %s  %s\n",
+			       "size", "flows", "ring", "records/s", "GB/s",
+			       "vs iperf3", "cpu A/B",
+			       "loaded latency p50 / p99 (us)", "transport");
 		for (i = 0; i < o.nsizes; i++)
 			for (unsigned k = 0; k < o.nflows; k++) {
 				struct rcase *tc = &cases[ncases++];
@@ -2258,16 +2320,17 @@ static int cmd_remote(int argc, char **argv)
 					       (iperf_bps / 8e9));
 				else
 					printf(" %9s", "-");
-				printf("  %3.0f/%3.0f%% %8.1f / %8.1f\n",
+				printf("  %3.0f/%3.0f%% %8.1f / %8.1f  %s\n",
 				       100 * tc->cpu_a, 100 * tc->cpu_b,
-				       tc->loaded.p50 / 1e3, tc->loaded.p99 / 1e3);
+				       tc->loaded.p50 / 1e3, tc->loaded.p99 / 1e3,
+				       tc->transport);
 				fflush(stdout);
 			}
 		if (!o.json)
 			printf("(flows > 1: one producer and one consumer "
 			       "process per flow, all on %ld cpus with both "
 			       "daemons: a contention figure, not scaling; every "
-			       "flow shares the one TCP connection between A "
+			       "flow shares the one connection between A "
 			       "and B)\n(cpu A/B: CPU time of moverd A and B, as a "
 			       "share of one cpu)\n(loaded latency: send call to receipt "
 			       "while the flow runs flat out, so it is mostly "
@@ -2317,7 +2380,7 @@ static int cmd_remote(int argc, char **argv)
 			       "record), us:\n");
 			printf("%-7s %-6s %8s %8s  %8s %8s %8s %9s %9s %8s  %s\n",
 			       "run", "size", "rec/s", "samples", "p50", "p90",
-			       "p99", "p99.9", "max", "mean", "cpu A/B");
+			       "p99", "p99.9", "max", "mean", "cpu A/B  transport");
 			for (i = 0; i < nlats; i++)
 				if (lats[i].ok)
 					print_lat_row(&lats[i]);
@@ -2351,7 +2414,11 @@ static int cmd_remote(int argc, char **argv)
 		json_str(model);
 		printf(", \"kernel\": ");
 		json_str(un.release);
-		printf("},\n  \"params\": {\"seconds\": %g, \"warmup\": %g, "
+		printf("},\n  \"addr\": ");
+		json_str(o.addr);
+		printf(", \"transport\": ");
+		json_str(o.transport);
+		printf(",\n  \"params\": {\"seconds\": %g, \"warmup\": %g, "
 		       "\"ring_size_min\": %" PRIu64 ", \"batch\": %u, "
 		       "\"batch_bytes\": %" PRIu64 ", \"pace\": %g, "
 		       "\"pace_share\": %g, \"sparse\": %g, \"lat_seconds\": %g},\n",
@@ -2371,6 +2438,8 @@ static int cmd_remote(int argc, char **argv)
 			       "\"ring\": %" PRIu64 ", \"ok\": %s", i ? "," : "",
 			       tc->size, tc->flows, tc->ring,
 			       tc->ok ? "true" : "false");
+			printf(", \"flow_transport\": ");
+			json_str(tc->transport);
 			if (tc->ok) {
 				printf(", \"moverd_cpu\": {\"a\": %.3f, \"b\": %.3f}",
 				       tc->cpu_a, tc->cpu_b);
@@ -2394,6 +2463,8 @@ static int cmd_remote(int argc, char **argv)
 			       ", \"flows\": 1, \"records_per_s\": %.0f, \"ok\": %s",
 			       i ? "," : "", lats[i].kind, lats[i].size,
 			       lats[i].l.rate, lats[i].ok ? "true" : "false");
+			printf(", \"flow_transport\": ");
+			json_str(lats[i].transport);
 			if (lats[i].ok) {
 				printf(", \"moverd_cpu\": {\"a\": %.3f, \"b\": "
 				       "%.3f}", lats[i].cpu_a, lats[i].cpu_b);
@@ -2423,7 +2494,7 @@ static const struct subcmd subcmds[] = {
 	{ "local", cmd_local,
 	  "shared-memory rings between processes on this machine" },
 	{ "remote", cmd_remote,
-	  "two moverd daemons on loopback, flows between them over TCP" },
+	  "two moverd daemons, flows between them (TCP on loopback, or RDMA)" },
 };
 
 static void usage(FILE *f)
