@@ -107,6 +107,15 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 		return -errno;
 	if (ftruncate(fd, (off_t)bytes))
 		goto fail;
+	/*
+	 * Allocate every page now: a ring's first lap would otherwise pay a
+	 * page allocation and zeroing per 4 KiB inside the data path (on
+	 * 2 cores, 8 fresh 64 MiB flows ran at 0.2 GB/s for their first
+	 * seconds).  Memory a ring may use is committed up front, where a
+	 * shortage is a clear error at creation rather than SIGBUS later.
+	 */
+	if (fallocate(fd, 0, 0, (off_t)bytes) && errno != EOPNOTSUPP)
+		goto fail;
 	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		goto fail;
