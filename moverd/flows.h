@@ -72,6 +72,7 @@ struct flow {
 	uint64_t sent;           /* everything before it is on the wire */
 	uint64_t acked;          /* ... and published in the peer's ring */
 	uint64_t remote_head;    /* the peer consumer's position (window) */
+	uint64_t deficit;        /* deficit round robin: bytes it may send */
 	uint64_t stuck_checked_ns;
 
 	/* receiver */

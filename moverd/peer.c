@@ -361,16 +361,18 @@ static int build_acks(struct peer *p)
 }
 
 /* The next committed span of a sender flow, within window and quantum. */
-static uint64_t next_span(struct flow *f, uint64_t budget)
+/*
+ * The next committed span of a sender flow (whole records) within the
+ * peer consumer's window and `budget` bytes.  *idle: nothing committed.
+ */
+static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 {
 	struct fr_ring *r = ring_of(f);
 	uint64_t limit = f->remote_head + r->size, end;
 	bool stuck;
 	int rc;
 
-	/* never below one whole record of the flow's largest size */
-	if (budget < fr_record_bytes(r->max_record))
-		budget = fr_record_bytes(r->max_record);
+	*idle = false;
 	if (limit > f->sent + budget)
 		limit = f->sent + budget;
 	rc = fr_scan(r, f->sent, limit, &end, &stuck);
@@ -387,8 +389,9 @@ static uint64_t next_span(struct flow *f, uint64_t budget)
 		/* a producer may have died mid-record: the ring's recovery */
 		f->stuck_checked_ns = fr_now_ns();
 		if (fr_check_stuck(r, f->sent) == 0)
-			return next_span(f, budget);
+			return next_span(f, budget, idle);
 	}
+	*idle = stuck && end == f->sent;
 	return end - f->sent;
 }
 
@@ -410,6 +413,14 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len)
 	f->bytes_sent += len;
 }
 
+/* A flow's quantum: FLOW_QUANTUM, or one record of its largest size. */
+static uint64_t flow_quantum(const struct flow *f)
+{
+	uint64_t rec = fr_record_bytes(f->view->ring.max_record);
+
+	return rec > FLOW_QUANTUM ? rec : FLOW_QUANTUM;
+}
+
 static int build_data(struct peer *p)
 {
 	unsigned n = flow_count(p), start;
@@ -426,10 +437,23 @@ static int build_data(struct peer *p)
 		uint64_t len;
 
 		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN) {
-			uint64_t budget = BATCH_MAX - total;
+			uint64_t quantum = flow_quantum(f), budget;
+			bool idle;
 
-			len = next_span(f, budget < FLOW_QUANTUM ? budget :
-								    FLOW_QUANTUM);
+			/*
+			 * Deficit round robin: each round a flow earns a
+			 * quantum and sends whole records up to what it has
+			 * earned; what it could not use carries over (a
+			 * record larger than the rest of this batch waits
+			 * for the next), an idle flow keeps nothing.
+			 */
+			if (f->deficit < 2 * quantum)
+				f->deficit += quantum;
+			budget = f->deficit;
+			if (total && budget > BATCH_MAX - total)
+				budget = BATCH_MAX - total;
+			len = next_span(f, budget, &idle);
+			f->deficit = idle ? 0 : f->deficit - len;
 			if (len) {
 				add_data(p, f, len);
 				total += len;
