@@ -85,6 +85,23 @@ static int params_to_fr(const struct flowshm_ring_params *p,
 	return fr_params_check(out);
 }
 
+/*
+ * fallocate the whole ring.  On tmpfs it is interruptible, and pending
+ * io_uring task work (moverd) counts as a signal: retry, and if it keeps
+ * being interrupted, let the pages fault in lazily.  Only a real shortage
+ * (ENOSPC, ENOMEM) is an error.
+ */
+static int preallocate(int fd, size_t bytes)
+{
+	for (int i = 0; i < 64; i++) {
+		if (!fallocate(fd, 0, 0, (off_t)bytes))
+			return 0;
+		if (errno != EINTR)
+			return errno == ENOSPC || errno == ENOMEM ? -1 : 0;
+	}
+	return 0;
+}
+
 int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 			      const char *path, uint64_t seal_key,
 			      uint64_t start, int *fd_out)
@@ -114,7 +131,7 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 	 * seconds).  Memory a ring may use is committed up front, where a
 	 * shortage is a clear error at creation rather than SIGBUS later.
 	 */
-	if (fallocate(fd, 0, 0, (off_t)bytes) && errno != EOPNOTSUPP)
+	if (preallocate(fd, bytes))
 		goto fail;
 	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
