@@ -72,7 +72,7 @@ static int backoff(flowshm_t *f, struct waiter *w, enum wait_for what)
 /* ---- rings as file descriptors ------------------------------------------- */
 
 static int params_to_fr(const struct flowshm_ring_params *p,
-			struct fr_params *out)
+			uint64_t seal_key, uint64_t start, struct fr_params *out)
 {
 	if (!p || (p->flags & ~FLOWSHM_RING_DEPOSIT))
 		return -EINVAL;
@@ -81,6 +81,8 @@ static int params_to_fr(const struct flowshm_ring_params *p,
 		.max_record = p->max_record,
 		.mode = (p->flags & FLOWSHM_RING_DEPOSIT) ? FR_MODE_DEPOSIT :
 							    FR_MODE_LOCAL,
+		.seal_key = seal_key,
+		.start = start,
 	};
 	return fr_params_check(out);
 }
@@ -109,14 +111,10 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 	struct fr_params p;
 	size_t bytes;
 	void *map;
-	int fd, rc = params_to_fr(params, &p);
+	int fd, rc = params_to_fr(params, seal_key, start, &p);
 
 	if (rc || !fd_out)
 		return rc ? rc : -EINVAL;
-	p.seal_key = seal_key;
-	p.start = start;
-	if (fr_params_check(&p))
-		return -EINVAL;
 	bytes = fr_map_bytes(p.ring_bytes);
 	fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) :
 		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
