@@ -744,10 +744,9 @@ void peer_rx_body(struct peer *p)
 
 void peer_up(struct peer *p)
 {
+	/* receive state is fresh: calloc'd, or reset by peer_closed */
 	p->state = PEER_UP;
 	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
-	p->hdr_have = p->body_have = 0;
-	p->in_body = false;
 	if (p->outbound) {
 		p->backoff_ms = 100;
 		queue_hello(p);
