@@ -1303,6 +1303,30 @@ static void test_destroy_busy(void)
 	pair_stop(&P);
 }
 
+/*
+ * Cases 5 and 8: once a third of a run's records (2 flows x 2 producers)
+ * have arrived, SIGKILL one of the daemons and reap it.
+ */
+static void kill_daemon_a_third_in(struct run *R, struct daemon *d)
+{
+	uint64_t t0 = tu_now_ns();
+
+	while (run_received(R) < R->expected / 3) {
+		procs_done(R, R->prod_proc, 4);
+		procs_done(R, R->cons_proc, 2);
+		pair_check(R->P);
+		if (tu_now_ns() - t0 > 60 * SEC)
+			fail_run(R, "a third of the records not there in 60 s");
+		usleep(2000);
+	}
+	printf("# SIGKILL moverd %c after %llu of %llu records\n", d->tag,
+	       (unsigned long long)run_received(R),
+	       (unsigned long long)R->expected);
+	kill(daemon_pid(d), SIGKILL);
+	waitpid(daemon_pid(d), &procs[d->proc].status, 0);
+	procs[d->proc].done = true;
+}
+
 /* ---- 5: kill -9 the receiving moverd ------------------------------------------- */
 
 static void test_kill_receiver(void)
@@ -1325,21 +1349,7 @@ static void test_kill_receiver(void)
 	run_create_flows(&R, "256K");
 	run_start_consumers(&R);
 	run_start_producers(&R);
-	t0 = tu_now_ns();
-	while (run_received(&R) < R.expected / 3) {
-		procs_done(&R, R.prod_proc, 4);
-		procs_done(&R, R.cons_proc, 2);
-		pair_check(&P);
-		if (tu_now_ns() - t0 > 60 * SEC)
-			fail_run(&R, "a third of the records not there in 60 s");
-		usleep(2000);
-	}
-	printf("# SIGKILL moverd B after %llu of %llu records\n",
-	       (unsigned long long)run_received(&R),
-	       (unsigned long long)R.expected);
-	kill(daemon_pid(&P.b), SIGKILL);
-	waitpid(daemon_pid(&P.b), &procs[P.b.proc].status, 0);
-	procs[P.b.proc].done = true;
+	kill_daemon_a_third_in(&R, &P.b);
 	__atomic_store_n(&sh->phase, 1, __ATOMIC_RELEASE);
 	/* A must notice: "reconnecting" (or "connecting") while B is away */
 	t0 = tu_now_ns();
@@ -1732,21 +1742,7 @@ static void test_kill_sender(void)
 	run_create_flows(&R, "256K");
 	run_start_consumers(&R);
 	run_start_producers(&R);
-	t0 = tu_now_ns();
-	while (run_received(&R) < R.expected / 3) {
-		procs_done(&R, R.prod_proc, 4);
-		procs_done(&R, R.cons_proc, 2);
-		pair_check(&P);
-		if (tu_now_ns() - t0 > 60 * SEC)
-			fail_run(&R, "a third of the records not there in 60 s");
-		usleep(2000);
-	}
-	printf("# SIGKILL moverd A after %llu of %llu records\n",
-	       (unsigned long long)run_received(&R),
-	       (unsigned long long)R.expected);
-	kill(daemon_pid(&P.a), SIGKILL);
-	waitpid(daemon_pid(&P.a), &procs[P.a.proc].status, 0);
-	procs[P.a.proc].done = true;
+	kill_daemon_a_third_in(&R, &P.a);
 	usleep(500000);
 	daemon_check_alive(&P.b);
 	daemon_start(&P.a);  /* same arguments, same state dir */
