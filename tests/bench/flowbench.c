@@ -200,6 +200,29 @@ static enum phase phase_of(struct ctl *c)
 	return atomic_load_explicit(&c->phase, memory_order_relaxed);
 }
 
+/*
+ * A consumer's measurement window: on entering PH_MEASURE note the count
+ * and time; on leaving it for PH_STOP, store records and ns in the window.
+ */
+static void track_window(enum phase ph, enum phase *seen, uint64_t n,
+			 uint64_t *n0, uint64_t *t0, uint64_t *recs,
+			 uint64_t *ns)
+{
+	uint64_t t;
+
+	if (ph == *seen)
+		return;
+	t = now_ns();
+	if (ph == PH_MEASURE) {
+		*n0 = n;
+		*t0 = t;
+	} else if (ph == PH_STOP && *seen == PH_MEASURE) {
+		*recs = n - *n0;
+		*ns = t - *t0;
+	}
+	*seen = ph;
+}
+
 static void set_phase(struct ctl *c, enum phase p)
 {
 	atomic_store_explicit(&c->phase, p, memory_order_release);
@@ -378,18 +401,7 @@ static void consumer_main(const struct opts *o, struct ctl *c, int fd,
 	for (;;) {
 		enum phase ph = phase_of(c);
 
-		if (ph != seen) {
-			uint64_t t = now_ns();
-
-			if (ph == PH_MEASURE) {
-				n0 = n;
-				t0 = t;
-			} else if (ph == PH_STOP && seen == PH_MEASURE) {
-				c->recs = n - n0;
-				c->ns = t - t0;
-			}
-			seen = ph;
-		}
+		track_window(ph, &seen, n, &n0, &t0, &c->recs, &c->ns);
 		if (api == API_RECORD) {
 			size_t len;
 
@@ -1689,18 +1701,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 		enum phase ph = phase_of(c);
 		unsigned got = 0;
 
-		if (ph != seen) {
-			uint64_t t = now_ns();
-
-			if (ph == PH_MEASURE) {
-				n0 = n;
-				t0 = t;
-			} else if (ph == PH_STOP && seen == PH_MEASURE) {
-				rf->recs = n - n0;
-				rf->ns = t - t0;
-			}
-			seen = ph;
-		}
+		track_window(ph, &seen, n, &n0, &t0, &rf->recs, &rf->ns);
 		if (ph == PH_STOP || (count && n == count))
 			break;
 		rc = flowshm_recv_batch(cons, buf, cap, iov, nb, &got,
