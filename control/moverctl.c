@@ -605,6 +605,10 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_close(&j, ']');
 		j_u64(&j, "flows", s->flows);
 		j_u64(&j, "clients", s->clients);
+		j_str(&j, "doorbell", s->doorbell);
+		j_u64(&j, "cycles", s->cycles);
+		j_u64(&j, "sleeps", s->sleeps);
+		j_u64(&j, "doorbell_rings", s->doorbell_rings);
 		j_key(&j, "peers");
 		j_open(&j, '[');
 		for (size_t i = 0; i < s->n_peers; i++) {
@@ -635,6 +639,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	puts(s->n_transports ? "" : "-");
 	kv("flows", "%" PRIu32, s->flows);
 	kv("clients", "%" PRIu32, s->clients);
+	kv("doorbell", "%s", dash(s->doorbell));
+	kv("mover", "%" PRIu64 " cycles, %" PRIu64 " sleeps, %" PRIu64
+	   " ended by the doorbell", s->cycles, s->sleeps, s->doorbell_rings);
 	if (!s->n_peers) {
 		kv("peers", "none");
 		return;

@@ -385,6 +385,10 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;
 	st.n_transports = c->srv->peers->rdma ? 3 : 2;
+	st.doorbell = (char *)peer_doorbell_name(c->srv->peers);
+	st.cycles = c->srv->peers->cycles;
+	st.sleeps = c->srv->peers->sleeps;
+	st.doorbell_rings = c->srv->peers->rings;
 	st.transports = transports;
 	for (unsigned i = 0; i < np; i++) {
 		flowmover__peer_info__init(&pi[i]);

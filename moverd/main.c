@@ -33,6 +33,7 @@ struct options {
 	char state_dir[256];
 	char listen[80];
 	char transport[8];
+	char doorbell[8];
 	mode_t socket_mode;
 	bool foreground;
 	bool use_syslog;
@@ -64,6 +65,10 @@ static void usage(FILE *out)
 "                           TCP and, where a device exists, RDMA (rdma_cm)\n"
 "  --transport T            to peers: auto (RDMA where a device exists, the\n"
 "                           default), rdma or tcp\n"
+"  --doorbell D             how an idle mover learns of new records: auto\n"
+"                           (io_uring FUTEX_WAITV on Linux 6.7+, else a\n"
+"                           futex_waitv thread; the default), thread or poll\n"
+"                           (every millisecond)\n"
 "  --state-dir DIR          ring files of flows between hosts, re-adopted\n"
 "                           after a restart (default: SOCKET's dir/rings)\n"
 "  --foreground, -f         do not daemonize; log to stderr\n"
@@ -105,6 +110,7 @@ static const struct option long_opts[] = {
 	{ "config", required_argument, NULL, 'c' },
 	{ "listen", required_argument, NULL, 'L' },
 	{ "transport", required_argument, NULL, 'T' },
+	{ "doorbell", required_argument, NULL, 'B' },
 	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
@@ -152,6 +158,12 @@ static int set_option(struct options *o, int key, const char *val)
 		if (strcmp(val, "auto") && strcmp(val, "rdma") && strcmp(val, "tcp"))
 			goto bad;
 		strcpy(o->transport, val);
+		return 0;
+	case 'B':
+		if (strcmp(val, "auto") && strcmp(val, "thread") &&
+		    strcmp(val, "poll"))
+			goto bad;
+		strcpy(o->doorbell, val);
 		return 0;
 	case 'D':
 		if (strlen(val) >= sizeof(o->state_dir))
@@ -242,6 +254,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 
 	*o = (struct options){
 		.transport = "auto",
+		.doorbell = "auto",
 		.socket_mode = 0660,
 		.level = LOG_LVL_INFO,
 		.limits = { .default_ring_size = 4u << 20,
@@ -395,6 +408,7 @@ static int setup_signals(struct daemon *d)
  */
 static int idle_timeout_ms(struct daemon *d)
 {
+	d->peers.cycles++;
 	if (peer_do_work(&d->peers))
 		return 0;
 	return peer_prepare_sleep(&d->peers);
@@ -459,6 +473,9 @@ static void shutdown_daemon(struct daemon *d)
 int main(int argc, char **argv)
 {
 	static struct daemon d;
+	const struct peer_opts popt = { .listen_addr = d.opt.listen,
+					.transport = d.opt.transport,
+					.doorbell = d.opt.doorbell };
 	int rc, ready_fd = -1;
 
 	rc = parse_options(&d.opt, argc, argv);
@@ -476,8 +493,7 @@ int main(int argc, char **argv)
 	if (loop_init(&d.loop, 1024) || setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
 			     d.opt.socket_mode) ||
-	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, d.opt.listen,
-			   d.opt.transport))
+	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, &popt))
 		return 1;
 	if (flows_adopt(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)

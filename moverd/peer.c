@@ -20,6 +20,7 @@
  * connection with a logged reason; other peers and flows go on.
  */
 #include "peer_impl.h"
+#include "bell_thread.h"
 #include "control.h"
 #include "log.h"
 
@@ -799,15 +800,38 @@ static void tick_done(struct loop_op *op, int res)
 #define IORING_OP_FUTEX_WAITV 53 /* Linux 6.7; Debian 12's headers predate it */
 #endif
 
-static void bell_done(struct loop_op *op, int res)
+static void bell_use_thread(struct peer_mgr *m)
+{
+	m->bell_thread = bell_thread_start();
+	if (m->bell_thread) {
+		m->bell_mode = BELL_THREAD;
+		log_info("doorbell: futex_waitv in a helper thread");
+		return;
+	}
+	m->bell_mode = BELL_POLL;
+	log_warn("doorbell thread: %s: an idle mover polls every millisecond",
+		 strerror(errno));
+}
+
+static void bell_uring_done(struct loop_op *op, int res)
 {
 	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
 
-	if (res == -EINVAL || res == -EOPNOTSUPP) {
-		m->bell_unsupported = true;
-		log_info("no io_uring FUTEX_WAITV on this kernel: an idle mover "
-			 "polls every millisecond");
-	}
+	if (res >= 0)
+		m->rings++; /* res: which word was woken */
+	if (res != -EINVAL && res != -EOPNOTSUPP)
+		return; /* the loop re-checks the rings */
+	log_info("no io_uring FUTEX_WAITV on this kernel (before Linux 6.7)");
+	bell_use_thread(m);
+}
+
+static void bell_thread_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+
+	/* the eventfd fired: waking the loop was the whole point */
+	if (res > 0)
+		m->rings++;
 }
 
 /* Open sender flows: the ones whose producers ring the doorbell. */
@@ -834,11 +858,8 @@ static struct flow *bell_flow(struct peer_mgr *m, struct peer **pp,
 	return NULL;
 }
 
-#define BELL_MAX (sizeof(((struct peer_mgr *)0)->bell) / \
-		  sizeof(((struct peer_mgr *)0)->bell[0]))
-
-/* Set every flag and collect the futex words; false if too many. */
-static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig)
+/* Set every flag and collect the futex words; false if more than max. */
+static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig, unsigned max)
 {
 	struct peer *p = m->peers;
 
@@ -847,7 +868,7 @@ static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig)
 	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
 		struct fr_shared *sh = ring_of(f)->sh;
 
-		if (m->n_bell == BELL_MAX)
+		if (m->n_bell == max)
 			return false;
 		/* acquire: read the word before re-checking the ring (as a
 		 * consumer does in fr_wait_data) */
@@ -884,19 +905,65 @@ static bool bell_data_ready(struct peer_mgr *m)
 	return false;
 }
 
+/* Native doorbell: one IORING_OP_FUTEX_WAITV.  Loop timeout in ms. */
+static int arm_bell_uring(struct peer_mgr *m, uint64_t sig)
+{
+	struct io_uring_sqe *sqe;
+
+	if (m->bell_op.busy) { /* armed in an earlier idle period */
+		if (m->bell_sig == sig)
+			return 1000;
+		/* the set of rings changed: cancel, re-arm when it ends */
+		sqe = io_uring_get_sqe(&m->loop->ring);
+		if (!sqe)
+			return 1;
+		io_uring_prep_cancel(sqe, &m->bell_op, 0);
+		io_uring_sqe_set_data(sqe, NULL);
+		m->bell_sig = 0;
+		return 1000;
+	}
+	sqe = loop_sqe(m->loop, &m->bell_op, bell_uring_done);
+	if (!sqe)
+		return 1;
+	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, m->bell, m->n_bell, 0);
+	m->bell_sig = sig;
+	return 1000;
+}
+
+/* Doorbell thread: keep a read of its eventfd in flight and arm it. */
+static int arm_bell_thread(struct peer_mgr *m, uint64_t sig)
+{
+	struct io_uring_sqe *sqe;
+	int rc;
+
+	if (!m->bell_op.busy) {
+		sqe = loop_sqe(m->loop, &m->bell_op, bell_thread_done);
+		if (!sqe)
+			return 1;
+		io_uring_prep_read(sqe, bell_thread_fd(m->bell_thread),
+				   &m->bell_count, sizeof(m->bell_count), 0);
+	}
+	rc = bell_thread_arm(m->bell_thread, m->bell, m->n_bell);
+	if (rc == 0)
+		m->bell_sig = sig;
+	else if (rc == -EBUSY && m->bell_sig != sig)
+		bell_thread_kick(m->bell_thread); /* stale set: re-arm after */
+	return 1000;
+}
+
 int peer_prepare_sleep(struct peer_mgr *m)
 {
 	struct peer *p = m->peers;
-	struct io_uring_sqe *sqe;
+	unsigned max = m->bell_mode == BELL_THREAD ? BELL_THREAD_MAX : BELL_MAX;
 	uint64_t sig;
 
 	if (m->rdma && !rdma_transport.arm(m))
 		return 0; /* completions arrived meanwhile */
 	if (!bell_flow(m, &p, NULL))
 		return 1000; /* no sender flow: sleep until an event */
-	if (m->bell_unsupported)
+	if (m->bell_mode == BELL_POLL)
 		return 1;
-	if (!ring_bell_flags(m, &sig)) {
+	if (!ring_bell_flags(m, &sig, max)) {
 		peer_woke(m);
 		return 1;
 	}
@@ -910,14 +977,19 @@ int peer_prepare_sleep(struct peer_mgr *m)
 		peer_woke(m);
 		return 0;
 	}
-	if (m->bell_op.busy) /* armed in an earlier idle period */
-		return m->bell_sig == sig ? 1000 : 1;
-	sqe = loop_sqe(m->loop, &m->bell_op, bell_done);
-	if (!sqe)
-		return 1;
-	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, m->bell, m->n_bell, 0);
-	m->bell_sig = sig;
-	return 1000;
+	m->sleeps++;
+	return m->bell_mode == BELL_THREAD ? arm_bell_thread(m, sig) :
+					     arm_bell_uring(m, sig);
+}
+
+const char *peer_doorbell_name(const struct peer_mgr *m)
+{
+	static const char *const names[] = {
+		[BELL_URING] = "io_uring", [BELL_THREAD] = "thread",
+		[BELL_POLL] = "poll",
+	};
+
+	return names[m->bell_mode];
 }
 
 void peer_woke(struct peer_mgr *m)
@@ -932,28 +1004,34 @@ void peer_woke(struct peer_mgr *m)
 /* ---- public ---------------------------------------------------------------- */
 
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
-		   struct ctl_server *ctl, const char *listen_addr,
-		   const char *transport)
+		   struct ctl_server *ctl, const struct peer_opts *o)
 {
 	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
 				.listen_fd = -1, .tp = &tcp_transport };
 	arm_tick(m);
-	if (strcmp(transport, "tcp") && rdma_available(m))
+	if (!strcmp(o->doorbell, "thread"))
+		bell_use_thread(m);
+	else if (!strcmp(o->doorbell, "poll"))
+		m->bell_mode = BELL_POLL;
+	if (strcmp(o->transport, "tcp") && rdma_available(m))
 		m->tp = &rdma_transport;
-	else if (!strcmp(transport, "rdma")) {
+	else if (!strcmp(o->transport, "rdma")) {
 		log_error("--transport rdma: no usable RDMA device");
 		return -ENODEV;
 	}
 	log_info("transport for new peers: %s", m->tp->name);
-	if (!listen_addr || !*listen_addr)
+	if (!o->listen_addr || !*o->listen_addr)
 		return 0;
-	if (m->rdma && rdma_transport.listen(m, listen_addr))
-		log_warn("not accepting RDMA peers on %s", listen_addr);
-	return tcp_transport.listen(m, listen_addr);
+	if (m->rdma && rdma_transport.listen(m, o->listen_addr))
+		log_warn("not accepting RDMA peers on %s", o->listen_addr);
+	return tcp_transport.listen(m, o->listen_addr);
 }
 
 void peer_mgr_stop(struct peer_mgr *m)
 {
+	bell_thread_stop(m->bell_thread);
+	m->bell_thread = NULL;
+	m->bell_mode = BELL_POLL;
 	tcp_transport.stop_listening(m);
 	if (m->rdma)
 		rdma_transport.stop_listening(m);

@@ -24,6 +24,16 @@ struct ctl_server;
 struct peer;
 struct transport;
 
+/*
+ * How an idle mover learns of new records: io_uring FUTEX_WAITV (Linux
+ * 6.7), futex_waitv(2) in a helper thread that writes an eventfd (5.16),
+ * or a 1 ms poll.  "auto" takes the first the kernel offers.
+ */
+enum bell_mode { BELL_URING, BELL_THREAD, BELL_POLL };
+#define BELL_MAX 128u   /* futex_waitv's limit */
+
+struct bell_thread;
+
 struct peer_mgr {
 	struct loop *loop;
 	struct flow_table *flows;
@@ -38,21 +48,33 @@ struct peer_mgr {
 	uint64_t last_work_ns;
 	unsigned rr;              /* round-robin start among flows */
 
-	/* doorbell: one FUTEX_WAITV on the data futex of every open sender
-	 * flow's producer ring, so that an idle moverd sleeps and a producer's
+	/* doorbell: a wait on the data futex of every open sender flow's
+	 * producer ring, so that an idle moverd sleeps and a producer's
 	 * commit wakes it (see peer_prepare_sleep) */
-	struct loop_op bell_op;
-	struct futex_waitv bell[128];
+	enum bell_mode bell_mode;
+	struct loop_op bell_op;   /* the FUTEX_WAITV, or the eventfd read */
+	struct futex_waitv bell[BELL_MAX];
 	unsigned n_bell;
 	uint64_t bell_sig;        /* which rings the armed doorbell watches */
-	bool bell_unsupported;
+	struct bell_thread *bell_thread;
+	uint64_t bell_count;      /* eventfd read buffer */
+
+	/* counters for `moverctl status` */
+	uint64_t cycles;          /* duty cycles run */
+	uint64_t sleeps;          /* idle periods begun with the bell armed */
+	uint64_t rings;           /* ... and ended by the doorbell */
 };
 
-/* Listen on addr ("HOST:PORT", NULL = no listening) and start the timer. */
-/* transport: "tcp", "rdma" or "auto" (RDMA where a device exists) */
+struct peer_opts {
+	const char *listen_addr;  /* "HOST:PORT", NULL or "": not listening */
+	const char *transport;    /* "tcp", "rdma" or "auto" (RDMA where a
+				   * device exists) */
+	const char *doorbell;     /* "auto", "thread" or "poll" */
+};
+
+/* Pick the transport and doorbell, listen, start the timer. */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
-		   struct ctl_server *ctl, const char *listen_addr,
-		   const char *transport);
+		   struct ctl_server *ctl, const struct peer_opts *o);
 void peer_mgr_stop(struct peer_mgr *m);
 bool peer_mgr_busy(struct peer_mgr *m);
 
@@ -73,9 +95,11 @@ int peer_do_work(struct peer_mgr *m);
  * The mover found no work for a while: set the "consumer sleeps" flag of
  * every open sender flow's producer ring and arm the doorbell.  Returns
  * the loop timeout in ms: 0 if data arrived meanwhile, 1000 with the
- * doorbell armed, 1 where the kernel has no FUTEX_WAITV for io_uring.
+ * doorbell armed, 1 where it cannot be (BELL_POLL, too many flows).
  */
 int peer_prepare_sleep(struct peer_mgr *m);
+/* "io_uring", "thread" or "poll" */
+const char *peer_doorbell_name(const struct peer_mgr *m);
 /* Awake again: clear those flags so producers stop making wake calls. */
 void peer_woke(struct peer_mgr *m);
 

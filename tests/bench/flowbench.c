@@ -1191,6 +1191,7 @@ struct ropts {
 	char moverd[PATH_MAX], moverctl[PATH_MAX];
 	char addr[64];          /* B listens here, A's flows peer here */
 	char transport[16];     /* moverd --transport: tcp, rdma or auto */
+	char doorbell[16];      /* moverd --doorbell: auto, thread or poll */
 	const char *dir_base;   /* parent of the temporary dir, or NULL */
 };
 
@@ -1520,6 +1521,8 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = state;
 		argv[n++] = "--transport";
 		argv[n++] = (char *)o->transport;
+		argv[n++] = "--doorbell";
+		argv[n++] = (char *)o->doorbell;
 		if (i == 1) {
 			argv[n++] = "--listen";
 			argv[n++] = listen;
@@ -2058,6 +2061,8 @@ static void usage_remote(FILE *f)
 "                      127.0.0.1; e.g. 10.77.0.1 for rxe0 in the guest)\n"
 "  --transport T       moverd --transport of both daemons: tcp (default),\n"
 "                      rdma or auto\n"
+"  --doorbell D        moverd --doorbell of both daemons: auto (default),\n"
+"                      thread or poll\n"
 "  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
 "                      under DIR (default: /dev/shm, /run or $TMPDIR)\n"
 "  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
@@ -2146,6 +2151,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ "addr", required_argument, NULL, 'A' },
 		{ "transport", required_argument, NULL, 'T' },
+		{ "doorbell", required_argument, NULL, 'E' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -2158,7 +2164,7 @@ static int cmd_remote(int argc, char **argv)
 		.batch_bytes = 256 * 1024, .pace = 20000, .sparse = 200,
 		.pace_share = 0.2, .flows = { 1, 8 }, .nflows = 2,
 		.do_tput = true, .do_lat = true, .do_iperf = true,
-		.addr = "127.0.0.1", .transport = "tcp",
+		.addr = "127.0.0.1", .transport = "tcp", .doorbell = "auto",
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
@@ -2216,6 +2222,12 @@ static int cmd_remote(int argc, char **argv)
 				goto bad;
 			snprintf(o.transport, sizeof(o.transport), "%s", optarg);
 			break;
+		case 'E':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "thread") &&
+			    strcmp(optarg, "poll"))
+				goto bad;
+			snprintf(o.doorbell, sizeof(o.doorbell), "%s", optarg);
+			break;
 		case 'D': o.dir_base = optarg; break;
 		case 'j': o.json = true; break;
 		case 'h': usage_remote(stdout); return 0;
@@ -2260,9 +2272,9 @@ static int cmd_remote(int argc, char **argv)
 	if (!o.json) {
 		printf("flowbench remote: %ld cpus (%s), kernel %s\n",
 		       sysconf(_SC_NPROCESSORS_ONLN), model, un.release);
-		printf("two moverd daemons (%s), --transport %s, B on %s, "
-		       "state and sockets in %s\n", o.moverd, o.transport,
-		       o.addr, R.dir);
+		printf("two moverd daemons (%s), --transport %s, --doorbell "
+		       "%s, B on %s, state and sockets in %s\n", o.moverd,
+		       o.transport, o.doorbell, o.addr, R.dir);
 		printf("%.2f s per throughput case after %.2f s warm-up; batch "
 		       "APIs; every record verified (seq, check word)\n\n",
 		       o.seconds, o.warmup);
