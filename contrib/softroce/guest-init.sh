@@ -7,6 +7,10 @@
 # (9p tag "results"), creates a soft-RoCE device rxe0 on dummy0, then runs
 # /run/flowmover/cmd.sh chrooted into the host root and powers off.
 #
+# Kernel command line (set by vm-run.sh): fm.netdev=IF and fm.addr=ADDR/LEN
+# put rxe0 on that interface and address instead (eth0 of a two-guest pair);
+# fm.work=DIR mounts the caller's work tree (9p tag "work") at DIR.
+#
 # Protocol with vm-run.sh, all files in the results share:
 #   cmd.sh        written by the host: the command to run (bash script)
 #   booted        written here once the shares are mounted (guest uptime)
@@ -19,13 +23,18 @@ export PATH=/bin
 HOST=/host            # where the host root is mounted in the guest
 RES=/results          # where the results share is mounted in the guest
 RES_IN_CHROOT=/run/flowmover
-RXE_NETDEV=dummy0
-RXE_ADDR=10.77.0.1/24
+RXE_NETDEV=dummy0      # default; fm.netdev= overrides
+RXE_ADDR=10.77.0.1/24  # default; fm.addr= overrides
 
 /bin/busybox mkdir -p /bin /proc /sys /dev "$HOST" "$RES"
 /bin/busybox --install -s /bin
 
 log() { echo "guest-init: $*"; }
+
+# The value of NAME=VALUE on the kernel command line ("" if absent).
+kernel_arg() {
+    tr ' ' '\n' </proc/cmdline | sed -n "s/^$1=//p"
+}
 
 # Stop the guest. -f: there is nothing to shut down cleanly; the results
 # share is 9p without caching, so everything written has reached the host.
@@ -82,7 +91,7 @@ prepare_chroot() {
     mount --bind "$RES" "$HOST$RES_IN_CHROOT"
     # the caller's work tree, when it lives under one of those tmpfs
     local work
-    work=$(sed -n 's/.*fm\.work=\([^ ]*\).*/\1/p' /proc/cmdline)
+    work=$(kernel_arg fm.work)
     if [ -n "$work" ]; then
         mkdir -p "$HOST$work"
         mount -t 9p -o trans=virtio,version=9p2000.L,ro work "$HOST$work" ||
@@ -92,12 +101,17 @@ prepare_chroot() {
 
 # dummy0 (created by the dummy module) carries the address; rxe0 rides on it.
 # rxe delivers to its own address, so a server and a client in this guest
-# can talk RDMA to each other. `rdma` is not in busybox: use the host's.
+# can talk RDMA to each other. In a two-guest pair the virtio NIC (eth0)
+# carries it instead, and rxe0 reaches the other guest over QEMU's link.
+# `rdma` is not in busybox: use the host's.
 setup_rdma() {
+    local netdev addr
+    netdev=$(kernel_arg fm.netdev); netdev=${netdev:-$RXE_NETDEV}
+    addr=$(kernel_arg fm.addr); addr=${addr:-$RXE_ADDR}
     ip link set lo up
-    ip link set "$RXE_NETDEV" up || setup_failed "no $RXE_NETDEV"
-    ip addr add "$RXE_ADDR" dev "$RXE_NETDEV"
-    chroot "$HOST" rdma link add rxe0 type rxe netdev "$RXE_NETDEV" ||
+    ip link set "$netdev" up || setup_failed "no $netdev"
+    ip addr add "$addr" dev "$netdev"
+    chroot "$HOST" rdma link add rxe0 type rxe netdev "$netdev" ||
         setup_failed "rdma link add rxe0 failed (is rdma from iproute2 installed on the host?)"
     cut -d' ' -f1 /proc/uptime >"$RES/ready"
 }

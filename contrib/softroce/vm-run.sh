@@ -2,7 +2,9 @@
 # vm-run.sh — run a command inside a throw-away QEMU guest that has a soft-RoCE
 # (rdma_rxe) device, rxe0, so RDMA code can be tested on hosts without RDMA.
 #
-# Usage: contrib/softroce/vm-run.sh [--timeout SECS] [--cache DIR] [--verbose] -- COMMAND [ARGS...]
+# Usage: contrib/softroce/vm-run.sh [--timeout SECS] [--cache DIR] [--verbose]
+#            [--smp N] [--mem MB] [--role a|b --net-listen PORT|--net-connect PORT]
+#            -- COMMAND [ARGS...]
 #
 # The guest runs Debian's own kernel (downloaded once with apt-get download)
 # under QEMU software emulation (TCG). It mounts the host's root file system
@@ -10,6 +12,12 @@
 # directory, so host binaries and build trees are used as they are. Writable
 # space in the guest: /tmp, /run and /dev/shm (tmpfs, discarded at power-off).
 # In the guest, dummy0 has 10.77.0.1/24 and rxe0 is bound to it.
+#
+# One guest of a pair (see vm-pair.sh): --role a|b gives the guest a virtio
+# NIC, eth0, on a QEMU socket link to the other guest (one side listens on
+# 127.0.0.1:PORT, the other connects) with 10.78.0.1/24 (a) or 10.78.0.2/24
+# (b), and rxe0 is bound to eth0. COMMAND gets FM_ROLE, FM_ADDR and
+# FM_PEER_ADDR in its environment.
 #
 # COMMAND's stdout and stderr are streamed to ours; we exit with its status.
 # Exit 77 ("skipped") with "SKIPPED: reason" on stderr if the VM cannot be
@@ -27,7 +35,14 @@ GUEST_INIT="$HERE/guest-init.sh"
 TIMEOUT=600
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/flowmover-softroce"
 VERBOSE=0
+SMP=2
+MEM=2048            # MB
+ROLE=               # a or b: one guest of a pair
+NET_MODE=           # listen or connect (with ROLE)
+NET_PORT=
 TAIL_PIDS=()        # the tail processes streaming the guest's output
+QEMU_PID=
+PAIR_NET=10.78.0    # the pair's /24; guest a is .1, guest b is .2
 
 # Modules the guest loads (their dependencies are added automatically).
 # crc32_generic is required: without it rdma_rxe fails to initialise.
@@ -39,7 +54,8 @@ die()  { echo "vm-run: error: $*" >&2; exit 1; }
 skip() { echo "SKIPPED: soft-RoCE VM: $*" >&2; exit 77; }
 
 usage() {
-    echo "usage: $0 [--timeout SECS] [--cache DIR] [--verbose] -- COMMAND [ARGS...]" >&2
+    echo "usage: $0 [--timeout SECS] [--cache DIR] [--verbose] [--smp N] [--mem MB]" \
+         "[--role a|b --net-listen PORT|--net-connect PORT] -- COMMAND [ARGS...]" >&2
     exit 2
 }
 
@@ -49,6 +65,11 @@ parse_args() {
             --timeout) TIMEOUT=${2:?--timeout needs a value}; shift 2 ;;
             --cache)   CACHE=${2:?--cache needs a value}; shift 2 ;;
             -v|--verbose) VERBOSE=1; shift ;;
+            --smp)     SMP=${2:?--smp needs a value}; shift 2 ;;
+            --mem)     MEM=${2:?--mem needs a value}; shift 2 ;;
+            --role)    ROLE=${2:?--role needs a value}; shift 2 ;;
+            --net-listen)  NET_MODE=listen; NET_PORT=${2:?--net-listen needs a port}; shift 2 ;;
+            --net-connect) NET_MODE=connect; NET_PORT=${2:?--net-connect needs a port}; shift 2 ;;
             -h|--help) usage ;;
             --) shift; break ;;
             *) usage ;;
@@ -56,6 +77,12 @@ parse_args() {
     done
     [ $# -gt 0 ] || usage
     [[ "$TIMEOUT" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+    [[ "$SMP$MEM" =~ ^[0-9]+$ ]] || die "--smp and --mem must be numbers"
+    case "$ROLE:$NET_MODE" in
+        :) ;;
+        [ab]:listen|[ab]:connect) [[ "$NET_PORT" =~ ^[0-9]+$ ]] || die "bad port $NET_PORT" ;;
+        *) die "--role a|b and one of --net-listen/--net-connect go together" ;;
+    esac
     COMMAND=("$@")
 }
 
@@ -209,6 +236,9 @@ extract_vmlinux() {
 prepare_results_dir() {
     RESULTS=$(mktemp -d "${TMPDIR:-/tmp}/flowmover-vm.XXXXXX")
     trap cleanup EXIT
+    # A signal must end the script through the EXIT trap, which stops QEMU.
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
     # A work tree under /tmp, /run or /dev/shm would be hidden by the guest's
     # own tmpfs there: share its top directory separately, at the same path.
     SHARE_ARGS=()
@@ -228,6 +258,8 @@ prepare_results_dir() {
     esac
     {
         echo "cd -- $(printf '%q' "$PWD") 2>/dev/null || cd /"
+        [ -z "$ROLE" ] || echo "export FM_ROLE=$ROLE FM_ADDR=$(pair_addr "$ROLE")" \
+                               "FM_PEER_ADDR=$(pair_addr "$(peer_role)")"
         printf 'exec'; printf ' %q' "${COMMAND[@]}"; echo
     } >"$RESULTS/cmd.sh"
     : >"$RESULTS/stdout"
@@ -237,8 +269,46 @@ prepare_results_dir() {
 # shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
     local p
+    # Killed (vm-pair.sh stops one guest when the other fails): take QEMU
+    # down too (timeout passes the signal on to it).
+    [ -z "$QEMU_PID" ] || kill "$QEMU_PID" 2>/dev/null || true
     for p in "${TAIL_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     if [ "$VERBOSE" = 1 ]; then log "results kept in $RESULTS"; else rm -rf "$RESULTS"; fi
+}
+
+# One guest of a pair: guest a is 1, guest b is 2 (address, MAC).
+role_num()  { if [ "$1" = a ]; then echo 1; else echo 2; fi; }
+pair_addr() { echo "$PAIR_NET.$(role_num "$1")"; }
+peer_role() { if [ "$ROLE" = a ]; then echo b; else echo a; fi; }
+
+# A guest of a pair gets a virtio NIC (eth0) on a QEMU socket link, a TCP
+# connection between the two QEMUs that carries the Ethernet frames, and the
+# guest is told (kernel command line) to put its address and rxe0 on eth0.
+# Sets NET_ARGS and NET_APPEND (both empty for a single guest).
+pair_net_args() {
+    NET_ARGS=()
+    NET_APPEND=
+    [ -n "$ROLE" ] || return 0
+    NET_ARGS=(-netdev "socket,id=n0,$NET_MODE=127.0.0.1:$NET_PORT"
+              -device "virtio-net-pci,netdev=n0,mac=52:54:00:78:00:0$(role_num "$ROLE")")
+    NET_APPEND=" fm.role=$ROLE fm.netdev=eth0 fm.addr=$(pair_addr "$ROLE")/24"
+}
+
+# QEMU's connect= fails at once if nobody listens yet, and the listening
+# guest's vm-run.sh may still be building the cache. Wait for its QEMU to
+# listen, reading /proc/net/tcp (state 0A = LISTEN): a probe connection
+# would be taken for the link itself. If it never listens, the pair cannot
+# start: skip.
+wait_for_listener() {
+    local hex _
+    [ "$NET_MODE" = connect ] || return 0
+    hex=$(printf '0100007F:%04X' "$NET_PORT")
+    for _ in $(seq 600); do
+        awk -v a="$hex" '$2 == a && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp &&
+            return 0
+        sleep 0.2
+    done
+    skip "nothing listens on 127.0.0.1:$NET_PORT (the other guest of the pair did not start)"
 }
 
 # Boot the guest under TCG (nested KVM hangs on these hosts) with the host
@@ -248,19 +318,20 @@ run_qemu() {
     local qemu_status=0
     timeout --kill-after=10 "$TIMEOUT" \
         qemu-system-x86_64 \
-            -accel tcg -cpu max -m 2048 -smp 2 \
+            -accel tcg -cpu max -m "$MEM" -smp "$SMP" \
             -nodefaults -display none -no-reboot \
             -serial "file:$RESULTS/console.log" -monitor none \
             -kernel "$KERNEL" -initrd "$INITRD" \
-            -append "console=ttyS0 quiet panic=-1$SHARE_APPEND" \
+            -append "console=ttyS0 quiet panic=-1$SHARE_APPEND$NET_APPEND" \
             -virtfs "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap" \
             -virtfs "local,path=$RESULTS,mount_tag=results,security_model=none" \
-            "${SHARE_ARGS[@]}" \
+            "${SHARE_ARGS[@]}" "${NET_ARGS[@]}" \
             </dev/null >"$RESULTS/qemu.log" 2>&1 &
     QEMU_PID=$!
     stream_output
     wait "$QEMU_PID" || qemu_status=$?
     QEMU_END=$EPOCHREALTIME
+    QEMU_PID=
     wait "${TAIL_PIDS[@]}" 2>/dev/null || true
     TAIL_PIDS=()
     return "$qemu_status"
@@ -288,6 +359,8 @@ main() {
     check_host_tools
     prepare_cache
     prepare_results_dir
+    pair_net_args
+    wait_for_listener
 
     start=$EPOCHREALTIME
     run_qemu || qemu_status=$?

@@ -9,14 +9,8 @@ build=${1:?usage: moverd-rdma.sh BUILD_DIR}
 ip=${FM_RDMA_ADDR:-10.77.0.1}
 port=7471
 count=${FM_RDMA_RECORDS:-300000}
-run=$(mktemp -d /tmp/fm-rdma.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$run"
-}
-trap cleanup EXIT
+# shellcheck source=tests/rdma/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-rdma   # $run, $pids, cleanup
 fail() { echo "moverd-rdma.sh: FAIL: $*" >&2; for f in "$run"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
 
 ulimit -l unlimited
