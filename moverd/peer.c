@@ -1013,6 +1013,7 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		bell_use_thread(m);
 	else if (!strcmp(o->doorbell, "poll"))
 		m->bell_mode = BELL_POLL;
+	m->rdma_only = !strcmp(o->transport, "rdma");
 	if (strcmp(o->transport, "tcp") && rdma_available(m))
 		m->tp = &rdma_transport;
 	else if (!strcmp(o->transport, "rdma")) {

@@ -40,6 +40,7 @@ struct peer_mgr {
 	struct ctl_server *ctl;
 	const struct transport *tp;   /* for new outbound peers */
 	void *rdma;                   /* rdma.c's shared state, or NULL */
+	bool rdma_only;               /* --transport rdma: never fall back */
 	struct peer *peers;
 	int listen_fd;
 	char listen_addr[80];

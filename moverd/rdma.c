@@ -12,8 +12,9 @@
  *             receiver may publish what the header describes.  No reliance
  *             on byte placement order inside a WRITE.
  *   others    a SEND of the frame (control messages, acknowledgements,
- *             heartbeats) from a registered staging buffer; small ones
- *             inline.
+ *             heartbeats) from a registered staging buffer.
+ * WRITEs and SENDs up to the device's inline limit (we ask for 64 bytes)
+ * are posted inline.
  * Receives are pre-posted buffers, re-posted as soon as a frame is
  * handled, so the peer never meets receiver-not-ready in steady state
  * (and rnr_retry is infinite should it happen).
@@ -48,14 +49,26 @@
 #define MR_MAX      64
 #define INLINE_WANT 64
 
+/*
+ * The device's life: OK; GOING once its removal is seen (every RDMA peer
+ * is failed and closes at the top of a later cycle); RELEASED once nothing
+ * of ours holds it but the device context; GONE once that is closed too.
+ * The kernel waits for all of that before it can finish the removal.
+ */
+enum dev_state { DEV_OK, DEV_GOING, DEV_RELEASED, DEV_GONE };
+
 struct rdma_shared {
+	struct peer_mgr *m;
 	struct rdma_event_channel *ec;
 	struct ibv_comp_channel *cc; /* one per device context: rxe0 here */
 	struct ibv_context *verbs;
+	char dev_name[IBV_SYSFS_NAME_MAX];
 	struct rdma_cm_id *listen_id;
 	struct loop_op ec_op, cc_op;
 	short ec_events, cc_events;
 	bool cq_armed;
+	enum dev_state dev;
+	uint64_t dev_check_ns;       /* next look at the device list */
 };
 
 struct flow_mr {
@@ -262,9 +275,11 @@ static void add_wr(struct rdma_conn *c, unsigned *n, enum ibv_wr_opcode op,
 	if (op == IBV_WR_RDMA_WRITE) {
 		wr->wr.rdma.remote_addr = raddr;
 		wr->wr.rdma.rkey = rkey;
-	} else if (len <= c->max_inline) {
-		wr->send_flags = IBV_SEND_INLINE;
 	}
+	/* small spans and frames go inline: the device copies them at post
+	 * time instead of reading them by DMA later */
+	if (len <= c->max_inline)
+		wr->send_flags = IBV_SEND_INLINE;
 	if (*n)
 		c->wr[*n - 1].next = wr;
 	(*n)++;
@@ -416,9 +431,13 @@ static int poll_peer(struct peer *p)
 	return work;
 }
 
+static void device_lifecycle(struct peer_mgr *m);
+
 static int rdma_poll(struct peer_mgr *m)
 {
 	int work = 0;
+
+	device_lifecycle(m);
 
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
@@ -447,6 +466,8 @@ static void cc_done(struct loop_op *op, int res)
 	void *ctx;
 
 	(void)res;
+	if (!s->cc)
+		return; /* cancelled: the device is gone */
 	/* drain the channel (non-blocking fd); the duty cycle polls CQs */
 	while (ibv_get_cq_event(s->cc, &cq, &ctx) == 0)
 		ibv_ack_cq_events(cq, 1);
@@ -457,6 +478,9 @@ static void cc_done(struct loop_op *op, int res)
 static bool rdma_arm(struct peer_mgr *m)
 {
 	struct rdma_shared *s = shared(m);
+
+	if (s->dev != DEV_OK)
+		return rdma_poll(m) == 0;
 
 	for (struct peer *p = m->peers; p; p = p->next) {
 		struct rdma_conn *c = conn(p);
@@ -506,10 +530,13 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	}
 }
 
+static void device_removed(struct peer_mgr *m);
+
 static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 {
 	struct peer *p = ev->id->context;
 	struct rdma_conn_param cp = { .rnr_retry_count = 7, .retry_count = 7 };
+	int rc;
 
 	switch (ev->event) {
 	case RDMA_CM_EVENT_CONNECT_REQUEST:
@@ -520,12 +547,18 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 			peer_fail(p, "rdma_resolve_route: %s", strerror(errno));
 		return;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
-		if (setup_qp(p, ev->id) || rdma_connect(ev->id, &cp))
-			peer_fail(p, "cannot set up the queue pair");
+		rc = setup_qp(p, ev->id);
+		if (rc || (rc = rdma_connect(ev->id, &cp) ? -errno : 0))
+			peer_fail(p, "cannot set up the queue pair: %s%s",
+				  strerror(-rc), rc == -ENOMEM ?
+				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
 		return;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (p)
 			peer_up(p);
+		return;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		device_removed(m);
 		return;
 	default:
 		if (p && p != (void *)m)
@@ -536,12 +569,10 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 static void ec_done(struct loop_op *op, int res)
 {
 	struct rdma_shared *s = CONTAINER(op, struct rdma_shared, ec_op);
-	struct peer_mgr *m = s->listen_id ? s->listen_id->context : NULL;
+	struct peer_mgr *m = s->m;
 	struct rdma_cm_event *ev;
 
 	(void)res;
-	if (!m)
-		return;
 	while (rdma_get_cm_event(s->ec, &ev) == 0) {
 		struct rdma_cm_event copy = *ev;
 
@@ -549,6 +580,137 @@ static void ec_done(struct loop_op *op, int res)
 		cm_event(m, &copy);
 	}
 	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+}
+
+/* ---- device removal ------------------------------------------------------------ */
+
+/*
+ * `rdma link delete`, a driver unload or a hot unplug.  rdma_cm tells ids
+ * bound to the device (DEVICE_REMOVAL); a daemon with none (no listener,
+ * no peer yet) learns it from the device list, looked at once a second.
+ * Drivers without "disassociate" (rxe among them) make the kernel wait
+ * until every user has let go, so moverd lets go of everything: a daemon
+ * that held on would hang the removal.  Flows to RDMA peers go to
+ * reconnecting; with --transport auto they reconnect over TCP.
+ */
+static void device_removed(struct peer_mgr *m)
+{
+	struct rdma_shared *s = shared(m);
+
+	if (s->dev != DEV_OK)
+		return;
+	s->dev = DEV_GOING;
+	if (m->tp == &rdma_transport && !m->rdma_only)
+		m->tp = &tcp_transport;
+	log_error("RDMA device %s is being removed: closing its connections; "
+		  "%s", s->dev_name, m->rdma_only ?
+		  "flows wait for a device (--transport rdma)" :
+		  "peers reconnect over TCP");
+	for (struct peer *p = m->peers; p; p = p->next)
+		if (p->tp == &rdma_transport)
+			peer_fail(p, "RDMA device %s removed", s->dev_name);
+}
+
+static bool device_listed(const char *name)
+{
+	struct ibv_device **list;
+	bool found = false;
+	int n = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return true; /* cannot tell: assume it is there */
+	for (int i = 0; i < n; i++)
+		found |= strcmp(ibv_get_device_name(list[i]), name) == 0;
+	ibv_free_device_list(list);
+	return found;
+}
+
+static void cancel_op(struct peer_mgr *m, struct loop_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!op->busy || !(sqe = io_uring_get_sqe(&m->loop->ring)))
+		return;
+	io_uring_prep_cancel(sqe, op, 0);
+	io_uring_sqe_set_data(sqe, NULL);
+}
+
+/* GOING -> RELEASED: once no connection holds device resources. */
+static void release_device(struct peer_mgr *m)
+{
+	struct rdma_shared *s = shared(m);
+
+	for (struct peer *p = m->peers; p; p = p->next) {
+		struct rdma_conn *c = conn(p);
+
+		if (p->tp == &rdma_transport && c && (c->id || c->pd))
+			return; /* still closing */
+	}
+	/* a pending poll holds the channel's file open: cancel it */
+	cancel_op(m, &s->cc_op);
+	if (s->listen_id) {
+		rdma_destroy_id(s->listen_id);
+		s->listen_id = NULL;
+	}
+	ibv_destroy_comp_channel(s->cc);
+	s->cc = NULL;
+	s->dev = DEV_RELEASED;
+}
+
+/*
+ * RELEASED -> GONE, once the device has left the device list (the kernel
+ * drops it before it waits for users).  The context is librdmacm's, but
+ * librdmacm (v44 and later alike) never closes the context of the last
+ * device: its list refresh gives up on an empty list.  So we close it, and
+ * from then on never call librdmacm for devices again (no new ids, no
+ * device list), which is what would touch its stale pointer: a device
+ * that comes back is used after a moverd restart.
+ */
+static void forget_device(struct rdma_shared *s)
+{
+	if (device_listed(s->dev_name))
+		return;
+	ibv_close_device(s->verbs);
+	s->verbs = NULL;
+	s->dev = DEV_GONE;
+	log_info("RDMA device %s released; new connections use TCP%s",
+		 s->dev_name, s->m->rdma_only ? " (none: --transport rdma)" : "");
+}
+
+static void device_lifecycle(struct peer_mgr *m)
+{
+	struct rdma_shared *s = shared(m);
+	uint64_t now;
+
+	if (s->dev == DEV_GOING)
+		release_device(m);
+	if (s->dev == DEV_GONE)
+		return;
+	now = fr_now_ns();
+	if (now < s->dev_check_ns)
+		return;
+	s->dev_check_ns = now + (s->dev == DEV_OK ? 1000000000ull : 20000000ull);
+	if (s->dev == DEV_OK && !device_listed(s->dev_name))
+		device_removed(m);
+	else if (s->dev == DEV_RELEASED)
+		forget_device(s);
+}
+
+/* An outbound peer whose RDMA device went away: TCP, or wait. */
+static void connect_without_device(struct peer *p)
+{
+	static const char why[] = "no RDMA device (removed) and --transport rdma";
+
+	if (p->m->rdma_only) {
+		for (struct flow *f = p->flows; f; f = f->peer_next)
+			flows_set_state(f, FLOW_RECONNECTING, why);
+		return;
+	}
+	p->tp = &tcp_transport;
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		f->transport = tcp_transport.name;
+	tcp_transport.connect(p);
 }
 
 static void rdma_connect_peer(struct peer *p)
@@ -559,6 +721,10 @@ static void rdma_connect_peer(struct peer *p)
 	socklen_t len;
 
 	p->retry_at_ns = fr_now_ns() + 2000000000ull;
+	if (s->dev != DEV_OK) {
+		connect_without_device(p);
+		return;
+	}
 	if (peer_resolve(p->addr, &sa, &len) || (!p->tp_data && new_conn(p)))
 		return;
 	if (rdma_create_id(s->ec, &id, p, RDMA_PS_TCP)) {
@@ -612,7 +778,10 @@ bool rdma_available(struct peer_mgr *m)
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return false;
+	s->m = m;
 	s->verbs = devs[0];
+	snprintf(s->dev_name, sizeof(s->dev_name), "%s",
+		 ibv_get_device_name(s->verbs->device));
 	rdma_free_devices(devs);
 	s->ec = rdma_create_event_channel();
 	s->cc = s->ec ? ibv_create_comp_channel(s->verbs) : NULL;
@@ -625,7 +794,7 @@ bool rdma_available(struct peer_mgr *m)
 	set_nonblocking(s->cc->fd);
 	m->rdma = s;
 	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
-	log_info("RDMA device %s", ibv_get_device_name(s->verbs->device));
+	log_info("RDMA device %s", s->dev_name);
 	return true;
 }
 
