@@ -1188,6 +1188,8 @@ struct ropts {
 	double pace, sparse;    /* records/s of the two latency runs */
 	double pace_share;      /* paced rate <= this share of the 1-flow rate */
 	bool json, do_tput, do_lat, do_iperf;
+	bool spin;              /* consumers poll (timeout 0) and yield */
+	char poll_us[16];       /* moverd --poll-us of both daemons */
 	char moverd[PATH_MAX], moverctl[PATH_MAX];
 	char addr[64];          /* B listens here, A's flows peer here */
 	char transport[16];     /* moverd --transport: tcp, rdma or auto */
@@ -1500,7 +1502,7 @@ static int r_start_daemons(const struct ropts *o)
 	snprintf(listen, sizeof(listen), "%s:%d", o->addr, R.port);
 	for (int i = 0; i < 2; i++) {
 		char state[PATH_MAX], logp[PATH_MAX];
-		char *argv[16];
+		char *argv[24];
 		int n = 0, fd;
 
 		snprintf(R.sock[i], sizeof(R.sock[i]), "%s/%c/moverd.sock",
@@ -1523,6 +1525,8 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = (char *)o->transport;
 		argv[n++] = "--doorbell";
 		argv[n++] = (char *)o->doorbell;
+		argv[n++] = "--poll-us";
+		argv[n++] = (char *)o->poll_us;
 		if (i == 1) {
 			argv[n++] = "--listen";
 			argv[n++] = listen;
@@ -1708,7 +1712,11 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 		if (ph == PH_STOP || (count && n == count))
 			break;
 		rc = flowshm_recv_batch(cons, buf, cap, iov, nb, &got,
-					R_WAIT_NS);
+					o->spin ? 0 : R_WAIT_NS);
+		if (rc == -EAGAIN && o->spin) {
+			sched_yield();
+			continue;
+		}
 		if (rc == -ETIMEDOUT)
 			continue;
 		if (rc)
@@ -2063,6 +2071,9 @@ static void usage_remote(FILE *f)
 "                      rdma or auto\n"
 "  --doorbell D        moverd --doorbell of both daemons: auto (default),\n"
 "                      thread or poll\n"
+"  --poll-us N         moverd --poll-us of both daemons (default 0)\n"
+"  --spin              consumers poll with timeout 0 and sched_yield()\n"
+"                      instead of sleeping (as ib_write_lat polls)\n"
 "  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
 "                      under DIR (default: /dev/shm, /run or $TMPDIR)\n"
 "  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
@@ -2152,6 +2163,8 @@ static int cmd_remote(int argc, char **argv)
 		{ "addr", required_argument, NULL, 'A' },
 		{ "transport", required_argument, NULL, 'T' },
 		{ "doorbell", required_argument, NULL, 'E' },
+		{ "poll-us", required_argument, NULL, 'U' },
+		{ "spin", no_argument, NULL, 'N' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -2165,6 +2178,7 @@ static int cmd_remote(int argc, char **argv)
 		.pace_share = 0.2, .flows = { 1, 8 }, .nflows = 2,
 		.do_tput = true, .do_lat = true, .do_iperf = true,
 		.addr = "127.0.0.1", .transport = "tcp", .doorbell = "auto",
+		.poll_us = "0",
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
@@ -2228,6 +2242,13 @@ static int cmd_remote(int argc, char **argv)
 				goto bad;
 			snprintf(o.doorbell, sizeof(o.doorbell), "%s", optarg);
 			break;
+		case 'U':
+			if (strspn(optarg, "0123456789") != strlen(optarg) ||
+			    !*optarg || strlen(optarg) >= sizeof(o.poll_us))
+				goto bad;
+			snprintf(o.poll_us, sizeof(o.poll_us), "%s", optarg);
+			break;
+		case 'N': o.spin = true; break;
 		case 'D': o.dir_base = optarg; break;
 		case 'j': o.json = true; break;
 		case 'h': usage_remote(stdout); return 0;
@@ -2273,8 +2294,11 @@ static int cmd_remote(int argc, char **argv)
 		printf("flowbench remote: %ld cpus (%s), kernel %s\n",
 		       sysconf(_SC_NPROCESSORS_ONLN), model, un.release);
 		printf("two moverd daemons (%s), --transport %s, --doorbell "
-		       "%s, B on %s, state and sockets in %s\n", o.moverd,
-		       o.transport, o.doorbell, o.addr, R.dir);
+		       "%s, --poll-us %s, B on %s, state and sockets in %s\n",
+		       o.moverd, o.transport, o.doorbell, o.poll_us, o.addr,
+		       R.dir);
+		if (o.spin)
+			printf("consumers spin (timeout 0, sched_yield)\n");
 		printf("%.2f s per throughput case after %.2f s warm-up; batch "
 		       "APIs; every record verified (seq, check word)\n\n",
 		       o.seconds, o.warmup);

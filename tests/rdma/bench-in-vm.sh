@@ -5,12 +5,14 @@
 #       /work/main/tests/rdma/bench-in-vm.sh /work/main/build-rb > /tmp/rb.out
 #
 # In one run, on rxe0 (10.77.0.1): the perftest references (ib_write_bw at
-# 32 B, 4 KiB, 64 KiB, 1 MiB; ib_write_lat at 32 B, server and client both
+# 32 B, 4 KiB, 64 KiB, 1 MiB; ib_write_lat and ib_send_lat -e (the
+# receiver sleeping on completion events) at 32 B, server and client both
 # on 10.77.0.1, like tests/rdma/perftest.sh), then `flowbench remote` with
 # two moverd daemons over RDMA and then over TCP on the same address:
 # throughput for 32 B, 256 B, 4 KiB, 64 KiB and 1 MiB records with 1 flow,
 # 4 flows for 32 B and 64 KiB, and one-way latency of 32 B records (paced
-# and sparse).  Prints every figure and one machine-readable line per
+# and sparse; then again with --poll-us 10000 --spin).  Prints every
+# figure and one machine-readable line per
 # measurement:
 #
 #   PERFTEST tool=ib_write_bw size=65536 msg_s=... MB_s=... (MB = 1e6 B)
@@ -118,13 +120,17 @@ bw_test() {
 }
 
 # lat columns: #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
+# lat_test TOOL SIZE [ARGS...]; the tool's name in PERFTEST lines gets
+# the args appended ("ib_send_lat-e": sleeping on completion events)
 lat_test() {
-    local size=$1 line
-    run_pair ib_write_lat "$size" -n "$LAT_ITERS" || return 0
+    local tool=$1 size=$2 line name
+    shift 2
+    name=$tool$(printf '%s' "$@")
+    run_pair "$tool" "$size" -n "$LAT_ITERS" "$@" || return 0
     line=$(result_line "$size")
-    [ -n "$line" ] || { fail "no result from ib_write_lat -s $size"; cat "$WORK/client"; return 0; }
-    echo "  $line"
-    echo "$line" | awk '{ printf "PERFTEST tool=ib_write_lat size=%s iters=%s min_us=%s typical_us=%s avg_us=%s p99_us=%s p999_us=%s\n", $1, $2, $3, $5, $6, $8, $9 }'
+    [ -n "$line" ] || { fail "no result from $tool -s $size $*"; cat "$WORK/client"; return 0; }
+    echo "  $tool $* $line"
+    echo "$line" | awk -v t="$name" '{ printf "PERFTEST tool=%s size=%s iters=%s min_us=%s typical_us=%s avg_us=%s p99_us=%s p999_us=%s\n", t, $1, $2, $3, $5, $6, $8, $9 }'
 }
 
 if [ "${PERFTEST:-1}" = 0 ]; then log "perftest: skipped (PERFTEST=0)"; else
@@ -132,15 +138,16 @@ log "perftest: ib_write_bw -D $DURATION, ib_write_lat -n $LAT_ITERS, server and 
 echo "  #bytes #iterations BW_peak[MiB/s] BW_avg[MiB/s] MsgRate[Mpps]"
 for size in 32 4096 65536 1048576; do bw_test "$size"; done
 echo "  #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9 (us)"
-lat_test 32
+lat_test ib_write_lat 32       # both sides spin on memory
+lat_test ib_send_lat 32 -e     # the receiver sleeps on completion events
 fi
 
 # ---- flowbench remote ------------------------------------------------------
-# bench_lines FILE TRANSPORT: BENCH lines from one flowbench --json output.
+# bench_lines FILE TRANSPORT TAG: BENCH lines from one flowbench --json output.
 bench_lines() {
-    "$PY" - "$1" "$2" <<'EOF'
+    "$PY" - "$1" "$2" "$3" <<'EOF'
 import json, sys
-path, tp = sys.argv[1], sys.argv[2]
+path, tp, tag = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     d = json.load(open(path))
 except Exception as e:
@@ -163,7 +170,7 @@ for r in d.get("latency", []):
         continue
     l = r["one_way_ns"]
     print(f"BENCH kind=lat transport={tp} flow_transport={r.get('flow_transport','?')} "
-          f"size={r['size']} run={r['run']} rate={r['records_per_s']:.0f} "
+          f"variant={tag} size={r['size']} run={r['run']} rate={r['records_per_s']:.0f} "
           f"samples={l['samples']} p50_us={l['p50'] / 1e3:.1f} p90_us={l['p90'] / 1e3:.1f} "
           f"p99_us={l['p99'] / 1e3:.1f} max_us={l['max'] / 1e3:.1f} mean_us={l['mean'] / 1e3:.1f} "
           f"cpu_a={r['moverd_cpu']['a'] * 100:.0f} cpu_b={r['moverd_cpu']['b'] * 100:.0f} ok=1")
@@ -183,13 +190,17 @@ fb() {
         --json "$@" >"$WORK/$tp-$tag.json" 2>"$WORK/$tp-$tag.err" || st=$?
     sed 's/^/  | /' "$WORK/$tp-$tag.err"
     [ "$st" = 0 ] || fail "flowbench remote --transport $tp $* exited $st"
-    bench_lines "$WORK/$tp-$tag.json" "$tp" || fail "no JSON from flowbench ($tp $tag)"
+    bench_lines "$WORK/$tp-$tag.json" "$tp" "$tag" || fail "no JSON from flowbench ($tp $tag)"
 }
 
 for tp in $TRANSPORTS; do
     # 32 B: 1 and 4 flows, then paced and sparse one-way latency (the
     # paced rate is 0.2 x this run's 1-flow rate, at most 20000/s)
     fb "$tp" small --sizes 32 --flows 1,4 --only tput,lat
+    # the same latency runs with both movers polling 10 ms after work and
+    # the consumer spinning: the closest flowmover gets to perftest's
+    # all-polling latency test (4 processes on the guest's 2 vcpus)
+    fb "$tp" poll --sizes 32 --flows 1 --only lat --poll-us 10000 --spin
     fb "$tp" 64k --sizes 64K --flows 1,4 --only tput
     # 1 MiB records: 64 MiB rings (two per flow in this one guest)
     fb "$tp" rest --sizes 256,4K,1M --flows 1 --only tput
