@@ -584,8 +584,8 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 
 static void print_status(const Flowmover__StatusInfo *s, bool json)
 {
-	char a[64], b[32], c[32], d[16], e[16];
-	struct table t = { .ncol = 7 };
+	char a[64], b[32], c[32], d[16], e[16], g[40], h[32];
+	struct table t = { .ncol = 8 };
 
 	if (json) {
 		struct json j = { 0 };
@@ -622,6 +622,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 			j_u64(&j, "bytes_sent", p->bytes_sent);
 			j_u64(&j, "bytes_received", p->bytes_received);
 			j_u64(&j, "reconnects", p->reconnects);
+			j_u64(&j, "registrations", p->registrations);
+			j_u64(&j, "registered_bytes", p->registered_bytes);
 			j_close(&j, '}');
 		}
 		j_close(&j, ']');
@@ -647,18 +649,21 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		return;
 	}
 	putchar('\n');
-	t.right[3] = t.right[4] = t.right[5] = t.right[6] = true;
+	t.right[3] = t.right[4] = t.right[5] = t.right[6] = t.right[7] = true;
 	tbl_row(&t, (const char *const[]){ "PEER", "STATE", "TRANSPORT",
-		"FLOWS", "SENT", "RECEIVED", "RECONNECTS" });
+		"FLOWS", "SENT", "RECEIVED", "RECONNECTS", "REGISTERED" });
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Flowmover__PeerInfo *p = s->peers[i];
 
 		snprintf(d, sizeof(d), "%" PRIu32, p->flows);
 		snprintf(e, sizeof(e), "%" PRIu32, p->reconnects);
+		snprintf(g, sizeof(g), "%" PRIu32 " rings, %s", p->registrations,
+			 fmt_size(h, sizeof(h), p->registered_bytes));
 		tbl_row(&t, (const char *const[]){ dash(p->address),
 			dash(p->state), dash(p->transport), d,
 			fmt_size(b, sizeof(b), p->bytes_sent),
-			fmt_size(c, sizeof(c), p->bytes_received), e });
+			fmt_size(c, sizeof(c), p->bytes_received), e,
+			strcmp(p->transport, "rdma") ? "-" : g });
 	}
 	tbl_print(&t);
 }

@@ -399,6 +399,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].bytes_sent = ps[i].bytes_sent;
 		pi[i].bytes_received = ps[i].bytes_received;
 		pi[i].reconnects = ps[i].reconnects;
+		pi[i].registrations = ps[i].registrations;
+		pi[i].registered_bytes = ps[i].registered_bytes;
 		pip[i] = &pi[i];
 	}
 	st.n_peers = np;

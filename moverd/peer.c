@@ -1126,7 +1126,7 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 					     "closing" };
 	unsigned n = 0;
 
-	for (const struct peer *p = m->peers; p && n < max; p = p->next, n++)
+	for (const struct peer *p = m->peers; p && n < max; p = p->next, n++) {
 		out[n] = (struct peer_status){
 			.address = p->addr, .state = names[p->state],
 			.transport = p->tp->name,
@@ -1134,5 +1134,9 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
 		};
+		if (p->tp->registered)
+			p->tp->registered(p, &out[n].registrations,
+					  &out[n].registered_bytes);
+	}
 	return n;
 }

@@ -112,6 +112,8 @@ struct peer_status {
 	unsigned flows;
 	uint64_t bytes_sent, bytes_received;
 	uint32_t reconnects;
+	uint32_t registrations;      /* flow rings registered (RDMA) */
+	uint64_t registered_bytes;
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);

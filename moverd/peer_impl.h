@@ -106,6 +106,8 @@ struct transport {
 	int (*open_flow)(struct peer *p, struct flow *f, uint64_t *raddr,
 			 uint32_t *rkey);
 	void (*forget_flow)(struct peer *p, struct flow *f);
+	/* ring memory registered with the device (count, bytes) */
+	void (*registered)(const struct peer *p, uint32_t *n, uint64_t *bytes);
 };
 
 extern const struct transport tcp_transport;

@@ -150,18 +150,49 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 	return 0;
 }
 
+/*
+ * The flow is going away.  Its registration must never match again: a new
+ * flow may get the same struct address, and its ring the same virtual
+ * address, while the old registration still pins the old pages (WRITEs
+ * would then move the wrong memory).  A batch in flight may still read
+ * it, so it is orphaned (no flow) and dropped when that batch completes.
+ */
 static void rdma_forget_flow(struct peer *p, struct flow *f)
 {
 	struct rdma_conn *c = conn(p);
 
-	/* a batch in flight may still read it: deregister at close then */
-	if (!c || p->wr_op.busy)
+	if (!c)
 		return;
-	for (unsigned i = 0; i < c->n_mrs; i++)
-		if (c->mrs[i].flow == f) {
+	for (unsigned i = 0; i < c->n_mrs; i++) {
+		if (c->mrs[i].flow != f)
+			continue;
+		if (p->wr_op.busy)
+			c->mrs[i].flow = NULL;
+		else
 			drop_mr(c, i);
-			return;
-		}
+		return;
+	}
+}
+
+static void rdma_registered(const struct peer *p, uint32_t *n,
+			    uint64_t *bytes)
+{
+	const struct rdma_conn *c = p->tp_data;
+
+	*n = c ? c->n_mrs : 0;
+	*bytes = 0;
+	for (unsigned i = 0; i < *n; i++)
+		*bytes += c->mrs[i].mr->length;
+}
+
+/* The batch in flight completed: drop what rdma_forget_flow orphaned. */
+static void drop_orphans(struct rdma_conn *c)
+{
+	for (unsigned i = 0; i < c->n_mrs;)
+		if (!c->mrs[i].flow)
+			drop_mr(c, i);
+		else
+			i++;
 }
 
 /* ---- queue pair ------------------------------------------------------------ */
@@ -421,6 +452,7 @@ static int poll_peer(struct peer *p)
 					peer_fail(p, "cannot re-post a receive");
 			} else {
 				p->wr_op.busy = false;
+				drop_orphans(c);
 				peer_sent(p);
 			}
 			work++;
@@ -811,4 +843,5 @@ const struct transport rdma_transport = {
 	.arm = rdma_arm,
 	.open_flow = rdma_open_flow,
 	.forget_flow = rdma_forget_flow,
+	.registered = rdma_registered,
 };

@@ -1249,10 +1249,37 @@ static void test_late_consumer(void)
 
 /* ---- 4: destroy while busy ----------------------------------------------------- */
 
+/*
+ * Over RDMA each daemon registers exactly the rings of its open flows: a
+ * destroyed flow's registration (pinning its old pages) must be gone, not
+ * kept for the life of the connection where a new flow could match it.
+ */
+static void check_registrations(const struct run *R, uint64_t want)
+{
+	char out[8192];
+
+	if (!remote_transport || strcmp(remote_transport, "rdma"))
+		return;
+	for (int i = 0; i < 2; i++) {
+		const struct daemon *d = i ? &R->P->b : &R->P->a;
+		uint64_t n;
+
+		if (ctl(d->sock, out, sizeof(out), "--json status"))
+			fail_run(R, "moverctl status on %c: %s", d->tag, out);
+		n = jget_u64(out, "registrations");
+		if (n != want)
+			fail_run(R, "moverd %c has %llu ring registrations with %llu "
+				 "flow(s) open:\n%s", d->tag, (unsigned long long)n,
+				 (unsigned long long)want, out);
+	}
+	printf("# ring registrations on A and B: %llu each\n",
+	       (unsigned long long)want);
+}
+
 static void test_destroy_busy(void)
 {
 	struct pair P;
-	static struct run R;
+	static struct run R, R2;
 	char out[4096];
 	uint64_t t0;
 	int rc;
@@ -1308,6 +1335,20 @@ static void test_destroy_busy(void)
 			fail_run(&R, "moverd %c status after destroy: exit %d: %s",
 				 d->tag, rc, out);
 	}
+	/*
+	 * A new flow of the same size right after: it may get the destroyed
+	 * flow's memory (struct and ring mapping), and over RDMA must not
+	 * get its memory registration (which pins the old pages), or its
+	 * records would be written from and to the wrong memory.
+	 */
+	run_init(&R2, &P, "again", 1, 2, scaled(20000));
+	run_create_flows(&R2, "1M");
+	run_start_consumers(&R2);
+	run_start_producers(&R2);
+	run_wait(&R2, 60, NULL, NULL);
+	run_report(&R2, "a new flow after the destroy");
+	check_registrations(&R2, 1);
+	run_destroy_flows(&R2);
 	pair_stop(&P);
 }
 
@@ -1893,6 +1934,9 @@ int main(int argc, char **argv)
 		case_end((int)i + 1, cases[i].name);
 	}
 	printf("# all cases in %.1f s\n", (tu_now_ns() - t0) / 1e9);
-	sh_run("rm -rf %s", top_dir);
+	if (getenv("FM_REMOTE_KEEP")) /* the daemons' logs, for a person */
+		printf("# logs kept in %s\n", top_dir);
+	else
+		sh_run("rm -rf %s", top_dir);
 	return 0;
 }
