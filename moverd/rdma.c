@@ -547,7 +547,8 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	getnameinfo(sa, sizeof(struct sockaddr_storage), host, sizeof(host),
 		    NULL, 0, NI_NUMERICHOST);
 	snprintf(addr, sizeof(addr), "%s:%u", host, ntohs(rdma_get_dst_port(id)));
-	p = peer_new(m, addr, false, &rdma_transport);
+	p = shared(m)->dev != DEV_OK ? NULL :
+	    peer_new(m, addr, false, &rdma_transport);
 	if (!p || new_conn(p)) {
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
@@ -739,6 +740,7 @@ static void connect_without_device(struct peer *p)
 			flows_set_state(f, FLOW_RECONNECTING, why);
 		return;
 	}
+	rdma_close(p); /* whatever a failed attempt left: tcp.c has no use */
 	p->tp = &tcp_transport;
 	for (struct flow *f = p->flows; f; f = f->peer_next)
 		f->transport = tcp_transport.name;
