@@ -791,6 +791,8 @@ static void tick_done(struct loop_op *op, int res)
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
 			p->tp->connect(p);
 	}
+	if (m->rdma)
+		rdma_tick(m, now);
 	arm_tick(m);
 }
 

@@ -115,6 +115,8 @@ extern const struct transport rdma_transport;
 
 /* The RDMA transport can run here (a device exists and it initialised). */
 bool rdma_available(struct peer_mgr *m);
+/* On the peer timer (TICK_MS): the device's removal, seen and handled. */
+void rdma_tick(struct peer_mgr *m, uint64_t now);
 
 /* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno. */
 int peer_resolve(const char *addr, struct sockaddr_storage *sa,

@@ -463,13 +463,9 @@ static int poll_peer(struct peer *p)
 	return work;
 }
 
-static void device_lifecycle(struct peer_mgr *m);
-
 static int rdma_poll(struct peer_mgr *m)
 {
 	int work = 0;
-
-	device_lifecycle(m);
 
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
@@ -711,23 +707,19 @@ static void forget_device(struct rdma_shared *s)
 		 s->dev_name, s->m->rdma_only ? " (none: --transport rdma)" : "");
 }
 
-static void device_lifecycle(struct peer_mgr *m)
+void rdma_tick(struct peer_mgr *m, uint64_t now)
 {
 	struct rdma_shared *s = shared(m);
-	uint64_t now;
 
 	if (s->dev == DEV_GOING)
 		release_device(m);
-	if (s->dev == DEV_GONE)
+	if (s->dev == DEV_RELEASED)
+		forget_device(s); /* every tick, until the device leaves the list */
+	if (s->dev != DEV_OK || now < s->dev_check_ns)
 		return;
-	now = fr_now_ns();
-	if (now < s->dev_check_ns)
-		return;
-	s->dev_check_ns = now + (s->dev == DEV_OK ? 1000000000ull : 20000000ull);
-	if (s->dev == DEV_OK && !device_listed(s->dev_name))
+	s->dev_check_ns = now + 1000000000ull;
+	if (!device_listed(s->dev_name))
 		device_removed(m);
-	else if (s->dev == DEV_RELEASED)
-		forget_device(s);
 }
 
 /* An outbound peer whose RDMA device went away: TCP, or wait. */
