@@ -305,14 +305,16 @@ struct tput_case {
 	double line_ns;    /* bare line round trip just before the case */
 };
 
-static unsigned batch_records(const struct opts *o, uint64_t size)
+/* Records per batch call: batch_bytes of them, at least 1, at most batch. */
+static unsigned batch_records(uint64_t batch_bytes, uint64_t batch,
+			      uint64_t size)
 {
-	uint64_t b = o->batch_bytes / size;
+	uint64_t b = batch_bytes / size;
 
 	if (b < 1)
 		b = 1;
-	if (b > o->batch)
-		b = o->batch;
+	if (b > batch)
+		b = batch;
 	return (unsigned)b;
 }
 
@@ -327,7 +329,8 @@ static void open_end(int fd, enum flowshm_role role, flowshm_t **out)
 static void producer_main(const struct opts *o, struct ctl *c, int fd,
 			  uint64_t size, uint32_t id, enum api api)
 {
-	unsigned nb = api == API_BATCH ? batch_records(o, size) : 1;
+	unsigned nb = api == API_BATCH ?
+		      batch_records(o->batch_bytes, o->batch, size) : 1;
 	unsigned char *buf = xalloc(nb * size);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
 	flowshm_t *p;
@@ -384,7 +387,8 @@ static void producer_main(const struct opts *o, struct ctl *c, int fd,
 static void consumer_main(const struct opts *o, struct ctl *c, int fd,
 			  uint64_t size, unsigned nprod, enum api api)
 {
-	unsigned nb = api == API_BATCH ? batch_records(o, size) : 1;
+	unsigned nb = api == API_BATCH ?
+		      batch_records(o->batch_bytes, o->batch, size) : 1;
 	size_t cap = nb * ((size + 7) & ~(uint64_t)7);
 	unsigned char *buf = xalloc(cap);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
@@ -1234,17 +1238,6 @@ struct rshared {
 	uint64_t lat[]; /* R_LAT_MAX per flow */
 };
 
-static unsigned batch_records_r(const struct ropts *o, uint64_t size)
-{
-	uint64_t b = o->batch_bytes / size;
-
-	if (b < 1)
-		b = 1;
-	if (b > o->batch)
-		b = o->batch;
-	return (unsigned)b;
-}
-
 /* Everything the parent started, so that any exit can stop it. */
 static struct {
 	pid_t parent;
@@ -1602,7 +1595,8 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 		       double rate, uint64_t count)
 {
 	struct ctl *c = &s->c;
-	unsigned nb = rate > 0 ? 1 : batch_records_r(o, size);
+	unsigned nb = rate > 0 ? 1 :
+		      batch_records(o->batch_bytes, o->batch, size);
 	unsigned char *buf = xalloc(nb * size);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
 	uint64_t seq = 0;
@@ -1690,7 +1684,8 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 	struct ctl *c = &s->c;
 	struct rflow *rf = &s->f[id];
 	uint64_t *lat = s->lat + (size_t)id * R_LAT_MAX;
-	unsigned nb = count ? 1 : batch_records_r(o, size);
+	unsigned nb = count ? 1 :
+		      batch_records(o->batch_bytes, o->batch, size);
 	size_t cap = nb * ((size + 7) & ~(uint64_t)7);
 	unsigned char *buf = xalloc(cap);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
