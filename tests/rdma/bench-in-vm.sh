@@ -69,41 +69,8 @@ fi
 log "build: $build, source ${src:-?} at $rev"
 
 # ---- perftest ----------------------------------------------------------------
-# Wait until something listens on TCP port $1 (perftest's out-of-band socket).
-wait_listening() {
-    local hex _
-    hex=$(printf ':%04X' "$1")
-    for _ in $(seq 1 300); do
-        if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-           awk -v p="$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }'; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
-
-# run_pair TOOL SIZE ARGS...: server in the background, client against ADDR.
-run_pair() {
-    local tool=$1 size=$2 port=$((PORT++)) ss=0 cs=0
-    shift 2
-    local args=(-d "$DEV" -s "$size" -p "$port" -F "$@")
-    timeout "$STEP_TIMEOUT" "$tool" "${args[@]}" >"$WORK/server" 2>&1 &
-    local server=$!
-    wait_listening "$port" || kill "$server" 2>/dev/null
-    timeout "$STEP_TIMEOUT" "$tool" "${args[@]}" "$ADDR" >"$WORK/client" 2>&1 || cs=$?
-    wait "$server" || ss=$?
-    if [ "$cs" != 0 ] || [ "$ss" != 0 ]; then
-        fail "$tool -s $size: client status $cs, server status $ss"
-        echo "---- server ----"; cat "$WORK/server"
-        echo "---- client ----"; cat "$WORK/client"
-        return 1
-    fi
-}
-
-result_line() {
-    awk -v s="$1" '$1 == s && NF >= 5 { line = $0 } END { print line }' "$WORK/client"
-}
+# shellcheck source=tests/rdma/perftest-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/perftest-lib.sh"   # run_pair, result_line
 
 # bw columns: #bytes #iterations BW-peak BW-average MsgRate[Mpps]; perftest's
 # MB/sec is MiB/s, so MB_s here is computed from the message rate (1e6 B).

@@ -28,6 +28,9 @@ trap 'rm -rf "$WORK"' EXIT
 FAILED=0
 
 log()  { echo "perftest.sh: $*"; }
+fail() { echo "perftest.sh: FAIL: $*" >&2; FAILED=1; }
+# shellcheck source=tests/rdma/perftest-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/perftest-lib.sh"   # run_pair, result_line
 skip() { echo "SKIPPED: $*" >&2; exit 77; }
 
 # rxe0 must exist and its port must be active.
@@ -43,52 +46,6 @@ check_device() {
     fi
     log "$DEV: $(grep -E 'state:|active_mtu:|link_layer:' "$WORK/devinfo" |
                  awk '{ $1 = $1; print }' | paste -sd ';')"
-}
-
-# Wait until something listens on TCP port $1 (perftest's out-of-band
-# exchange), reading /proc/net/tcp{,6}: state 0A is LISTEN.
-wait_listening() {
-    local hex _
-    hex=$(printf ':%04X' "$1")
-    for _ in $(seq 1 300); do
-        if cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
-           awk -v p="$hex" '$2 ~ p"$" && $4 == "0A" { found = 1 } END { exit !found }'; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
-
-# run_pair TOOL SIZE ARGS...: server in the background, client against our
-# own address; both must succeed. Leaves the client output in $WORK/client.
-run_pair() {
-    local tool=$1 size=$2 port=$((PORT++)) server_status=0 client_status=0
-    shift 2
-    local args=(-d "$DEV" -s "$size" -p "$port" -F "$@")
-
-    timeout "$STEP_TIMEOUT" "$tool" "${args[@]}" >"$WORK/server" 2>&1 &
-    local server=$!
-    if ! wait_listening "$port"; then
-        kill "$server" 2>/dev/null || true
-    fi
-    timeout "$STEP_TIMEOUT" "$tool" "${args[@]}" "$ADDR" >"$WORK/client" 2>&1 ||
-        client_status=$?
-    wait "$server" || server_status=$?
-
-    if [ "$client_status" != 0 ] || [ "$server_status" != 0 ]; then
-        echo "perftest.sh: FAIL: $tool -s $size: client status $client_status," \
-             "server status $server_status" >&2
-        echo "---- server ----"; cat "$WORK/server"
-        echo "---- client ----"; cat "$WORK/client"
-        FAILED=1
-        return 1
-    fi
-}
-
-# The figures line is the one that starts with the message size.
-result_line() {
-    awk -v s="$1" '$1 == s && NF >= 5 { line = $0 } END { print line }' "$WORK/client"
 }
 
 # bw columns: #bytes #iterations BW-peak BW-average[MB/sec] MsgRate[Mpps]
