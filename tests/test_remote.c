@@ -897,6 +897,17 @@ static const char *state_of(const char *sock, const char *flow, char *state,
 	return state;
 }
 
+/* moverctl's JSON must have key == want, or the run fails. */
+static void want_field(const struct run *R, const char *json, const char *key,
+		       const char *want, const char *where)
+{
+	char v[64] = "";
+
+	if (!jget(json, key, v, sizeof(v)) || strcmp(v, want))
+		fail_run(R, "%s: %s '%s', want '%s':\n%s", where, key, v, want,
+			 json);
+}
+
 /* Create every flow on A with --peer B and wait until both ends exist and
  * A says "open". */
 static void run_create_flows(struct run *R, const char *ring_size)
@@ -904,7 +915,7 @@ static void run_create_flows(struct run *R, const char *ring_size)
 	const char *want_tp = remote_transport && strcmp(remote_transport,
 						"auto") ? remote_transport : "tcp";
 	struct pair *P = R->P;
-	char out[4096], state[32], v[64];
+	char out[4096], state[32], v[64], where[64];
 	int rc;
 
 	for (int f = 0; f < R->nflows; f++) {
@@ -929,12 +940,9 @@ static void run_create_flows(struct run *R, const char *ring_size)
 					 "15 s after create", R->flow[f], state);
 			usleep(20000);
 		}
-		if (!jget(out, "role", v, sizeof(v)) || strcmp(v, "sender"))
-			fail_run(R, "flow %s on A: role '%s', want 'sender':\n%s",
-				 R->flow[f], v, out);
-		if (!jget(out, "transport", v, sizeof(v)) || strcmp(v, want_tp))
-			fail_run(R, "flow %s on A: transport '%s', want '%s':\n%s",
-				 R->flow[f], v, want_tp, out);
+		snprintf(where, sizeof(where), "flow %s on A", R->flow[f]);
+		want_field(R, out, "role", "sender", where);
+		want_field(R, out, "transport", want_tp, where);
 		if (!jget(out, "peer", v, sizeof(v)) || !strstr(v,
 				strrchr(P->peer, ':') + 1))
 			fail_run(R, "flow %s on A: peer '%s', want %s:\n%s",
@@ -949,9 +957,8 @@ static void run_create_flows(struct run *R, const char *ring_size)
 					 "it opened on A: %s", R->flow[f], out);
 			usleep(20000);
 		}
-		if (!jget(out, "role", v, sizeof(v)) || strcmp(v, "receiver"))
-			fail_run(R, "flow %s on B: role '%s', want 'receiver':\n%s",
-				 R->flow[f], v, out);
+		snprintf(where, sizeof(where), "flow %s on B", R->flow[f]);
+		want_field(R, out, "role", "receiver", where);
 	}
 }
 
