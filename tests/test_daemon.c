@@ -73,29 +73,13 @@ static int ctl(char *out, size_t cap, const char *fmt, ...)
 
 static int ctl(char *out, size_t cap, const char *fmt, ...)
 {
-	char cmd[1024], args[768];
-	size_t n = 0;
 	va_list ap;
-	FILE *p;
-	int st;
+	int rc;
 
 	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
+	rc = tu_vmoverctl(moverctl_bin, sock_path, out, cap, fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "%s --socket %s %s 2>&1", moverctl_bin,
-		 sock_path, args);
-	p = popen(cmd, "r");
-	CHECK(p);
-	if (out && cap) {
-		n = fread(out, 1, cap - 1, p);
-		out[n] = 0;
-	} else {
-		char sink[4096];
-		while (fread(sink, 1, sizeof(sink), p) > 0)
-			;
-	}
-	st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+	return rc;
 }
 
 static int count_fds(pid_t pid)

@@ -231,30 +231,13 @@ static int ctl(const char *sock, char *out, size_t cap, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 static int ctl(const char *sock, char *out, size_t cap, const char *fmt, ...)
 {
-	char cmd[1024], args[768], sink[4096];
-	size_t n = 0;
 	va_list ap;
-	FILE *p;
-	int s;
+	int rc;
 
 	va_start(ap, fmt);
-	vsnprintf(args, sizeof(args), fmt, ap);
+	rc = tu_vmoverctl(moverctl_bin, sock, out, cap, fmt, ap);
 	va_end(ap);
-	snprintf(cmd, sizeof(cmd), "timeout -k 2 20 %s --socket %s %s 2>&1",
-		 moverctl_bin, sock, args);
-	fflush(NULL);
-	p = popen(cmd, "r");
-	CHECK(p);
-	if (!out) {
-		out = sink;
-		cap = sizeof(sink);
-	}
-	n = fread(out, 1, cap - 1, p);
-	out[n] = 0;
-	while (fread(sink, 1, sizeof(sink), p) > 0)
-		;
-	s = pclose(p);
-	return WIFEXITED(s) ? WEXITSTATUS(s) : 128;
+	return rc;
 }
 
 /* The value of "key" in moverctl's JSON (first occurrence), as text. */

@@ -9,10 +9,12 @@
 #include "flowshm.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,6 +132,37 @@ static inline long tu_env_long(const char *name, long dflt)
 	const char *v = getenv(name);
 
 	return v && *v ? strtol(v, NULL, 0) : dflt;
+}
+
+/*
+ * Run `BIN --socket SOCK ARGS` (ARGS from fmt and ap), killed after 20 s.
+ * Returns its exit code (128 if it did not exit); its stdout and stderr go
+ * to out (NUL-terminated; out may be NULL), the rest is read and dropped.
+ */
+static inline int tu_vmoverctl(const char *bin, const char *sock, char *out,
+			       size_t cap, const char *fmt, va_list ap)
+{
+	char cmd[1024], args[768], sink[4096];
+	size_t n;
+	FILE *p;
+	int s;
+
+	vsnprintf(args, sizeof(args), fmt, ap);
+	snprintf(cmd, sizeof(cmd), "timeout -k 2 20 %s --socket %s %s 2>&1",
+		 bin, sock, args);
+	fflush(NULL);
+	p = popen(cmd, "r");
+	CHECK(p);
+	if (!out || !cap) {
+		out = sink;
+		cap = sizeof(sink);
+	}
+	n = fread(out, 1, cap - 1, p);
+	out[n] = 0;
+	while (fread(sink, 1, sizeof(sink), p) > 0)
+		;
+	s = pclose(p);
+	return WIFEXITED(s) ? WEXITSTATUS(s) : 128;
 }
 
 #endif
