@@ -1,0 +1,471 @@
+/*
+ * tests/harness.h - what the hostile-input tests share: a real moverd on a
+ * private socket (its pid, fd count and CPU time), moverctl against it, and
+ * a hostile peer that speaks the peer wire format (moverd/wire.h) from the
+ * test itself over a real TCP connection.
+ *
+ * Header-only, static inline, like testutil.h: each test is one program.
+ */
+#ifndef FLOWMOVER_HARNESS_H
+#define FLOWMOVER_HARNESS_H
+
+#include "testutil.h"
+#include "ctl_client.h"
+#include "flowmover.pb-c.h"
+#include "wire.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+/* ---- a moverd of the test's own ------------------------------------------ */
+
+struct hd {
+	char dir[96];          /* private directory, removed by hd_stop */
+	char sock[128];
+	char log[128];         /* its stderr */
+	int port;              /* --listen 127.0.0.1:port, 0 = none */
+	pid_t pid;
+};
+
+static inline int hd_free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/*
+ * Start `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
+ * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated).  Waits until
+ * the control socket accepts.  listen: bind a peer port too.
+ */
+static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
+			    bool listen, const char *const *extra)
+{
+	const char *argv[64] = { moverd, "--foreground", "--socket", d->sock,
+				 "--socket-mode", "0666", "--log-level",
+				 "debug" };
+	char laddr[64];
+	int n = 8, st;
+
+	snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag, (int)getpid());
+	snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
+	mkdir(d->dir, 0755);
+	d->port = 0;
+	if (listen) {
+		d->port = hd_free_port();
+		snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", d->port);
+		argv[n++] = "--listen";
+		argv[n++] = laddr;
+		argv[n++] = "--transport";
+		argv[n++] = "tcp";
+	}
+	for (; extra && *extra && n < 62; extra++)
+		argv[n++] = *extra;
+	argv[n] = NULL;
+	fflush(NULL);
+	d->pid = fork();
+	CHECK(d->pid >= 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		execv(moverd, (char **)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		int fd = ctl_connect(d->sock);
+
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			fprintf(stderr, "moverd exited at start (status %#x); "
+				"log %s\n", st, d->log);
+			exit(1);
+		}
+		usleep(10000);
+	}
+	CHECK(!"moverd did not come up");
+}
+
+/* The daemon must still be running (no crash, no sanitizer exit). */
+static inline void hd_alive(const struct hd *d)
+{
+	int st;
+
+	if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+		fprintf(stderr, "moverd died (status %#x); its log: %s\n", st,
+			d->log);
+		exit(1);
+	}
+}
+
+/* Remove the private directory (unless FM_KEEP is set, for inspection). */
+static inline void hd_cleanup(const struct hd *d)
+{
+	char cmd[160];
+
+	if (getenv("FM_KEEP"))
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", d->dir);
+}
+
+/* SIGTERM; it must exit 0 within 10 s (sanitizers exit non-zero). */
+static inline void hd_stop(struct hd *d)
+{
+	int st = 0;
+
+	if (d->pid <= 0)
+		return;
+	hd_alive(d);
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "moverd exited with status "
+					"%#x; log %s\n", st, d->log);
+				exit(1);
+			}
+			hd_cleanup(d);
+			return;
+		}
+		usleep(10000);
+	}
+	kill(d->pid, SIGKILL);
+	CHECK(!"moverd did not stop within 10 s");
+}
+
+/* Kill without checks (a failure path, or a test of a crash). */
+static inline void hd_kill(struct hd *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+	}
+	d->pid = 0;
+}
+
+/* moverctl --socket d->sock ARGS; exit code, stdout+stderr in out. */
+static inline int hd_ctl(const struct hd *d, const char *moverctl, char *out,
+			 size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static inline int hd_ctl(const struct hd *d, const char *moverctl, char *out,
+			 size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = tu_vmoverctl(moverctl, d->sock, out, cap, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static inline int hd_fds(const struct hd *d)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	dir = opendir(path);
+	CHECK(dir);
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+/* fds are released a completion later: wait up to 5 s for at most want */
+static inline void hd_wait_fds(const struct hd *d, int want)
+{
+	for (int i = 0; i < 500 && hd_fds(d) > want; i++)
+		usleep(10000);
+	if (hd_fds(d) > want) {
+		fprintf(stderr, "moverd holds %d fds, want at most %d\n",
+			hd_fds(d), want);
+		exit(1);
+	}
+}
+
+/* moverd's CPU time so far (user + system), in clock ticks. */
+static inline long hd_cpu_ticks(const struct hd *d)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, stt = 0;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)d->pid);
+	f = fopen(path, "re");
+	CHECK(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	CHECK(p);
+	/* fields after the name: state(3) ... utime(14) stime(15) */
+	CHECK(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+		     &ut, &stt) == 2);
+	return (long)(ut + stt);
+}
+
+/* Share of one cpu moverd used over the next `ms` milliseconds (0..1+). */
+static inline double hd_cpu_share(const struct hd *d, int ms)
+{
+	long t0 = hd_cpu_ticks(d), hz = sysconf(_SC_CLK_TCK);
+
+	usleep((useconds_t)ms * 1000);
+	return (double)(hd_cpu_ticks(d) - t0) / hz / (ms / 1000.0);
+}
+
+/* How many lines of its log contain `needle`. */
+static inline int hd_log_count(const struct hd *d, const char *needle)
+{
+	char line[4096];
+	FILE *f = fopen(d->log, "re");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* ---- a hostile peer ------------------------------------------------------ */
+
+/* A TCP connection to 127.0.0.1:port (blocking). */
+static inline int hp_connect(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	CHECK(fd >= 0);
+	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* Send all of buf; false if the connection is gone. */
+static inline bool hp_send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
+
+/* A frame header (and no body: send the body with hp_send_all). */
+static inline bool hp_send_hdr(int fd, enum wire_type type, uint32_t flow_id,
+			       uint32_t len, uint64_t pos, uint64_t aux)
+{
+	uint8_t h[WIRE_HDR];
+
+	wire_put(h, type, flow_id, len, pos, aux);
+	return hp_send_all(fd, h, sizeof(h));
+}
+
+static inline bool hp_send_msg(int fd, Flowmover__PeerMsg *msg)
+{
+	size_t len = protobuf_c_message_get_packed_size(&msg->base);
+	uint8_t *buf = malloc(len ? len : 1);
+	bool ok;
+
+	CHECK(buf);
+	protobuf_c_message_pack(&msg->base, buf);
+	ok = hp_send_hdr(fd, WIRE_CTRL, 0, (uint32_t)len, 0, 0) &&
+	     hp_send_all(fd, buf, len);
+	free(buf);
+	return ok;
+}
+
+static inline bool hp_hello(int fd, const char *node)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.version = WIRE_VERSION;
+	hello.node = (char *)node;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	return hp_send_msg(fd, &msg);
+}
+
+struct hp_open {
+	const char *name;
+	uint32_t flow_id;
+	uint64_t ring_size;
+	uint32_t max_record;
+	uint64_t seal_key;
+	uint64_t start;
+};
+
+static inline bool hp_open(int fd, const struct hp_open *o)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
+
+	op.name = (char *)o->name;
+	op.flow_id = o->flow_id;
+	op.ring_size = o->ring_size;
+	op.max_record = o->max_record;
+	op.seal_key = o->seal_key;
+	op.start = o->start;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
+	msg.open = &op;
+	return hp_send_msg(fd, &msg);
+}
+
+static inline bool hp_close_flow(int fd, const char *name)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
+
+	cl.name = (char *)name;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
+	msg.close = &cl;
+	return hp_send_msg(fd, &msg);
+}
+
+/*
+ * Read one frame within timeout_ms: its header in *h and up to cap body
+ * bytes in body (the rest is dropped).  1 = a frame, 0 = timeout,
+ * -1 = the connection closed.
+ */
+static inline int hp_read_frame(int fd, struct wire_hdr *h, void *body,
+				size_t cap, int timeout_ms)
+{
+	uint8_t hb[WIRE_HDR], sink[4096];
+	size_t have = 0, need;
+
+	while (have < WIRE_HDR) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		ssize_t n;
+
+		if (poll(&pfd, 1, timeout_ms) <= 0)
+			return have ? -1 : 0;
+		n = recv(fd, hb + have, WIRE_HDR - have, 0);
+		if (n <= 0)
+			return -1;
+		have += (size_t)n;
+	}
+	wire_get(hb, h);
+	for (need = h->len, have = 0; have < need;) {
+		size_t want = need - have;
+		void *dst = have < cap ? (void *)((char *)body + have) :
+					 (void *)sink;
+		ssize_t n;
+
+		if (have < cap && want > cap - have)
+			want = cap - have;
+		if (have >= cap && want > sizeof(sink))
+			want = sizeof(sink);
+		n = recv(fd, dst, want, MSG_WAITALL);
+		if (n <= 0)
+			return -1;
+		have += (size_t)n;
+	}
+	return 1;
+}
+
+/*
+ * Wait up to timeout_ms for moverd's answer to an open of flow_id: 0 and
+ * *opened filled (caller frees with flowmover__peer_flow_opened__free_
+ * unpacked), or -1 (timeout or closed).  Other frames are skipped.
+ */
+static inline int hp_wait_opened(int fd, uint32_t flow_id, int timeout_ms,
+				 Flowmover__PeerFlowOpened **opened)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	static uint8_t body[WIRE_MAX_CTRL];
+	struct wire_hdr h;
+
+	while (tu_now_ns() < until) {
+		Flowmover__PeerMsg *m;
+		int rc = hp_read_frame(fd, &h, body, sizeof(body), 100);
+
+		if (rc < 0)
+			return -1;
+		if (rc == 0 || h.type != WIRE_CTRL || h.len > sizeof(body))
+			continue;
+		m = flowmover__peer_msg__unpack(NULL, h.len, body);
+		if (!m)
+			continue;
+		if (m->body_case == FLOWMOVER__PEER_MSG__BODY_OPENED &&
+		    m->opened->flow_id == flow_id) {
+			*opened = m->opened;
+			m->opened = NULL;
+			m->body_case = FLOWMOVER__PEER_MSG__BODY__NOT_SET;
+			flowmover__peer_msg__free_unpacked(m, NULL);
+			return 0;
+		}
+		flowmover__peer_msg__free_unpacked(m, NULL);
+	}
+	return -1;
+}
+
+/* ---- moverctl JSON ------------------------------------------------------- */
+
+/* The value of "key" in moverctl's JSON (first occurrence), as text. */
+static inline bool hj_get(const char *json, const char *key, char *val,
+			  size_t cap)
+{
+	char pat[80];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	if (!p)
+		return false;
+	p += strlen(pat);
+	while (*p == ' ')
+		p++;
+	if (*p == '"')
+		p++;
+	while (*p && *p != '"' && *p != ',' && *p != '}' && *p != '\n' &&
+	       n + 1 < cap)
+		val[n++] = *p++;
+	val[n] = 0;
+	return true;
+}
+
+#endif
