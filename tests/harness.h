@@ -468,4 +468,43 @@ static inline bool hj_get(const char *json, const char *key, char *val,
 	return true;
 }
 
+/* ---- cases --------------------------------------------------------------- */
+
+struct hcase {
+	int n;                 /* the finding's number in the issue */
+	void (*fn)(void);
+	const char *what;
+};
+
+/* Is case n selected by env (a list "1,3,7"; unset or empty: all)? */
+static inline bool hc_wanted(const char *env, int n)
+{
+	const char *s = getenv(env);
+	char buf[256], *tok, *save = NULL;
+
+	if (!s || !*s)
+		return true;
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (atoi(tok) == n)
+			return true;
+	return false;
+}
+
+/* Run the selected cases in order; a failed CHECK exits non-zero. */
+static inline int hc_run(const struct hcase *cases, size_t n, const char *env)
+{
+	signal(SIGPIPE, SIG_IGN);
+	for (size_t i = 0; i < n; i++) {
+		if (!hc_wanted(env, cases[i].n))
+			continue;
+		printf("case %d: %s\n", cases[i].n, cases[i].what);
+		fflush(stdout);
+		cases[i].fn();
+		printf("case %d: ok\n", cases[i].n);
+		fflush(stdout);
+	}
+	return 0;
+}
+
 #endif

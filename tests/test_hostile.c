@@ -32,27 +32,9 @@ static void case_smoke(void)
 	hd_stop(&d);
 }
 
-static bool wanted(int n)
-{
-	const char *s = getenv("FM_HOSTILE_CASES");
-	char buf[128], *tok, *save = NULL;
-
-	if (!s || !*s)
-		return true;
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-		if (atoi(tok) == n)
-			return true;
-	return false;
-}
-
 int main(int argc, char **argv)
 {
-	static const struct {
-		int n;
-		void (*fn)(void);
-		const char *what;
-	} cases[] = {
+	static const struct hcase cases[] = {
 		{ 0, case_smoke, "harness: a peer opens a flow" },
 	};
 
@@ -62,14 +44,6 @@ int main(int argc, char **argv)
 	}
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
-	signal(SIGPIPE, SIG_IGN);
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (!wanted(cases[i].n))
-			continue;
-		printf("case %d: %s\n", cases[i].n, cases[i].what);
-		fflush(stdout);
-		cases[i].fn();
-		printf("case %d: ok\n", cases[i].n);
-	}
-	return 0;
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		      "FM_HOSTILE_CASES");
 }
