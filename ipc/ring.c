@@ -137,12 +137,22 @@ static void wake_all(_Atomic uint32_t *word)
 	fm_futex_wake(word);
 }
 
-void fr_close(struct fr_ring *r)
+static void close_with(struct fr_ring *r, uint32_t flags)
 {
 	/* seq_cst RMW: ordered before our reads of the sleeper flags */
-	atomic_fetch_or(&r->sh->flags, FR_FLAG_CLOSED);
+	atomic_fetch_or(&r->sh->flags, flags);
 	wake_all(&r->sh->data_futex);
 	wake_all(&r->sh->space_futex);
+}
+
+void fr_close(struct fr_ring *r)
+{
+	close_with(r, FR_FLAG_CLOSED);
+}
+
+void fr_fail(struct fr_ring *r)
+{
+	close_with(r, FR_FLAG_CLOSED | FR_FLAG_FAILED);
 }
 
 /* ---- producer ----------------------------------------------------------- */
@@ -237,7 +247,7 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 		int rc;
 
 		if (fr_closed(r))
-			return -EPIPE;
+			return fr_closed_rc(r);
 		if (t < r->head_cache || t - r->head_cache > r->size) {
 			/* our head is a lap behind, or t is older than it */
 			rc = fr_refresh_head(r, NULL);
@@ -495,7 +505,7 @@ static int not_committed(struct fr_ring *r, uint64_t pos, uint64_t seal)
 		r->stuck_pos = pos;
 		r->stuck_since_ns = now;
 		if (pos == r->tail_cache)
-			return fr_closed(r) ? -EPIPE : -EAGAIN;
+			return fr_closed(r) ? fr_closed_rc(r) : -EAGAIN;
 		return -EAGAIN;
 	}
 	if (!r->recover_ns)
@@ -521,7 +531,7 @@ static int deposit_ready(struct fr_ring *r, uint64_t pos)
 	if (pos > r->tail_cache || r->tail_cache - pos > r->size)
 		return -EPROTO;
 	if (pos == r->tail_cache)
-		return fr_closed(r) ? -EPIPE : -EAGAIN;
+		return fr_closed(r) ? fr_closed_rc(r) : -EAGAIN;
 	return 0;
 }
 

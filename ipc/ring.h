@@ -97,6 +97,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <errno.h>
 #include <stdint.h>
 
 #define FR_MAGIC         0x474e49524d574c46ULL /* "FLWMRING" in memory */
@@ -116,6 +117,8 @@
 #define FR_INFO_PID      0x7fffffffu
 
 #define FR_FLAG_CLOSED   1u
+#define FR_FLAG_FAILED   2u  /* with CLOSED: moverd failed the flow because
+				of what it read in this ring: -EPROTO */
 
 enum fr_mode {
 	FR_MODE_LOCAL = 0,   /* producers commit by sealing each record */
@@ -233,6 +236,14 @@ static inline bool fr_closed(const struct fr_ring *r)
 	       FR_FLAG_CLOSED;
 }
 
+/* What a closed ring's ends get: -EPROTO if moverd failed the flow for
+ * what it found in the ring, else -EPIPE. */
+static inline int fr_closed_rc(const struct fr_ring *r)
+{
+	return atomic_load_explicit(&r->sh->flags, memory_order_acquire) &
+	       FR_FLAG_FAILED ? -EPROTO : -EPIPE;
+}
+
 /* --- set-up (ring.c) ---------------------------------------------------- */
 
 /* Validate params; 0 or -EINVAL. */
@@ -249,6 +260,9 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes);
 
 /* Mark the ring closed and wake every sleeper on both sides. */
 void fr_close(struct fr_ring *r);
+/* The same, and its ends get -EPROTO (FR_FLAG_FAILED): moverd's verdict
+ * on a ring whose words its own client corrupted. */
+void fr_fail(struct fr_ring *r);
 
 /* --- producer (ring.c) --------------------------------------------------- */
 

@@ -39,6 +39,7 @@ struct ctl_client {
 	size_t have;
 	uint8_t *out;
 	size_t out_len, out_done;
+	struct flow *out_flow;  /* its ring_fd rides in the response */
 	struct msghdr msg;
 	struct iovec iov;
 	_Alignas(struct cmsghdr) char cmsg[CMSG_SPACE(sizeof(int))];
@@ -69,12 +70,23 @@ static void detach_all(struct ctl_client *c)
 	c->n_att = 0;
 }
 
+/* The response is written (or never will be): drop what it held. */
+static void response_done(struct ctl_client *c)
+{
+	free(c->out);
+	c->out = NULL;
+	if (c->out_flow)
+		flow_put(c->out_flow);
+	c->out_flow = NULL;
+}
+
 static void maybe_free(struct ctl_client *c)
 {
 	struct ctl_server *s = c->srv;
 
 	if (!c->gone || c->rd.busy || c->wr.busy)
 		return;
+	response_done(c);
 	for (struct ctl_client **pp = &s->clients; *pp; pp = &(*pp)->next) {
 		if (*pp == c) {
 			*pp = c->next;
@@ -83,7 +95,6 @@ static void maybe_free(struct ctl_client *c)
 	}
 	s->n_clients--;
 	close(c->fd);
-	free(c->out);
 	free(c);
 }
 
@@ -122,8 +133,7 @@ static void write_done(struct loop_op *op, int res)
 				   c->out_len - c->out_done, MSG_NOSIGNAL);
 		return;
 	}
-	free(c->out);
-	c->out = NULL;
+	response_done(c);
 	if (c->closing) {
 		client_gone(c);
 		return;
@@ -131,8 +141,15 @@ static void write_done(struct loop_op *op, int res)
 	serve(c);
 }
 
+/*
+ * Send resp; with pass set, its ring fd goes along (SCM_RIGHTS).  The
+ * kernel turns the fd number into a file only when the send runs, which
+ * may be long after this call if the client does not read: the response
+ * holds a reference to the flow until it is written, so the number stays
+ * that ring's even if the flow is destroyed meanwhile.
+ */
 static void respond(struct ctl_client *c, Flowmover__Response *resp,
-		    uint64_t id, int pass_fd)
+		    uint64_t id, struct flow *pass)
 {
 	struct io_uring_sqe *sqe;
 	size_t cap;
@@ -148,8 +165,9 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 	c->out_done = 0;
 	c->iov = (struct iovec){ c->out, c->out_len };
 	c->msg = (struct msghdr){ .msg_iov = &c->iov, .msg_iovlen = 1 };
-	if (pass_fd >= 0) {
+	if (pass) {
 		struct cmsghdr *cm;
+		int pass_fd = pass->ring_fd;
 
 		c->msg.msg_control = c->cmsg;
 		c->msg.msg_controllen = sizeof(c->cmsg);
@@ -158,6 +176,7 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+		c->out_flow = flow_get(pass);
 	}
 	sqe = loop_sqe(c->srv->loop, &c->wr, write_done);
 	if (!sqe) {
@@ -187,7 +206,7 @@ static void respond_error(struct ctl_client *c, uint64_t id, int code,
 	resp.error = &err;
 	c->srv->stats.bad_requests += code == -EPROTO || code == -EMSGSIZE;
 	log_debug("client pid %d: error %d: %s", (int)c->pid, code, msg);
-	respond(c, &resp, id, -1);
+	respond(c, &resp, id, NULL);
 }
 
 static void respond_ok(struct ctl_client *c, uint64_t id)
@@ -197,7 +216,7 @@ static void respond_ok(struct ctl_client *c, uint64_t id)
 
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_OK;
 	resp.ok = &ok;
-	respond(c, &resp, id, -1);
+	respond(c, &resp, id, NULL);
 }
 
 /* ---- requests ----------------------------------------------------------- */
@@ -233,7 +252,7 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 }
 
 static void respond_flow(struct ctl_client *c, uint64_t id,
-			 const struct flow *f, int pass_fd)
+			 const struct flow *f, struct flow *pass)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
@@ -241,7 +260,7 @@ static void respond_flow(struct ctl_client *c, uint64_t id,
 	fill_info(f, &fi);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
-	respond(c, &resp, id, pass_fd);
+	respond(c, &resp, id, pass);
 }
 
 static void do_create(struct ctl_client *c, uint64_t id,
@@ -280,7 +299,7 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		respond_error(c, id, rc, "cannot reach peer %s", sp->peer);
 		return;
 	}
-	respond_flow(c, id, f, -1);
+	respond_flow(c, id, f, NULL);
 }
 
 static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
@@ -304,9 +323,8 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
 			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
 		return;
 	}
-	ctl_server_forget_flow(c->srv, f);
-	peer_forget_flow(c->srv->peers, f);
-	flows_destroy(c->srv->flows, f);
+	peer_destroy_flow(c->srv->peers, f, "destroyed on the receiving host "
+			  "by its operator");
 	respond_ok(c, id);
 }
 
@@ -334,7 +352,7 @@ static void do_list(struct ctl_client *c, uint64_t id)
 	list.flows = ptrs;
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_LIST;
 	resp.list = &list;
-	respond(c, &resp, id, -1);
+	respond(c, &resp, id, NULL);
 	free(infos);
 	free(ptrs);
 }
@@ -370,7 +388,7 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 		f->producers++;
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
-	respond_flow(c, id, f, f->ring_fd);
+	respond_flow(c, id, f, f);
 }
 
 static void do_status(struct ctl_client *c, uint64_t id)
@@ -412,7 +430,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.pid = (uint32_t)getpid();
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_STATUS;
 	resp.status = &st;
-	respond(c, &resp, id, -1);
+	respond(c, &resp, id, NULL);
 }
 
 static void run_request(struct ctl_client *c, const Flowmover__Request *req)
@@ -433,7 +451,7 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_DESCRIBE: {
 		struct flow *f = find_or_fail(c, id, req->describe->name);
 		if (f)
-			respond_flow(c, id, f, -1);
+			respond_flow(c, id, f, NULL);
 		break;
 	}
 	case FLOWMOVER__REQUEST__BODY_ATTACH:

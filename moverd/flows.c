@@ -141,6 +141,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	if (!fl)
 		return NULL;
 	snprintf(fl->name, sizeof(fl->name), "%s", name);
+	fl->refs = 1; /* the table's */
 	fl->transport = "tcp";
 	flow_file(t, name, "flow", path, sizeof(path));
 	f = fopen(path, "re");
@@ -301,6 +302,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	f->refs = 1; /* the table's */
 	f->role = spec->role;
 	f->transport = spec->role == FLOW_LOCAL ? "local" : "tcp";
 	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
@@ -357,6 +359,24 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	return 0;
 }
 
+void flow_put(struct flow *f)
+{
+	if (--f->refs)
+		return;
+	flowshm_close(f->view);
+	close(f->ring_fd);
+	free(f);
+}
+
+void flows_fail(struct flow *f, const char *reason)
+{
+	if (f->state == FLOW_FAILED)
+		return;
+	log_warn("flow %s: failed: %s", f->name, reason);
+	flows_set_state(f, FLOW_FAILED, reason);
+	fr_fail(&f->view->ring); /* its clients get -EPROTO */
+}
+
 void flows_destroy(struct flow_table *t, struct flow *f)
 {
 	for (struct flow **pp = &t->head; *pp; pp = &(*pp)->next) {
@@ -366,11 +386,8 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 			break;
 		}
 	}
-	if (f->view) { /* else a peer op in flight holds it: see peer.c */
-		flowshm_shutdown(f->view);
-		flowshm_close(f->view);
-	}
-	close(f->ring_fd);
+	f->dead = true;
+	flowshm_shutdown(f->view);
 	if (f->path[0]) {
 		char meta[400];
 
@@ -378,8 +395,10 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 		flow_file(t, f->name, "flow", meta, sizeof(meta));
 		unlink(meta);
 	}
-	log_info("flow %s destroyed", f->name);
-	free(f);
+	log_info("flow %s destroyed%s", f->name,
+		 f->refs > 1 ? " (its ring is released once the I/O in flight "
+			       "on it completes)" : "");
+	flow_put(f);
 }
 
 void flows_destroy_all(struct flow_table *t)

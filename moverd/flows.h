@@ -46,8 +46,27 @@ struct flow_spec {
 	size_t n_allow_gids;
 };
 
+/*
+ * Ownership: a flow (this struct, its ring mapping `view`, `ring_fd`, and
+ * any RDMA registration of its ring) lives while anyone holds a reference.
+ * The flow table holds one while the flow is listed; every asynchronous
+ * operation that refers to the flow holds one from the moment it is
+ * submitted until its completion is reaped:
+ *   - a peer receive into its ring (peer.c: start_data .. finish_data,
+ *     or peer_closed when the connection ends),
+ *   - a peer send that reads its ring (peer.c: build_data .. peer_sent),
+ *   - a control response carrying ring_fd by SCM_RIGHTS (control.c:
+ *     respond .. write_done: the kernel resolves the fd number only when
+ *     the send runs, so the number must stay ours until then),
+ *   - an RDMA memory registration of its ring (rdma.c: flow_mr .. drop_mr).
+ * flows_destroy() unlists the flow and closes its ring for clients; the
+ * last flow_put() unmaps, closes and frees.  A destroyed flow is `dead`:
+ * a completion that finds its flow dead publishes nothing.
+ */
 struct flow {
 	char name[FLOW_NAME_MAX + 1];
+	unsigned refs;
+	bool dead;               /* destroyed: no longer in the table */
 	int ring_fd;
 	flowshm_t *view;         /* moverd's own mapping: positions, shutdown */
 	uid_t owner_uid;
@@ -78,6 +97,10 @@ struct flow {
 	/* receiver */
 	uint64_t reported_head;  /* the consumer position last sent back */
 	bool ack_due;
+	struct peer *rx_peer;    /* a receive into the ring is in flight */
+
+	/* sender: the peer answered "busy, retry" (-EAGAIN) to an open */
+	uint64_t reopen_at_ns;
 
 	uint64_t bytes_sent, bytes_acked;
 
@@ -122,9 +145,26 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 
 struct flow *flows_find(struct flow_table *t, const char *name);
 
-/* Close the ring for every attached client (they see -EPIPE), drop
- * moverd's mapping and fd, unlink and free the flow. */
+/* Take a reference for an asynchronous operation (see struct flow). */
+static inline struct flow *flow_get(struct flow *f)
+{
+	f->refs++;
+	return f;
+}
+
+/* Drop one; the last unmaps the ring, closes its fd and frees the flow. */
+void flow_put(struct flow *f);
+
+/* Unlist the flow, close the ring for every attached client (they see
+ * -EPIPE), unlink its files, and drop the table's reference. */
 void flows_destroy(struct flow_table *t, struct flow *f);
+
+/*
+ * Something read from the flow's own ring was impossible (a position
+ * moved backwards or beyond what moverd recorded): this flow, and only
+ * it, fails.  Its clients get -EPROTO; `reason` is shown by flow show.
+ */
+void flows_fail(struct flow *f, const char *reason);
 void flows_destroy_all(struct flow_table *t);
 
 /* May this client attach?  Root, the owner, and the allowed ids may. */

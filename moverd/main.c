@@ -472,13 +472,8 @@ static void shutdown_daemon(struct daemon *d)
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
 	peer_mgr_stop(&d->peers);
-	while (d->flows.head) { /* clients see -EPIPE */
-		struct flow *f = d->flows.head;
-
-		ctl_server_forget_flow(&d->ctl, f);
-		peer_forget_flow(&d->peers, f);
-		flows_destroy(&d->flows, f);
-	}
+	while (d->flows.head) /* clients see -EPIPE */
+		peer_destroy_flow(&d->peers, d->flows.head, NULL);
 	ctl_server_stop(&d->ctl);
 	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers)) &&
 	       fr_now_ns() < until)

@@ -55,6 +55,7 @@ struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 	p->fd = -1;
 	p->outbound = outbound;
 	p->backoff_ms = 100;
+	p->ctrlq_tail = &p->ctrlq;
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->next = m->peers;
 	m->peers = p;
@@ -85,6 +86,19 @@ static void unlink_flow(struct flow *f)
 	f->peer_next = NULL;
 }
 
+/* Take f off its peer's connection: no longer reachable from it, and
+ * (RDMA) its ring no longer registered there. */
+static void detach_flow(struct flow *f)
+{
+	struct peer *p = f->peer;
+
+	if (!p)
+		return;
+	if (p->tp->forget_flow)
+		p->tp->forget_flow(p, f);
+	unlink_flow(f);
+}
+
 struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r)
 {
 	for (struct flow *f = p->flows; f; f = f->peer_next)
@@ -107,33 +121,28 @@ static bool peer_io_busy(const struct peer *p)
 	return p->rd_op.busy || p->wr_op.busy || p->conn_op.busy;
 }
 
-static void bury_graves(struct peer *p)
+/* The send completed (or the connection ended): let go of its rings. */
+static void tx_release(struct peer *p)
 {
-	if (p->wr_op.busy || p->rx_flow)
+	while (p->n_tx_flows)
+		flow_put(p->tx_flows[--p->n_tx_flows]);
+}
+
+/* The receive into rx_flow completed (or the connection ended). */
+static void rx_release(struct peer *p)
+{
+	struct flow *f = p->rx_flow;
+
+	p->rx_flow = NULL;
+	p->rx_discard = false;
+	if (!f)
 		return;
-	while (p->n_grave)
-		flowshm_close(p->grave[--p->n_grave]);
+	if (f->rx_peer == p)
+		f->rx_peer = NULL;
+	flow_put(f);
 }
 
 /* ---- control frames ------------------------------------------------------ */
-
-static int queue_ctrl(struct peer *p, Flowmover__PeerMsg *msg)
-{
-	size_t body = protobuf_c_message_get_packed_size(&msg->base);
-	struct ctrl_frame *fr = malloc(sizeof(*fr) + WIRE_HDR + body);
-	struct ctrl_frame **pp = &p->ctrlq;
-
-	if (!fr)
-		return -ENOMEM;
-	fr->next = NULL;
-	fr->len = WIRE_HDR + body;
-	wire_put(fr->buf, WIRE_CTRL, 0, (uint32_t)body, 0, 0);
-	protobuf_c_message_pack(&msg->base, fr->buf + WIRE_HDR);
-	while (*pp)
-		pp = &(*pp)->next;
-	*pp = fr;
-	return 0;
-}
 
 static void free_frames(struct ctrl_frame *fr)
 {
@@ -142,6 +151,44 @@ static void free_frames(struct ctrl_frame *fr)
 		free(fr);
 		fr = n;
 	}
+}
+
+/*
+ * Append a control frame (O(1)).  The queue is bounded: a peer that keeps
+ * asking without reading the answers is dropped (at the top of its next
+ * send, see tx_build: never from inside a handler that still uses p).
+ */
+static int queue_ctrl(struct peer *p, Flowmover__PeerMsg *msg)
+{
+	size_t body = protobuf_c_message_get_packed_size(&msg->base);
+	struct ctrl_frame *fr;
+
+	if (p->ctrlq_frames >= CTRLQ_MAX_FRAMES ||
+	    p->ctrlq_bytes + WIRE_HDR + body > CTRLQ_MAX_BYTES) {
+		p->ctrlq_overflow = true;
+		return -ENOBUFS;
+	}
+	fr = malloc(sizeof(*fr) + WIRE_HDR + body);
+	if (!fr)
+		return -ENOMEM;
+	fr->next = NULL;
+	fr->len = WIRE_HDR + body;
+	wire_put(fr->buf, WIRE_CTRL, 0, (uint32_t)body, 0, 0);
+	protobuf_c_message_pack(&msg->base, fr->buf + WIRE_HDR);
+	*p->ctrlq_tail = fr;
+	p->ctrlq_tail = &fr->next;
+	p->ctrlq_bytes += fr->len;
+	p->ctrlq_frames++;
+	return 0;
+}
+
+static void ctrlq_clear(struct peer *p)
+{
+	free_frames(p->ctrlq);
+	p->ctrlq = NULL;
+	p->ctrlq_tail = &p->ctrlq;
+	p->ctrlq_bytes = 0;
+	p->ctrlq_frames = 0;
 }
 
 static void queue_hello(struct peer *p)
@@ -164,6 +211,7 @@ static void queue_open(struct peer *p, struct flow *f)
 	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
 	struct fr_ring *r = ring_of(f);
 
+	f->reopen_at_ns = 0; /* this open supersedes a scheduled one */
 	op.name = f->name;
 	op.flow_id = f->id;
 	op.ring_size = r->size;
@@ -227,14 +275,16 @@ static void peer_closed(struct peer *p)
 	struct peer_mgr *m = p->m;
 
 	p->tp->close(p);
-	free_frames(p->ctrlq);
+	ctrlq_clear(p);
 	free_frames(p->tx_ctrl);
-	p->ctrlq = p->tx_ctrl = NULL;
+	p->tx_ctrl = NULL;
+	p->ctrlq_overflow = false;
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	p->hdr_have = p->body_have = 0;
 	p->in_body = false;
-	p->rx_flow = NULL;
-	bury_graves(p);
+	/* no op is in flight any more: what they referred to may go */
+	rx_release(p);
+	tx_release(p);
 	if (p->outbound) {
 		p->state = PEER_DOWN;
 		p->retry_at_ns = fr_now_ns() + p->backoff_ms * 1000000ull;
@@ -293,7 +343,7 @@ void peer_sent(struct peer *p)
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
-	bury_graves(p);
+	tx_release(p);
 }
 
 static bool tx_room(const struct peer *p, unsigned iovs)
@@ -324,11 +374,50 @@ static void build_ctrl(struct peer *p)
 
 		bytes += fr->len;
 		p->ctrlq = fr->next;
+		if (!p->ctrlq)
+			p->ctrlq_tail = &p->ctrlq;
+		p->ctrlq_bytes -= fr->len;
+		p->ctrlq_frames--;
 		fr->next = NULL;
 		*tail = fr;
 		tail = &fr->next;
 		tx_add(p, fr->buf, fr->len);
 	}
+}
+
+/*
+ * A receiver flow's consumer ring holds an impossible word: fail that flow
+ * only (its consumer gets -EPROTO) and tell its sender why; the link and
+ * every other flow on it go on.
+ */
+static void fail_receiver(struct peer *p, struct flow *f, const char *why)
+{
+	flows_fail(f, why);
+	if (p && p->state == PEER_UP)
+		queue_opened(p, f->id, 0, 0, -EPROTO, f->reason, 0, 0);
+}
+
+/*
+ * The consumer's position in a receiver flow's ring, checked against what
+ * moverd recorded before it is used or sent to the peer: a consumer moves
+ * forward only, and never past what moverd published.  Anything else is
+ * the consumer's own ring corrupting: its flow fails, nothing else.
+ */
+static bool consumer_head(struct peer *p, struct flow *f, uint64_t *head)
+{
+	char why[160];
+
+	/* acquire: a consistent reading of the consumer's position */
+	*head = atomic_load_explicit(&ring_of(f)->sh->head,
+				     memory_order_acquire);
+	if (*head >= f->reported_head && *head <= f->sent)
+		return true;
+	snprintf(why, sizeof(why), "the consumer's position %llu is outside "
+		 "[%llu, %llu] (moved back, or past what was delivered)",
+		 (unsigned long long)*head, (unsigned long long)f->reported_head,
+		 (unsigned long long)f->sent);
+	fail_receiver(p, f, why);
+	return false;
 }
 
 /* Receiver flows: acknowledge deposits, return consumer credit lazily. */
@@ -341,13 +430,10 @@ static int build_acks(struct peer *p)
 		uint64_t head;
 		uint8_t *h;
 
-		if (f->role != FLOW_RECEIVER)
+		if (f->role != FLOW_RECEIVER || f->state != FLOW_OPEN ||
+		    !consumer_head(p, f, &head))
 			continue;
 		r = ring_of(f);
-		/* acquire: a consistent reading of the consumer's position */
-		head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
-		if (head > f->sent)
-			head = f->sent; /* a lying consumer gains nothing */
 		if (!f->ack_due && head - f->reported_head < r->size / 4 &&
 		    !(head == f->sent && head != f->reported_head))
 			continue;
@@ -404,6 +490,8 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len)
 
 	wire_put(h, WIRE_DATA, f->id, (uint32_t)len, f->sent, 0);
 	tx_add(p, h, WIRE_HDR);
+	/* the send reads f's ring until it completes (peer_sent) */
+	p->tx_flows[p->n_tx_flows++] = flow_get(f);
 	if (first >= len) {
 		tx_add(p, r->data + off, len);
 	} else {
@@ -473,6 +561,11 @@ static int tx_build(struct peer *p)
 
 	if (p->state != PEER_UP || p->wr_op.busy || p->tx_niov)
 		return 0;
+	if (p->ctrlq_overflow) {
+		peer_fail(p, "does not read its replies (%u control frames, "
+			  "%zu bytes queued)", p->ctrlq_frames, p->ctrlq_bytes);
+		return 1;
+	}
 	build_ctrl(p);
 	work = (int)p->tx_niov + build_acks(p) + build_data(p);
 	if (!p->tx_niov && fr_now_ns() - p->last_tx_ns > HEARTBEAT_NS) {
@@ -488,6 +581,60 @@ static int tx_build(struct peer *p)
 
 /* ---- receiving ----------------------------------------------------------- */
 
+/*
+ * A peer opens a receiver flow that exists here (the sender reconnected,
+ * or moverd restarted and re-adopted it).  The flow moves to connection p.
+ * A receive of another connection may still be in flight into its ring:
+ * that connection is dropped and the open answered -EAGAIN until its
+ * receive is reaped (the sender retries), so two connections never write
+ * the same ring.  0, or a negative errno with a sentence in err.
+ */
+static int reopen_receiver(struct peer *p, struct flow *f,
+			   const Flowmover__PeerFlowOpen *op, char *err,
+			   size_t cap)
+{
+	struct fr_ring *r = ring_of(f);
+	uint64_t pub, head;
+
+	if (r->size != op->ring_size || r->key != op->seal_key ||
+	    r->max_record != op->max_record) {
+		snprintf(err, cap, "flow '%s' exists here with another ring",
+			 f->name);
+		return -EEXIST;
+	}
+	if (f->state == FLOW_FAILED) {
+		snprintf(err, cap, "flow '%s' failed here: %.100s", f->name,
+			 f->reason);
+		return -EPROTO;
+	}
+	if (f->rx_peer && f->rx_peer != p) {
+		peer_fail(f->rx_peer, "flow %s: opened again by %s while a "
+			  "receive into it was in flight", f->name, p->addr);
+		snprintf(err, cap, "flow '%s' is busy on an older connection; "
+			 "retry", f->name);
+		return -EAGAIN;
+	}
+	/* acquire: what moverd published (and the consumer's position) */
+	pub = atomic_load_explicit(&r->sh->published, memory_order_acquire);
+	head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+	if (head > pub || pub - head > r->size || pub % FR_ALIGN) {
+		snprintf(err, cap, "the consumer ring of '%s' is corrupt "
+			 "(published %llu, consumer %llu)", f->name,
+			 (unsigned long long)pub, (unsigned long long)head);
+		fail_receiver(NULL, f, err);
+		return -EPROTO;
+	}
+	if (pub < op->start) {
+		snprintf(err, cap, "the consumer ring of '%s' lost data the "
+			 "sender had acknowledged", f->name);
+		return -EPROTO;
+	}
+	detach_flow(f);
+	f->sent = pub;
+	f->reported_head = head;
+	return 0;
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
@@ -502,23 +649,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 "on this host", f->name);
 		rc = -EEXIST;
 	} else if (f) {
-		struct fr_ring *r = ring_of(f);
-		uint64_t pub = atomic_load_explicit(&r->sh->published,
-						    memory_order_acquire);
-
-		if (r->size != op->ring_size || r->key != op->seal_key ||
-		    r->max_record != op->max_record) {
-			snprintf(err, sizeof(err), "flow '%s' exists here with "
-				 "another ring", f->name);
-			rc = -EEXIST;
-		} else if (pub < op->start) {
-			snprintf(err, sizeof(err), "the consumer ring of '%s' "
-				 "lost data the sender had acknowledged", f->name);
-			rc = -EPROTO;
-		} else {
-			unlink_flow(f);
-			f->sent = pub;
-		}
+		rc = reopen_receiver(p, f, op, err, sizeof(err));
 	} else {
 		struct flow_spec spec = {
 			.name = op->name, .role = FLOW_RECEIVER,
@@ -547,8 +678,6 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	}
 	f->id = op->flow_id;
 	f->ack_due = false;
-	f->reported_head = atomic_load_explicit(&ring_of(f)->sh->head,
-						memory_order_acquire);
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
 	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);
@@ -562,17 +691,41 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 	if (!f)
 		return; /* destroyed meanwhile */
+	if (op->error == -EAGAIN) {
+		/* the receiver is still reaping an older connection's I/O
+		 * into the flow: ask again shortly (tick_done) */
+		flows_set_state(f, FLOW_RECONNECTING, op->message);
+		f->reopen_at_ns = fr_now_ns() + REOPEN_NS;
+		return;
+	}
 	if (op->error) {
 		flows_set_state(f, FLOW_FAILED, op->message);
 		return;
 	}
 	r = ring_of(f);
-	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
-	if (op->resume < f->acked || op->resume > tail || op->head > op->resume ||
+	/* the peer's word, checked against what we recorded: it cannot have
+	 * published more than one ring beyond what it acknowledged */
+	if (op->resume < f->acked || op->resume - f->acked > r->size ||
+	    op->head > op->resume || op->resume - op->head > r->size ||
 	    op->resume % FR_ALIGN) {
-		peer_fail(p, "flow %s: resume position %llu outside [%llu, %llu]",
-			  f->name, (unsigned long long)op->resume,
-			  (unsigned long long)f->acked, (unsigned long long)tail);
+		peer_fail(p, "flow %s: resume position %llu/%llu outside the "
+			  "window from %llu", f->name,
+			  (unsigned long long)op->resume,
+			  (unsigned long long)op->head,
+			  (unsigned long long)f->acked);
+		return;
+	}
+	/* then the producers' word: a tail behind what the peer holds is
+	 * this ring's own corruption, and fails this flow only */
+	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+	if (op->resume > tail) {
+		char why[160];
+
+		snprintf(why, sizeof(why), "the producer ring's tail %llu is "
+			 "behind what the peer received (%llu)",
+			 (unsigned long long)tail,
+			 (unsigned long long)op->resume);
+		flows_fail(f, why);
 		return;
 	}
 	f->sent = f->acked = op->resume;
@@ -590,9 +743,7 @@ static void handle_close(struct peer *p, const char *name)
 	if (!f || f->role != FLOW_RECEIVER || f->peer != p)
 		return;
 	log_info("flow %s: closed by the sender", f->name);
-	ctl_server_forget_flow(p->m->ctl, f);
-	peer_forget_flow(p->m, f);
-	flows_destroy(p->m->flows, f);
+	peer_destroy_flow(p->m, f, NULL);
 }
 
 static void handle_ctrl(struct peer *p)
@@ -648,6 +799,29 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	fr_release(ring_of(f), f->acked);
 }
 
+/*
+ * A DATA body for a flow that is not (or no longer) open on this
+ * connection: destroyed here, failed, or moved.  Its sender learns why
+ * from a control message; the body is read and dropped, the link goes on.
+ */
+static int discard_data(struct peer *p, const struct wire_hdr *h)
+{
+	if (h->len == 0 || h->len % FR_ALIGN ||
+	    h->len > p->m->flows->limits.max_ring_size) {
+		peer_fail(p, "data frame of %u bytes for flow %u", h->len,
+			  h->flow_id);
+		return -1;
+	}
+	if (!p->ctrl_buf && !(p->ctrl_buf = malloc(WIRE_MAX_CTRL))) {
+		peer_fail(p, "out of memory");
+		return -1;
+	}
+	log_debug("peer %s: dropping %u bytes for flow %u (not open here)",
+		  p->addr, h->len, h->flow_id);
+	p->rx_discard = true;
+	return 0;
+}
+
 /* Validate a DATA header and point the receive at the consumer ring. */
 static int start_data(struct peer *p, const struct wire_hdr *h)
 {
@@ -655,15 +829,11 @@ static int start_data(struct peer *p, const struct wire_hdr *h)
 	struct fr_ring *r;
 	uint64_t head, off, first;
 
-	if (!f || f->state != FLOW_OPEN) {
-		peer_fail(p, "data for unknown flow %u", h->flow_id);
-		return -1;
-	}
+	if (!f || f->state != FLOW_OPEN || !consumer_head(p, f, &head))
+		return discard_data(p, h);
 	r = ring_of(f);
-	head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
 	if (h->pos != f->sent || h->len == 0 || h->len % FR_ALIGN ||
-	    h->len > r->size || head > h->pos ||
-	    h->pos + h->len - head > r->size) {
+	    h->len > r->size || h->pos + h->len - head > r->size) {
 		peer_fail(p, "flow %s: data [%llu, +%u) outside the window "
 			  "(published %llu, consumer %llu)", f->name,
 			  (unsigned long long)h->pos, h->len,
@@ -676,7 +846,9 @@ static int start_data(struct peer *p, const struct wire_hdr *h)
 				       first < h->len ? first : h->len };
 	p->rx_iov[1] = (struct iovec){ r->data, first < h->len ?
 							h->len - first : 0 };
-	p->rx_flow = f;
+	/* the receive writes f's ring until it is reaped (rx_release) */
+	p->rx_flow = flow_get(f);
+	f->rx_peer = p;
 	return 0;
 }
 
@@ -684,12 +856,16 @@ static void finish_data(struct peer *p)
 {
 	struct flow *f = p->rx_flow;
 
-	f->sent = p->hdr.pos + p->hdr.len;
-	f->bytes_sent += p->hdr.len;
-	/* release store of `published`, then wake a sleeping consumer */
-	fr_publish(ring_of(f), f->sent);
-	f->ack_due = true;
-	p->rx_flow = NULL;
+	/* destroyed, failed or moved meanwhile: the bytes landed in a ring
+	 * nobody will read from this position; publish nothing */
+	if (f && !f->dead && f->peer == p && f->state == FLOW_OPEN) {
+		f->sent = p->hdr.pos + p->hdr.len;
+		f->bytes_sent += p->hdr.len;
+		/* release store of `published`, then wake the consumer */
+		fr_publish(ring_of(f), f->sent);
+		f->ack_due = true;
+	}
+	rx_release(p);
 }
 
 void peer_rx_header(struct peer *p)
@@ -740,7 +916,6 @@ void peer_rx_body(struct peer *p)
 		handle_ctrl(p);
 	else
 		finish_data(p);
-	bury_graves(p);
 }
 
 void peer_up(struct peer *p)
@@ -775,6 +950,17 @@ static void arm_tick(struct peer_mgr *m)
 		io_uring_prep_timeout(sqe, &m->tick_ts, 0, 0);
 }
 
+/* Sender flows whose open the peer answered "busy, retry": ask again. */
+static void reopen_due(struct peer *p, uint64_t now)
+{
+	for (struct flow *f = p->flows; f; f = f->peer_next) {
+		if (!f->reopen_at_ns || now < f->reopen_at_ns)
+			continue;
+		f->reopen_at_ns = 0;
+		queue_open(p, f);
+	}
+}
+
 static void tick_done(struct loop_op *op, int res)
 {
 	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, tick_op);
@@ -788,6 +974,14 @@ static void tick_done(struct loop_op *op, int res)
 		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
+		else if (p->state == PEER_UP && p->wr_op.busy &&
+			 now - p->last_tx_ns > SEND_DEADLINE_NS)
+			peer_fail(p, "a send made no progress for %llu s: the "
+				  "peer does not read",
+				  (unsigned long long)(SEND_DEADLINE_NS /
+						       1000000000ull));
+		else if (p->state == PEER_UP)
+			reopen_due(p, now);
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
 			p->tp->connect(p);
 	}
@@ -887,21 +1081,38 @@ static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig, unsigned max)
 	return true;
 }
 
+/*
+ * Could the mover send the record at f's send position now?  Committed,
+ * and inside the peer consumer's window: a closed window opens only with
+ * an ACK, which arrives as a network event and wakes us; polling for it
+ * would spin.  (A garbage length only makes this answer "no": the scan in
+ * next_span is what judges the record.)
+ */
+static bool record_ready(struct flow *f)
+{
+	struct fr_ring *r = ring_of(f);
+	struct fr_rec *rec = fr_rec_at(r, f->sent);
+	uint32_t len;
+
+	/* acquire: pairs with the producer's release of the seal, so the
+	 * length read after it is the committed one */
+	if (atomic_load_explicit(&rec->seal, memory_order_acquire) !=
+	    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
+		return false;
+	len = atomic_load_explicit(&rec->len, memory_order_relaxed);
+	return f->sent + fr_record_bytes(len) <= f->remote_head + r->size;
+}
+
 /* Did a producer commit at some flow's send position meanwhile? */
 static bool bell_data_ready(struct peer_mgr *m)
 {
 	struct peer *p = m->peers;
 
 	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
-		struct fr_ring *r = ring_of(f);
-
 		/* a send in flight: its completion wakes us, do not spin */
 		if (f->peer->wr_op.busy)
 			continue;
-		/* acquire: pairs with the producer's release of the seal */
-		if (atomic_load_explicit(&fr_rec_at(r, f->sent)->seal,
-					 memory_order_acquire) ==
-		    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
+		if (record_ready(f))
 			return true;
 	}
 	return false;
@@ -1072,11 +1283,15 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 	return 0;
 }
 
-void peer_forget_flow(struct peer_mgr *m, struct flow *f)
+/*
+ * f is being destroyed: tell its peer (a sender's CLOSE; for a receiver,
+ * why, if the sender did not ask for it) and take it off the connection.
+ * Ops in flight on its ring hold their own references (struct flow).
+ */
+static void forget_flow(struct flow *f, const char *why)
 {
 	struct peer *p = f->peer;
 
-	(void)m;
 	if (!p)
 		return;
 	if (f->role == FLOW_SENDER && p->state == PEER_UP) {
@@ -1087,25 +1302,17 @@ void peer_forget_flow(struct peer_mgr *m, struct flow *f)
 		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
 		msg.close = &cl;
 		queue_ctrl(p, &msg);
+	} else if (f->role == FLOW_RECEIVER && why && p->state == PEER_UP) {
+		queue_opened(p, f->id, 0, 0, -ENOENT, why, 0, 0);
 	}
-	/* a receive in flight into this ring: drop the connection (the
-	 * sender resumes its other flows); the ring stays mapped until the
-	 * receive completes */
-	if (p->rx_flow == f)
-		peer_fail(p, "flow %s destroyed while receiving", f->name);
-	/* the send in flight may still read this ring: keep it mapped */
-	if ((f->role == FLOW_SENDER && p->wr_op.busy) || p->rx_flow == f) {
-		if (p->n_grave == GRAVE_MAX)
-			peer_fail(p, "too many flows destroyed during one send");
-		else {
-			flowshm_shutdown(f->view);
-			p->grave[p->n_grave++] = f->view;
-			f->view = NULL;
-		}
-	}
-	if (p->tp->forget_flow)
-		p->tp->forget_flow(p, f);
-	unlink_flow(f);
+	detach_flow(f);
+}
+
+void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why)
+{
+	ctl_server_forget_flow(m->ctl, f);
+	forget_flow(f, why);
+	flows_destroy(m->flows, f);
 }
 
 int peer_do_work(struct peer_mgr *m)

@@ -82,8 +82,13 @@ bool peer_mgr_busy(struct peer_mgr *m);
 /* A sender flow was created or re-adopted: connect and open it. */
 int peer_add_sender(struct peer_mgr *m, struct flow *f);
 
-/* The flow is about to be destroyed: tell the peer (sender) and unlink. */
-void peer_forget_flow(struct peer_mgr *m, struct flow *f);
+/*
+ * Destroy a flow, the one way every path does it (moverctl, the sender's
+ * CLOSE, shutdown, expiry): forget its attachments, tell its peer (a
+ * sender's CLOSE; for a receiver flow, `why` if not NULL), take it off its
+ * connection, and drop the table's reference (flows_destroy).
+ */
+void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why);
 
 /*
  * The mover's duty cycle: move committed records of sender flows, return

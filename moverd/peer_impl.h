@@ -28,8 +28,12 @@
 #define HEARTBEAT_NS   1000000000ull
 #define DEAD_NS        5000000000ull
 #define STUCK_CHECK_NS 100000000ull
-#define GRAVE_MAX      16
 #define CTRL_BATCH_MAX (512u << 10)
+/* A peer that does not read its replies is dropped, not buffered for: */
+#define CTRLQ_MAX_BYTES  (1u << 20)  /* control frames queued for it */
+#define CTRLQ_MAX_FRAMES 4096u
+#define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
+#define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
 
 struct ctrl_frame {
 	struct ctrl_frame *next;
@@ -57,13 +61,17 @@ struct peer {
 	struct wire_hdr hdr;
 	bool in_body;
 	uint8_t *ctrl_buf;
-	struct flow *rx_flow;
+	struct flow *rx_flow;     /* referenced (flow_get) while receiving */
+	bool rx_discard;          /* a DATA body nobody takes: read, drop */
 	struct iovec rx_iov[2];   /* where a DATA body goes in the ring */
 	struct iovec rx_cur[2];   /* what the receive in flight still fills */
 	struct msghdr rx_msg;
 
 	/* send */
-	struct ctrl_frame *ctrlq, *tx_ctrl;
+	struct ctrl_frame *ctrlq, **ctrlq_tail, *tx_ctrl;
+	size_t ctrlq_bytes;
+	unsigned ctrlq_frames;
+	bool ctrlq_overflow;      /* a reply was refused: drop the peer */
 	uint8_t tx_hdr[TX_MAX_IOV][WIRE_HDR];
 	struct iovec tx_iov[TX_MAX_IOV];
 	unsigned tx_niov, tx_first, tx_nhdr;
@@ -71,10 +79,9 @@ struct peer {
 	struct sockaddr_storage sa; /* connect: the peer's resolved address */
 	socklen_t sa_len;
 
-	/* mappings of destroyed flows that the send or receive in flight
-	 * may still touch: unmapped once it completes */
-	flowshm_t *grave[GRAVE_MAX];
-	unsigned n_grave;
+	/* the flows whose rings the send in flight reads (referenced) */
+	struct flow *tx_flows[TX_MAX_IOV];
+	unsigned n_tx_flows;
 
 	uint64_t last_rx_ns, last_tx_ns, retry_at_ns;
 	unsigned backoff_ms;

@@ -71,8 +71,12 @@ struct rdma_shared {
 	uint64_t dev_check_ns;       /* next look at the device list */
 };
 
+/* A registration holds a reference to its flow (struct flow), so the
+ * pages it pins are the ring's until it is deregistered.  flow is NULL
+ * once the flow is forgotten (orphan) until the batch in flight ends. */
 struct flow_mr {
 	struct flow *flow;
+	struct flow *ref;
 	struct ibv_mr *mr;
 };
 
@@ -126,14 +130,17 @@ static struct ibv_mr *flow_mr(struct rdma_conn *c, struct flow *f, int access)
 				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
 		return NULL;
 	}
-	c->mrs[c->n_mrs++] = (struct flow_mr){ f, mr };
+	c->mrs[c->n_mrs++] = (struct flow_mr){ f, flow_get(f), mr };
 	return mr;
 }
 
 static void drop_mr(struct rdma_conn *c, unsigned i)
 {
+	struct flow *ref = c->mrs[i].ref;
+
 	ibv_dereg_mr(c->mrs[i].mr);
 	c->mrs[i] = c->mrs[--c->n_mrs];
+	flow_put(ref); /* after the deregistration: no DMA to its pages */
 }
 
 static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
@@ -151,11 +158,12 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 }
 
 /*
- * The flow is going away.  Its registration must never match again: a new
- * flow may get the same struct address, and its ring the same virtual
- * address, while the old registration still pins the old pages (WRITEs
- * would then move the wrong memory).  A batch in flight may still read
- * it, so it is orphaned (no flow) and dropped when that batch completes.
+ * The flow leaves this connection (destroyed, or moved to another one).
+ * A consumer ring's registration goes at once: from then on the peer's
+ * WRITEs with its rkey fail instead of landing in a ring this connection
+ * no longer feeds.  A producer ring's may still be read by the batch in
+ * flight, so it is orphaned (no flow: it never matches again) and dropped
+ * when that batch completes; its reference keeps the pages until then.
  */
 static void rdma_forget_flow(struct peer *p, struct flow *f)
 {
@@ -166,7 +174,7 @@ static void rdma_forget_flow(struct peer *p, struct flow *f)
 	for (unsigned i = 0; i < c->n_mrs; i++) {
 		if (c->mrs[i].flow != f)
 			continue;
-		if (p->wr_op.busy)
+		if (p->wr_op.busy && f->role == FLOW_SENDER)
 			c->mrs[i].flow = NULL;
 		else
 			drop_mr(c, i);

@@ -110,6 +110,13 @@ static void tcp_recv(struct peer *p)
 				   p->hdr.len - p->body_have, 0);
 		return;
 	}
+	if (p->rx_discard) { /* a body nobody takes: read it in pieces */
+		size_t rest = p->hdr.len - p->body_have;
+
+		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf, rest < WIRE_MAX_CTRL ?
+				   rest : WIRE_MAX_CTRL, 0);
+		return;
+	}
 	/* DATA: straight into the consumer ring, one or two pieces */
 	skip = p->body_have;
 	if (skip < p->rx_iov[0].iov_len) {

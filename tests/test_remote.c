@@ -1553,7 +1553,7 @@ static void frame(uint8_t out[32], uint32_t magic, uint16_t version,
 
 /*
  * While a flow runs between A and B, other "peers" send B garbage, a
- * wrong protocol version, data for a flow that does not exist, and an
+ * wrong protocol version, a misaligned data frame, and an
  * undecodable control message: each is disconnected with a logged reason,
  * and the real flow delivers every record.
  */
@@ -1576,17 +1576,17 @@ static void test_bad_peer(void)
 	frame(hdr, 0x464d5057u, 99, 4, 0, 0, 0);
 	if (!bad_peer_hung_up(&P, hdr, 32))
 		fail_run(&R, "B kept a peer of protocol version 99");
-	frame(hdr, 0x464d5057u, 1, 2, 999, 16, 0);
-	if (!bad_peer_hung_up(&P, hdr, 48))
-		fail_run(&R, "B kept a peer sending data for an unknown flow");
+	frame(hdr, 0x464d5057u, 1, 2, 999, 15, 0);
+	if (!bad_peer_hung_up(&P, hdr, 47))
+		fail_run(&R, "B kept a peer sending a misaligned data frame");
 	frame(hdr, 0x464d5057u, 1, 1, 0, 16, 0);
 	memset(hdr + 32, 0xff, 16);
 	if (!bad_peer_hung_up(&P, hdr, 48))
 		fail_run(&R, "B kept a peer sending an undecodable message");
 	run_wait(&R, 120, NULL, NULL);
 	run_report(&R, "bad peers");
-	if (sh_run("grep -q 'bad frame header' %s && grep -q 'data for unknown "
-		   "flow' %s && grep -q undecodable %s", P.b.log, P.b.log,
+	if (sh_run("grep -q 'bad frame header' %s && grep -q 'data frame of 15 "
+		   "bytes' %s && grep -q undecodable %s", P.b.log, P.b.log,
 		   P.b.log))
 		fail_run(&R, "B's log does not give the reasons");
 	run_destroy_flows(&R);
