@@ -468,7 +468,7 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 
 		snprintf(why, sizeof(why), "a producer wrote a corrupt record "
 			 "at position %llu", (unsigned long long)end);
-		flows_set_state(f, FLOW_FAILED, why);
+		flows_fail(f, why);
 		return 0;
 	}
 	if (stuck && end == f->sent &&
