@@ -45,6 +45,13 @@ static int check_dir(int fd, const char *shown, bool last, char *err,
 	shared = !last && (st.st_mode & S_ISVTX) && st.st_uid == 0;
 	if (ours(st.st_uid) && (!(st.st_mode & 022) || shared))
 		return 0;
+	if (last && (st.st_mode & S_ISVTX) && (st.st_mode & 002)) {
+		snprintf(err, errlen, "refusing %s: a directory everyone can "
+			 "write (mode %04o); give moverd one of its own below it "
+			 "(e.g. %s/flowmover/)", shown,
+			 (unsigned)(st.st_mode & 07777), shown);
+		return -1;
+	}
 	snprintf(err, errlen, "refusing %s: owned by uid %u with mode %04o; "
 		 "moverd writes there, so it must be a directory owned by root "
 		 "or by moverd's uid %u that no one else can write%s: remove "

@@ -229,8 +229,10 @@ int peer_address(struct peer *p)
 		p->sa_fresh = false;
 		return 0;
 	}
-	if (p->lookup_id)
-		return -EINPROGRESS; /* one lookup at a time per peer */
+	if (p->lookup_id) { /* one lookup at a time per peer */
+		flows_reason(p, "resolving %s", p->addr); /* a new flow too */
+		return -EINPROGRESS;
+	}
 	rc = resolver_lookup(&p->m->resolver, p->addr, &res, &p->lookup_id);
 	if (rc == 0) {
 		memcpy(&p->sa, &res.sa, res.len);
