@@ -104,24 +104,16 @@ static int preallocate(int fd, size_t bytes)
 	return 0;
 }
 
-int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
-			      const char *path, uint64_t seal_key,
-			      uint64_t start, int *fd_out)
+/* Size, allocate and format the new ring file or memfd fd; 0 or -errno
+ * (the caller closes fd and removes the file). */
+static int ring_init(int fd, const struct fr_params *pp, bool sealed)
 {
-	struct fr_params p;
-	size_t bytes;
+	struct fr_params p = *pp;
+	size_t bytes = fr_map_bytes(p.ring_bytes);
 	void *map;
-	int fd, rc = params_to_fr(params, seal_key, start, &p);
 
-	if (rc || !fd_out)
-		return rc ? rc : -EINVAL;
-	bytes = fr_map_bytes(p.ring_bytes);
-	fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) :
-		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return -errno;
 	if (ftruncate(fd, (off_t)bytes))
-		goto fail;
+		return -errno;
 	/*
 	 * Allocate every page now: a ring's first lap would otherwise pay a
 	 * page allocation and zeroing per 4 KiB inside the data path (on
@@ -130,25 +122,65 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 	 * shortage is a clear error at creation rather than SIGBUS later.
 	 */
 	if (preallocate(fd, bytes))
-		goto fail;
+		return -errno;
 	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
-		goto fail;
+		return -errno;
 	fr_format(map, &p);
 	munmap(map, bytes);
 	/* A sealed size: no holder of the fd can truncate it under another
 	 * process's mapping (which would turn its next access into SIGBUS). */
-	if (!path && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-						    F_SEAL_SEAL))
-		goto fail;
+	if (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+						     F_SEAL_SEAL))
+		return -errno;
+	return 0;
+}
+
+int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
+			      const char *path, uint64_t seal_key,
+			      uint64_t start, int *fd_out)
+{
+	struct fr_params p;
+	int fd, rc = params_to_fr(params, seal_key, start, &p);
+
+	if (rc || !fd_out)
+		return rc ? rc : -EINVAL;
+	fd = path ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600) :
+		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	rc = ring_init(fd, &p, !path);
+	if (rc) {
+		close(fd);
+		if (path)
+			unlink(path);
+		return rc;
+	}
 	*fd_out = fd;
 	return 0;
-fail:
-	rc = -errno;
-	close(fd);
-	if (path)
-		unlink(path);
-	return rc;
+}
+
+int flowshm_ring_create_at(const struct flowshm_ring_params *params,
+			   int dirfd, const char *name, uint64_t seal_key,
+			   uint64_t start, int *fd_out)
+{
+	struct fr_params p;
+	int fd, rc = params_to_fr(params, seal_key, start, &p);
+
+	if (rc || !fd_out || !name)
+		return rc ? rc : -EINVAL;
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = ring_init(fd, &p, false);
+	if (rc) {
+		close(fd);
+		unlinkat(dirfd, name, 0);
+		return rc;
+	}
+	*fd_out = fd;
+	return 0;
 }
 
 int flowshm_ring_create(const struct flowshm_ring_params *params,

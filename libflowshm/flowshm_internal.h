@@ -29,4 +29,13 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 			      const char *path, uint64_t seal_key,
 			      uint64_t start, int *fd);
 
+/*
+ * The same, as a new file `name` in directory dirfd: created with O_EXCL
+ * and O_NOFOLLOW (a link or any file already there fails with -EEXIST,
+ * nothing is written through it), mode 0600; removed again on failure.
+ */
+int flowshm_ring_create_at(const struct flowshm_ring_params *params,
+			   int dirfd, const char *name, uint64_t seal_key,
+			   uint64_t start, int *fd);
+
 #endif

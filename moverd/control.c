@@ -582,6 +582,24 @@ static void arm_accept(struct ctl_server *s)
 	io_uring_prep_accept(sqe, s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 }
 
+/*
+ * bind() makes the socket's path with 0777 & ~umask: set the umask so that
+ * the path is born with `mode` at most, never wider, not even for the
+ * moment before the chmod (which is still needed: a default ACL on the
+ * directory takes the umask's place).  fchmod on the socket's fd would not
+ * do: on Linux it changes the socket's inode, not the path's.  The umask
+ * is the process's; at start-up the loop is the only thread that creates
+ * files (the resolver and doorbell threads create none).
+ */
+static int bind_with_mode(int fd, const struct sockaddr_un *addr, mode_t mode)
+{
+	mode_t old = umask(0777 & ~mode);
+	int rc = bind(fd, (const struct sockaddr *)addr, sizeof(*addr));
+
+	umask(old);
+	return rc;
+}
+
 int ctl_server_start(struct ctl_server *s, struct loop *l,
 		     struct flow_table *flows, struct peer_mgr *peers,
 		     const char *path, mode_t mode)
@@ -602,8 +620,8 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 	if (fd < 0)
 		return -errno;
 	unlink(path); /* stale: the caller holds the daemon lock */
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) ||
-	    chmod(path, mode) || listen(fd, 128)) {
+	if (bind_with_mode(fd, &addr, mode) || chmod(path, mode) ||
+	    listen(fd, 128)) {
 		rc = -errno;
 		log_error("control socket %s: %s", path, strerror(-rc));
 		close(fd);

@@ -3,6 +3,7 @@
  */
 #include "flows.h"
 #include "log.h"
+#include "private_dir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,9 +16,10 @@
 #include <unistd.h>
 
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
-		const char *state_dir)
+		const char *state_dir, int state_fd)
 {
-	*t = (struct flow_table){ .limits = *limits, .next_id = 1 };
+	*t = (struct flow_table){ .limits = *limits, .next_id = 1,
+				  .state_fd = state_fd };
 	snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir);
 }
 
@@ -46,10 +48,46 @@ void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 
 /* ---- ring files of flows between hosts ---------------------------------- */
 
+/*
+ * Everything here is relative to t->state_fd, the state directory checked
+ * at start-up (private_dir.c), and never follows a link: a file planted
+ * there is not written through, and one a restarted moverd reads back must
+ * be a regular file of ours that no one else can write.
+ */
+
+/* The full path, for messages and `flow show`. */
 static void flow_file(const struct flow_table *t, const char *name,
 		      const char *ext, char *out, size_t cap)
 {
 	snprintf(out, cap, "%s/%s.%s", t->state_dir, name, ext);
+}
+
+/* The file's name in the state directory. */
+static void file_name(const char *name, const char *ext, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s.%s", name, ext);
+}
+
+#define FILE_NAME_MAX (FLOW_NAME_MAX + 16)
+
+static void remove_files(const struct flow_table *t, const char *name)
+{
+	char file[FILE_NAME_MAX];
+
+	file_name(name, "ring", file, sizeof(file));
+	unlinkat(t->state_fd, file, 0);
+	file_name(name, "flow", file, sizeof(file));
+	unlinkat(t->state_fd, file, 0);
+}
+
+/* May s be a value in a state file?  Printable ASCII without '=': a
+ * newline would add a line of its own, read back at re-adoption. */
+static bool meta_value_ok(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e || *s == '=')
+			return false;
+	return true;
 }
 
 static void write_list(FILE *f, const char *key, const uint32_t *v, unsigned n)
@@ -60,64 +98,190 @@ static void write_list(FILE *f, const char *key, const uint32_t *v, unsigned n)
 	fputc('\n', f);
 }
 
+/* A new file name.flow.tmp, never through a link; -errno. */
+static int open_tmp(const struct flow_table *t, const char *tmp, FILE **out)
+{
+	int fd, rc;
+
+	/* whatever is there (a stale file, a planted link) goes first */
+	if (unlinkat(t->state_fd, tmp, 0) && errno != ENOENT)
+		return -errno;
+	fd = openat(t->state_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	*out = fdopen(fd, "w");
+	if (*out)
+		return 0;
+	rc = -errno;
+	close(fd);
+	unlinkat(t->state_fd, tmp, 0);
+	return rc;
+}
+
 /* name.flow: what a restarted moverd needs besides the ring itself. */
 static int write_meta(const struct flow_table *t, const struct flow *fl)
 {
-	char path[400], tmp[420];
+	char name[FILE_NAME_MAX], tmp[FILE_NAME_MAX];
 	FILE *f;
+	int rc;
 
-	flow_file(t, fl->name, "flow", path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "we");
-	if (!f)
-		return -errno;
+	if (!meta_value_ok(fl->peer_addr))
+		return -EINVAL; /* flows_create refused it already */
+	file_name(fl->name, "flow", name, sizeof(name));
+	file_name(fl->name, "flow.tmp", tmp, sizeof(tmp));
+	rc = open_tmp(t, tmp, &f);
+	if (rc)
+		return rc;
 	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n",
 		flows_role_name(fl->role), fl->peer_addr, fl->id,
 		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
-	if (fclose(f) || rename(tmp, path))
-		return -errno;
+	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
+		rc = -errno;
+		unlinkat(t->state_fd, tmp, 0);
+		return rc;
+	}
 	return 0;
 }
 
-static unsigned read_list(const char *s, uint32_t *v)
+/* A whole decimal number, no sign, no spaces, within 32 bits. */
+static bool parse_u32(const char *s, uint32_t *out)
 {
-	unsigned n = 0;
+	unsigned long v;
 	char *end;
 
-	while (*s && n < FLOW_ALLOW_MAX) {
-		v[n++] = (uint32_t)strtoul(s, &end, 10);
-		if (*end != ',')
-			break;
-		s = end + 1;
-	}
-	return n;
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return false;
+	*out = (uint32_t)v;
+	return true;
 }
 
-static void apply_meta_line(struct flow *fl, char *line)
+/* "1,2,3" (or nothing): at most FLOW_ALLOW_MAX numbers. */
+static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 {
-	char *eq = strchr(line, '=');
-	const char *k = line, *v;
+	char buf[512], *save = NULL;
 
-	if (!eq)
-		return;
-	*eq = 0;
-	v = eq + 1;
-	if (!strcmp(k, "role"))
+	*n = 0;
+	if (!*s)
+		return true;
+	if (strlen(s) >= sizeof(buf) || s[strlen(s) - 1] == ',')
+		return false;
+	strcpy(buf, s);
+	for (char *tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save))
+		if (*n == FLOW_ALLOW_MAX || !parse_u32(tok, &v[(*n)++]))
+			return false;
+	return true;
+}
+
+enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_COUNT };
+
+static const char *const meta_keys[K_COUNT] = {
+	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
+	"allow_gids",
+};
+
+/* The value v of key k; false if it does not parse. */
+static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
+{
+	uint32_t n;
+
+	switch (k) {
+	case K_ROLE:
 		fl->role = !strcmp(v, "sender") ? FLOW_SENDER : FLOW_RECEIVER;
-	else if (!strcmp(k, "peer"))
-		snprintf(fl->peer_addr, sizeof(fl->peer_addr), "%s", v);
-	else if (!strcmp(k, "id"))
-		fl->id = (uint32_t)strtoul(v, NULL, 10);
-	else if (!strcmp(k, "owner_uid"))
-		fl->owner_uid = (uid_t)strtoul(v, NULL, 10);
-	else if (!strcmp(k, "owner_gid"))
-		fl->owner_gid = (gid_t)strtoul(v, NULL, 10);
-	else if (!strcmp(k, "allow_uids"))
-		fl->n_allow_uids = read_list(v, fl->allow_uids);
-	else if (!strcmp(k, "allow_gids"))
-		fl->n_allow_gids = read_list(v, fl->allow_gids);
+		return !strcmp(v, "sender") || !strcmp(v, "receiver");
+	case K_PEER:
+		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->peer_addr))
+			return false;
+		strcpy(fl->peer_addr, v);
+		return true;
+	case K_ID:
+		return parse_u32(v, &fl->id);
+	case K_UID:
+		if (!parse_u32(v, &n) || n == UINT32_MAX)
+			return false;
+		fl->owner_uid = (uid_t)n;
+		return true;
+	case K_GID:
+		if (!parse_u32(v, &n) || n == UINT32_MAX)
+			return false;
+		fl->owner_gid = (gid_t)n;
+		return true;
+	case K_UIDS:
+		return parse_list(v, fl->allow_uids, &fl->n_allow_uids);
+	case K_GIDS:
+		return parse_list(v, fl->allow_gids, &fl->n_allow_gids);
+	default:
+		return false;
+	}
+}
+
+/* Every key once, each value whole and in range; 0 or -1 with why. */
+static int read_meta(FILE *f, struct flow *fl, char *why, size_t cap)
+{
+	char line[600];
+	unsigned seen = 0, lineno = 0;
+
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strlen(line);
+		char *eq = strchr(line, '=');
+		unsigned k = 0;
+
+		lineno++;
+		if (!len || line[len - 1] != '\n') {
+			snprintf(why, cap, "line %u: too long or unterminated",
+				 lineno);
+			return -1;
+		}
+		line[len - 1] = 0;
+		if (eq)
+			*eq = 0;
+		while (k < K_COUNT && (!eq || strcmp(line, meta_keys[k])))
+			k++;
+		if (k == K_COUNT || (seen & (1u << k))) {
+			snprintf(why, cap, "line %u: %s key '%.40s'", lineno,
+				 k == K_COUNT ? "unknown" : "duplicate", line);
+			return -1;
+		}
+		seen |= 1u << k;
+		if (!apply_meta(fl, (enum meta_key)k, eq + 1)) {
+			snprintf(why, cap, "line %u: bad value for %s", lineno,
+				 meta_keys[k]);
+			return -1;
+		}
+	}
+	if (seen != (1u << K_COUNT) - 1) {
+		snprintf(why, cap, "a key is missing");
+		return -1;
+	}
+	return 0;
+}
+
+/* Open a file of the state directory to read back: no link, no FIFO
+ * (O_NONBLOCK; cleared after), ours and no one else's to write. */
+static int open_state_file(const struct flow_table *t, const char *file,
+			   int flags, char *why, size_t cap)
+{
+	int fd = openat(t->state_fd, file, flags | O_NOFOLLOW | O_NONBLOCK |
+			O_CLOEXEC);
+
+	if (fd < 0) {
+		snprintf(why, cap, "%s", errno == ELOOP ? "a symbolic link "
+			 "(not followed)" : strerror(errno));
+		return -1;
+	}
+	if (private_file_check(fd, why, cap) ||
+	    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 static void link_flow(struct flow_table *t, struct flow *f)
@@ -132,36 +296,41 @@ static void link_flow(struct flow_table *t, struct flow *f)
 /* Open the ring file of one flow named in the state directory. */
 static struct flow *adopt_one(struct flow_table *t, const char *name)
 {
-	char path[400], line[512];
+	char file[FILE_NAME_MAX], why[200] = "";
 	struct flowshm_info in;
 	struct flow *fl = calloc(1, sizeof(*fl));
 	FILE *f;
-	int rc;
+	int fd, rc;
 
 	if (!fl)
 		return NULL;
 	snprintf(fl->name, sizeof(fl->name), "%s", name);
 	fl->refs = 1; /* the table's */
 	fl->transport = "tcp";
-	flow_file(t, name, "flow", path, sizeof(path));
-	f = fopen(path, "re");
-	if (!f)
-		goto fail;
-	while (fgets(line, sizeof(line), f)) {
-		line[strcspn(line, "\n")] = 0;
-		apply_meta_line(fl, line);
+	file_name(name, "flow", file, sizeof(file));
+	fd = open_state_file(t, file, O_RDONLY, why, sizeof(why));
+	if (fd < 0)
+		goto refuse;
+	f = fdopen(fd, "r");
+	if (!f) {
+		snprintf(why, sizeof(why), "%s", strerror(errno));
+		close(fd);
+		goto refuse;
 	}
+	rc = read_meta(f, fl, why, sizeof(why));
 	fclose(f);
+	if (rc)
+		goto refuse;
+	file_name(name, "ring", file, sizeof(file));
 	flow_file(t, name, "ring", fl->path, sizeof(fl->path));
-	fl->ring_fd = open(fl->path, O_RDWR | O_CLOEXEC);
+	fl->ring_fd = open_state_file(t, file, O_RDWR, why, sizeof(why));
 	if (fl->ring_fd < 0)
-		goto fail;
+		goto refuse;
 	rc = flowshm_open_fd(fl->ring_fd, FLOWSHM_PRODUCER, NULL, &fl->view);
 	if (rc) {
-		log_error("flow %s: cannot re-adopt %s: %s", name, fl->path,
-			  flowshm_strerror(rc));
+		snprintf(why, sizeof(why), "%s", flowshm_strerror(rc));
 		close(fl->ring_fd);
-		goto fail;
+		goto refuse;
 	}
 	flowshm_info(fl->view, &in);
 	/* sender: everything before head was acknowledged by the peer */
@@ -173,20 +342,26 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		 flows_role_name(fl->role), (unsigned long long)in.head,
 		 (unsigned long long)in.tail);
 	return fl;
-fail:
-	log_error("flow %s: cannot re-adopt: %s", name, strerror(errno));
+refuse:
+	log_error("flow %s: refusing to re-adopt %s/%s: %s", name,
+		  t->state_dir, file, why);
 	free(fl);
 	return NULL;
 }
 
 unsigned flows_adopt(struct flow_table *t)
 {
-	DIR *d = opendir(t->state_dir);
+	int fd = t->state_fd >= 0 ? dup(t->state_fd) : -1;
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	struct dirent *e;
 	unsigned n = 0;
 
-	if (!d)
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
 		return 0;
+	}
+	rewinddir(d); /* the dup shares its position with state_fd */
 	while ((e = readdir(d))) {
 		char name[FLOW_NAME_MAX + 1];
 		size_t len = strlen(e->d_name);
@@ -270,6 +445,12 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 (unsigned long long)p->ring_size, p->max_record);
 		return -EINVAL;
 	}
+	if (s->peer && !meta_value_ok(s->peer)) {
+		/* kept in the state file, one "key=value" a line */
+		snprintf(err, errlen, "peer address has a control character, "
+			 "a byte outside ASCII or an '=': use HOST:PORT");
+		return -EINVAL;
+	}
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
 		snprintf(err, errlen, "at most %d allowed uids and gids",
 			 FLOW_ALLOW_MAX);
@@ -311,13 +492,20 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (spec->role == FLOW_RECEIVER)
 		p.flags |= FLOWSHM_RING_DEPOSIT;
 	if (spec->role != FLOW_LOCAL) {
-		/* a file, so that a restarted moverd can re-adopt it */
-		mkdir(t->state_dir, 0700);
+		/* a file, so that a restarted moverd can re-adopt it; a
+		 * stale one goes first, anything else there fails O_EXCL */
+		char file[FILE_NAME_MAX];
+
 		flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
-		unlink(f->path);
+		file_name(spec->name, "ring", file, sizeof(file));
+		unlinkat(t->state_fd, file, 0);
+		rc = flowshm_ring_create_at(&p, t->state_fd, file,
+					    spec->seal_key, spec->start,
+					    &f->ring_fd);
+	} else {
+		rc = flowshm_ring_create_keyed(&p, NULL, spec->seal_key,
+					       spec->start, &f->ring_fd);
 	}
-	rc = flowshm_ring_create_keyed(&p, f->path[0] ? f->path : NULL,
-				       spec->seal_key, spec->start, &f->ring_fd);
 	if (!rc)
 		rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &f->view);
 	if (rc) {
@@ -345,7 +533,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 			 "%s: %s", t->state_dir, strerror(-rc));
 		flowshm_close(f->view);
 		close(f->ring_fd);
-		unlink(f->path);
+		remove_files(t, spec->name);
 		free(f);
 		return rc;
 	}
@@ -388,13 +576,8 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 	}
 	f->dead = true;
 	flowshm_shutdown(f->view);
-	if (f->path[0]) {
-		char meta[400];
-
-		unlink(f->path);
-		flow_file(t, f->name, "flow", meta, sizeof(meta));
-		unlink(meta);
-	}
+	if (f->path[0])
+		remove_files(t, f->name);
 	log_info("flow %s destroyed%s", f->name,
 		 f->refs > 1 ? " (its ring is released once the I/O in flight "
 			       "on it completes)" : "");

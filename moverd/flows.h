@@ -124,10 +124,12 @@ struct flow_table {
 	uint32_t next_id;
 	struct flow_limits limits;
 	char state_dir[256];      /* ring files of flows between hosts */
+	int state_fd;             /* ... that directory, checked (private_dir) */
 };
 
+/* state_fd: the state directory, opened by private_dir_open. */
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
-		const char *state_dir);
+		const char *state_dir, int state_fd);
 
 /* Re-adopt the flows between hosts whose rings are in the state
  * directory (after a restart); returns how many. */

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "loop.h"
 #include "peer.h"
+#include "private_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +54,8 @@ struct daemon {
 	int sig_fd;
 	struct signalfd_siginfo si;
 	int lock_fd;
+	int run_fd;               /* the socket's directory */
+	int state_fd;             /* --state-dir */
 };
 
 static void usage(FILE *out)
@@ -60,8 +63,13 @@ static void usage(FILE *out)
 	fprintf(out,
 "usage: moverd [options]\n"
 "  --socket PATH            control socket (env FLOWMOVER_SOCKET; default\n"
-"                           " DEFAULT_SOCKET ")\n"
-"  --socket-mode OCTAL      permissions of the socket (default 0660)\n"
+"                           " DEFAULT_SOCKET "); its directory (made 0755\n"
+"                           if missing) and every one above it must be\n"
+"                           root's or moverd's, not a symlink, and writable\n"
+"                           by no one else (above it: or root's and sticky,\n"
+"                           like /tmp), else moverd refuses to start\n"
+"  --socket-mode OCTAL      permissions of the socket (default 0660), set\n"
+"                           before it accepts connections\n"
 "  --config FILE            read 'option = value' lines (same names as flags)\n"
 "  --listen HOST:PORT       accept peer daemons (flows from other hosts), over\n"
 "                           TCP and, where a device exists, RDMA (rdma_cm)\n"
@@ -75,7 +83,11 @@ static void usage(FILE *out)
 "                           cycles) for N us after the last work before\n"
 "                           sleeping: lower latency for a cpu (default 0)\n"
 "  --state-dir DIR          ring files of flows between hosts, re-adopted\n"
-"                           after a restart (default: SOCKET's dir/rings)\n"
+"                           after a restart (default: SOCKET's dir/rings;\n"
+"                           made 0700 if missing; the same rule as the\n"
+"                           socket's directory).  Files there that are\n"
+"                           links, not moverd's or writable by others, or\n"
+"                           do not parse, are not re-adopted\n"
 "  --foreground, -f         do not daemonize; log to stderr\n"
 "  --syslog                 log to syslog (the default when daemonized)\n"
 "  --log-level LEVEL        error, warn, info (default) or debug\n"
@@ -317,37 +329,63 @@ static int parse_options(struct options *o, int argc, char **argv)
 	return 0;
 }
 
-/* mkdir -p the socket's directory (0755). */
-static void make_run_dir(const char *socket)
+/* The socket's file name, after its directory. */
+static const char *socket_name(const char *socket)
 {
-	char dir[PATH_MAX];
-	char *slash;
+	const char *slash = strrchr(socket, '/');
 
-	snprintf(dir, sizeof(dir), "%s", socket);
-	slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return;
-	*slash = 0;
-	for (char *p = dir + 1; *p; p++) {
-		if (*p == '/') {
-			*p = 0;
-			mkdir(dir, 0755);
-			*p = '/';
-		}
+	return slash ? slash + 1 : socket;
+}
+
+/*
+ * The socket's directory (0755, clients reach the socket through it) and
+ * the state directory (0700), created or checked: a directory another
+ * user made or can write could point moverd's writes, as root, anywhere
+ * (a symlinked lock file, ring or state file), or feed it the state it
+ * re-adopts.  Before daemonizing, so that a refusal reaches the terminal.
+ */
+static int open_dirs(struct daemon *d)
+{
+	const char *sock = d->opt.socket, *name = socket_name(sock);
+	char dir[PATH_MAX], err[768];
+
+	if (name == sock)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", name - sock > 1 ?
+			 (int)(name - sock - 1) : 1, sock);
+	d->run_fd = private_dir_open(dir, 0755, err, sizeof(err));
+	if (d->run_fd < 0) {
+		fprintf(stderr, "moverd: socket directory: %s\n", err);
+		return -1;
 	}
-	mkdir(dir, 0755);
+	d->state_fd = private_dir_open(d->opt.state_dir, 0700, err, sizeof(err));
+	if (d->state_fd < 0) {
+		fprintf(stderr, "moverd: --state-dir: %s\n", err);
+		return -1;
+	}
+	return 0;
 }
 
 /* One moverd per socket: an exclusive flock on SOCKET.lock. */
 static int take_lock(struct daemon *d)
 {
-	char path[PATH_MAX + 8], pid[32];
+	char path[PATH_MAX + 8], name[PATH_MAX + 8], pid[32], why[200];
 	int fd, n;
 
 	snprintf(path, sizeof(path), "%s.lock", d->opt.socket);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	snprintf(name, sizeof(name), "%s.lock", socket_name(d->opt.socket));
+	/* in our own directory, and never through a link; O_NONBLOCK: a
+	 * FIFO planted there must not hang us (no effect on a file) */
+	fd = openat(d->run_fd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+		    O_CLOEXEC, 0644);
 	if (fd < 0) {
 		log_error("cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (private_file_check(fd, why, sizeof(why))) {
+		log_error("refusing the lock file %s: %s", path, why);
+		close(fd);
 		return -1;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
@@ -494,15 +532,18 @@ int main(int argc, char **argv)
 	rc = parse_options(&d.opt, argc, argv);
 	if (rc)
 		return rc;
+	if (open_dirs(&d))
+		return 1;
 	if (!d.opt.foreground && daemonize(&ready_fd)) {
 		perror("moverd: daemonize");
 		return 1;
 	}
 	log_setup(d.opt.level, d.opt.use_syslog || !d.opt.foreground);
-	make_run_dir(d.opt.socket);
 	if (take_lock(&d))
 		return 1;
-	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir);
+	close(d.run_fd); /* the lock was its only file; the socket's path is
+			  * safe to use: no one else can write on the way */
+	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir, d.state_fd);
 	if (loop_init(&d.loop, 1024) || setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
 			     d.opt.socket_mode) ||

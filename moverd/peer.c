@@ -1222,6 +1222,8 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
 				.listen_fd = -1, .tp = &tcp_transport };
 	arm_tick(m);
+	if (peer_resolver_start(m))
+		log_warn("no resolver thread: peers must be numeric addresses");
 	if (!strcmp(o->doorbell, "thread"))
 		bell_use_thread(m);
 	else if (!strcmp(o->doorbell, "poll"))
@@ -1243,6 +1245,7 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 
 void peer_mgr_stop(struct peer_mgr *m)
 {
+	resolver_stop(&m->resolver); /* a lookup in progress is not waited for */
 	bell_thread_stop(m->bell_thread);
 	m->bell_thread = NULL;
 	m->bell_mode = BELL_POLL;

@@ -15,6 +15,7 @@
 
 #include "flows.h"
 #include "loop.h"
+#include "resolver.h"
 
 #include <linux/futex.h>
 #include <stdbool.h>
@@ -59,6 +60,9 @@ struct peer_mgr {
 	uint64_t bell_sig;        /* which rings the armed doorbell watches */
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
+
+	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
+	struct resolver resolver;
 
 	/* counters for `moverctl status` */
 	uint64_t cycles;          /* duty cycles run */

@@ -87,6 +87,11 @@ struct peer {
 	unsigned backoff_ms;
 	uint64_t bytes_tx, bytes_rx;
 	uint32_t reconnects;
+
+	/* outbound: the lookup of addr in flight (0: none), and whether sa
+	 * holds the answer of one that has just ended (see peer_address) */
+	uint64_t lookup_id;
+	bool sa_fresh;
 };
 
 #define CONTAINER(ptr, type, member) \
@@ -125,9 +130,22 @@ bool rdma_available(struct peer_mgr *m);
 /* On the peer timer (TICK_MS): the device's removal, seen and handled. */
 void rdma_tick(struct peer_mgr *m, uint64_t now);
 
-/* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno. */
+/* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno.  May
+ * block on DNS: for start-up (the listen address) only, never the loop. */
 int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 		 socklen_t *len);
+
+/* Start the resolver thread that peer_address hands host names to. */
+int peer_resolver_start(struct peer_mgr *m);
+
+/*
+ * Outbound p's address in p->sa without blocking the loop: 0 (a numeric
+ * address, or the answer of a lookup that has just ended); -EINPROGRESS
+ * while the resolver thread looks the name up (its answer calls
+ * p->tp->connect again); or another negative errno (p's flows say why, a
+ * retry is set).
+ */
+int peer_address(struct peer *p);
 
 /* protocol side, called by transports */
 struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,

@@ -750,16 +750,15 @@ static void connect_without_device(struct peer *p)
 static void rdma_connect_peer(struct peer *p)
 {
 	struct rdma_shared *s = shared(p->m);
-	struct sockaddr_storage sa;
 	struct rdma_cm_id *id;
-	socklen_t len;
 
 	p->retry_at_ns = fr_now_ns() + 2000000000ull;
 	if (s->dev != DEV_OK) {
 		connect_without_device(p);
 		return;
 	}
-	if (peer_resolve(p->addr, &sa, &len) || (!p->tp_data && new_conn(p)))
+	/* a host name is looked up off the loop: its answer calls us again */
+	if (peer_address(p) || (!p->tp_data && new_conn(p)))
 		return;
 	if (rdma_create_id(s->ec, &id, p, RDMA_PS_TCP)) {
 		log_warn("peer %s: rdma_create_id: %s", p->addr, strerror(errno));
@@ -767,7 +766,7 @@ static void rdma_connect_peer(struct peer *p)
 	}
 	conn(p)->id = id;
 	p->state = PEER_CONNECTING;
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000))
+	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&p->sa, 2000))
 		peer_fail(p, "rdma_resolve_addr: %s", strerror(errno));
 }
 

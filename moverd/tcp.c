@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -163,31 +164,108 @@ static void connect_done(struct loop_op *op, int res)
 int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 		 socklen_t *len)
 {
-	char host[80], *colon;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	struct resolver_result res;
+	int rc = resolver_lookup_now(addr, &res);
 
-	snprintf(host, sizeof(host), "%s", addr);
-	colon = strrchr(host, ':');
-	if (!colon)
-		return -EINVAL;
-	*colon = 0;
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EHOSTUNREACH;
-	memcpy(sa, ai->ai_addr, ai->ai_addrlen);
-	*len = ai->ai_addrlen;
-	freeaddrinfo(ai);
+	if (rc)
+		return rc;
+	memcpy(sa, &res.sa, res.len);
+	*len = res.len;
 	return 0;
 }
+
+/* ---- the address of an outbound peer ------------------------------------ */
+
+#define RESOLVE_RETRY_NS 2000000000ull
+
+/* Say why p's flows are not open yet (their state stays). */
+static void flows_reason(struct peer *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void flows_reason(struct peer *p, const char *fmt, ...)
+{
+	char why[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		if (f->state == FLOW_CONNECTING || f->state == FLOW_RECONNECTING)
+			flows_set_state(f, f->state, why);
+}
+
+/* A lookup ended, on the loop.  Its peer is found by the lookup's id: a
+ * peer that went away meanwhile is not there to find. */
+static void address_resolved(struct resolver *r,
+			     const struct resolver_result *res)
+{
+	struct peer_mgr *m = CONTAINER(r, struct peer_mgr, resolver);
+	struct peer *p = m->peers;
+
+	while (p && p->lookup_id != res->id)
+		p = p->next;
+	if (!p)
+		return;
+	p->lookup_id = 0;
+	p->retry_at_ns = fr_now_ns() + RESOLVE_RETRY_NS;
+	if (!p->outbound || p->state != PEER_DOWN || !p->flows)
+		return; /* nothing waits for it any more */
+	if (res->err) {
+		log_warn("peer %s: cannot resolve: %s", p->addr, res->why);
+		flows_reason(p, "cannot resolve %s: %s", p->addr, res->why);
+		return;
+	}
+	memcpy(&p->sa, &res->sa, res->len);
+	p->sa_len = res->len;
+	p->sa_fresh = true;
+	p->tp->connect(p);
+}
+
+int peer_resolver_start(struct peer_mgr *m)
+{
+	return resolver_start(&m->resolver, m->loop, address_resolved);
+}
+
+int peer_address(struct peer *p)
+{
+	struct resolver_result res;
+	int rc;
+
+	if (p->sa_fresh) { /* each attempt looks the name up anew */
+		p->sa_fresh = false;
+		return 0;
+	}
+	if (p->lookup_id) { /* one lookup at a time per peer */
+		flows_reason(p, "resolving %s", p->addr); /* a new flow too */
+		return -EINPROGRESS;
+	}
+	rc = resolver_lookup(&p->m->resolver, p->addr, &res, &p->lookup_id);
+	if (rc == 0) {
+		memcpy(&p->sa, &res.sa, res.len);
+		p->sa_len = res.len;
+		return 0;
+	}
+	if (rc == -EINPROGRESS) {
+		/* no retry from the timer: the answer connects */
+		p->retry_at_ns = UINT64_MAX;
+		flows_reason(p, "resolving %s", p->addr);
+		return rc;
+	}
+	log_warn("peer %s: cannot resolve: %s", p->addr, res.why);
+	flows_reason(p, "cannot resolve %s: %s", p->addr, res.why);
+	p->retry_at_ns = fr_now_ns() + RESOLVE_RETRY_NS;
+	return rc;
+}
+
+/* ---- connections, continued ---------------------------------------------- */
 
 static void tcp_connect(struct peer *p)
 {
 	struct io_uring_sqe *sqe;
 
-	if (peer_resolve(p->addr, &p->sa, &p->sa_len)) {
-		log_warn("peer %s: cannot resolve", p->addr);
-		p->retry_at_ns = fr_now_ns() + 2000000000ull;
+	if (peer_address(p))
 		return;
-	}
 	p->fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (p->fd < 0) {
 		p->retry_at_ns = fr_now_ns() + 1000000000ull;

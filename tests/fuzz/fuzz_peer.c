@@ -27,6 +27,7 @@
 #include "flowmover.pb-c.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,9 +326,15 @@ static void teardown(void)
 	}
 }
 
+static char dir[64];
+
+static void remove_dir(void)
+{
+	rmdir(dir); /* every ring file went with its flow */
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static char dir[64];
 	struct flow_limits lim = { .default_ring_size = 4096,
 				   .default_max_record = 1024,
 				   .max_ring_size = 16384, .max_flows = 8 };
@@ -336,8 +343,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argv;
 	snprintf(dir, sizeof(dir), "/dev/shm/fuzz_peer-%d", (int)getpid());
 	mkdir(dir, 0700);
+	atexit(remove_dir);
 	log_setup(LOG_LVL_ERROR, 0);
-	flows_init(&table, &lim, dir);
+	flows_init(&table, &lim, dir, open(dir, O_RDONLY | O_DIRECTORY |
+						 O_CLOEXEC));
 	mgr = (struct peer_mgr){ .flows = &table, .ctl = &ctl, .tp = &fake,
 				 .listen_fd = -1, .bell_mode = BELL_POLL };
 	return 0;
