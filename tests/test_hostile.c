@@ -14,7 +14,10 @@
  *      receiver flow while (a) a second connection re-opens and closes it,
  *      (b) root destroys it, (c) a second connection re-opens it and goes
  *      away, then root destroys it; the next ring of that size is another
- *      user's local flow, and the rest of the body must not land there
+ *      user's local flow, and the rest of the body must not land there;
+ *      (d) a bounded, seeded fuzzer of the same receive path: OPEN,
+ *      re-OPEN, CLOSE, whole and half-sent DATA, disconnects and destroys
+ *      interleaved on two connections (FM_HOSTILE_FUZZ_ITERS, _SEED)
  *   2  an attach response parked in io_uring (its client reads nothing)
  *      while the client destroys its flow and root creates another: the fd
  *      the client finally gets must be its own ring, never root's
@@ -418,6 +421,171 @@ static void case_moved_then_destroyed(void)
 	peer_sends_rest(&d, a);
 	victim_checks_y(&d, prod);
 	case1_end(&d, a, -1, base);
+}
+
+/*
+ * 1d: a bounded fuzzer of the peer receive path: two connections, three
+ * receiver flows with rings of y's size, and a seeded random interleaving
+ * of OPEN, re-OPEN, CLOSE, whole and half-sent DATA bodies, the rest of a
+ * body, disconnects and local destroys.  moverd may drop a connection for
+ * anything it sends (it reconnects); it may not crash, leak an fd, or let
+ * a body land in another flow's ring: y, created half way, is checked.
+ */
+#define FZ_CONNS 2
+#define FZ_FLOWS 2
+
+struct fz_conn {
+	int fd;                     /* -1: not connected */
+	uint32_t pending;           /* body bytes of a half-sent DATA */
+	bool open[FZ_FLOWS];
+	uint64_t pos[FZ_FLOWS];     /* where our next DATA of the flow goes */
+};
+
+static struct hp_open fz_flow(unsigned k)
+{
+	static char names[FZ_FLOWS][8];
+
+	snprintf(names[k], sizeof(names[k]), "x%u", k);
+	return (struct hp_open){ names[k], 10 + k, X_RING, 1024,
+				 0x5eedface00ull + ((uint64_t)k << 12), 0 };
+}
+
+static void fz_drop(struct fz_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	*c = (struct fz_conn){ .fd = -1 };
+}
+
+/* Connected, and no half-sent body in the way (else send its rest). */
+static bool fz_ready(const struct hd *d, struct fz_conn *c)
+{
+	if (c->fd < 0) {
+		c->fd = hp_connect(d->port);
+		if (!hp_hello(c->fd, "fuzz"))
+			fz_drop(c);
+		return c->fd >= 0;
+	}
+	if (c->pending) {
+		if (!hp_send_all(c->fd, junk, c->pending)) {
+			fz_drop(c);
+			return false;
+		}
+		c->pending = 0;
+	}
+	return true;
+}
+
+static void fz_open(const struct hd *d, struct fz_conn *c, unsigned k)
+{
+	struct hp_open o = fz_flow(k);
+	Flowmover__PeerFlowOpened *op = NULL;
+
+	if (!fz_ready(d, c))
+		return;
+	if (!hp_open(c->fd, &o) || hp_wait_opened(c->fd, o.flow_id, 2000, &op)) {
+		fz_drop(c);
+		return;
+	}
+	c->open[k] = op->error == 0;
+	c->pos[k] = op->resume;
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+}
+
+/* A DATA frame of len bytes for flow k; only `part` of its body now. */
+static void fz_data(const struct hd *d, struct fz_conn *c, unsigned k,
+		    uint32_t len, uint32_t part)
+{
+	if (!fz_ready(d, c) || !c->open[k] || c->pos[k] + len > X_RING)
+		return; /* (beyond the window moverd would drop us: boring) */
+	if (!hp_send_hdr(c->fd, WIRE_DATA, fz_flow(k).flow_id, len, c->pos[k],
+			 0) || !hp_send_all(c->fd, junk, part)) {
+		fz_drop(c);
+		return;
+	}
+	c->pos[k] += len;
+	c->pending = len - part;
+}
+
+static void case_fuzz_receive(void)
+{
+	unsigned iters = (unsigned)tu_env_long("FM_HOSTILE_FUZZ_ITERS", 1500);
+	uint64_t seed = (uint64_t)tu_env_long("FM_HOSTILE_FUZZ_SEED", 14), x;
+	struct fz_conn conn[FZ_CONNS];
+	char out[4096];
+	struct hd d;
+	unsigned n[12] = { 0 };
+	pid_t prod = -1;
+	int base;
+
+	if (!variant("d"))
+		return;
+	printf("  %u steps, seed %llu (FM_HOSTILE_FUZZ_ITERS, _SEED)\n", iters,
+	       (unsigned long long)seed);
+	memset(junk, 0xa5, sizeof(junk));
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		conn[i] = (struct fz_conn){ .fd = -1 };
+	start(&d, moverd_bin, "hostile1d", true, NULL);
+	base = hd_fds(&d);
+	x = seed;
+	for (unsigned step = 0; step < iters; step++) {
+		struct fz_conn *c = &conn[(x = tu_mix(x)) % FZ_CONNS];
+		unsigned k = (unsigned)((x >> 8) % FZ_FLOWS);
+		uint32_t len = (uint32_t)(((x >> 16) % 512) + 1) * FR_ALIGN;
+
+		unsigned act = (unsigned)((x >> 32) % 12);
+
+		if (step == iters / 2)
+			prod = victim_fills_y(&d);
+		/* a half-sent body stays so until its rest is sent or the
+		 * connection goes: meanwhile the other connection acts */
+		if (c->pending && act < 7)
+			continue;
+		n[act]++;
+		switch (act) {
+		case 0: case 1: case 2:
+			fz_open(&d, c, k);
+			break;
+		case 3:
+			fz_data(&d, c, k, len, len);
+			break;
+		case 4: case 5:
+			fz_data(&d, c, k, len, (uint32_t)((x >> 40) % len));
+			break;
+		case 6:
+			if (fz_ready(&d, c) && !hp_close_flow(c->fd, fz_flow(k).name))
+				fz_drop(c);
+			c->open[k] = false;
+			break;
+		case 7:
+			fz_drop(c);
+			break;
+		case 8: case 9:
+			hd_ctl(&d, moverctl_bin, out, sizeof(out),
+			       "flow destroy %s", fz_flow(k).name);
+			break;
+		default:
+			fz_ready(&d, c); /* the rest of a half-sent body */
+			usleep(2000);
+		}
+		hd_alive(&d);
+	}
+	printf("  opens %u, data %u, half bodies %u, closes %u, drops %u, "
+	       "destroys %u, rests %u\n", n[0] + n[1] + n[2], n[3],
+	       n[4] + n[5], n[6], n[7], n[8] + n[9], n[10] + n[11]);
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		fz_ready(&d, &conn[i]); /* every body's rest: late writes */
+	usleep(300000);
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		fz_drop(&conn[i]);
+	hd_alive(&d);
+	if (prod > 0)
+		victim_checks_y(&d, prod);
+	for (unsigned k = 0; k < FZ_FLOWS; k++)
+		hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy %s",
+		       fz_flow(k).name);
+	hd_wait_fds(&d, base);
+	stop(&d);
 }
 
 /* ---- case 2: a ring fd number handed out after it was closed --------------- */
@@ -1092,6 +1260,8 @@ int main(int argc, char **argv)
 		  "under a receive in flight" },
 		{ 1, case_moved_then_destroyed, "1c: re-opened, its new "
 		  "connection gone, then destroyed under a receive in flight" },
+		{ 1, case_fuzz_receive, "1d: a bounded fuzzer of the receive "
+		  "path across two connections" },
 		{ 2, case_parked_fd, "an attach response parked while its "
 		  "flow is destroyed and another user's ring created" },
 		{ 3, case_lying_consumer, "3a: a consumer stores head beyond "
