@@ -908,13 +908,51 @@ static void q_completes(const struct hd *a, const struct hd *b)
 	fc_done(cons, "q's consumer", 5000);
 }
 
+/* A consumer of flow on b stores head beyond what moverd published. */
+static flowshm_t *head_beyond(const struct hd *b, const char *flow)
+{
+	flowshm_t *f = attach_raw(b, flow, FLOWSHM_CONSUMER);
+	uint64_t pub = published_settled(f, 32 * KIB);
+
+	/* release: what a consumer does when it hands space back */
+	atomic_store_explicit(&f->ring.sh->head, pub + 4096,
+			      memory_order_release);
+	printf("  %s: published %llu, consumer head stored %llu\n", flow,
+	       (unsigned long long)pub, (unsigned long long)pub + 4096);
+	return f;
+}
+
+/*
+ * A consumer of flow on b consumes a quarter ring honestly (moverd reports
+ * it to the sender, which sends more), then moves head backwards.
+ */
+static flowshm_t *head_backwards(const struct hd *b, const char *flow)
+{
+	flowshm_t *f = attach_raw(b, flow, FLOWSHM_CONSUMER);
+	uint64_t pub = published_settled(f, 32 * KIB), head;
+
+	do {
+		static uint8_t rec[4096];
+		size_t len;
+
+		CHECK_RC(flowshm_recv(f, rec, sizeof(rec), &len, 1000000000), 0);
+		head = atomic_load_explicit(&f->ring.sh->head,
+					    memory_order_acquire);
+	} while (head < 20 * KIB);
+	published_settled(f, pub + 4096); /* the sender got the credit */
+	atomic_store_explicit(&f->ring.sh->head, head - 4096,
+			      memory_order_release);
+	printf("  %s: consumer head %llu stored back to %llu\n", flow,
+	       (unsigned long long)head, (unsigned long long)head - 4096);
+	return f;
+}
+
 /* 3a: consumers on B lie about head: beyond `published`, and backwards. */
 static void case_lying_consumer(void)
 {
 	static const char *const names[] = { "p", "r", "q", NULL };
 	struct hd a, b;
 	flowshm_t *fp, *fr;
-	uint64_t pub, head;
 	pid_t pp, pr;
 	int base_a, base_b;
 
@@ -926,34 +964,8 @@ static void case_lying_consumer(void)
 	pp = fc_produce(&a, 0, "p", 1, 100000, REC_MAX);
 	pr = fc_produce(&a, 0, "r", 1, 100000, REC_MAX);
 
-	/* p: head beyond what moverd published */
-	fp = attach_raw(&b, "p", FLOWSHM_CONSUMER);
-	pub = published_settled(fp, 32 * KIB);
-	/* release: what a consumer does when it hands space back */
-	atomic_store_explicit(&fp->ring.sh->head, pub + 4096,
-			      memory_order_release);
-	printf("  p: published %llu, consumer head stored %llu\n",
-	       (unsigned long long)pub, (unsigned long long)pub + 4096);
-
-	/* r: consume a quarter ring honestly (moverd reports it), then move
-	 * head backwards */
-	fr = attach_raw(&b, "r", FLOWSHM_CONSUMER);
-	pub = published_settled(fr, 32 * KIB);
-	for (;;) {
-		static uint8_t rec[4096];
-		size_t len;
-
-		CHECK_RC(flowshm_recv(fr, rec, sizeof(rec), &len, 1000000000), 0);
-		head = atomic_load_explicit(&fr->ring.sh->head,
-					    memory_order_acquire);
-		if (head >= 20 * KIB)
-			break;
-	}
-	published_settled(fr, pub + 4096); /* A got the credit and sent */
-	atomic_store_explicit(&fr->ring.sh->head, head - 4096,
-			      memory_order_release);
-	printf("  r: consumer head %llu stored back to %llu\n",
-	       (unsigned long long)head, (unsigned long long)head - 4096);
+	fp = head_beyond(&b, "p");
+	fr = head_backwards(&b, "r");
 
 	sleep(1);
 	hd_alive(&a);
@@ -1141,47 +1153,23 @@ static bool has_peer(const struct hd *d, const char *addr)
 	return strstr(out, pat) != NULL;
 }
 
-static void case_non_reading_peer(void)
+/* Connect a flooder to b (a 4 KiB receive buffer: moverd's replies back
+ * up at once), say hello, fork it; its address ("127.0.0.1:PORT"). */
+static pid_t flooder_start(const struct hd *b, char *addr, size_t cap)
 {
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)b->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct sockaddr_in me;
 	socklen_t len = sizeof(me);
-	char out[4096], addr[64];
-	struct hd b;
-	int fd, small = 4096, base, dropped_ms = -1;
-	long rss0, rss_max = 0;
-	pid_t child, lp, lc;
-	const char *asan = getenv("ASAN_OPTIONS");
-	char opts[512];
-	uint64_t t0;
-	double cpu;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+	pid_t child;
 
-	/* under AddressSanitizer, freed memory waits in a quarantine (256 MiB
-	 * by default) that would count as growth: keep it small */
-	if (!asan || !strstr(asan, "quarantine_size_mb")) {
-		snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=16",
-			 asan ? asan : "", asan && *asan ? ":" : "");
-		setenv("ASAN_OPTIONS", opts, 1);
-	}
-	start(&b, moverd_bin, "hostile7", true, NULL);
-	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create l7 "
-		     "--ring-size 256K --max-record 1024") == 0);
-	base = hd_fds(&b);
-	rss0 = hd_rss_kb(&b);
-	lc = fc_consume(&b, 0, "l7", 1, L_RECORDS, 256);
-	lp = fc_produce(&b, 0, "l7", 1, L_RECORDS, 256);
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	CHECK(fd >= 0);
-	/* a small receive window: moverd's replies back up at once */
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	{
-		struct sockaddr_in to = { .sin_family = AF_INET,
-					  .sin_port = htons((uint16_t)b.port),
-					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		CHECK(connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0);
-	}
+	CHECK(connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0);
 	CHECK(getsockname(fd, (struct sockaddr *)&me, &len) == 0);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(me.sin_port));
+	snprintf(addr, cap, "127.0.0.1:%d", ntohs(me.sin_port));
 	CHECK(hp_hello(fd, "flooder"));
 	fflush(NULL);
 	child = fork();
@@ -1191,6 +1179,42 @@ static void case_non_reading_peer(void)
 		flood(fd, "l7");
 	}
 	close(fd);
+	return child;
+}
+
+/* Under AddressSanitizer freed memory waits in a quarantine (256 MiB by
+ * default) that would count as growth: keep it small. */
+static void small_asan_quarantine(void)
+{
+	const char *asan = getenv("ASAN_OPTIONS");
+	char opts[512];
+
+	if (asan && strstr(asan, "quarantine_size_mb"))
+		return;
+	snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=16",
+		 asan ? asan : "", asan && *asan ? ":" : "");
+	setenv("ASAN_OPTIONS", opts, 1);
+}
+
+static void case_non_reading_peer(void)
+{
+	char out[4096], addr[64];
+	struct hd b;
+	int base, dropped_ms = -1;
+	long rss0, rss_max = 0;
+	pid_t child, lp, lc;
+	uint64_t t0;
+	double cpu;
+
+	small_asan_quarantine();
+	start(&b, moverd_bin, "hostile7", true, NULL);
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create l7 "
+		     "--ring-size 256K --max-record 1024") == 0);
+	base = hd_fds(&b);
+	rss0 = hd_rss_kb(&b);
+	lc = fc_consume(&b, 0, "l7", 1, L_RECORDS, 256);
+	lp = fc_produce(&b, 0, "l7", 1, L_RECORDS, 256);
+	child = flooder_start(&b, addr, sizeof(addr));
 	t0 = tu_now_ns();
 
 	sleep(3);
