@@ -507,4 +507,194 @@ static inline int hc_run(const struct hcase *cases, size_t n, const char *env)
 	return 0;
 }
 
+/* ---- more of the same (added for issue 14's cases) ----------------------- */
+
+#include <grp.h>
+#include <sys/prctl.h>
+
+/*
+ * A killed moverd's io_uring is torn down after the process is gone, and
+ * an accept still in flight keeps its listening socket open until then:
+ * wait (up to 5 s) until the port can be bound again (as moverd binds it).
+ */
+static inline void hd_wait_port_free(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int one = 1;
+
+	for (int i = 0; i < 500; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		bool ok;
+
+		CHECK(fd >= 0);
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		     listen(fd, 1) == 0;
+		close(fd);
+		if (ok)
+			return;
+		usleep(10000);
+	}
+	CHECK(!"the port of the killed moverd stays in use");
+}
+
+/*
+ * Start moverd again in d's directory, on d's socket, log and port (after
+ * hd_kill: a restart keeps the state directory and with it the rings of
+ * flows between hosts).  EXTRA as for hd_start.
+ */
+static inline void hd_restart(struct hd *d, const char *moverd,
+			      const char *const *extra)
+{
+	const char *argv[64] = { moverd, "--foreground", "--socket", d->sock,
+				 "--socket-mode", "0666", "--log-level",
+				 "debug" };
+	char laddr[64];
+	int n = 8, st;
+
+	if (d->port) {
+		hd_wait_port_free(d->port);
+		snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", d->port);
+		argv[n++] = "--listen";
+		argv[n++] = laddr;
+		argv[n++] = "--transport";
+		argv[n++] = "tcp";
+	}
+	for (; extra && *extra && n < 62; extra++)
+		argv[n++] = *extra;
+	argv[n] = NULL;
+	fflush(NULL);
+	d->pid = fork();
+	CHECK(d->pid >= 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		if (fd >= 0)
+			dup2(fd, 2);
+		execv(moverd, (char **)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 1000; i++) {
+		int fd = ctl_connect(d->sock);
+
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			fprintf(stderr, "moverd exited at restart (status %#x); "
+				"log %s\n", st, d->log);
+			exit(1);
+		}
+		usleep(10000);
+	}
+	CHECK(!"moverd did not come back");
+}
+
+/* moverd's resident set (VmRSS), in KiB. */
+static inline long hd_rss_kb(const struct hd *d)
+{
+	char path[64], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
+	f = fopen(path, "re");
+	CHECK(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+			break;
+	fclose(f);
+	CHECK(kb >= 0);
+	return kb;
+}
+
+/*
+ * Run a client program (flowcheck, a hostile client) against d:
+ * FLOWMOVER_SOCKET=d->sock, as uid (and gid) `uid` with no supplementary
+ * groups unless uid is 0; it dies with the test.  argv[0] is the program.
+ */
+static inline pid_t hx_spawn(const struct hd *d, uid_t uid,
+			     const char *const *argv)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	if (uid && (setgroups(0, NULL) || setresgid(uid, uid, uid) ||
+		    setresuid(uid, uid, uid))) {
+		perror("drop to the second user");
+		_exit(126);
+	}
+	/* after the uid change, which clears it */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	execv(argv[0], (char **)argv);
+	_exit(127);
+}
+
+/*
+ * Wait up to timeout_ms for pid: its exit code (128 + signal if killed).
+ * Still running then: it is killed and -1 returned.
+ */
+static inline int hx_wait(pid_t pid, int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int st;
+
+	do {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) :
+					       128 + WTERMSIG(st);
+		usleep(10000);
+	} while (tu_now_ns() < until);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+/* hj_get as an unsigned number (0 if the key is missing). */
+static inline uint64_t hj_u64(const char *json, const char *key)
+{
+	char val[32];
+
+	return hj_get(json, key, val, sizeof(val)) ?
+		       strtoull(val, NULL, 10) : 0;
+}
+
+/*
+ * Send an OPEN and wait for its answer, again while moverd answers -EAGAIN
+ * (a receive of another connection into the flow is still in flight), for
+ * up to timeout_ms.  The last answer's error (0 = opened), or INT32_MIN when
+ * no answer came.  message (cap bytes) gets its text.
+ */
+static inline int hp_open_retry(int fd, const struct hp_open *o,
+				int timeout_ms, char *message, size_t cap)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int err = INT32_MIN;
+
+	do {
+		Flowmover__PeerFlowOpened *op = NULL;
+
+		if (!hp_open(fd, o) ||
+		    hp_wait_opened(fd, o->flow_id, 2000, &op))
+			return err;
+		err = op->error;
+		if (message && cap)
+			snprintf(message, cap, "%s",
+				 op->message ? op->message : "");
+		flowmover__peer_flow_opened__free_unpacked(op, NULL);
+		if (err != -EAGAIN)
+			return err;
+		usleep(100000);
+	} while (tu_now_ns() < until);
+	return err;
+}
+
 #endif

@@ -1,15 +1,1257 @@
 /*
  * tests/test_hostile.c - hostile peers and hostile clients against a real
  * moverd (issue 14).  Each case is one finding of the adversarial review;
- * FM_HOSTILE_CASES=1,3 runs only those.
+ * FM_HOSTILE_CASES=1,3 runs only those, FM_HOSTILE_VARIANTS=a,c only those
+ * variants of a case that has several (1a-1c, 3a-3b).
  *
- *   usage: test_hostile MOVERD MOVERCTL
+ *   usage: test_hostile MOVERD MOVERCTL FLOWCHECK
+ *
+ * Every case passes only if the other party's flow delivers every record
+ * exactly once (flowcheck), moverd survives and exits 0 on SIGTERM (no
+ * sanitizer report) and its fd count is back where it was.
+ *
+ *   1  a flow freed under a receive in flight: a peer stuck mid-body in a
+ *      receiver flow while (a) a second connection re-opens and closes it,
+ *      (b) root destroys it, (c) a second connection re-opens it and goes
+ *      away, then root destroys it; the next ring of that size is another
+ *      user's local flow, and the rest of the body must not land there;
+ *      (d) a bounded, seeded fuzzer of the same receive path: OPEN,
+ *      re-OPEN, CLOSE, whole and half-sent DATA, disconnects and destroys
+ *      interleaved on two connections (FM_HOSTILE_FUZZ_ITERS, _SEED)
+ *   2  an attach response parked in io_uring (its client reads nothing)
+ *      while the client destroys its flow and root creates another: the fd
+ *      the client finally gets must be its own ring, never root's
+ *   3  bad ring words: (a) a consumer on the receiving host stores head
+ *      beyond what was published, or moves it backwards; (b) a producer on
+ *      the sending host pins tail at 0 while the peer is down.  Only that
+ *      flow fails; the link stays up and another flow on it completes
+ *   6  a sender flow whose remote window is closed: moverd sleeps
+ *   7  a peer that floods OPENs and reads nothing: dropped, moverd's cpu
+ *      and memory bounded meanwhile, a local flow unaffected
  */
 #include "harness.h"
+#include "flowshm_internal.h"
 
-static const char *moverd_bin, *moverctl_bin;
+#include <limits.h>
+#include <sys/ioctl.h>
 
-/* case 0: the harness itself: a hostile peer opens a flow and gets it */
+#define NOBODY 65534u
+#define KIB 1024ull
+
+static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+static char nobody_ctl[PATH_MAX + 96]; /* moverctl run as NOBODY */
+
+/* Is variant v ("a", "b"...) of a case selected (FM_HOSTILE_VARIANTS)? */
+static bool variant(const char *v)
+{
+	const char *s = getenv("FM_HOSTILE_VARIANTS");
+	char buf[128], *tok, *save = NULL;
+
+	if (!s || !*s)
+		return true;
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (!strcmp(tok, v))
+			return true;
+	printf("  (variant %s skipped)\n", v);
+	return false;
+}
+
+/* ---- daemons of the running case: killed (and their logs shown) if it
+ * fails, so that no moverd outlives a failed test ---------------------- */
+
+static struct hd *running[4];
+static pid_t main_pid;
+
+static void start(struct hd *d, const char *moverd, const char *tag,
+		  bool listen, const char *const *extra)
+{
+	hd_start(d, moverd, tag, listen, extra);
+	for (unsigned i = 0; i < 4; i++)
+		if (!running[i]) {
+			running[i] = d;
+			return;
+		}
+	CHECK(!"more than 4 daemons in one case");
+}
+
+static void stop(struct hd *d)
+{
+	hd_stop(d);
+	for (unsigned i = 0; i < 4; i++)
+		if (running[i] == d)
+			running[i] = NULL;
+}
+
+/* Is pid still the moverd of d (not a reused pid)? */
+static bool is_our_moverd(const struct hd *d)
+{
+	char path[64], cmd[1024];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)d->pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	n = fread(cmd, 1, sizeof(cmd) - 1, f);
+	fclose(f);
+	cmd[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!cmd[i])
+			cmd[i] = ' ';
+	return strstr(cmd, d->sock) != NULL;
+}
+
+static void on_exit_kill_daemons(void)
+{
+	char cmd[640];
+
+	if (getpid() != main_pid)
+		return; /* a child's CHECK */
+	for (unsigned i = 0; i < 4; i++) {
+		struct hd *d = running[i];
+
+		if (!d)
+			continue;
+		fprintf(stderr, "--- the end of %s:\n", d->log);
+		fflush(stderr);
+		/* a sanitizer's report, else the last lines */
+		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
+			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
+			 "'%s'; } >&2", d->log, d->log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		if (d->pid > 0 && is_our_moverd(d)) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, NULL, 0);
+		}
+		running[i] = NULL;
+	}
+}
+
+/* ---- checked producers and consumers (tests/flowcheck.c) ----------------- */
+
+static pid_t fc_produce(const struct hd *d, uid_t uid, const char *flow,
+			unsigned id, unsigned long count, unsigned max_size)
+{
+	char ids[16], n[24], max[16];
+
+	snprintf(ids, sizeof(ids), "%u", id);
+	snprintf(n, sizeof(n), "%lu", count);
+	snprintf(max, sizeof(max), "%u", max_size);
+	return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+			"produce", flow, "--id", ids, "--count", n,
+			"--max-size", max, NULL });
+}
+
+static pid_t fc_consume(const struct hd *d, uid_t uid, const char *flow,
+			unsigned producers, unsigned long count,
+			unsigned max_size)
+{
+	char ps[16], n[24], max[16];
+
+	snprintf(ps, sizeof(ps), "%u", producers);
+	snprintf(n, sizeof(n), "%lu", count);
+	snprintf(max, sizeof(max), "%u", max_size);
+	return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+			"consume", flow, "--producers", ps, "--count", n,
+			"--max-size", max, NULL });
+}
+
+/* The flowcheck process must exit 0 within timeout_ms. */
+static void fc_done(pid_t pid, const char *what, int timeout_ms)
+{
+	int rc = hx_wait(pid, timeout_ms);
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s\n", what, rc < 0 ?
+			"did not finish in time (killed)" : "failed");
+		if (rc > 0)
+			fprintf(stderr, "%s: exit code %d\n", what, rc);
+		exit(1);
+	}
+}
+
+/* ---- moverctl views -------------------------------------------------------- */
+
+/* `flow show NAME --json` into out; false if there is no such flow. */
+static bool flow_json(const struct hd *d, const char *name, char *out,
+		      size_t cap)
+{
+	return hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
+		      name) == 0;
+}
+
+static uint64_t flow_u64(const struct hd *d, const char *name,
+			 const char *key)
+{
+	char out[4096];
+
+	return flow_json(d, name, out, sizeof(out)) ? hj_u64(out, key) : 0;
+}
+
+/* Wait up to timeout_ms for flow NAME's state; its reason in reason. */
+static bool wait_state(const struct hd *d, const char *name, const char *want,
+		       int timeout_ms, char *reason, size_t cap)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	char out[4096], state[32] = "";
+
+	do {
+		if (flow_json(d, name, out, sizeof(out)) &&
+		    hj_get(out, "state", state, sizeof(state)) &&
+		    !strcmp(state, want)) {
+			if (reason)
+				hj_get(out, "state_reason", reason, cap);
+			return true;
+		}
+		usleep(50000);
+	} while (tu_now_ns() < until);
+	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
+	if (reason && flow_json(d, name, out, sizeof(out)))
+		hj_get(out, "state_reason", reason, cap);
+	return false;
+}
+
+/* Wait until flow NAME's `key` is at least min. */
+static void wait_u64(const struct hd *d, const char *name, const char *key,
+		     uint64_t min, int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull, v;
+
+	while ((v = flow_u64(d, name, key)) < min) {
+		hd_alive(d);
+		if (tu_now_ns() > until) {
+			fprintf(stderr, "flow %s: %s = %llu, want >= %llu\n",
+				name, key, (unsigned long long)v,
+				(unsigned long long)min);
+			exit(1);
+		}
+		usleep(50000);
+	}
+}
+
+/* The reconnects of d's first peer (0 without peers). */
+static uint64_t reconnects(const struct hd *d)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	return hj_u64(out, "reconnects");
+}
+
+/* Flow NAME must be failed on d, with a reason. */
+static void expect_failed(const struct hd *d, const char *side,
+			  const char *name)
+{
+	char reason[256] = "";
+
+	if (!wait_state(d, name, "failed", 5000, reason, sizeof(reason))) {
+		fprintf(stderr, "%s: flow %s is not failed (reason '%s')\n",
+			side, name, reason);
+		exit(1);
+	}
+	printf("  %s: %s failed: %s\n", side, name, reason);
+	CHECK(reason[0]);
+}
+
+/* ---- case 1: a flow freed under a receive in flight ------------------------ */
+
+#define X_RING (64u << 10)
+#define Y_RECORDS 400
+#define Y_MAX 1000
+
+static const struct hp_open x_open = { "x", 1, X_RING, 1024, 0x5eedface00ull,
+				       0 };
+static uint8_t junk[8192];
+
+/* Open x on a new connection (again while moverd answers -EAGAIN). */
+static int peer_opens_x(const struct hd *d, const char *node)
+{
+	char msg[256] = "";
+	int fd = hp_connect(d->port), err;
+
+	CHECK(hp_hello(fd, node));
+	err = hp_open_retry(fd, &x_open, 5000, msg, sizeof(msg));
+	if (err) {
+		fprintf(stderr, "%s: open x: error %d: %s\n", node, err, msg);
+		exit(1);
+	}
+	return fd;
+}
+
+/*
+ * Connection A opens x and sends a DATA header for [0, +8192) with only
+ * the first 4096 bytes of its body: moverd's receive of the rest, into x's
+ * ring, is now in flight.
+ */
+static int peer_stuck_mid_body(const struct hd *d)
+{
+	int a = peer_opens_x(d, "peer-a");
+
+	memset(junk, 0xa5, sizeof(junk));
+	CHECK(hp_send_hdr(a, WIRE_DATA, x_open.flow_id, 8192, 0, 0));
+	CHECK(hp_send_all(a, junk, 4096));
+	usleep(300000);
+	hd_alive(d);
+	return a;
+}
+
+/*
+ * A local flow y of the second user with the ring size of x (so its ring
+ * may be mapped where x's was), filled by a checked producer that now
+ * waits for space: every record in it is one the consumer will check.
+ */
+static pid_t victim_fills_y(const struct hd *d)
+{
+	char out[4096];
+	pid_t prod;
+
+	CHECK(hd_ctl(d, nobody_ctl, out, sizeof(out), "flow create y "
+		     "--ring-size 64K --max-record 1024") == 0);
+	prod = fc_produce(d, NOBODY, "y", 1, Y_RECORDS, Y_MAX);
+	wait_u64(d, "y", "tail", 48 * KIB, 10000);
+	return prod;
+}
+
+/* A sends the rest of its body and one more DATA frame (if it still can). */
+static void peer_sends_rest(const struct hd *d, int a)
+{
+	if (hp_send_all(a, junk + 4096, 4096) &&
+	    hp_send_hdr(a, WIRE_DATA, x_open.flow_id, 4096, 8192, 0))
+		hp_send_all(a, junk, 4096);
+	usleep(500000);
+	hd_alive(d);
+}
+
+/* y's consumer gets every record once and intact; then y goes. */
+static void victim_checks_y(const struct hd *d, pid_t prod)
+{
+	char out[4096];
+	pid_t cons = fc_consume(d, NOBODY, "y", 1, Y_RECORDS, Y_MAX);
+
+	fc_done(cons, "y's consumer (uid 65534)", 20000);
+	fc_done(prod, "y's producer (uid 65534)", 5000);
+	hd_alive(d);
+	CHECK(hd_ctl(d, nobody_ctl, out, sizeof(out), "flow destroy y") == 0);
+}
+
+/* x must be gone (the close or destroy took it) within 5 s. */
+static void wait_x_gone(const struct hd *d)
+{
+	char out[4096];
+
+	for (int i = 0; i < 100 && flow_json(d, "x", out, sizeof(out)); i++)
+		usleep(50000);
+	CHECK(!flow_json(d, "x", out, sizeof(out)));
+}
+
+static void case1_end(struct hd *d, int a, int b, int base_fds)
+{
+	close(a);
+	if (b >= 0)
+		close(b);
+	hd_alive(d);
+	hd_wait_fds(d, base_fds);
+	stop(d);
+}
+
+/* 1a: connection B re-opens x (moving it off A), then closes it. */
+static void case_moved_flow(void)
+{
+	struct hd d;
+	int a, b, base;
+	pid_t prod;
+
+	if (!variant("a"))
+		return;
+	start(&d, moverd_bin, "hostile1a", true, NULL);
+	base = hd_fds(&d);
+	a = peer_stuck_mid_body(&d);
+	b = peer_opens_x(&d, "peer-b");
+	CHECK(hp_close_flow(b, "x"));
+	wait_x_gone(&d);
+	prod = victim_fills_y(&d);
+	peer_sends_rest(&d, a);
+	victim_checks_y(&d, prod);
+	case1_end(&d, a, b, base);
+}
+
+/* 1b: root destroys x while A's receive into it is in flight. */
+static void case_destroyed_flow(void)
+{
+	char out[4096];
+	struct hd d;
+	int a, base;
+	pid_t prod;
+
+	if (!variant("b"))
+		return;
+	start(&d, moverd_bin, "hostile1b", true, NULL);
+	base = hd_fds(&d);
+	a = peer_stuck_mid_body(&d);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy x") == 0);
+	wait_x_gone(&d);
+	prod = victim_fills_y(&d);
+	peer_sends_rest(&d, a);
+	victim_checks_y(&d, prod);
+	case1_end(&d, a, -1, base);
+}
+
+/* 1c: B re-opens x and disconnects; then root destroys x. */
+static void case_moved_then_destroyed(void)
+{
+	char out[4096];
+	struct hd d;
+	int a, b, base;
+	pid_t prod;
+
+	if (!variant("c"))
+		return;
+	start(&d, moverd_bin, "hostile1c", true, NULL);
+	base = hd_fds(&d);
+	a = peer_stuck_mid_body(&d);
+	b = peer_opens_x(&d, "peer-b");
+	close(b);
+	usleep(300000);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy x") == 0);
+	wait_x_gone(&d);
+	prod = victim_fills_y(&d);
+	peer_sends_rest(&d, a);
+	victim_checks_y(&d, prod);
+	case1_end(&d, a, -1, base);
+}
+
+/*
+ * 1d: a bounded fuzzer of the peer receive path: two connections, three
+ * receiver flows with rings of y's size, and a seeded random interleaving
+ * of OPEN, re-OPEN, CLOSE, whole and half-sent DATA bodies, the rest of a
+ * body, disconnects and local destroys.  moverd may drop a connection for
+ * anything it sends (it reconnects); it may not crash, leak an fd, or let
+ * a body land in another flow's ring: y, created half way, is checked.
+ */
+#define FZ_CONNS 2
+#define FZ_FLOWS 2
+
+struct fz_conn {
+	int fd;                     /* -1: not connected */
+	uint32_t pending;           /* body bytes of a half-sent DATA */
+	bool open[FZ_FLOWS];
+	uint64_t pos[FZ_FLOWS];     /* where our next DATA of the flow goes */
+};
+
+static struct hp_open fz_flow(unsigned k)
+{
+	static char names[FZ_FLOWS][8];
+
+	snprintf(names[k], sizeof(names[k]), "x%u", k);
+	return (struct hp_open){ names[k], 10 + k, X_RING, 1024,
+				 0x5eedface00ull + ((uint64_t)k << 12), 0 };
+}
+
+static void fz_drop(struct fz_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	*c = (struct fz_conn){ .fd = -1 };
+}
+
+/* Connected, and no half-sent body in the way (else send its rest). */
+static bool fz_ready(const struct hd *d, struct fz_conn *c)
+{
+	if (c->fd < 0) {
+		c->fd = hp_connect(d->port);
+		if (!hp_hello(c->fd, "fuzz"))
+			fz_drop(c);
+		return c->fd >= 0;
+	}
+	if (c->pending) {
+		if (!hp_send_all(c->fd, junk, c->pending)) {
+			fz_drop(c);
+			return false;
+		}
+		c->pending = 0;
+	}
+	return true;
+}
+
+static void fz_open(const struct hd *d, struct fz_conn *c, unsigned k)
+{
+	struct hp_open o = fz_flow(k);
+	Flowmover__PeerFlowOpened *op = NULL;
+
+	if (!fz_ready(d, c))
+		return;
+	if (!hp_open(c->fd, &o) || hp_wait_opened(c->fd, o.flow_id, 2000, &op)) {
+		fz_drop(c);
+		return;
+	}
+	c->open[k] = op->error == 0;
+	c->pos[k] = op->resume;
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+}
+
+/* A DATA frame of len bytes for flow k; only `part` of its body now. */
+static void fz_data(const struct hd *d, struct fz_conn *c, unsigned k,
+		    uint32_t len, uint32_t part)
+{
+	if (!fz_ready(d, c) || !c->open[k] || c->pos[k] + len > X_RING)
+		return; /* (beyond the window moverd would drop us: boring) */
+	if (!hp_send_hdr(c->fd, WIRE_DATA, fz_flow(k).flow_id, len, c->pos[k],
+			 0) || !hp_send_all(c->fd, junk, part)) {
+		fz_drop(c);
+		return;
+	}
+	c->pos[k] += len;
+	c->pending = len - part;
+}
+
+static void case_fuzz_receive(void)
+{
+	unsigned iters = (unsigned)tu_env_long("FM_HOSTILE_FUZZ_ITERS", 1500);
+	uint64_t seed = (uint64_t)tu_env_long("FM_HOSTILE_FUZZ_SEED", 14), x;
+	struct fz_conn conn[FZ_CONNS];
+	char out[4096];
+	struct hd d;
+	unsigned n[12] = { 0 };
+	pid_t prod = -1;
+	int base;
+
+	if (!variant("d"))
+		return;
+	printf("  %u steps, seed %llu (FM_HOSTILE_FUZZ_ITERS, _SEED)\n", iters,
+	       (unsigned long long)seed);
+	memset(junk, 0xa5, sizeof(junk));
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		conn[i] = (struct fz_conn){ .fd = -1 };
+	start(&d, moverd_bin, "hostile1d", true, NULL);
+	base = hd_fds(&d);
+	x = seed;
+	for (unsigned step = 0; step < iters; step++) {
+		struct fz_conn *c = &conn[(x = tu_mix(x)) % FZ_CONNS];
+		unsigned k = (unsigned)((x >> 8) % FZ_FLOWS);
+		uint32_t len = (uint32_t)(((x >> 16) % 512) + 1) * FR_ALIGN;
+
+		unsigned act = (unsigned)((x >> 32) % 12);
+
+		if (step == iters / 2)
+			prod = victim_fills_y(&d);
+		/* a half-sent body stays so until its rest is sent or the
+		 * connection goes: meanwhile the other connection acts */
+		if (c->pending && act < 7)
+			continue;
+		n[act]++;
+		switch (act) {
+		case 0: case 1: case 2:
+			fz_open(&d, c, k);
+			break;
+		case 3:
+			fz_data(&d, c, k, len, len);
+			break;
+		case 4: case 5:
+			fz_data(&d, c, k, len, (uint32_t)((x >> 40) % len));
+			break;
+		case 6:
+			if (fz_ready(&d, c) && !hp_close_flow(c->fd, fz_flow(k).name))
+				fz_drop(c);
+			c->open[k] = false;
+			break;
+		case 7:
+			fz_drop(c);
+			break;
+		case 8: case 9:
+			hd_ctl(&d, moverctl_bin, out, sizeof(out),
+			       "flow destroy %s", fz_flow(k).name);
+			break;
+		default:
+			fz_ready(&d, c); /* the rest of a half-sent body */
+			usleep(2000);
+		}
+		hd_alive(&d);
+	}
+	printf("  opens %u, data %u, half bodies %u, closes %u, drops %u, "
+	       "destroys %u, rests %u\n", n[0] + n[1] + n[2], n[3],
+	       n[4] + n[5], n[6], n[7], n[8] + n[9], n[10] + n[11]);
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		fz_ready(&d, &conn[i]); /* every body's rest: late writes */
+	usleep(300000);
+	for (unsigned i = 0; i < FZ_CONNS; i++)
+		fz_drop(&conn[i]);
+	hd_alive(&d);
+	if (prod > 0)
+		victim_checks_y(&d, prod);
+	for (unsigned k = 0; k < FZ_FLOWS; k++)
+		hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy %s",
+		       fz_flow(k).name);
+	hd_wait_fds(&d, base);
+	stop(&d);
+}
+
+/* ---- case 2: a ring fd number handed out after it was closed --------------- */
+
+#define A_RING (64u << 10)
+#define V_RING (256u << 10)
+
+/* A control connection whose SO_PEERCRED says uid (root: 0). */
+static int connect_as(const struct hd *d, uid_t uid)
+{
+	int fd;
+
+	CHECK(setegid(uid) == 0 && seteuid(uid) == 0);
+	fd = ctl_connect(d->sock);
+	CHECK(seteuid(0) == 0 && setegid(0) == 0);
+	CHECK(fd >= 0);
+	return fd;
+}
+
+static int req_create(int sock, const char *name, uint64_t ring)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+	Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	spec.name = (char *)name;
+	spec.ring_size = ring;
+	spec.max_record = 1024;
+	cr.spec = &spec;
+	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+	req.create = &cr;
+	rc = ctl_call(sock, &req, &resp, NULL, 5000);
+	ctl_response_free(resp);
+	return rc;
+}
+
+static int req_destroy(int sock, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DestroyFlow de = FLOWMOVER__DESTROY_FLOW__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	de.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
+	req.destroy = &de;
+	rc = ctl_call(sock, &req, &resp, NULL, 5000);
+	ctl_response_free(resp);
+	return rc;
+}
+
+static int req_attach(int sock, const char *name, int *fd)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	at.name = (char *)name;
+	at.role = FLOWMOVER__ROLE__PRODUCER;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	rc = ctl_call(sock, &req, &resp, fd, 5000);
+	ctl_response_free(resp);
+	return rc;
+}
+
+/* Frames: n describes of `name` (ids 1..n), then an attach (id n + 1). */
+static size_t pipeline(uint8_t *buf, size_t cap, const char *name, unsigned n)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DescribeFlow ds = FLOWMOVER__DESCRIBE_FLOW__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	size_t off = 0, len;
+
+	ds.name = (char *)name;
+	at.name = (char *)name;
+	at.role = FLOWMOVER__ROLE__PRODUCER;
+	for (unsigned i = 1; i <= n + 1; i++) {
+		req.id = i;
+		if (i <= n) {
+			req.body_case = FLOWMOVER__REQUEST__BODY_DESCRIBE;
+			req.describe = &ds;
+		} else {
+			req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+			req.attach = &at;
+		}
+		CHECK(ctl_frame_pack(&req.base, buf + off, cap - off, &len) == 0);
+		off += len;
+	}
+	return off;
+}
+
+/* Bytes waiting in sock once they stop growing (at least min of them). */
+static int inq_settled(int sock, int min, int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int n = 0, last = -1, same = 0;
+
+	while (tu_now_ns() < until) {
+		CHECK(ioctl(sock, FIONREAD, &n) == 0);
+		same = n == last && n >= min ? same + 1 : 0;
+		if (same == 6)
+			break;
+		last = n;
+		usleep(50000);
+	}
+	return n;
+}
+
+/* The ring size in the geometry of the ring behind fd (0: not a ring). */
+static uint64_t ring_size_of(int fd)
+{
+	struct fr_geometry g;
+
+	if (pread(fd, &g, sizeof(g), 0) != (ssize_t)sizeof(g) ||
+	    g.magic != FR_MAGIC)
+		return 0;
+	return g.ring_bytes;
+}
+
+/*
+ * How many describe responses moverd writes before the socket's send
+ * buffer is full (its client reading nothing), and their frame size.
+ */
+static unsigned responses_that_fit(const struct hd *d, int *frame)
+{
+	static uint8_t buf[CTL_FRAME_BUF * 2];
+	size_t len;
+	int c = connect_as(d, NOBODY), avail, fd;
+	unsigned k;
+
+	CHECK(req_create(c, "a9999", A_RING) == 0);
+	len = pipeline(buf, sizeof(buf), "a9999", 3000);
+	CHECK(send(c, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
+	avail = inq_settled(c, 1, 5000);
+	CHECK(ctl_recv_frame(c, buf, sizeof(buf), &len, &fd, 2000) == 0);
+	CHECK(fd < 0);
+	*frame = (int)(CTL_HDR_BYTES + len);
+	k = (unsigned)(avail / *frame);
+	close(c);
+	c = connect_as(d, 0);
+	CHECK(req_destroy(c, "a9999") == 0);
+	close(c);
+	return k;
+}
+
+struct depth_result {
+	bool parked;      /* the attach response went out after the destroy */
+	bool got_fd;
+	bool wrong;       /* ... and its fd was not the client's own ring */
+	uint64_t ring;    /* the ring size behind the fd it got */
+};
+
+/*
+ * The attack at one pipeline depth: NOBODY creates flow a, pipelines n
+ * describes and an attach of it and reads nothing; root destroys a and
+ * creates v (its ring may take a's fd number); then NOBODY reads.
+ */
+static struct depth_result try_depth(const struct hd *d, unsigned n,
+				     unsigned fit, int frame, int base_fds)
+{
+	static uint8_t buf[CTL_FRAME_BUF * 2];
+	struct depth_result res = { 0 };
+	char a[16], v[16];
+	size_t len, off = 0;
+	struct stat vst, st;
+	int c, r, vfd = -1, avail;
+
+	snprintf(a, sizeof(a), "a%04u", n);
+	snprintf(v, sizeof(v), "v%04u", n);
+	hd_wait_fds(d, base_fds); /* no hole below a's fd number */
+	c = connect_as(d, NOBODY);
+	CHECK(req_create(c, a, A_RING) == 0);
+	r = connect_as(d, 0);
+	len = pipeline(buf, sizeof(buf), a, n);
+	CHECK(send(c, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
+	avail = inq_settled(c, (int)(n < fit ? n : fit) * frame, 5000);
+
+	CHECK(req_destroy(r, a) == 0);
+	CHECK(req_create(r, v, V_RING) == 0);
+	CHECK(req_attach(r, v, &vfd) == 0 && vfd >= 0);
+	CHECK(fstat(vfd, &vst) == 0);
+
+	for (;;) {
+		Flowmover__Response *resp = NULL;
+		char err[256];
+		int fd = -1;
+
+		CHECK(ctl_recv_frame(c, buf, sizeof(buf), &len, &fd, 5000) == 0);
+		off += CTL_HDR_BYTES + len;
+		CHECK(ctl_response_decode(buf, len, &resp, err, sizeof(err)) == 0);
+		if (fd >= 0) {
+			res.got_fd = true;
+			res.parked = off > (size_t)avail;
+			res.ring = ring_size_of(fd);
+			CHECK(fstat(fd, &st) == 0);
+			res.wrong = st.st_ino == vst.st_ino || res.ring != A_RING;
+			if (res.wrong)
+				fprintf(stderr, "depth %u: the attach of %s got "
+					"fd of inode %lu (ring %llu bytes); "
+					"root's flow %s has inode %lu\n", n, a,
+					(unsigned long)st.st_ino,
+					(unsigned long long)res.ring, v,
+					(unsigned long)vst.st_ino);
+			close(fd);
+		}
+		if (resp->id == n + 1) {
+			/* the attach ran before the destroy: it must carry
+			 * the ring; after it, it fails (no such flow) */
+			CHECK(res.got_fd ||
+			      resp->body_case == FLOWMOVER__RESPONSE__BODY_ERROR);
+			ctl_response_free(resp);
+			break;
+		}
+		ctl_response_free(resp);
+	}
+	close(vfd);
+	close(c);
+	CHECK(req_destroy(r, v) == 0);
+	close(r);
+	return res;
+}
+
+static void case_parked_fd(void)
+{
+	struct hd d;
+	int base, frame, wrong = 0, parked = 0;
+	unsigned fit;
+
+	start(&d, moverd_bin, "hostile2", false, NULL);
+	base = hd_fds(&d);
+	fit = responses_that_fit(&d, &frame);
+	printf("  %u responses of %d bytes fill the socket\n", fit, frame);
+	CHECK(fit > 8);
+	for (unsigned n = fit - 6; n <= fit + 6; n++) {
+		struct depth_result r = try_depth(&d, n, fit, frame, base);
+
+		hd_alive(&d);
+		if (r.parked && r.got_fd)
+			printf("  depth %u: attach response parked; its fd: "
+			       "ring of %llu bytes%s\n", n,
+			       (unsigned long long)r.ring,
+			       r.wrong ? " (NOT the client's own)" : "");
+		parked += r.parked && r.got_fd;
+		wrong += r.wrong;
+	}
+	CHECK(wrong == 0);
+	CHECK(parked > 0); /* the attack happened at some depth */
+	hd_wait_fds(&d, base);
+	stop(&d);
+}
+
+/* ---- case 3: bad ring words fail only their own flow ----------------------- */
+
+#define P_RING "64K"
+#define Q_RECORDS 20000
+#define REC_MAX 1000
+
+/* A (sender, no listen) and B (receiver); flows NAMES from A to B. */
+static void two_daemons(struct hd *a, struct hd *b, const char *tag,
+			const char *const *names)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	char ta[32], tb[32], out[4096];
+
+	snprintf(ta, sizeof(ta), "%s-A", tag);
+	snprintf(tb, sizeof(tb), "%s-B", tag);
+	start(b, moverd_bin, tb, true, NULL);
+	start(a, moverd_bin, ta, false, tcp);
+	for (; *names; names++) {
+		CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create "
+			     "%s --peer 127.0.0.1:%d --ring-size " P_RING
+			     " --max-record 1024", *names, b->port) == 0);
+		CHECK(wait_state(a, *names, "open", 10000, NULL, 0));
+	}
+}
+
+/* Attach to flow on d as the test process itself (a hostile client). */
+static flowshm_t *attach_raw(const struct hd *d, const char *flow,
+			     enum flowshm_role role)
+{
+	flowshm_t *f = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	if (flowshm_attach(flow, role, NULL, &f)) {
+		fprintf(stderr, "attach %s: %s\n", flow, flowshm_attach_error());
+		exit(1);
+	}
+	return f;
+}
+
+/* The deposit ring's `published` once it stops moving (at least min). */
+static uint64_t published_settled(flowshm_t *f, uint64_t min)
+{
+	uint64_t last = UINT64_MAX, pub = 0;
+	int same = 0;
+
+	for (int i = 0; i < 200 && same < 6; i++) {
+		/* acquire: moverd's release store of `published` */
+		pub = atomic_load_explicit(&f->ring.sh->published,
+					   memory_order_acquire);
+		same = pub == last && pub >= min ? same + 1 : 0;
+		last = pub;
+		usleep(50000);
+	}
+	CHECK(pub >= min);
+	return pub;
+}
+
+/* q: a checked producer on A and consumer on B, every record once. */
+static void q_completes(const struct hd *a, const struct hd *b)
+{
+	pid_t cons = fc_consume(b, 0, "q", 1, Q_RECORDS, REC_MAX);
+	pid_t prod = fc_produce(a, 0, "q", 1, Q_RECORDS, REC_MAX);
+
+	fc_done(prod, "q's producer", 25000);
+	fc_done(cons, "q's consumer", 5000);
+}
+
+/* A consumer of flow on b stores head beyond what moverd published. */
+static flowshm_t *head_beyond(const struct hd *b, const char *flow)
+{
+	flowshm_t *f = attach_raw(b, flow, FLOWSHM_CONSUMER);
+	uint64_t pub = published_settled(f, 32 * KIB);
+
+	/* release: what a consumer does when it hands space back */
+	atomic_store_explicit(&f->ring.sh->head, pub + 4096,
+			      memory_order_release);
+	printf("  %s: published %llu, consumer head stored %llu\n", flow,
+	       (unsigned long long)pub, (unsigned long long)pub + 4096);
+	return f;
+}
+
+/*
+ * A consumer of flow on b consumes a quarter ring honestly (moverd reports
+ * it to the sender, which sends more), then moves head backwards.
+ */
+static flowshm_t *head_backwards(const struct hd *b, const char *flow)
+{
+	flowshm_t *f = attach_raw(b, flow, FLOWSHM_CONSUMER);
+	uint64_t pub = published_settled(f, 32 * KIB), head;
+
+	do {
+		static uint8_t rec[4096];
+		size_t len;
+
+		CHECK_RC(flowshm_recv(f, rec, sizeof(rec), &len, 1000000000), 0);
+		head = atomic_load_explicit(&f->ring.sh->head,
+					    memory_order_acquire);
+	} while (head < 20 * KIB);
+	published_settled(f, pub + 4096); /* the sender got the credit */
+	atomic_store_explicit(&f->ring.sh->head, head - 4096,
+			      memory_order_release);
+	printf("  %s: consumer head %llu stored back to %llu\n", flow,
+	       (unsigned long long)head, (unsigned long long)head - 4096);
+	return f;
+}
+
+/* 3a: consumers on B lie about head: beyond `published`, and backwards. */
+static void case_lying_consumer(void)
+{
+	static const char *const names[] = { "p", "r", "q", NULL };
+	struct hd a, b;
+	flowshm_t *fp, *fr;
+	pid_t pp, pr;
+	int base_a, base_b;
+
+	if (!variant("a"))
+		return;
+	two_daemons(&a, &b, "hostile3a", names);
+	base_a = hd_fds(&a);
+	base_b = hd_fds(&b);
+	pp = fc_produce(&a, 0, "p", 1, 100000, REC_MAX);
+	pr = fc_produce(&a, 0, "r", 1, 100000, REC_MAX);
+
+	fp = head_beyond(&b, "p");
+	fr = head_backwards(&b, "r");
+
+	sleep(1);
+	hd_alive(&a);
+	hd_alive(&b);
+	printf("  A's peer: %llu reconnects\n",
+	       (unsigned long long)reconnects(&a));
+	expect_failed(&b, "B", "p");
+	expect_failed(&a, "A", "p");
+	expect_failed(&b, "B", "r");
+	expect_failed(&a, "A", "r");
+	CHECK(reconnects(&a) == 0);
+	q_completes(&a, &b);
+	printf("  q: every record once\n");
+	CHECK(reconnects(&a) == 0);
+
+	flowshm_detach(fp);
+	flowshm_detach(fr);
+	kill(pp, SIGKILL);
+	kill(pr, SIGKILL);
+	hx_wait(pp, 5000);
+	hx_wait(pr, 5000);
+	hd_wait_fds(&a, base_a);
+	hd_wait_fds(&b, base_b);
+	stop(&a);
+	stop(&b);
+}
+
+/* 3b: while B is down, a producer on A pins p's tail at 0. */
+static void case_lying_producer(void)
+{
+	static const char *const names[] = { "p", "q", NULL };
+	struct hd a, b;
+	flowshm_t *fp;
+	uint64_t r0, r1;
+	pid_t prod, qp, qc;
+	int base_a;
+
+	if (!variant("b"))
+		return;
+	two_daemons(&a, &b, "hostile3b", names);
+	base_a = hd_fds(&a);
+	prod = fc_produce(&a, 0, "p", 1, 30, REC_MAX);
+	fc_done(prod, "p's producer", 10000);
+	/* q's producer fills both rings and waits for a consumer */
+	qp = fc_produce(&a, 0, "q", 1, Q_RECORDS, REC_MAX);
+	wait_u64(&a, "p", "head", flow_u64(&a, "p", "tail"), 10000);
+	wait_u64(&b, "q", "tail", 48 * KIB, 10000);
+
+	hd_kill(&b);
+	fp = attach_raw(&a, "p", FLOWSHM_PRODUCER);
+	/* release: as a producer's claim would publish it */
+	atomic_store_explicit(&fp->ring.sh->tail, 0, memory_order_release);
+	printf("  p: tail stored 0 (acknowledged %llu) while B is down\n",
+	       (unsigned long long)flow_u64(&a, "p", "head"));
+	hd_restart(&b, moverd_bin, NULL);
+
+	qc = fc_consume(&b, 0, "q", 1, Q_RECORDS, REC_MAX);
+	fc_done(qp, "q's producer", 25000);
+	fc_done(qc, "q's consumer", 5000);
+	printf("  q: every record once\n");
+	expect_failed(&a, "A", "p");
+	r0 = reconnects(&a);
+	sleep(5);
+	r1 = reconnects(&a);
+	printf("  A's peer: %llu reconnects, %llu five seconds later\n",
+	       (unsigned long long)r0, (unsigned long long)r1);
+	CHECK(r1 == r0);
+
+	flowshm_detach(fp);
+	hd_wait_fds(&a, base_a);
+	stop(&a);
+	stop(&b);
+}
+
+/* ---- case 6: a closed remote window must not spin the mover ---------------- */
+
+/* flowcheck's record sizes (tests/flowcheck.c: flow_salt, rec_size). */
+static size_t fc_rec_size(const char *flow, uint32_t id, uint64_t seq,
+			  size_t max, uint32_t max_record)
+{
+	uint32_t h = 2166136261u, wire_id;
+
+	for (const char *s = flow; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	wire_id = (h & ~0xffu) | id;
+	if ((tu_mix(((uint64_t)wire_id << 32) ^ seq ^ 0xb16) & 63) == 0)
+		max *= 4;
+	if (max > max_record)
+		max = max_record;
+	return tu_rec_len(wire_id, seq, sizeof(struct tu_rec_hdr), max);
+}
+
+/* How many records of producer 1 take about `bytes` of ring. */
+static unsigned records_for(const char *flow, uint64_t bytes)
+{
+	uint64_t used = 0;
+	unsigned n = 0;
+
+	while (used < bytes)
+		used += fr_record_bytes(fc_rec_size(flow, 1, n++, REC_MAX, 1024));
+	return n;
+}
+
+static void case_closed_window(void)
+{
+	static const char *const names[] = { "p", NULL };
+	struct hd a, b;
+	unsigned n = records_for("p", 96 * KIB); /* B's 64K ring and more */
+	pid_t p1, p2, cons;
+	double idle, blocked;
+	int base_a, base_b;
+
+	two_daemons(&a, &b, "hostile6", names);
+	base_a = hd_fds(&a);
+	base_b = hd_fds(&b);
+	/* producer 1 fills B's ring (no consumer) and part of A's, exits */
+	p1 = fc_produce(&a, 0, "p", 1, n, REC_MAX);
+	fc_done(p1, "p's producer 1", 10000);
+	wait_u64(&b, "p", "tail", 56 * KIB, 10000);
+	sleep(1);
+	idle = hd_cpu_share(&a, 3000);
+	printf("  A's cpu with p's window closed, producer gone: %.2f\n", idle);
+	/* producer 2 waits for space in A's full ring */
+	p2 = fc_produce(&a, 0, "p", 2, n, REC_MAX);
+	sleep(1);
+	blocked = hd_cpu_share(&a, 3000);
+	printf("  ... with a producer waiting for space: %.2f\n", blocked);
+	CHECK(idle < 0.2);
+	CHECK(blocked < 0.2);
+
+	cons = fc_consume(&b, 0, "p", 2, n, REC_MAX);
+	fc_done(p2, "p's producer 2", 20000);
+	fc_done(cons, "p's consumer", 5000);
+	hd_wait_fds(&a, base_a);
+	hd_wait_fds(&b, base_b);
+	stop(&a);
+	stop(&b);
+}
+
+/* ---- case 7: a peer that does not read --------------------------------------- */
+
+#define FLOOD_OPENS 200000
+#define L_RECORDS 200000
+
+/* The child: OPENs of an existing local flow as fast as it can, then
+ * heartbeats (a live peer), never reading; ends when moverd drops it. */
+static void flood(int fd, const char *name)
+{
+	enum { BATCH = 1000 };
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
+	static uint8_t buf[BATCH * 128];
+	size_t body, off = 0;
+
+	op.name = (char *)name;
+	op.ring_size = 64 * KIB;
+	op.max_record = 1024;
+	op.seal_key = 0x77770000ull;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
+	msg.open = &op;
+	for (unsigned i = 0; i < BATCH; i++) {
+		op.flow_id = 1000 + i;
+		body = protobuf_c_message_get_packed_size(&msg.base);
+		CHECK(off + WIRE_HDR + body <= sizeof(buf));
+		wire_put(buf + off, WIRE_CTRL, 0, (uint32_t)body, 0, 0);
+		protobuf_c_message_pack(&msg.base, buf + off + WIRE_HDR);
+		off += WIRE_HDR + body;
+	}
+	for (unsigned i = 0; i < FLOOD_OPENS / BATCH; i++)
+		if (!hp_send_all(fd, buf, off))
+			_exit(0);
+	while (hp_send_hdr(fd, WIRE_HEARTBEAT, 0, 0, 0, 0))
+		usleep(500000);
+	_exit(0);
+}
+
+/* Is there a peer at addr in d's status? */
+static bool has_peer(const struct hd *d, const char *addr)
+{
+	static char out[1 << 16];
+	char pat[96];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	snprintf(pat, sizeof(pat), "\"%s\"", addr);
+	return strstr(out, pat) != NULL;
+}
+
+/* Connect a flooder to b (a 4 KiB receive buffer: moverd's replies back
+ * up at once), say hello, fork it; its address ("127.0.0.1:PORT"). */
+static pid_t flooder_start(const struct hd *b, char *addr, size_t cap)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)b->port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in me;
+	socklen_t len = sizeof(me);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), small = 4096;
+	pid_t child;
+
+	CHECK(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	CHECK(connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&me, &len) == 0);
+	snprintf(addr, cap, "127.0.0.1:%d", ntohs(me.sin_port));
+	CHECK(hp_hello(fd, "flooder"));
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		flood(fd, "l7");
+	}
+	close(fd);
+	return child;
+}
+
+/* Under AddressSanitizer freed memory waits in a quarantine (256 MiB by
+ * default) that would count as growth: keep it small. */
+static void small_asan_quarantine(void)
+{
+	const char *asan = getenv("ASAN_OPTIONS");
+	char opts[512];
+
+	if (asan && strstr(asan, "quarantine_size_mb"))
+		return;
+	snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=16",
+		 asan ? asan : "", asan && *asan ? ":" : "");
+	setenv("ASAN_OPTIONS", opts, 1);
+}
+
+static void case_non_reading_peer(void)
+{
+	char out[4096], addr[64];
+	struct hd b;
+	int base, dropped_ms = -1;
+	long rss0, rss_max = 0;
+	pid_t child, lp, lc;
+	uint64_t t0;
+	double cpu;
+
+	small_asan_quarantine();
+	start(&b, moverd_bin, "hostile7", true, NULL);
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create l7 "
+		     "--ring-size 256K --max-record 1024") == 0);
+	base = hd_fds(&b);
+	rss0 = hd_rss_kb(&b);
+	lc = fc_consume(&b, 0, "l7", 1, L_RECORDS, 256);
+	lp = fc_produce(&b, 0, "l7", 1, L_RECORDS, 256);
+	child = flooder_start(&b, addr, sizeof(addr));
+	t0 = tu_now_ns();
+
+	sleep(3);
+	hd_alive(&b);
+	cpu = hd_cpu_share(&b, 5000);
+	printf("  B's cpu during the flood: %.2f\n", cpu);
+	while (tu_now_ns() - t0 < 30000000000ull) {
+		long rss = hd_rss_kb(&b);
+
+		hd_alive(&b);
+		rss_max = rss > rss_max ? rss : rss_max;
+		if (!has_peer(&b, addr)) {
+			dropped_ms = (int)((tu_now_ns() - t0) / 1000000);
+			break;
+		}
+		usleep(500000);
+	}
+	printf("  B's rss grew by %ld KiB; the peer %s\n", rss_max - rss0,
+	       dropped_ms < 0 ? "was never dropped" : "was dropped");
+	if (dropped_ms >= 0)
+		printf("  dropped after %d ms\n", dropped_ms);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	CHECK(dropped_ms >= 0);
+	CHECK(hd_log_count(&b, "does not read") >= 1);
+	CHECK(cpu < 0.5);
+	CHECK(rss_max - rss0 < 64 * 1024);
+
+	fc_done(lp, "l7's producer", 20000);
+	fc_done(lc, "l7's consumer", 5000);
+	hd_wait_fds(&b, base);
+	stop(&b);
+}
+
+/* ---- case 0: the harness itself -------------------------------------------- */
+
+/* a hostile peer opens a flow and gets it */
 static void case_smoke(void)
 {
 	struct hd d;
@@ -18,7 +1260,7 @@ static void case_smoke(void)
 	char out[4096];
 	int fd;
 
-	hd_start(&d, moverd_bin, "hostile0", true, NULL);
+	start(&d, moverd_bin, "hostile0", true, NULL);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "smoke-peer"));
 	CHECK(hp_open(fd, &o));
@@ -29,21 +1271,45 @@ static void case_smoke(void)
 		     "flow show smoke --json") == 0);
 	CHECK(strstr(out, "receiver"));
 	close(fd);
-	hd_stop(&d);
+	stop(&d);
 }
 
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
 		{ 0, case_smoke, "harness: a peer opens a flow" },
+		{ 1, case_moved_flow, "1a: a receiver flow re-opened by "
+		  "another connection and closed under a receive in flight" },
+		{ 1, case_destroyed_flow, "1b: a receiver flow destroyed "
+		  "under a receive in flight" },
+		{ 1, case_moved_then_destroyed, "1c: re-opened, its new "
+		  "connection gone, then destroyed under a receive in flight" },
+		{ 1, case_fuzz_receive, "1d: a bounded fuzzer of the receive "
+		  "path across two connections" },
+		{ 2, case_parked_fd, "an attach response parked while its "
+		  "flow is destroyed and another user's ring created" },
+		{ 3, case_lying_consumer, "3a: a consumer stores head beyond "
+		  "published, another moves it backwards" },
+		{ 3, case_lying_producer, "3b: a producer pins tail at 0 "
+		  "while the peer is down" },
+		{ 6, case_closed_window, "a sender flow with a closed remote "
+		  "window" },
+		{ 7, case_non_reading_peer, "a peer floods OPENs and reads "
+		  "nothing" },
 	};
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK\n", argv[0]);
 		return 2;
 	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	main_pid = getpid();
+	atexit(on_exit_kill_daemons);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
+	flowcheck_bin = argv[3];
+	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %u --regid "
+		 "%u --clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_HOSTILE_CASES");
 }
