@@ -228,7 +228,9 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	if (f->view)
 		flowshm_info(f->view, &in);
 	fi->name = (char *)f->name;
-	fi->state = (char *)flows_state_name(in.closed ? FLOW_CLOSING : f->state);
+	/* a failed flow's ring is closed too: failed says more */
+	fi->state = (char *)flows_state_name(in.closed && f->state != FLOW_FAILED ?
+					     FLOW_CLOSING : f->state);
 	fi->state_reason = (char *)f->reason;
 	fi->ring_size = in.ring_size;
 	fi->max_record = in.max_record;
