@@ -1,0 +1,63 @@
+/*
+ * moverd/auth.h - peer daemons prove they hold the cluster's key.
+ *
+ * A challenge-response in the hello (HMAC-SHA-512-256, libsodium's
+ * crypto_auth): the connecting daemon (initiator) sends a fresh nonce and
+ * its node name; the accepting one (responder) answers with its own nonce,
+ * its name and a proof; the initiator checks it and sends its own proof.
+ * A proof is the MAC, under the shared key, of the role, both nonces and
+ * both node names (each length-prefixed).  The role label makes a proof
+ * useless in the other direction (a reflected hello fails), fresh nonces
+ * on both sides make an old one useless (a replayed hello fails).
+ */
+#ifndef MOVERD_AUTH_H
+#define MOVERD_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AUTH_KEY_BYTES   32u
+#define AUTH_NONCE_BYTES 32u
+#define AUTH_PROOF_BYTES 32u
+#define AUTH_ID_CHARS    16u  /* the key's id: hex of a keyed hash */
+
+enum auth_role { AUTH_INITIATOR, AUTH_RESPONDER };
+
+struct auth_key {
+	uint8_t key[AUTH_KEY_BYTES];
+	char id[AUTH_ID_CHARS + 1];
+};
+
+/* libsodium's initialisation; 0 or -1. */
+int auth_init(void);
+
+/*
+ * Read a key file: exactly 32 bytes, a regular file (not a link) owned by
+ * root or by us, with no permission for group or others.  0, or a negative
+ * errno with a sentence in err.
+ */
+int auth_load_key(const char *path, struct auth_key *k, char *err,
+		  size_t cap);
+
+/* A fresh random nonce. */
+void auth_nonce(uint8_t out[AUTH_NONCE_BYTES]);
+
+/* The proof of `role` for one handshake. */
+void auth_proof(const struct auth_key *k, enum auth_role role,
+		const uint8_t init_nonce[AUTH_NONCE_BYTES],
+		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
+		const char *init_node, const char *resp_node,
+		uint8_t out[AUTH_PROOF_BYTES]);
+
+/* Does `proof` (len bytes) prove `role`?  Compared in constant time. */
+bool auth_check(const struct auth_key *k, enum auth_role role,
+		const uint8_t init_nonce[AUTH_NONCE_BYTES],
+		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
+		const char *init_node, const char *resp_node,
+		const uint8_t *proof, size_t len);
+
+/* Forget the key (zeroed in a way the compiler keeps). */
+void auth_forget(struct auth_key *k);
+
+#endif
