@@ -3,11 +3,13 @@
  */
 #include "flows.h"
 #include "log.h"
+#include "ring_guard.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,8 @@ const char *flows_role_name(enum flow_role r)
 
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 {
+	if (s == FLOW_RECONNECTING && f->state != s)
+		f->orphaned_ns = fr_now_ns(); /* for --orphan-timeout */
 	if (f->state != s)
 		log_info("flow %s: %s%s%s", f->name, flows_state_name(s),
 			 reason && *reason ? ": " : "", reason ? reason : "");
@@ -71,9 +75,9 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
-	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n",
-		flows_role_name(fl->role), fl->peer_addr, fl->id,
-		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid);
+	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n"
+		"origin=%s\n", flows_role_name(fl->role), fl->peer_addr, fl->id,
+		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid, fl->origin);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
 	if (fclose(f) || rename(tmp, path))
@@ -114,6 +118,8 @@ static void apply_meta_line(struct flow *fl, char *line)
 		fl->owner_uid = (uid_t)strtoul(v, NULL, 10);
 	else if (!strcmp(k, "owner_gid"))
 		fl->owner_gid = (gid_t)strtoul(v, NULL, 10);
+	else if (!strcmp(k, "origin"))
+		snprintf(fl->origin, sizeof(fl->origin), "%s", v);
 	else if (!strcmp(k, "allow_uids"))
 		fl->n_allow_uids = read_list(v, fl->allow_uids);
 	else if (!strcmp(k, "allow_gids"))
@@ -127,6 +133,15 @@ static void link_flow(struct flow_table *t, struct flow *f)
 	t->count++;
 	if (f->id >= t->next_id)
 		t->next_id = f->id + 1;
+}
+
+/* moverd's mapping of a ring file survives the file shrinking. */
+static void guard_ring(struct flow *f)
+{
+	if (!f->path[0] || ring_guard_add(f->view->ring.sh,
+					  f->view->ring.map_bytes))
+		return;
+	f->guard = f->view->ring.sh;
 }
 
 /* Open the ring file of one flow named in the state directory. */
@@ -163,10 +178,13 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		goto fail;
 	}
 	flowshm_info(fl->view, &in);
+	fl->ring_bytes = in.ring_size;
+	guard_ring(fl);
 	/* sender: everything before head was acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
 	fl->state = fl->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
+	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
 		 flows_role_name(fl->role), (unsigned long long)in.head,
@@ -239,8 +257,131 @@ static uint64_t unix_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* ---- quotas -------------------------------------------------------------- */
+
+struct flow_remains {
+	struct flow_remains *next;
+	flowshm_t *view;         /* NULL if a peer op in flight holds it */
+	int fd;
+	void *guard;
+	enum flow_role role;
+	uid_t owner_uid;
+	char origin[64];
+	uint64_t ring_bytes;
+	uint64_t until_ns;       /* the consumer's grace ends */
+	char name[FLOW_NAME_MAX + 1];
+};
+
+struct usage {
+	unsigned flows;
+	uint64_t bytes;
+};
+
+/* Is this flow (or remains) charged to the peer host or uid asked about? */
+static bool charged(enum flow_role role, uid_t owner, const char *origin,
+		    const struct flow_spec *s, uid_t uid)
+{
+	if (s->role == FLOW_RECEIVER)
+		return role == FLOW_RECEIVER && !strcmp(origin, s->origin);
+	return role != FLOW_RECEIVER && owner == uid;
+}
+
+/* What a peer host (receiver specs) or a uid (others) holds now,
+ * destroyed rings still draining included. */
+static struct usage usage_of(const struct flow_table *t,
+			     const struct flow_spec *s, uid_t uid)
+{
+	struct usage u = { 0 };
+
+	for (const struct flow *f = t->head; f; f = f->next) {
+		if (charged(f->role, f->owner_uid, f->origin, s, uid)) {
+			u.flows++;
+			u.bytes += f->ring_bytes;
+		}
+	}
+	for (const struct flow_remains *r = t->remains; r; r = r->next) {
+		if (charged(r->role, r->owner_uid, r->origin, s, uid)) {
+			u.flows++;
+			u.bytes += r->ring_bytes;
+		}
+	}
+	return u;
+}
+
+/*
+ * Per peer host (receiver flows: --peer-max-flows, --peer-max-ring-bytes)
+ * or per non-root uid (--max-flows-per-uid, --max-ring-bytes-per-uid).
+ */
+static int check_quota(const struct flow_table *t, const struct flow_spec *s,
+		       uid_t uid, uint64_t ring, char *err, size_t errlen)
+{
+	bool peer = s->role == FLOW_RECEIVER;
+	unsigned max_flows = peer ? t->limits.peer_max_flows :
+				    t->limits.uid_max_flows;
+	uint64_t max_bytes = peer ? t->limits.peer_max_ring_bytes :
+				    t->limits.uid_max_ring_bytes;
+	char who[96];
+	struct usage u;
+
+	if (peer ? !s->origin : uid == 0)
+		return 0; /* a local call, or root: no quota */
+	u = usage_of(t, s, uid);
+	if (peer)
+		snprintf(who, sizeof(who), "peer host %s", s->origin);
+	else
+		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	if (u.flows >= max_flows) {
+		snprintf(err, errlen, "quota exceeded: %s has %u flows here, "
+			 "the limit (%s) is %u", who, u.flows,
+			 peer ? "--peer-max-flows" : "--max-flows-per-uid",
+			 max_flows);
+		return -EDQUOT;
+	}
+	if (u.bytes + ring > max_bytes || u.bytes + ring < ring) {
+		snprintf(err, errlen, "quota exceeded: %s has rings of %llu "
+			 "bytes here; %llu more would pass the limit (%s) of "
+			 "%llu", who, (unsigned long long)u.bytes,
+			 (unsigned long long)ring,
+			 peer ? "--peer-max-ring-bytes" :
+				"--max-ring-bytes-per-uid",
+			 (unsigned long long)max_bytes);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+/*
+ * A ring file may not leave the state directory's filesystem (tmpfs by
+ * default: memory) with less than --state-dir-reserve percent free.
+ */
+static int check_state_dir(const struct flow_table *t, uint64_t ring,
+			   char *err, size_t errlen)
+{
+	uint64_t need = fr_map_bytes(ring), total, avail, keep;
+	struct statvfs sv;
+
+	if (statvfs(t->state_dir, &sv)) {
+		snprintf(err, errlen, "state directory %s: %s", t->state_dir,
+			 strerror(errno));
+		return -errno;
+	}
+	total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	keep = total / 100 * t->limits.state_dir_reserve;
+	if (avail >= need && avail - need >= keep)
+		return 0;
+	snprintf(err, errlen, "no room: a ring of %llu bytes would leave the "
+		 "state directory %s with less than %u%% free "
+		 "(--state-dir-reserve; %llu of %llu bytes free)",
+		 (unsigned long long)need, t->state_dir,
+		 t->limits.state_dir_reserve, (unsigned long long)avail,
+		 (unsigned long long)total);
+	return -ENOSPC;
+}
+
 static int check_spec(const struct flow_table *t, const struct flow_spec *s,
-		      struct flowshm_ring_params *p, char *err, size_t errlen)
+		      uid_t uid, struct flowshm_ring_params *p, char *err,
+		      size_t errlen)
 {
 	*p = (struct flowshm_ring_params){
 		.ring_size = s->ring_size ? s->ring_size :
@@ -283,7 +424,7 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 t->limits.max_flows);
 		return -ENOSPC;
 	}
-	return 0;
+	return check_quota(t, s, uid, p->ring_size, err, errlen);
 }
 
 int flows_create(struct flow_table *t, const struct flow_spec *spec,
@@ -292,7 +433,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 {
 	struct flowshm_ring_params p;
 	struct flow *f;
-	int rc = check_spec(t, spec, &p, err, errlen);
+	int rc = check_spec(t, spec, uid, &p, err, errlen);
 
 	if (rc)
 		return rc;
@@ -311,6 +452,11 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (spec->role != FLOW_LOCAL) {
 		/* a file, so that a restarted moverd can re-adopt it */
 		mkdir(t->state_dir, 0700);
+		rc = check_state_dir(t, p.ring_size, err, errlen);
+		if (rc) {
+			free(f);
+			return rc;
+		}
 		flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
 		unlink(f->path);
 	}
@@ -327,6 +473,10 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		return rc;
 	}
 	snprintf(f->name, sizeof(f->name), "%s", spec->name);
+	snprintf(f->origin, sizeof(f->origin), "%s",
+		 spec->origin ? spec->origin : "");
+	f->ring_bytes = p.ring_size;
+	guard_ring(f);
 	f->owner_uid = uid;
 	f->owner_gid = gid;
 	f->n_allow_uids = (unsigned)spec->n_allow_uids;
@@ -341,6 +491,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (f->path[0] && (rc = write_meta(t, f))) {
 		snprintf(err, errlen, "cannot write the flow's state file in "
 			 "%s: %s", t->state_dir, strerror(-rc));
+		ring_guard_remove(f->guard);
 		flowshm_close(f->view);
 		close(f->ring_fd);
 		unlink(f->path);
@@ -366,6 +517,7 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 			break;
 		}
 	}
+	flows_release_pages(t, f);
 	if (f->view) { /* else a peer op in flight holds it: see peer.c */
 		flowshm_shutdown(f->view);
 		flowshm_close(f->view);
@@ -380,6 +532,116 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 	}
 	log_info("flow %s destroyed", f->name);
 	free(f);
+}
+
+/* ---- the memory of destroyed flows ----------------------------------------- */
+
+/*
+ * Free the data area's pages, mapped or not (the control page stays, so
+ * that clients still see the ring closed).  Memfd rings are sealed against
+ * growing and shrinking only, which allows this; a client that writes its
+ * stale mapping afterwards faults in pages charged to its own cgroup.
+ */
+static void punch_data(int fd, uint64_t ring_bytes, const char *name)
+{
+	if (fd >= 0 && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 FR_CTRL_BYTES, (off_t)ring_bytes))
+		log_warn("flow %s: cannot release the ring's pages: %s", name,
+			 strerror(errno));
+}
+
+static void release_now(int fd, flowshm_t *view, void *guard,
+			uint64_t ring_bytes, const char *name)
+{
+	punch_data(fd, ring_bytes, name);
+	ring_guard_remove(guard); /* after the last touch of the mapping */
+	flowshm_close(view);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Has the consumer records left to read?  (Its head is its own word: a
+ * lying consumer gains a grace period, charged to the flow's owner.) */
+static bool undrained(const struct flow *f)
+{
+	struct flowshm_info in;
+
+	if (!f->view || !f->consumers || flowshm_info(f->view, &in))
+		return false;
+	return in.head < in.tail;
+}
+
+void flows_release_pages(struct flow_table *t, struct flow *f)
+{
+	struct flow_remains *r;
+
+	if (f->view)
+		flowshm_shutdown(f->view); /* clients see -EPIPE */
+	if (undrained(f) && (r = calloc(1, sizeof(*r)))) {
+		*r = (struct flow_remains){
+			.next = t->remains, .view = f->view, .fd = f->ring_fd,
+			.guard = f->guard, .role = f->role,
+			.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
+			.until_ns = fr_now_ns() + DRAIN_GRACE_NS,
+		};
+		snprintf(r->origin, sizeof(r->origin), "%s", f->origin);
+		snprintf(r->name, sizeof(r->name), "%s", f->name);
+		t->remains = r;
+	} else {
+		release_now(f->ring_fd, f->view, f->guard, f->ring_bytes,
+			    f->name);
+	}
+	f->view = NULL;
+	f->ring_fd = -1;
+	f->guard = NULL;
+}
+
+void flows_reap_remains(struct flow_table *t, uint64_t now)
+{
+	for (struct flow_remains **pp = &t->remains, *r; (r = *pp);) {
+		struct flowshm_info in = { 0 };
+
+		if (r->view)
+			flowshm_info(r->view, &in);
+		if (now < r->until_ns && r->view && in.head < in.tail) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		log_debug("flow %s: ring released (%s)", r->name,
+			  now < r->until_ns ? "drained" : "grace over");
+		release_now(r->fd, r->view, r->guard, r->ring_bytes, r->name);
+		free(r);
+	}
+}
+
+/* ---- ring files that a client resized -------------------------------------- */
+
+bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
+{
+	uint64_t want = fr_map_bytes(f->ring_bytes);
+	bool tripped = ring_guard_tripped(f->guard);
+	struct stat st;
+
+	if (!f->path[0] || f->ring_fd < 0 || fstat(f->ring_fd, &st))
+		return false;
+	/* blocks: a little slack for a disk filesystem's own metadata */
+	if (!tripped && (uint64_t)st.st_size == want &&
+	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
+		return false;
+	snprintf(why, cap, "a client changed the ring file's size (%lld "
+		 "bytes, %lld allocated; the ring has %llu)%s",
+		 (long long)st.st_size, (long long)st.st_blocks * 512,
+		 (unsigned long long)want,
+		 tripped ? "; moverd's view of it faulted" : "");
+	/* back to its size (a shrunk file regains zero pages), nothing
+	 * allocated beyond it */
+	if (ftruncate(f->ring_fd, (off_t)want) ||
+	    fallocate(f->ring_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)want, (off_t)1 << 40))
+		log_warn("flow %s: cannot repair the ring file: %s", f->name,
+			 strerror(errno));
+	return true;
 }
 
 void flows_destroy_all(struct flow_table *t)

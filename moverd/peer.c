@@ -488,6 +488,16 @@ static int tx_build(struct peer *p)
 
 /* ---- receiving ----------------------------------------------------------- */
 
+/* The peer's host, without the port: what its quotas are counted by
+ * (until peers authenticate, a host is all we know of one). */
+static void peer_host(const struct peer *p, char *out, size_t cap)
+{
+	const char *colon = strrchr(p->addr, ':');
+	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
+
+	snprintf(out, cap, "%.*s", n, p->addr);
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
@@ -520,8 +530,9 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			f->sent = pub;
 		}
 	} else {
+		char origin[64];
 		struct flow_spec spec = {
-			.name = op->name, .role = FLOW_RECEIVER,
+			.name = op->name, .role = FLOW_RECEIVER, .origin = origin,
 			.ring_size = op->ring_size, .max_record = op->max_record,
 			.seal_key = op->seal_key, .start = op->start,
 			.allow_uids = op->allow_uids,
@@ -529,6 +540,8 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			.allow_gids = op->allow_gids,
 			.n_allow_gids = op->n_allow_gids,
 		};
+
+		peer_host(p, origin, sizeof(origin));
 		rc = flows_create(m->flows, &spec, op->owner_uid, op->owner_gid,
 				  &f, err, sizeof(err));
 	}
@@ -766,6 +779,51 @@ void peer_up(struct peer *p)
 
 static void tick_done(struct loop_op *op, int res);
 
+/* A client resized the flow's ring file: fail it, tell its sender. */
+static void fail_tampered(struct peer_mgr *m, struct flow *f, const char *why)
+{
+	log_warn("flow %s: %s: failing it", f->name, why);
+	flows_set_state(f, FLOW_FAILED, why);
+	if (f->role != FLOW_RECEIVER || !f->peer)
+		return;
+	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
+	peer_forget_flow(m, f);
+}
+
+/* A receiver flow whose sender has not come back for --orphan-timeout. */
+static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,
+			   uint64_t now)
+{
+	unsigned s = m->flows->limits.orphan_timeout_s;
+
+	return s && f->role == FLOW_RECEIVER && f->state == FLOW_RECONNECTING &&
+	       !f->peer && now - f->orphaned_ns >= s * 1000000000ull;
+}
+
+/*
+ * Once a second: expire orphaned receiver flows, fail flows whose ring
+ * file a client resized, release the pages of drained destroyed rings.
+ */
+static void police_flows(struct peer_mgr *m, uint64_t now)
+{
+	char why[200];
+
+	for (struct flow *f = m->flows->head, *n; f; f = n) {
+		n = f->next;
+		if (orphan_expired(m, f, now)) {
+			log_warn("flow %s: its sender (%s) has not come back "
+				 "for %u s (--orphan-timeout): destroying it",
+				 f->name, f->origin[0] ? f->origin : "?",
+				 m->flows->limits.orphan_timeout_s);
+			ctl_server_forget_flow(m->ctl, f);
+			flows_destroy(m->flows, f);
+		} else if (flows_ring_tampered(f, why, sizeof(why))) {
+			fail_tampered(m, f, why);
+		}
+	}
+	flows_reap_remains(m->flows, now);
+}
+
 static void arm_tick(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->tick_op, tick_done);
@@ -793,6 +851,10 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (m->rdma)
 		rdma_tick(m, now);
+	if (now - m->police_ns >= POLICE_NS) {
+		m->police_ns = now;
+		police_flows(m, now);
+	}
 	arm_tick(m);
 }
 
