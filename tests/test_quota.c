@@ -223,7 +223,7 @@ static void case_remote_opens(void)
 {
 	static const char *const opts_a[] = { "--max-flows", "200", NULL };
 	static const char *const opts_b[] = { "--state-dir", "/tmp/fm-quota5-tmpfs",
-					      "--max-ring-size", "8M", NULL };
+					      NULL };
 	static const char *const opts_c[] = { "--peer-max-ring-bytes", "1M",
 					      "--orphan-timeout", "2",
 					      "--max-flows", "65", NULL };
@@ -263,19 +263,19 @@ static void case_remote_opens(void)
 	by_send(&b, 100);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "filler"));
-	for (i = 0, err = 0; i < 16 && !err; i++) {
+	for (i = 0, err = 0; i < 20 && !err; i++) {
 		snprintf(name, sizeof(name), "p5b-%d", i);
-		err = peer_open(fd, name, (uint32_t)i + 1, 8 << 20, msg,
+		err = peer_open(fd, name, (uint32_t)i + 1, 4 << 20, msg,
 				sizeof(msg));
 	}
-	printf("# open %d of 8M rings on a 64M state dir: error %d: %s; "
+	printf("# open %d of 4M rings on a 64M state dir: error %d: %s; "
 	       "%.1f%% free\n", i, err, msg,
 	       100 * free_share("/tmp/fm-quota5-tmpfs"));
 	CHECK(err == -ENOSPC);
 	CHECK(free_share("/tmp/fm-quota5-tmpfs") >= 0.10);
 	/* and a local sender flow (ring file) meets the same reserve */
 	err = hd_ctl(&d, moverctl_bin, out, sizeof(out),
-		     "flow create s5b --ring-size 8M --peer 127.0.0.1:9");
+		     "flow create s5b --ring-size 4M --peer 127.0.0.1:9");
 	printf("# sender flow create: exit %d: %s", err, out);
 	CHECK(err != 0 && strstr(out, "--state-dir-reserve"));
 	CHECK(free_share("/tmp/fm-quota5-tmpfs") >= 0.10);
@@ -372,7 +372,7 @@ static void case_memory(void)
 					    "--max-ring-size", "16M", NULL };
 	struct bystander b;
 	char out[8192];
-	int pfd[2], st, base, sock, rfd;
+	int pfd[2], st, base = 0, sock, rfd;
 	uint64_t bytes = 0;
 	struct stat s;
 	struct hd d;
@@ -452,7 +452,7 @@ static void case_per_uid(void)
 	static const char *const opts_b[] = { "--max-ring-bytes-per-uid", "8M",
 					      NULL };
 	static char out[1 << 20];
-	char allow[512] = "", name[80];
+	char allow[1024] = "", name[80];
 	struct bystander b;
 	int rc, base, i;
 	struct hd d;
@@ -471,10 +471,12 @@ static void case_per_uid(void)
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status") == 0);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create root10 --ring-size 4K") == 0);
-	/* 300 flows with long names and allow lists: more than one frame */
-	for (i = 0; i < 16; i++)
+	/* 300 flows with long names and allow lists: more than one frame
+	 * (about 250 bytes each; moverctl's arguments fit 768 bytes) */
+	for (i = 0; i < 14; i++)
 		snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow),
-			 " --allow-uid %d", 100000 + i);
+			 " --allow-uid %u --allow-gid %u", 4000000000u + i,
+			 4000000000u + i);
 	for (i = 0; i < 300; i++)
 		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 			     "flow create %060d-%03d --ring-size 4K%s", 0, i,
