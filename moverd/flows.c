@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdio.h>
@@ -138,10 +139,9 @@ static void link_flow(struct flow_table *t, struct flow *f)
 /* moverd's mapping of a ring file survives the file shrinking. */
 static void guard_ring(struct flow *f)
 {
-	if (!f->path[0] || ring_guard_add(f->view->ring.sh,
-					  f->view->ring.map_bytes))
-		return;
-	f->guard = f->view->ring.sh;
+	if (f->path[0])
+		f->guard = ring_guard_add(f->view->ring.sh,
+					  f->view->ring.map_bytes);
 }
 
 /* Open the ring file of one flow named in the state directory. */
@@ -261,9 +261,8 @@ static uint64_t unix_ms(void)
 
 struct flow_remains {
 	struct flow_remains *next;
-	flowshm_t *view;         /* NULL if a peer op in flight holds it */
-	int fd;
-	void *guard;
+	flowshm_t *view;         /* moverd's mapping: punched through it */
+	uint64_t guard;
 	enum flow_role role;
 	uid_t owner_uid;
 	char origin[64];
@@ -542,18 +541,26 @@ void flows_destroy(struct flow_table *t, struct flow *f)
  * growing and shrinking only, which allows this; a client that writes its
  * stale mapping afterwards faults in pages charged to its own cgroup.
  */
-static void punch_data(int fd, uint64_t ring_bytes, const char *name)
+static void punch_data(int fd, flowshm_t *view, uint64_t ring_bytes,
+		       const char *name)
 {
-	if (fd >= 0 && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				 FR_CTRL_BYTES, (off_t)ring_bytes))
+	int rc = 0;
+
+	if (fd >= 0)
+		rc = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       FR_CTRL_BYTES, (off_t)ring_bytes);
+	else if (view) /* the same, through moverd's shared mapping */
+		rc = madvise((char *)view->ring.sh + FR_CTRL_BYTES, ring_bytes,
+			     MADV_REMOVE);
+	if (rc)
 		log_warn("flow %s: cannot release the ring's pages: %s", name,
 			 strerror(errno));
 }
 
-static void release_now(int fd, flowshm_t *view, void *guard,
+static void release_now(int fd, flowshm_t *view, uint64_t guard,
 			uint64_t ring_bytes, const char *name)
 {
-	punch_data(fd, ring_bytes, name);
+	punch_data(fd, view, ring_bytes, name);
 	ring_guard_remove(guard); /* after the last touch of the mapping */
 	flowshm_close(view);
 	if (fd >= 0)
@@ -578,8 +585,10 @@ void flows_release_pages(struct flow_table *t, struct flow *f)
 	if (f->view)
 		flowshm_shutdown(f->view); /* clients see -EPIPE */
 	if (undrained(f) && (r = calloc(1, sizeof(*r)))) {
+		/* only the mapping waits: the fd goes now (madvise punches) */
+		close(f->ring_fd);
 		*r = (struct flow_remains){
-			.next = t->remains, .view = f->view, .fd = f->ring_fd,
+			.next = t->remains, .view = f->view,
 			.guard = f->guard, .role = f->role,
 			.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
 			.until_ns = fr_now_ns() + DRAIN_GRACE_NS,
@@ -593,7 +602,7 @@ void flows_release_pages(struct flow_table *t, struct flow *f)
 	}
 	f->view = NULL;
 	f->ring_fd = -1;
-	f->guard = NULL;
+	f->guard = 0;
 }
 
 void flows_reap_remains(struct flow_table *t, uint64_t now)
@@ -601,16 +610,15 @@ void flows_reap_remains(struct flow_table *t, uint64_t now)
 	for (struct flow_remains **pp = &t->remains, *r; (r = *pp);) {
 		struct flowshm_info in = { 0 };
 
-		if (r->view)
-			flowshm_info(r->view, &in);
-		if (now < r->until_ns && r->view && in.head < in.tail) {
+		flowshm_info(r->view, &in);
+		if (now < r->until_ns && in.head < in.tail) {
 			pp = &r->next;
 			continue;
 		}
 		*pp = r->next;
 		log_debug("flow %s: ring released (%s)", r->name,
 			  now < r->until_ns ? "drained" : "grace over");
-		release_now(r->fd, r->view, r->guard, r->ring_bytes, r->name);
+		release_now(-1, r->view, r->guard, r->ring_bytes, r->name);
 		free(r);
 	}
 }

@@ -72,7 +72,7 @@ struct flow {
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
 	uint64_t orphaned_ns;    /* receiver: when it began to wait for its
 				  * sender (fr_now_ns), for --orphan-timeout */
-	void *guard;             /* ring file: moverd's mapping, guarded
+	uint64_t guard;          /* ring file: moverd's mapping, guarded
 				  * against SIGBUS (ring_guard.h) */
 
 	/* sender: positions in the producer ring */

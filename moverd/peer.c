@@ -511,6 +511,11 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
+	} else if (f && f->state == FLOW_FAILED) {
+		/* e.g. a client resized its ring file: it stays failed */
+		snprintf(err, sizeof(err), "flow '%s' failed on this host: "
+			 "%.100s", f->name, f->reason);
+		rc = -EIO;
 	} else if (f) {
 		struct fr_ring *r = ring_of(f);
 		uint64_t pub = atomic_load_explicit(&r->sh->published,

@@ -13,11 +13,13 @@
 struct guarded {
 	uintptr_t start;
 	size_t len;
+	uint64_t id;
 	volatile sig_atomic_t tripped;
 };
 
 static struct guarded *guards;
 static size_t n_guards, cap_guards;
+static uint64_t last_id;
 
 static struct guarded *find(uintptr_t addr)
 {
@@ -56,14 +58,28 @@ int ring_guard_init(void)
 	return sigaction(SIGBUS, &sa, NULL) ? -errno : 0;
 }
 
-int ring_guard_add(void *addr, size_t len)
+/* Forget entries overlapping [start, start + len): a mapping unmapped
+ * elsewhere (peer.c's graves) whose addresses are reused. */
+static void drop_overlaps(uintptr_t start, size_t len)
 {
+	for (size_t i = 0; i < n_guards;) {
+		if (guards[i].start < start + len &&
+		    start < guards[i].start + guards[i].len)
+			guards[i] = guards[--n_guards];
+		else
+			i++;
+	}
+}
+
+uint64_t ring_guard_add(void *addr, size_t len)
+{
+	drop_overlaps((uintptr_t)addr, len);
 	if (n_guards == cap_guards) {
 		size_t cap = cap_guards ? 2 * cap_guards : 64;
 		struct guarded *g = malloc(cap * sizeof(*g)), *old = guards;
 
 		if (!g)
-			return -ENOMEM;
+			return 0;
 		/* a copy, not realloc: the array stays whole for the handler
 		 * until the pointer store */
 		if (n_guards)
@@ -72,21 +88,30 @@ int ring_guard_add(void *addr, size_t len)
 		cap_guards = cap;
 		free(old);
 	}
-	guards[n_guards++] = (struct guarded){ (uintptr_t)addr, len, 0 };
-	return 0;
+	guards[n_guards++] = (struct guarded){ (uintptr_t)addr, len, ++last_id,
+					       0 };
+	return last_id;
 }
 
-void ring_guard_remove(void *addr)
+static struct guarded *by_id(uint64_t id)
 {
-	struct guarded *g = addr ? find((uintptr_t)addr) : NULL;
+	for (size_t i = 0; id && i < n_guards; i++)
+		if (guards[i].id == id)
+			return &guards[i];
+	return NULL;
+}
+
+void ring_guard_remove(uint64_t id)
+{
+	struct guarded *g = by_id(id);
 
 	if (g)
 		*g = guards[--n_guards];
 }
 
-bool ring_guard_tripped(void *addr)
+bool ring_guard_tripped(uint64_t id)
 {
-	struct guarded *g = addr ? find((uintptr_t)addr) : NULL;
+	struct guarded *g = by_id(id);
 	bool tripped = g && g->tripped;
 
 	if (tripped)

@@ -17,14 +17,16 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Install the SIGBUS handler; 0 or -errno. */
 int ring_guard_init(void);
-/* Guard [addr, addr + len); 0 or -ENOMEM. */
-int ring_guard_add(void *addr, size_t len);
-/* Stop guarding the mapping at addr (before it is unmapped). */
-void ring_guard_remove(void *addr);
-/* Did the mapping at addr fault (and get replaced) since last asked? */
-bool ring_guard_tripped(void *addr);
+/* Guard [addr, addr + len): its id, or 0 (out of memory).  An older
+ * entry overlapping it (a mapping since unmapped) is forgotten. */
+uint64_t ring_guard_add(void *addr, size_t len);
+/* Stop guarding (before the mapping is unmapped); unknown ids are fine. */
+void ring_guard_remove(uint64_t id);
+/* Did that mapping fault (and get replaced) since last asked? */
+bool ring_guard_tripped(uint64_t id);
 
 #endif
