@@ -522,10 +522,14 @@ static void case_per_uid(void)
 static void case_visibility(void)
 {
 	char out[65536], missing[4096];
-	int rc, rc_missing;
+	struct bystander b;
+	int rc, rc_missing, base;
 	struct hd d;
 
 	hd_start(&d, moverd_bin, "quota13", false, NULL);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	base = hd_fds(&d);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create secret13 --ring-size 4K") == 0);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
@@ -545,6 +549,10 @@ static void case_visibility(void)
 	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
 	CHECK(strstr(out, "secret13") && strstr(out, "shared13"));
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	check_idle(&d);
 	hd_stop(&d);
 }
 
