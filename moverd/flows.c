@@ -177,9 +177,9 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		close(fl->ring_fd);
 		goto fail;
 	}
+	guard_ring(fl); /* before moverd's first touch of the file */
 	flowshm_info(fl->view, &in);
 	fl->ring_bytes = in.ring_size;
-	guard_ring(fl);
 	/* sender: everything before head was acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
