@@ -337,7 +337,8 @@ static void case_flood_peers(void)
 	/* root's own control connections until moverd's fds run out */
 	lines = log_lines(&d);
 	n = 0;
-	for (int i = 0; i < 300; i++) {
+	for (uint64_t until = tu_now_ns() + 3000000000ull;
+	     n < 300 && tu_now_ns() < until;) {
 		struct sockaddr_un a = { .sun_family = AF_UNIX };
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC |
 					 SOCK_NONBLOCK, 0);
@@ -345,11 +346,14 @@ static void case_flood_peers(void)
 		CHECK(strlen(d.sock) < sizeof(a.sun_path));
 		memcpy(a.sun_path, d.sock, strlen(d.sock));
 		if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
-			close(fd);
+			close(fd); /* the backlog is full: moverd is behind */
+			usleep(1000);
 			continue;
 		}
 		fds[n++] = fd;
 	}
+	/* moverd's fds ran out: the rest wait in the backlog */
+	CHECK(n > 256 - base);
 	printf("  %d control connections started\n", n);
 	usleep(500000);
 	quiet_cpu(&d, "control socket out of fds");
@@ -661,6 +665,9 @@ static void case_log_text(void)
 	snprintf(node, sizeof(node), "evil%s", forged);
 	memset(node + strlen(node), 'A', sizeof(node) - 1 - strlen(node));
 	snprintf(name, sizeof(name), "bad\x1b]0;pwned\x07%s\x7f\\x41", forged);
+	/* the hello and open lines are rate-limited per call site: let the
+	 * good peer's lines be a second old, so that these get printed */
+	usleep(1100000);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, node));
 	CHECK(hp_open(fd, &o));
@@ -679,6 +686,12 @@ static void case_log_text(void)
 	checked_finish(&c);
 	hd_alive(&d);
 	log_is_clean(&d);
+	/* they were logged, escaped and cut */
+	CHECK(hd_log_count(&d, "hello from evil\\x0a12:00:00.000 moverd "
+			   "error  FORGED\\x1b[2JAAAA") == 1);
+	CHECK(hd_log_count(&d, "AAA...") >= 1);
+	CHECK(hd_log_count(&d, "cannot open flow 'bad\\x1b]0;pwned\\x07") == 1);
+	CHECK(hd_log_count(&d, "failed: \\x1b[2Jno\\x0a12:00") == 1);
 	hd_stop(&d2);
 	hd_stop(&d);
 }
