@@ -391,6 +391,10 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.cycles = c->srv->peers->cycles;
 	st.sleeps = c->srv->peers->sleeps;
 	st.doorbell_rings = c->srv->peers->rings;
+	st.clients_refused = c->srv->stats.clients_refused;
+	st.peers_refused = c->srv->peers->refused;
+	st.accept_waits = c->srv->accept_wait.waits +
+			  c->srv->peers->accept_wait.waits;
 	st.transports = transports;
 	for (unsigned i = 0; i < np; i++) {
 		flowmover__peer_info__init(&pi[i]);
