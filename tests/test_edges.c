@@ -17,6 +17,32 @@ static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 
 /* ---- helpers ------------------------------------------------------------- */
 
+/* Every daemon started: a failed CHECK exits, and they must not outlive
+ * the test (nor keep ctest's output pipe open).  A pid that is still our
+ * unreaped child cannot have been reused. */
+static pid_t started[64];
+static unsigned n_started;
+
+static void kill_started(void)
+{
+	for (unsigned i = 0; i < n_started; i++) {
+		if (waitpid(started[i], NULL, WNOHANG) != 0)
+			continue; /* reaped by hd_stop, or gone */
+		kill(started[i], SIGKILL);
+		waitpid(started[i], NULL, 0);
+	}
+}
+
+static void start(struct hd *d, const char *bin, const char *tag, bool listen,
+		  const char *const *extra)
+{
+	if (!n_started)
+		CHECK(atexit(kill_started) == 0);
+	CHECK(n_started < 64);
+	hd_start(d, bin, tag, listen, extra);
+	started[n_started++] = d->pid;
+}
+
 /* A script that starts moverd with at most `nofile` open files (soft and
  * hard, so that moverd cannot raise it); hd_start runs it as moverd. */
 static const char *limited_moverd(int nofile)
@@ -70,6 +96,21 @@ static void blocking(int fd)
 	CHECK(poll(&p, 1, 2000) == 1);
 	CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && !err);
 	CHECK(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0);
+}
+
+/* Has every non-blocking connect completed (or failed) within ms? */
+static bool all_answered(const int *fds, int n, int ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)ms * 1000000ull;
+
+	for (int i = 0; i < n; i++) {
+		struct pollfd p = { fds[i], POLLOUT, 0 };
+
+		while (poll(&p, 1, 100) == 0)
+			if (tu_now_ns() > until)
+				return false;
+	}
+	return true;
 }
 
 /* Did moverd close this connection within timeout_ms?  (Frames it sends
@@ -298,6 +339,16 @@ static void few_lines(const struct hd *d, int since, int max, const char *when)
 	CHECK(n < max);
 }
 
+/* A counter of `moverctl --json status`. */
+static unsigned long long status_counter(const struct hd *d, const char *key)
+{
+	char out[16384], val[32];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	CHECK(hj_get(out, key, val, sizeof(val)));
+	return strtoull(val, NULL, 10);
+}
+
 /* ---- case 4: connection floods ------------------------------------------- */
 
 /* 4a: more idle peer connections than moverd has fds, then root's control
@@ -305,14 +356,15 @@ static void few_lines(const struct hd *d, int since, int max, const char *when)
 static void case_flood_peers(void)
 {
 	const char *const opts[] = { "--peer-max-conns-per-addr", "1000",
-				     "--peer-max-pending", "1000", NULL };
+				     "--peer-max-pending", "1000",
+				     "--peer-hello-timeout", "120", NULL };
 	struct hd d, d2;
 	static int fds[300];
 	char out[8192];
 	int base, lines, n = 0;
 
-	hd_start(&d, limited_moverd(256), "edges4a", true, opts);
-	hd_start(&d2, moverd_bin, "edges4a2", false, NULL);
+	start(&d, limited_moverd(256), "edges4a", true, opts);
+	start(&d2, moverd_bin, "edges4a2", false, NULL);
 	/* the well-behaved peer connects before the flood */
 	checked_flow(&d2, &d, "before", 2000);
 	base = hd_fds(&d);
@@ -322,7 +374,9 @@ static void case_flood_peers(void)
 		if ((fds[n] = connect_from("127.0.0.1", d.port)) >= 0)
 			n++;
 	printf("  %d peer connections started\n", n);
-	usleep(500000);
+	/* SYNs beyond the listen backlog are dropped and sent again 1, 3,
+	 * 7 s later: wait until every connect has an answer */
+	CHECK(n == 300 && all_answered(fds, n, 20000));
 	quiet_cpu(&d, "300 idle peer connections");
 	few_lines(&d, lines, 50, "300 idle peer connections");
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status") == 0);
@@ -363,6 +417,8 @@ static void case_flood_peers(void)
 		close(fds[i]);
 	hd_wait_fds(&d, base);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status") == 0);
+	CHECK(status_counter(&d, "peers_refused") >= 1);
+	CHECK(status_counter(&d, "accept_waits") >= 1);
 	checked_flow(&d2, &d, "after", 2000);
 	quiet_cpu(&d, "after");
 	hd_stop(&d2);
@@ -381,13 +437,14 @@ static void case_flood_clients(void)
 	int base;
 
 	/* the per-uid cap (default 64) */
-	hd_start(&d, moverd_bin, "edges4b", false, NULL);
+	start(&d, moverd_bin, "edges4b", false, NULL);
 	base = hd_fds(&d);
 	hold_clients(&h, &d, 65534, 200);
 	printf("  uid 65534 holds %d control connections\n", h.held);
 	CHECK(h.held == 64);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status") == 0);
 	CHECK(hd_log_count(&d, "uid 65534") >= 1);
+	CHECK(status_counter(&d, "clients_refused") == 200 - 64);
 	checked_start(&c, &d, &d, "busy", 20000);
 	checked_finish(&c);
 	checked_destroy(&d, "busy");
@@ -397,7 +454,7 @@ static void case_flood_clients(void)
 	hd_stop(&d);
 
 	/* the total cap keeps 16 connections for root */
-	hd_start(&d, moverd_bin, "edges4b2", false, small);
+	start(&d, moverd_bin, "edges4b2", false, small);
 	base = hd_fds(&d);
 	hold_clients(&h, &d, 65534, 100);
 	printf("  uid 65534 holds %d of --max-clients 48\n", h.held);
@@ -427,8 +484,8 @@ static void case_hello(void)
 	bool gone = false;
 	int fd, good, base;
 
-	hd_start(&d, moverd_bin, "edges4c", true, opts);
-	hd_start(&d2, moverd_bin, "edges4c2", false, NULL);
+	start(&d, moverd_bin, "edges4c", true, opts);
+	start(&d2, moverd_bin, "edges4c2", false, NULL);
 	base = hd_fds(&d);
 	checked_start(&c, &d2, &d, "good", 20000);
 
@@ -484,8 +541,8 @@ static void case_per_addr(void)
 	struct checked c;
 	int fds[9], base, extra;
 
-	hd_start(&d, moverd_bin, "edges4d", true, NULL);
-	hd_start(&d2, moverd_bin, "edges4d2", false, NULL);
+	start(&d, moverd_bin, "edges4d", true, NULL);
+	start(&d2, moverd_bin, "edges4d2", false, NULL);
 	base = hd_fds(&d);
 	checked_start(&c, &d2, &d, "good", 20000);
 	for (int i = 0; i < 9; i++) {
@@ -498,6 +555,7 @@ static void case_per_addr(void)
 	for (int i = 0; i < 8; i++)
 		CHECK(!closed_within(fds[i], 100));
 	printf("  8 connections from 127.0.0.2 held, the 9th closed\n");
+	CHECK(status_counter(&d, "peers_refused") == 1);
 	/* one goes: room for one more */
 	close(fds[0]);
 	close(fds[8]);
@@ -515,7 +573,7 @@ static void case_per_addr(void)
 	hd_stop(&d);
 
 	/* connections that have not said hello: at most --peer-max-pending */
-	hd_start(&d, moverd_bin, "edges4d3", true, opts);
+	start(&d, moverd_bin, "edges4d3", true, opts);
 	base = hd_fds(&d);
 	for (int i = 0; i < 5; i++) {
 		char src[16];
@@ -658,8 +716,8 @@ static void case_log_text(void)
 	struct checked c;
 	int fd;
 
-	hd_start(&d, moverd_bin, "edges12", true, NULL);
-	hd_start(&d2, moverd_bin, "edges12b", false, NULL);
+	start(&d, moverd_bin, "edges12", true, NULL);
+	start(&d2, moverd_bin, "edges12b", false, NULL);
 	checked_start(&c, &d2, &d, "good", 20000);
 
 	snprintf(node, sizeof(node), "evil%s", forged);
