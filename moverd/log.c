@@ -129,14 +129,17 @@ void log_limited(struct log_limit *lim, enum log_level level,
 
 	if (level > max_level)
 		return;
-	/* last_ns 0: never printed (CLOCK_MONOTONIC is past 1 s by now) */
-	if (lim->last_ns && now - lim->last_ns < 1000000000ull) {
+	if (!lim->window_ns || now - lim->window_ns >= 1000000000ull) {
+		lim->window_ns = now;
+		lim->in_window = 0;
+	}
+	if (lim->in_window >= LOG_LIMIT_BURST) {
 		lim->suppressed++;
 		return;
 	}
+	lim->in_window++;
 	va_start(ap, fmt);
 	vlog(level, fmt, ap, lim->suppressed);
 	va_end(ap);
-	lim->last_ns = now;
 	lim->suppressed = 0;
 }

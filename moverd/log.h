@@ -29,13 +29,16 @@ void log_msg(enum log_level level, const char *fmt, ...)
 const char *log_safe(const char *s, char *buf, size_t cap);
 
 /*
- * One per call site: log_limited prints at most one line a second through
- * it, then says how many it suppressed meanwhile ("(N similar messages
- * suppressed)"), so a flood of failures costs a line a second, not a line
- * a failure.
+ * One per call site: log_limited prints at most LOG_LIMIT_BURST lines a
+ * second through it; the first line after a second with more says how
+ * many were suppressed ("(N similar messages suppressed)").  A flood of
+ * failures costs a few lines a second, not a line a failure, and a few
+ * distinct events close together are all still seen.
  */
+#define LOG_LIMIT_BURST 5u
 struct log_limit {
-	uint64_t last_ns;
+	uint64_t window_ns;       /* start of the current second */
+	unsigned in_window;       /* lines printed in it */
 	uint64_t suppressed;
 };
 void log_limited(struct log_limit *lim, enum log_level level,
