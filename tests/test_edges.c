@@ -45,12 +45,15 @@ static void start(struct hd *d, const char *bin, const char *tag, bool listen,
 
 /* A script that starts moverd with at most `nofile` open files (soft and
  * hard, so that moverd cannot raise it); hd_start runs it as moverd. */
+static char limited_moverd_path[96];
+
 static const char *limited_moverd(int nofile)
 {
-	static char path[96];
+	char *path = limited_moverd_path;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/tmp/fm-edges-moverd-%d.sh", (int)getpid());
+	snprintf(path, sizeof(limited_moverd_path), "/tmp/fm-edges-moverd-%d.sh",
+		 (int)getpid());
 	f = fopen(path, "we");
 	CHECK(f);
 	fprintf(f, "#!/bin/sh\nulimit -n %d || exit 1\nexec '%s' \"$@\"\n",
@@ -367,6 +370,7 @@ static void case_flood_peers(void)
 	int base, lines, n = 0;
 
 	start(&d, limited_moverd(256), "edges4a", true, opts);
+	unlink(limited_moverd_path); /* it has exec'd moverd by now */
 	start(&d2, moverd_bin, "edges4a2", false, NULL);
 	/* the well-behaved peer connects before the flood */
 	checked_flow(&d2, &d, "before", 2000);
