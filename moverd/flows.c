@@ -126,7 +126,7 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	FILE *f;
 	int rc;
 
-	if (!meta_value_ok(fl->peer_addr))
+	if (!meta_value_ok(fl->peer_addr) || !meta_value_ok(fl->origin))
 		return -EINVAL; /* flows_create refused it already */
 	file_name(fl->name, "flow", name, sizeof(name));
 	file_name(fl->name, "flow.tmp", tmp, sizeof(tmp));
@@ -138,6 +138,8 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
+	if (fl->origin[0])
+		fprintf(f, "origin=%s\n", fl->origin);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
 		rc = -errno;
 		unlinkat(t->state_fd, tmp, 0);
@@ -180,12 +182,17 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 	return true;
 }
 
-enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_COUNT };
+enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS,
+		K_ORIGIN, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids",
+	"allow_gids", "origin",
 };
+
+/* Keys every state file has; origin is new (a file written before it
+ * leaves the flow unbound until its sender opens it again, see peer.c). */
+#define META_REQUIRED (((1u << K_COUNT) - 1) & ~(1u << K_ORIGIN))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -217,6 +224,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		return parse_list(v, fl->allow_uids, &fl->n_allow_uids);
 	case K_GIDS:
 		return parse_list(v, fl->allow_gids, &fl->n_allow_gids);
+	case K_ORIGIN:
+		if (!*v || !meta_value_ok(v) || strlen(v) >= sizeof(fl->origin))
+			return false;
+		strcpy(fl->origin, v);
+		return true;
 	default:
 		return false;
 	}
@@ -256,7 +268,7 @@ static int read_meta(FILE *f, struct flow *fl, char *why, size_t cap)
 			return -1;
 		}
 	}
-	if (seen != (1u << K_COUNT) - 1) {
+	if ((seen & META_REQUIRED) != META_REQUIRED) {
 		snprintf(why, cap, "a key is missing");
 		return -1;
 	}
@@ -451,6 +463,14 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 "a byte outside ASCII or an '=': use HOST:PORT");
 		return -EINVAL;
 	}
+	if (s->origin && (!meta_value_ok(s->origin) ||
+			  strlen(s->origin) > FLOW_ORIGIN_MAX)) {
+		/* kept in the state file too */
+		snprintf(err, errlen, "the peer's identity cannot be kept "
+			 "(a control character, a byte outside ASCII or an "
+			 "'=', or longer than %d)", FLOW_ORIGIN_MAX);
+		return -EINVAL;
+	}
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
 		snprintf(err, errlen, "at most %d allowed uids and gids",
 			 FLOW_ALLOW_MAX);
@@ -489,6 +509,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
 	snprintf(f->peer_addr, sizeof(f->peer_addr), "%s",
 		 spec->peer ? spec->peer : "");
+	snprintf(f->origin, sizeof(f->origin), "%s",
+		 spec->origin ? spec->origin : "");
 	if (spec->role == FLOW_RECEIVER)
 		p.flags |= FLOWSHM_RING_DEPOSIT;
 	if (spec->role != FLOW_LOCAL) {
@@ -595,6 +617,16 @@ bool flows_may_manage(const struct flow *f, uid_t uid)
 	return uid == 0 || uid == f->owner_uid;
 }
 
+bool flows_group_allowed(const struct flow *f, const gid_t *groups,
+			 unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned k = 0; k < f->n_allow_gids; k++)
+			if (f->allow_gids[k] == groups[i])
+				return true;
+	return false;
+}
+
 bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 {
 	if (flows_may_manage(f, uid))
@@ -606,4 +638,107 @@ bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 		if (f->allow_gids[i] == gid)
 			return true;
 	return false;
+}
+
+int flows_save(struct flow_table *t, const struct flow *f)
+{
+	return f->path[0] ? write_meta(t, f) : 0;
+}
+
+static bool has_id(const uint32_t *v, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (v[i] == id)
+			return true;
+	return false;
+}
+
+/* Add (remove) ids to (from) the list v of *n; false if it overflows. */
+static bool edit_ids(uint32_t *v, unsigned *n, const uint32_t *ids, size_t k,
+		     bool remove)
+{
+	for (size_t i = 0; i < k; i++) {
+		bool there = has_id(v, *n, ids[i]);
+
+		if (remove && there) {
+			unsigned j = 0;
+
+			while (v[j] != ids[i])
+				j++;
+			memmove(&v[j], &v[j + 1], (*n - j - 1) * sizeof(*v));
+			(*n)--;
+		} else if (!remove && !there) {
+			if (*n == FLOW_ALLOW_MAX)
+				return false;
+			v[(*n)++] = ids[i];
+		}
+	}
+	return true;
+}
+
+static bool ids_valid(const uint32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == UINT32_MAX) /* (uid_t)-1: "no change" to the kernel */
+			return false;
+	return true;
+}
+
+/* A flow's allowed ids, to edit apart and take (or put back) whole. */
+struct allow_lists {
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned n_uids, n_gids;
+};
+
+static void get_lists(const struct flow *f, struct allow_lists *l)
+{
+	memcpy(l->uids, f->allow_uids, sizeof(l->uids));
+	memcpy(l->gids, f->allow_gids, sizeof(l->gids));
+	l->n_uids = f->n_allow_uids;
+	l->n_gids = f->n_allow_gids;
+}
+
+static void set_lists(struct flow *f, const struct allow_lists *l)
+{
+	memcpy(f->allow_uids, l->uids, sizeof(l->uids));
+	memcpy(f->allow_gids, l->gids, sizeof(l->gids));
+	f->n_allow_uids = l->n_uids;
+	f->n_allow_gids = l->n_gids;
+}
+
+int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
+		size_t n_uids, const uint32_t *gids, size_t n_gids, bool remove,
+		char *err, size_t errlen)
+{
+	struct allow_lists old, new;
+	int rc;
+
+	if (!n_uids && !n_gids) {
+		snprintf(err, errlen, "name at least one uid or gid");
+		return -EINVAL;
+	}
+	if (!ids_valid(uids, n_uids) || !ids_valid(gids, n_gids)) {
+		snprintf(err, errlen, "uid and gid 4294967295 (-1) are not ids");
+		return -EINVAL;
+	}
+	/* all or nothing: edit a copy, then take it */
+	get_lists(f, &old);
+	new = old;
+	if (!edit_ids(new.uids, &new.n_uids, uids, n_uids, remove) ||
+	    !edit_ids(new.gids, &new.n_gids, gids, n_gids, remove)) {
+		snprintf(err, errlen, "flow '%s' may allow at most %d uids and "
+			 "%d gids; disallow some first", f->name,
+			 FLOW_ALLOW_MAX, FLOW_ALLOW_MAX);
+		return -ENOSPC;
+	}
+	set_lists(f, &new);
+	rc = flows_save(t, f);
+	if (rc) {
+		/* not kept, so not granted: it would vanish at a restart,
+		 * and the operator must learn that now, not then */
+		set_lists(f, &old);
+		snprintf(err, errlen, "cannot write the flow's state file in "
+			 "%s: %s", t->state_dir, strerror(-rc));
+	}
+	return rc;
 }
