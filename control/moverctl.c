@@ -505,6 +505,7 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
 	j_str(j, "role", f->role);
 	j_str(j, "transport", f->transport);
 	j_str(j, "peer", f->peer);
+	j_str(j, "origin", f->origin);
 	j_u64(j, "ring_size", f->ring_size);
 	j_u64(j, "max_record", f->max_record);
 	j_u64(j, "head", f->head);
@@ -574,6 +575,8 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 	kv("role", "%s", dash(f->role));
 	kv("transport", "%s", dash(f->transport));
 	kv("peer", "%s", dash(f->peer));
+	if (f->origin[0])
+		kv("bound to", "peer %s", f->origin);
 	kv("ring size", "%s (%" PRIu64 " bytes)",
 	   fmt_size(a, sizeof(a), f->ring_size), f->ring_size);
 	kv("max record", "%s (%" PRIu32 " bytes)",

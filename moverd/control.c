@@ -252,6 +252,7 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->peer = (char *)f->peer_addr;
 	fi->transport = f->role == FLOW_LOCAL ? "local" : (char *)f->transport;
 	fi->role = (char *)flows_role_name(f->role);
+	fi->origin = (char *)f->origin;
 	fi->bytes_sent = f->bytes_sent;
 	fi->bytes_acked = f->role == FLOW_SENDER ? f->bytes_acked : f->bytes_sent;
 	fi->recovered = in.recovered;

@@ -423,7 +423,7 @@ static void case_hijack(void)
 	struct fr_geometry geo;
 	uint64_t pub_before, pub_after;
 	pid_t cons, prod;
-	char out[4096];
+	char out[4096], origin[64] = "";
 	int base;
 
 	two_daemons(&a, &b, "acl3", NULL, "h", "");
@@ -447,8 +447,10 @@ static void case_hijack(void)
 	CHECK(hd_log_count(&b, "refused") > base);
 	CHECK(flow_json(&b, "h", out, sizeof(out)));
 	CHECK(hj_u64(out, "consumers") == 1);
-	printf("  B: h's published %llu before and after, consumer attached\n",
-	       (unsigned long long)pub_after);
+	CHECK(hj_get(out, "origin", origin, sizeof(origin)));
+	printf("  B: h's published %llu before and after, consumer attached, "
+	       "bound to %s\n", (unsigned long long)pub_after, origin);
+	CHECK(!strcmp(origin, "127.0.0.1"));
 
 	hd_restart(&a, moverd_bin, (const char *const[]){ "--transport", "tcp",
 							 NULL });
