@@ -62,6 +62,33 @@ struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 	return p;
 }
 
+/* Is addr ("HOST:PORT") from host? */
+static bool same_host(const char *addr, const char *host)
+{
+	const char *colon = strrchr(addr, ':');
+	size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+
+	return n == strlen(host) && !memcmp(addr, host, n);
+}
+
+const char *peer_admit(const struct peer_mgr *m, const char *host)
+{
+	unsigned same = 0, pending = 0;
+
+	/* closing ones count too: they hold their fd until reaped */
+	for (const struct peer *p = m->peers; p; p = p->next) {
+		if (p->outbound)
+			continue;
+		same += same_host(p->addr, host);
+		pending += !p->hello_ok;
+	}
+	if (same >= m->max_conns_per_addr)
+		return "too many connections from this address";
+	if (pending >= m->max_pending)
+		return "too many connections waiting for their hello";
+	return NULL;
+}
+
 static void link_flow(struct peer *p, struct flow *f)
 {
 	f->peer = p;
@@ -316,6 +343,7 @@ static void reap_peers(struct peer_mgr *m)
 
 void peer_fail(struct peer *p, const char *fmt, ...)
 {
+	static struct log_limit lim; /* a peer can fail at will */
 	char why[200];
 	va_list ap;
 
@@ -324,7 +352,8 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	log_warn("peer %s: %s: disconnecting", p->addr, why);
+	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
+		    why);
 	reset_flows(p, why);
 	if (p->state == PEER_UP)
 		p->reconnects++;
@@ -636,6 +665,9 @@ static int reopen_receiver(struct peer *p, struct flow *f,
  */
 static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 {
+	static struct log_limit lim; /* a peer can ask at will */
+	char so[LOG_SAFE_BUF], si[LOG_SAFE_BUF];
+
 	if (!f->origin[0]) {
 		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
 		if (flows_save(p->m->flows, f))
@@ -647,8 +679,11 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 		return 0;
 	snprintf(err, cap, "flow '%s' exists on this host and belongs to "
 		 "another peer", f->name);
-	log_warn("peer %s: refused to open flow '%s': it belongs to peer "
-		 "'%s', not to '%s'", p->addr, f->name, f->origin, p->identity);
+	/* identities hold the node name a peer sent in its hello */
+	log_limited(&lim, LOG_LVL_WARN, "peer %s: refused to open flow '%s': "
+		    "it belongs to peer '%s', not to '%s'", p->addr, f->name,
+		    log_safe(f->origin, so, sizeof(so)),
+		    log_safe(p->identity, si, sizeof(si)));
 	return -EEXIST;
 }
 
@@ -697,8 +732,12 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		rc = create_receiver(p, op, &f, err, sizeof(err));
 	}
 	if (rc) {
-		log_warn("peer %s: cannot open flow '%s': %s", p->addr,
-			 op->name ? op->name : "", err);
+		static struct log_limit lim; /* a peer can ask at will */
+		char sn[LOG_SAFE_BUF], se[LOG_SAFE_BUF];
+
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot open flow "
+			    "'%s': %s", p->addr, log_safe(op->name, sn, sizeof(sn)),
+			    log_safe(err, se, sizeof(se)));
 		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
 		return;
 	}
@@ -732,7 +771,11 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		return;
 	}
 	if (op->error) {
-		flows_set_state(f, FLOW_FAILED, op->message);
+		char msg[LOG_SAFE_BUF];
+
+		/* the peer's words: logged and shown in `flow show` */
+		flows_set_state(f, FLOW_FAILED,
+				log_safe(op->message, msg, sizeof(msg)));
 		return;
 	}
 	r = ring_of(f);
@@ -779,6 +822,21 @@ static void handle_close(struct peer *p, const char *name)
 	peer_destroy_flow(p->m, f, NULL);
 }
 
+static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
+{
+	static struct log_limit lim; /* anyone may connect and say hello */
+	char node[LOG_SAFE_BUF];
+
+	if (h->version != WIRE_VERSION) {
+		peer_fail(p, "peer protocol version %u, we speak %u",
+			  h->version, WIRE_VERSION);
+		return;
+	}
+	p->hello_ok = true;
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: hello from %s", p->addr,
+		    log_safe(h->node, node, sizeof(node)));
+}
+
 static void handle_ctrl(struct peer *p)
 {
 	Flowmover__PeerMsg *msg = flowmover__peer_msg__unpack(NULL, p->hdr.len,
@@ -788,14 +846,15 @@ static void handle_ctrl(struct peer *p)
 		peer_fail(p, "undecodable control message");
 		return;
 	}
+	if (!p->hello_ok && msg->body_case != FLOWMOVER__PEER_MSG__BODY_HELLO) {
+		peer_fail(p, "expected hello, got control message %d",
+			  (int)msg->body_case);
+		flowmover__peer_msg__free_unpacked(msg, NULL);
+		return;
+	}
 	switch (msg->body_case) {
 	case FLOWMOVER__PEER_MSG__BODY_HELLO:
-		if (msg->hello->version != WIRE_VERSION)
-			peer_fail(p, "peer protocol version %u, we speak %u",
-				  msg->hello->version, WIRE_VERSION);
-		else
-			log_info("peer %s: hello from %s", p->addr,
-				 msg->hello->node);
+		handle_hello(p, msg->hello);
 		break;
 	case FLOWMOVER__PEER_MSG__BODY_OPEN:
 		handle_open(p, msg->open);
@@ -912,6 +971,11 @@ void peer_rx_header(struct peer *p)
 			  h->magic, h->version);
 		return;
 	}
+	/* heartbeats are let through but do not move the hello deadline */
+	if (!p->hello_ok && h->type != WIRE_CTRL && h->type != WIRE_HEARTBEAT) {
+		peer_fail(p, "expected hello, got a frame of type %u", h->type);
+		return;
+	}
 	switch (h->type) {
 	case WIRE_CTRL:
 		if (h->len == 0 || h->len > WIRE_MAX_CTRL) {
@@ -965,12 +1029,21 @@ static void set_identity(struct peer *p)
 		snprintf(p->identity, sizeof(p->identity), "%.*s", n, p->addr);
 }
 
+static void log_inbound(const struct peer *p)
+{
+	static struct log_limit lim; /* anyone may connect at will */
+
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: connected over %s (inbound)",
+		    p->addr, p->tp->name);
+}
+
 void peer_up(struct peer *p)
 {
 	/* receive state is fresh: calloc'd, or reset by peer_closed */
 	p->state = PEER_UP;
 	set_identity(p);
-	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
+	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
+	p->hello_ok = p->outbound; /* our hello goes first; none comes back */
 	if (p->outbound) {
 		p->backoff_ms = 100;
 		queue_hello(p);
@@ -979,8 +1052,11 @@ void peer_up(struct peer *p)
 				queue_open(p, f);
 	}
 	p->tp->recv(p);
-	log_info("peer %s: connected over %s (%s)", p->addr, p->tp->name,
-		 p->outbound ? "outbound" : "inbound");
+	if (p->outbound)
+		log_info("peer %s: connected over %s (outbound)", p->addr,
+			 p->tp->name);
+	else
+		log_inbound(p);
 }
 
 /* ---- connections ---------------------------------------------------------- */
@@ -1065,6 +1141,11 @@ static void tick_done(struct loop_op *op, int res)
 		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
+		else if (p->state == PEER_UP && !p->hello_ok &&
+			 now - p->connected_ns > m->hello_timeout_ns)
+			peer_fail(p, "no hello within %llu s",
+				  (unsigned long long)(m->hello_timeout_ns /
+						       1000000000ull));
 		else if (p->state == PEER_UP && p->wr_op.busy &&
 			 now - p->last_tx_ns > SEND_DEADLINE_NS)
 			peer_fail(p, "a send made no progress for %llu s: the "
@@ -1314,8 +1395,16 @@ void peer_woke(struct peer_mgr *m)
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   struct ctl_server *ctl, const struct peer_opts *o)
 {
-	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
-				.listen_fd = -1, .tp = &tcp_transport };
+	*m = (struct peer_mgr){
+		.loop = l, .flows = t, .ctl = ctl, .listen_fd = -1,
+		.tp = &tcp_transport,
+		.max_conns_per_addr = o->max_conns_per_addr ?
+				      o->max_conns_per_addr : PEER_DEFAULT_PER_ADDR,
+		.max_pending = o->max_pending ? o->max_pending :
+						PEER_DEFAULT_PENDING,
+		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
+				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+	};
 	arm_tick(m);
 	if (peer_resolver_start(m))
 		log_warn("no resolver thread: peers must be numeric addresses");

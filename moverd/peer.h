@@ -14,6 +14,7 @@
 #define MOVERD_PEER_H
 
 #include "flows.h"
+#include "listener.h"
 #include "loop.h"
 #include "resolver.h"
 
@@ -46,6 +47,7 @@ struct peer_mgr {
 	int listen_fd;
 	char listen_addr[80];
 	struct loop_op accept_op, tick_op;
+	struct listener_backoff accept_wait; /* after a failed accept */
 	struct __kernel_timespec tick_ts;
 	uint64_t police_ns;       /* last check of orphans and ring files */
 	uint64_t last_work_ns;
@@ -64,6 +66,10 @@ struct peer_mgr {
 
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
+	/* inbound connections (see peer_opts) */
+	unsigned max_conns_per_addr, max_pending;
+	uint64_t hello_timeout_ns;
+	uint64_t refused;         /* closed at accept: over a cap */
 
 	/* counters for `moverctl status` */
 	uint64_t cycles;          /* duty cycles run */
@@ -76,7 +82,17 @@ struct peer_opts {
 	const char *transport;    /* "tcp", "rdma" or "auto" (RDMA where a
 				   * device exists) */
 	const char *doorbell;     /* "auto", "thread" or "poll" */
+	/* inbound peers: simultaneous connections from one address, and
+	 * connections that have not said hello yet (over either: closed at
+	 * accept); seconds a connection has to say hello */
+	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
+	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
+	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
 };
+
+#define PEER_DEFAULT_PER_ADDR 8u
+#define PEER_DEFAULT_PENDING  64u
+#define PEER_DEFAULT_HELLO_S  10u
 
 /* Pick the transport and doorbell, listen, start the timer. */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,

@@ -35,6 +35,9 @@
 #define CTRLQ_MAX_FRAMES 4096u
 #define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
 #define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
+/* open files a new inbound peer must leave free (for control clients,
+ * flows and outbound peers): past that it is refused at accept */
+#define PEER_FD_RESERVE 64u
 
 struct ctrl_frame {
 	struct ctrl_frame *next;
@@ -55,6 +58,11 @@ struct peer {
 	char identity[128];
 	bool outbound;
 	enum peer_state state;
+	/* it said a valid hello (outbound: we did; the acceptor never
+	 * does).  Until then only a hello or heartbeats are accepted, and
+	 * only until the hello deadline. */
+	bool hello_ok;
+	uint64_t connected_ns;
 	const struct transport *tp;
 	void *tp_data;            /* the transport's per-connection state */
 	int fd;
@@ -154,6 +162,9 @@ int peer_resolver_start(struct peer_mgr *m);
 int peer_address(struct peer *p);
 
 /* protocol side, called by transports */
+/* May one more inbound connection from host (numeric) come in?  NULL,
+ * or why not (a cap of peer_opts).  Ask before allocating anything. */
+const char *peer_admit(const struct peer_mgr *m, const char *host);
 struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 		      const struct transport *tp);
 struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);

@@ -551,7 +551,8 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	getnameinfo(sa, sizeof(struct sockaddr_storage), host, sizeof(host),
 		    NULL, 0, NI_NUMERICHOST);
 	snprintf(addr, sizeof(addr), "%s:%u", host, ntohs(rdma_get_dst_port(id)));
-	p = shared(m)->dev != DEV_OK ? NULL :
+	/* the caps of inbound peers, as over TCP */
+	p = shared(m)->dev != DEV_OK || peer_admit(m, host) ? NULL :
 	    peer_new(m, addr, false, &rdma_transport);
 	if (!p || new_conn(p)) {
 		rdma_reject(id, NULL, 0);
