@@ -200,6 +200,8 @@ static int check_request(const Flowmover__Request *r, char *err,
 			return -EINVAL;
 		}
 		return check_name("attach", r->attach->name, err, errlen);
+	case FLOWMOVER__REQUEST__BODY_ALLOW:
+		return check_name("allow", r->allow->name, err, errlen);
 	case FLOWMOVER__REQUEST__BODY_LIST:
 	case FLOWMOVER__REQUEST__BODY_STATUS:
 		return 0;
@@ -349,6 +351,7 @@ const char *ctl_request_kind(const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_DESCRIBE: return "describe";
 	case FLOWMOVER__REQUEST__BODY_ATTACH:   return "attach";
 	case FLOWMOVER__REQUEST__BODY_STATUS:   return "status";
+	case FLOWMOVER__REQUEST__BODY_ALLOW:    return "allow";
 	default:                                return "none";
 	}
 }

@@ -40,6 +40,8 @@ static const char usage_text[] =
 "  flow create NAME [--ring-size BYTES] [--max-record BYTES]\n"
 "                   [--peer HOST:PORT] [--allow-uid UID]... [--allow-gid GID]...\n"
 "  flow destroy NAME\n"
+"  flow allow NAME [--uid USER]... [--gid GROUP]...\n"
+"  flow disallow NAME [--uid USER]... [--gid GROUP]...\n"
 "  flow list\n"
 "  flow show NAME\n"
 "  status\n"
@@ -55,6 +57,13 @@ static const char usage_text[] =
 "  --peer HOST:PORT    the consumer's moverd, for a flow to another host\n"
 "  --allow-uid UID     also let this user (number or name) attach; repeatable\n"
 "  --allow-gid GID     also let this group (number or name) attach; repeatable\n"
+"  --uid USER          flow allow/disallow: this user (name or number) may\n"
+"                      (no longer) attach on this host; repeatable\n"
+"  --gid GROUP         the same for a group (its members, supplementary\n"
+"                      groups included); repeatable\n"
+"\n"
+"A flow from another host belongs on this host to moverd's --peer-flow-owner\n"
+"(default root); its owner or root grants others with 'flow allow'.\n"
 "\n"
 "exit status: 0 ok, 1 error from moverd, 2 usage error, 3 moverd not running,\n"
 "4 permission denied\n";
@@ -70,6 +79,10 @@ struct opts {
 	const char *peer;
 	uint32_t uids[MAX_IDS], gids[MAX_IDS];
 	size_t n_uids, n_gids;
+	/* flow allow / disallow */
+	bool acl_opts;
+	uint32_t acl_uids[MAX_IDS], acl_gids[MAX_IDS];
+	size_t n_acl_uids, n_acl_gids;
 };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -492,6 +505,7 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
 	j_str(j, "role", f->role);
 	j_str(j, "transport", f->transport);
 	j_str(j, "peer", f->peer);
+	j_str(j, "origin", f->origin);
 	j_u64(j, "ring_size", f->ring_size);
 	j_u64(j, "max_record", f->max_record);
 	j_u64(j, "head", f->head);
@@ -561,6 +575,8 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 	kv("role", "%s", dash(f->role));
 	kv("transport", "%s", dash(f->transport));
 	kv("peer", "%s", dash(f->peer));
+	if (f->origin[0])
+		kv("bound to", "peer %s", f->origin);
 	kv("ring size", "%s (%" PRIu64 " bytes)",
 	   fmt_size(a, sizeof(a), f->ring_size), f->ring_size);
 	kv("max record", "%s (%" PRIu32 " bytes)",
@@ -773,6 +789,40 @@ static int cmd_destroy(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
+static int cmd_allow(const struct opts *o, const char *name, bool remove)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__FlowAllow a = FLOWMOVER__FLOW_ALLOW__INIT;
+	Flowmover__Response *resp;
+	const Flowmover__FlowInfo *f;
+	char u[MAX_IDS * 12], g[MAX_IDS * 12];
+	int ex;
+
+	if (!o->n_acl_uids && !o->n_acl_gids)
+		return usage_error("flow %s: name at least one --uid or --gid",
+				   remove ? "disallow" : "allow");
+	a.name = (char *)name;
+	a.uids = (uint32_t *)o->acl_uids;
+	a.n_uids = o->n_acl_uids;
+	a.gids = (uint32_t *)o->acl_gids;
+	a.n_gids = o->n_acl_gids;
+	a.remove = remove;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ALLOW;
+	req.allow = &a;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
+	if (ex)
+		return ex;
+	f = resp->flow;
+	if (o->json)
+		print_flow(f, true);
+	else
+		printf("flow '%s': allowed uids %s; allowed gids %s\n", name,
+		       fmt_ids(u, sizeof(u), f->allow_uids, f->n_allow_uids),
+		       fmt_ids(g, sizeof(g), f->allow_gids, f->n_allow_gids));
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
 /* Keep a page's response; false when out of memory. */
 static bool keep_page(Flowmover__Response ***pages, size_t *n,
 		      Flowmover__Response *resp)
@@ -880,6 +930,8 @@ enum {
 	OPT_PEER,
 	OPT_ALLOW_UID,
 	OPT_ALLOW_GID,
+	OPT_UID,
+	OPT_GID,
 };
 
 static const struct option long_opts[] = {
@@ -893,6 +945,8 @@ static const struct option long_opts[] = {
 	{ "peer",       required_argument, NULL, OPT_PEER },
 	{ "allow-uid",  required_argument, NULL, OPT_ALLOW_UID },
 	{ "allow-gid",  required_argument, NULL, OPT_ALLOW_GID },
+	{ "uid",        required_argument, NULL, OPT_UID },
+	{ "gid",        required_argument, NULL, OPT_GID },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -969,6 +1023,22 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			(*n)++;
 			break;
 		}
+		case OPT_UID:
+		case OPT_GID: {
+			bool g = c == OPT_GID;
+			size_t *n = g ? &o->n_acl_gids : &o->n_acl_uids;
+
+			o->acl_opts = true;
+			if (*n == MAX_IDS)
+				return usage_error("at most %d --%cid options",
+						   MAX_IDS, g ? 'g' : 'u');
+			if ((rc = parse_id(g ? "--gid" : "--uid", optarg, g,
+					   g ? &o->acl_gids[*n] :
+					       &o->acl_uids[*n])))
+				return rc;
+			(*n)++;
+			break;
+		}
 		case ':':
 			return usage_error("option '%s' needs a value",
 					   argv[optind - 1]);
@@ -1022,6 +1092,11 @@ int main(int argc, char **argv)
 			       !strcmp(args[1], "create")))
 		return usage_error("--ring-size, --max-record, --peer and "
 				   "--allow-uid/gid go with 'flow create'");
+	if (o.acl_opts && !(n >= 2 && !strcmp(args[0], "flow") &&
+			    (!strcmp(args[1], "allow") ||
+			     !strcmp(args[1], "disallow"))))
+		return usage_error("--uid and --gid go with 'flow allow' and "
+				   "'flow disallow'");
 	if (!strcmp(args[0], "status")) {
 		if (n > 1)
 			return usage_error("status: unexpected argument '%s'",
@@ -1032,7 +1107,7 @@ int main(int argc, char **argv)
 		return usage_error("unknown command '%s'", args[0]);
 	if (n < 2)
 		return usage_error("flow: missing subcommand (create, destroy, "
-				   "list, show)");
+				   "list, show, allow, disallow)");
 	if (!strcmp(args[1], "list")) {
 		if (n > 2)
 			return usage_error("flow list: unexpected argument "
@@ -1056,6 +1131,15 @@ int main(int argc, char **argv)
 		    (rc = check_name_arg(args[2])))
 			return rc;
 		return cmd_show(&o, args[2]);
+	}
+	if (!strcmp(args[1], "allow") || !strcmp(args[1], "disallow")) {
+		bool remove = args[1][0] == 'd';
+
+		if ((rc = need_args(n, 3, remove ? "flow disallow" :
+						   "flow allow")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_allow(&o, args[2], remove);
 	}
 	return usage_error("flow: unknown subcommand '%s'", args[1]);
 }

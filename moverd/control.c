@@ -12,6 +12,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #define ATTACH_MAX 16
+#define CLIENT_GROUPS_MAX 64  /* supplementary groups kept per client */
 
 struct attachment {
 	struct flow *flow;
@@ -36,6 +39,8 @@ struct ctl_client {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
+	gid_t groups[CLIENT_GROUPS_MAX]; /* supplementary, at connect time */
+	unsigned n_groups;
 	size_t have;
 	uint8_t *out;
 	size_t out_len, out_done;
@@ -249,6 +254,7 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->peer = (char *)f->peer_addr;
 	fi->transport = f->role == FLOW_LOCAL ? "local" : (char *)f->transport;
 	fi->role = (char *)flows_role_name(f->role);
+	fi->origin = (char *)f->origin;
 	fi->bytes_sent = f->bytes_sent;
 	fi->bytes_acked = f->role == FLOW_SENDER ? f->bytes_acked : f->bytes_sent;
 	fi->recovered = in.recovered;
@@ -332,6 +338,34 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
 	respond_ok(c, id);
 }
 
+/* flow allow / disallow: root and the flow's owner may. */
+static void do_allow(struct ctl_client *c, uint64_t id,
+		     const Flowmover__FlowAllow *a)
+{
+	struct flow *f = find_or_fail(c, id, a->name);
+	char err[256];
+	int rc;
+
+	if (!f)
+		return;
+	if (!flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: only root and "
+			      "the owner of flow '%s' (uid %u) may change who "
+			      "attaches", f->name, (unsigned)f->owner_uid);
+		return;
+	}
+	rc = flows_allow(c->srv->flows, f, a->uids, a->n_uids, a->gids,
+			 a->n_gids, a->remove, err, sizeof(err));
+	if (rc) {
+		respond_error(c, id, rc, "%s", err);
+		return;
+	}
+	log_info("flow %s: uid %u %s %zu uids and %zu gids", f->name,
+		 (unsigned)c->uid, a->remove ? "disallowed" : "allowed",
+		 a->n_uids, a->n_gids);
+	respond_flow(c, id, f, NULL);
+}
+
 /*
  * Who may see a flow (show, list): root, its owner and the ids allowed to
  * attach, the same as may attach.  To anyone else it does not exist: its
@@ -339,7 +373,8 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
  */
 static bool may_see(const struct ctl_client *c, const struct flow *f)
 {
-	return flows_may_attach(f, c->uid, c->gid);
+	return flows_may_attach(f, c->uid, c->gid) ||
+	       flows_group_allowed(f, c->groups, c->n_groups);
 }
 
 static void do_describe(struct ctl_client *c, uint64_t id, const char *name)
@@ -428,7 +463,8 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 
 	if (!f)
 		return;
-	if (!flows_may_attach(f, c->uid, c->gid)) {
+	if (!flows_may_attach(f, c->uid, c->gid) &&
+	    !flows_group_allowed(f, c->groups, c->n_groups)) {
 		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
 			      "attach to flow '%s'", (unsigned)c->uid, f->name);
 		return;
@@ -523,6 +559,9 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_STATUS:
 		do_status(c, id);
 		break;
+	case FLOWMOVER__REQUEST__BODY_ALLOW:
+		do_allow(c, id, req->allow);
+		break;
 	default:
 		respond_error(c, id, -EPROTO, "request has no known body");
 	}
@@ -590,6 +629,50 @@ static void serve(struct ctl_client *c)
 }
 
 /* ---- accepting ---------------------------------------------------------- */
+
+/*
+ * The client's supplementary groups, for the allowed gids of a flow.
+ * SO_PEERGROUPS (Linux 4.13) gives the groups the client had when it
+ * connected, from the kernel, like SO_PEERCRED: no lookup, nothing that
+ * blocks the loop, and no race with a pid that exits and is reused (as
+ * reading /proc/PID/status would have).  Older kernels: getgrouplist of
+ * the uid's passwd entry, the groups the user is configured to have (it
+ * may ask NSS, and so block, which only such kernels pay for).  At most
+ * CLIENT_GROUPS_MAX are kept; a group beyond them does not count (the
+ * client is refused, never let in by mistake).
+ */
+static void read_groups(struct ctl_client *c)
+{
+	socklen_t len = sizeof(c->groups);
+	gid_t *all;
+
+	if (!getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, c->groups, &len)) {
+		c->n_groups = len / sizeof(gid_t);
+		return;
+	}
+	if (errno == ERANGE && (all = malloc(len))) {
+		/* more than we keep: read all, keep the first */
+		if (!getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, all, &len)) {
+			memcpy(c->groups, all, sizeof(c->groups));
+			c->n_groups = CLIENT_GROUPS_MAX;
+			log_info("client pid %d: %u supplementary groups, only "
+				 "the first %d count for flows' allowed gids",
+				 (int)c->pid, (unsigned)(len / sizeof(gid_t)),
+				 CLIENT_GROUPS_MAX);
+		}
+		free(all);
+		return;
+	}
+	if (errno == ENOPROTOOPT) {
+		struct passwd pw, *pp = NULL;
+		char buf[1024];
+		int n = CLIENT_GROUPS_MAX;
+
+		if (!getpwuid_r(c->uid, &pw, buf, sizeof(buf), &pp) && pp &&
+		    getgrouplist(pp->pw_name, c->gid, c->groups, &n) >= 0)
+			c->n_groups = (unsigned)n;
+	}
+}
 
 /* The back-off after a failed accept ended: accept again. */
 static void accept_wait_done(struct loop_op *op, int res)
@@ -687,6 +770,7 @@ static void accept_done(struct loop_op *op, int res)
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->pid = cred.pid;
+	read_groups(c);
 	c->next = s->clients;
 	s->clients = c;
 	s->n_clients++;

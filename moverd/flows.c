@@ -448,7 +448,7 @@ struct flow_remains {
 	uint64_t guard;
 	enum flow_role role;
 	uid_t owner_uid;
-	char origin[64];
+	char origin[FLOW_ORIGIN_MAX + 1];
 	uint64_t ring_bytes;
 	uint64_t until_ns;       /* the consumer's grace ends */
 	char name[FLOW_NAME_MAX + 1];
@@ -596,6 +596,14 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 		/* kept in the state file, one "key=value" a line */
 		snprintf(err, errlen, "peer address has a control character, "
 			 "a byte outside ASCII or an '=': use HOST:PORT");
+		return -EINVAL;
+	}
+	if (s->origin && (!meta_value_ok(s->origin) ||
+			  strlen(s->origin) > FLOW_ORIGIN_MAX)) {
+		/* kept in the state file too */
+		snprintf(err, errlen, "the peer's identity cannot be kept "
+			 "(a control character, a byte outside ASCII or an "
+			 "'=', or longer than %d)", FLOW_ORIGIN_MAX);
 		return -EINVAL;
 	}
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
@@ -873,6 +881,16 @@ bool flows_may_manage(const struct flow *f, uid_t uid)
 	return uid == 0 || uid == f->owner_uid;
 }
 
+bool flows_group_allowed(const struct flow *f, const gid_t *groups,
+			 unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned k = 0; k < f->n_allow_gids; k++)
+			if (f->allow_gids[k] == groups[i])
+				return true;
+	return false;
+}
+
 bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 {
 	if (flows_may_manage(f, uid))
@@ -884,4 +902,107 @@ bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 		if (f->allow_gids[i] == gid)
 			return true;
 	return false;
+}
+
+int flows_save(struct flow_table *t, const struct flow *f)
+{
+	return f->path[0] ? write_meta(t, f) : 0;
+}
+
+static bool has_id(const uint32_t *v, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (v[i] == id)
+			return true;
+	return false;
+}
+
+/* Add (remove) ids to (from) the list v of *n; false if it overflows. */
+static bool edit_ids(uint32_t *v, unsigned *n, const uint32_t *ids, size_t k,
+		     bool remove)
+{
+	for (size_t i = 0; i < k; i++) {
+		bool there = has_id(v, *n, ids[i]);
+
+		if (remove && there) {
+			unsigned j = 0;
+
+			while (v[j] != ids[i])
+				j++;
+			memmove(&v[j], &v[j + 1], (*n - j - 1) * sizeof(*v));
+			(*n)--;
+		} else if (!remove && !there) {
+			if (*n == FLOW_ALLOW_MAX)
+				return false;
+			v[(*n)++] = ids[i];
+		}
+	}
+	return true;
+}
+
+static bool ids_valid(const uint32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == UINT32_MAX) /* (uid_t)-1: "no change" to the kernel */
+			return false;
+	return true;
+}
+
+/* A flow's allowed ids, to edit apart and take (or put back) whole. */
+struct allow_lists {
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned n_uids, n_gids;
+};
+
+static void get_lists(const struct flow *f, struct allow_lists *l)
+{
+	memcpy(l->uids, f->allow_uids, sizeof(l->uids));
+	memcpy(l->gids, f->allow_gids, sizeof(l->gids));
+	l->n_uids = f->n_allow_uids;
+	l->n_gids = f->n_allow_gids;
+}
+
+static void set_lists(struct flow *f, const struct allow_lists *l)
+{
+	memcpy(f->allow_uids, l->uids, sizeof(l->uids));
+	memcpy(f->allow_gids, l->gids, sizeof(l->gids));
+	f->n_allow_uids = l->n_uids;
+	f->n_allow_gids = l->n_gids;
+}
+
+int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
+		size_t n_uids, const uint32_t *gids, size_t n_gids, bool remove,
+		char *err, size_t errlen)
+{
+	struct allow_lists old, new;
+	int rc;
+
+	if (!n_uids && !n_gids) {
+		snprintf(err, errlen, "name at least one uid or gid");
+		return -EINVAL;
+	}
+	if (!ids_valid(uids, n_uids) || !ids_valid(gids, n_gids)) {
+		snprintf(err, errlen, "uid and gid 4294967295 (-1) are not ids");
+		return -EINVAL;
+	}
+	/* all or nothing: edit a copy, then take it */
+	get_lists(f, &old);
+	new = old;
+	if (!edit_ids(new.uids, &new.n_uids, uids, n_uids, remove) ||
+	    !edit_ids(new.gids, &new.n_gids, gids, n_gids, remove)) {
+		snprintf(err, errlen, "flow '%s' may allow at most %d uids and "
+			 "%d gids; disallow some first", f->name,
+			 FLOW_ALLOW_MAX, FLOW_ALLOW_MAX);
+		return -ENOSPC;
+	}
+	set_lists(f, &new);
+	rc = flows_save(t, f);
+	if (rc) {
+		/* not kept, so not granted: it would vanish at a restart,
+		 * and the operator must learn that now, not then */
+		set_lists(f, &old);
+		snprintf(err, errlen, "cannot write the flow's state file in "
+			 "%s: %s", t->state_dir, strerror(-rc));
+	}
+	return rc;
 }

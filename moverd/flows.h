@@ -15,6 +15,7 @@
 
 #define FLOW_NAME_MAX  64
 #define FLOW_ALLOW_MAX 16
+#define FLOW_ORIGIN_MAX 127  /* a peer's identity (struct peer, identity) */
 
 enum flow_role {
 	FLOW_LOCAL,    /* producers and consumer on this host: one ring */
@@ -40,7 +41,7 @@ struct flow_spec {
 	uint64_t start;          /* receiver: first position */
 	uint64_t ring_size;      /* 0 = default */
 	uint32_t max_record;     /* 0 = default */
-	const char *origin;      /* receiver: the peer host asking for it */
+	const char *origin;      /* receiver: the identity of the peer asking */
 	const uint32_t *allow_uids;
 	size_t n_allow_uids;
 	const uint32_t *allow_gids;
@@ -88,7 +89,10 @@ struct flow {
 	struct peer *peer;
 	struct flow *peer_next;  /* in the peer's list */
 	uint32_t id;             /* the sender's id for the flow */
-	char origin[64];         /* receiver: the peer host that opened it */
+	/* receiver: the identity of the peer that created it (its address,
+	 * or "NODE key KEYID" once peers authenticate).  Only that peer may
+	 * open or resume the flow again; kept in the state file. */
+	char origin[FLOW_ORIGIN_MAX + 1];
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
 	uint64_t orphaned_ns;    /* receiver: when it began to wait for its
 				  * sender (fr_now_ns), for --orphan-timeout */
@@ -132,6 +136,11 @@ struct flow_limits {
 	uint64_t uid_max_ring_bytes;
 	unsigned state_dir_reserve;   /* percent of the state dir kept free */
 	unsigned orphan_timeout_s;    /* 0 = receiver flows wait forever */
+	/* who owns a flow a peer opens here (--peer-flow-owner): never the
+	 * ids the peer names, which mean nothing on this host */
+	uid_t peer_flow_uid;
+	gid_t peer_flow_gid;
+	bool peer_flow_group;     /* ... and members of peer_flow_gid attach */
 };
 
 struct flow_remains;
@@ -214,9 +223,26 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap);
 
 /* May this client attach?  Root, the owner, and the allowed ids may. */
 bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid);
+/* Is one of the client's supplementary groups among the allowed gids? */
+bool flows_group_allowed(const struct flow *f, const gid_t *groups,
+			 unsigned n);
 /* May this client destroy it?  Root and the owner may. */
 bool flows_may_manage(const struct flow *f, uid_t uid);
 
 bool flows_valid_name(const char *name);
+
+/*
+ * Add ids to the flow's allowed uids and gids (remove: take them off),
+ * all or nothing, and keep the lists in its state file (flows between
+ * hosts).  Ids already there (remove: not there) are no error.  0, or a
+ * negative errno with a sentence in err: -EINVAL (no ids, an id of -1),
+ * -ENOSPC (more than FLOW_ALLOW_MAX), or the state file's write error.
+ */
+int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
+		size_t n_uids, const uint32_t *gids, size_t n_gids, bool remove,
+		char *err, size_t errlen);
+
+/* The flow's state file again (after a change of what it keeps). */
+int flows_save(struct flow_table *t, const struct flow *f);
 
 #endif

@@ -18,7 +18,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -62,6 +64,7 @@ enum {
 	OPT_PEER_BYTES,
 	OPT_RESERVE,
 	OPT_ORPHAN,
+	OPT_PEER_OWNER,
 };
 
 struct daemon {
@@ -115,6 +118,13 @@ static void usage(FILE *out)
 "  --default-max-record N   max record of flows that do not say (default 64K)\n"
 "  --max-ring-size N        largest ring a client may ask for (default 1G)\n"
 "  --max-flows N            (default 1024)\n"
+"  --peer-flow-owner USER[:GROUP]\n"
+"                           who owns, on this host, a flow a peer opens here\n"
+"                           (names or numbers; default root: only root may\n"
+"                           attach until `moverctl flow allow` grants more).\n"
+"                           With GROUP, its members may attach too.  The\n"
+"                           owner and allowed ids the sending host names are\n"
+"                           never used: uids are host-local numbers\n"
 "  --max-flows-per-uid N    flows a non-root user may own (default 64)\n"
 "  --max-ring-bytes-per-uid N\n"
 "                           ring bytes a non-root user may own (default 4G)\n"
@@ -178,6 +188,7 @@ static const struct option long_opts[] = {
 	{ "default-max-record", required_argument, NULL, 'x' },
 	{ "max-ring-size", required_argument, NULL, 'R' },
 	{ "max-flows", required_argument, NULL, 'F' },
+	{ "peer-flow-owner", required_argument, NULL, OPT_PEER_OWNER },
 	{ "max-flows-per-uid", required_argument, NULL, OPT_UID_FLOWS },
 	{ "max-ring-bytes-per-uid", required_argument, NULL, OPT_UID_BYTES },
 	{ "peer-max-flows", required_argument, NULL, OPT_PEER_FLOWS },
@@ -200,6 +211,54 @@ static const char *option_name(int key)
 		if (o->val == key)
 			return o->name;
 	return "?";
+}
+
+/* A user or group id: a number, else a name (at start-up only: it may ask
+ * NSS); false if there is no such user or group. */
+static bool parse_id(const char *s, bool group, uint32_t *id, gid_t *pw_gid)
+{
+	unsigned long v;
+	char *end;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtoul(s, &end, 10);
+		*id = (uint32_t)v;
+		return !*end && !errno && v < UINT32_MAX;
+	}
+	if (group) {
+		struct group *g = getgrnam(s);
+
+		*id = g ? (uint32_t)g->gr_gid : 0;
+		return g != NULL;
+	} else {
+		struct passwd *pw = getpwnam(s);
+
+		*id = pw ? (uint32_t)pw->pw_uid : 0;
+		*pw_gid = pw ? pw->pw_gid : 0;
+		return pw != NULL;
+	}
+}
+
+/* --peer-flow-owner USER[:GROUP].  USER alone: the user's login group
+ * (root's for a number without a passwd entry) is the flow's group, for
+ * `flow show`; with GROUP, its members may attach too. */
+static int parse_owner(struct flow_limits *l, const char *val)
+{
+	char user[256];
+	const char *colon = strchr(val, ':');
+	uint32_t uid, gid;
+	gid_t pw_gid = 0;
+
+	snprintf(user, sizeof(user), "%.*s", colon ? (int)(colon - val) : 255,
+		 val);
+	if (!*user || !parse_id(user, false, &uid, &pw_gid) ||
+	    (colon && !parse_id(colon + 1, true, &gid, NULL)))
+		return -1;
+	l->peer_flow_uid = uid;
+	l->peer_flow_gid = colon ? gid : pw_gid;
+	l->peer_flow_group = colon != NULL;
+	return 0;
 }
 
 static int bad(int key, const char *val)
@@ -288,6 +347,10 @@ static int set_option(struct options *o, int key, const char *val)
 	case 'F':
 		if (parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.max_flows = (unsigned)v;
+		return 0;
+	case OPT_PEER_OWNER:
+		if (parse_owner(&o->limits, val))
+			goto bad;
 		return 0;
 	case OPT_UID_FLOWS:
 		if (parse_size(val, &v) || v > 1u << 20) goto bad;

@@ -245,12 +245,8 @@ static void queue_open(struct peer *p, struct flow *f)
 	op.max_record = r->max_record;
 	op.seal_key = r->key;
 	op.start = f->acked;
-	op.owner_uid = f->owner_uid;
-	op.owner_gid = f->owner_gid;
-	op.n_allow_uids = f->n_allow_uids;
-	op.allow_uids = f->allow_uids;
-	op.n_allow_gids = f->n_allow_gids;
-	op.allow_gids = f->allow_gids;
+	/* owner and allowed ids stay unset: uids are this host's numbers,
+	 * and the receiving host decides who reads there (handle_open) */
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
 	msg.open = &op;
 	queue_ctrl(p, &msg);
@@ -659,14 +655,55 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 	return 0;
 }
 
-/* The peer's host, without the port: what its quotas are counted by
- * (until peers authenticate, a host is all we know of one). */
-static void peer_host(const struct peer *p, char *out, size_t cap)
+/*
+ * A receiver flow is bound to the identity of the peer that created it:
+ * another peer may not open or resume it (it would write into the
+ * consumer's ring, or take the flow from its sender).  0, or -EEXIST
+ * with a sentence in err and a logged reason.  A flow re-adopted from a
+ * state file written before flows had an origin is bound to the first
+ * peer that opens it.
+ */
+static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 {
-	const char *colon = strrchr(p->addr, ':');
-	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
+	static struct log_limit lim; /* a peer can ask at will */
+	char so[LOG_SAFE_BUF], si[LOG_SAFE_BUF];
 
-	snprintf(out, cap, "%.*s", n, p->addr);
+	if (!f->origin[0]) {
+		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
+		if (flows_save(p->m->flows, f))
+			log_warn("flow %s: cannot keep its peer's identity in "
+				 "its state file", f->name);
+		return 0;
+	}
+	if (!strcmp(f->origin, p->identity))
+		return 0;
+	snprintf(err, cap, "flow '%s' exists on this host and belongs to "
+		 "another peer", f->name);
+	/* identities hold the node name a peer sent in its hello */
+	log_limited(&lim, LOG_LVL_WARN, "peer %s: refused to open flow '%s': "
+		    "it belongs to peer '%s', not to '%s'", p->addr, f->name,
+		    log_safe(f->origin, so, sizeof(so)),
+		    log_safe(p->identity, si, sizeof(si)));
+	return -EEXIST;
+}
+
+/* A new receiver flow: its owner is this host's choice, never the peer's
+ * (--peer-flow-owner; the ids in op mean nothing here and are ignored). */
+static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
+			   struct flow **out, char *err, size_t cap)
+{
+	const struct flow_limits *l = &p->m->flows->limits;
+	const uint32_t group = l->peer_flow_gid;
+	struct flow_spec spec = {
+		.name = op->name, .role = FLOW_RECEIVER,
+		.ring_size = op->ring_size, .max_record = op->max_record,
+		.seal_key = op->seal_key, .start = op->start,
+		.origin = p->identity,
+		.allow_gids = &group, .n_allow_gids = l->peer_flow_group,
+	};
+
+	return flows_create(p->m->flows, &spec, l->peer_flow_uid,
+			    l->peer_flow_gid, out, err, cap);
 }
 
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
@@ -688,22 +725,11 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 "%.100s", f->name, f->reason);
 		rc = -EIO;
 	} else if (f) {
-		rc = reopen_receiver(p, f, op, err, sizeof(err));
+		rc = check_origin(p, f, err, sizeof(err));
+		if (!rc)
+			rc = reopen_receiver(p, f, op, err, sizeof(err));
 	} else {
-		char origin[64];
-		struct flow_spec spec = {
-			.name = op->name, .role = FLOW_RECEIVER, .origin = origin,
-			.ring_size = op->ring_size, .max_record = op->max_record,
-			.seal_key = op->seal_key, .start = op->start,
-			.allow_uids = op->allow_uids,
-			.n_allow_uids = op->n_allow_uids,
-			.allow_gids = op->allow_gids,
-			.n_allow_gids = op->n_allow_gids,
-		};
-
-		peer_host(p, origin, sizeof(origin));
-		rc = flows_create(m->flows, &spec, op->owner_uid, op->owner_gid,
-				  &f, err, sizeof(err));
+		rc = create_receiver(p, op, &f, err, sizeof(err));
 	}
 	if (rc) {
 		static struct log_limit lim; /* a peer can ask at will */
@@ -989,6 +1015,20 @@ void peer_rx_body(struct peer *p)
 		finish_data(p);
 }
 
+/* Until the hello authenticates it, a peer is its address, without the
+ * port (which changes with every connection). */
+static void set_identity(struct peer *p)
+{
+	const char *colon = strrchr(p->addr, ':');
+	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
+
+	if (n > 2 && p->addr[0] == '[' && p->addr[n - 1] == ']')
+		snprintf(p->identity, sizeof(p->identity), "%.*s", n - 2,
+			 p->addr + 1);
+	else
+		snprintf(p->identity, sizeof(p->identity), "%.*s", n, p->addr);
+}
+
 static void log_inbound(const struct peer *p)
 {
 	static struct log_limit lim; /* anyone may connect at will */
@@ -1001,6 +1041,7 @@ void peer_up(struct peer *p)
 {
 	/* receive state is fresh: calloc'd, or reset by peer_closed */
 	p->state = PEER_UP;
+	set_identity(p);
 	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
 	p->hello_ok = p->outbound; /* our hello goes first; none comes back */
 	if (p->outbound) {

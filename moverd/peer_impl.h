@@ -51,6 +51,11 @@ struct peer {
 	struct peer_mgr *m;
 	struct peer *next;
 	char addr[80];
+	/* who the peer is, for the receiver flows it opens (each is bound to
+	 * its creator's identity, flows.h: origin): its address without the
+	 * port, set by peer_up; the hello's authentication replaces it with
+	 * "NODE key KEYID" */
+	char identity[128];
 	bool outbound;
 	enum peer_state state;
 	/* it said a valid hello (outbound: we did; the acceptor never

@@ -697,4 +697,27 @@ static inline int hp_open_retry(int fd, const struct hp_open *o,
 	return err;
 }
 
+/* ---- more of the same (added for issue 9's acl cases) -------------------- */
+
+/*
+ * A TCP connection to 127.0.0.1:port from the local address src (e.g.
+ * "127.0.0.2"): to moverd, a peer on another host than one that connects
+ * from 127.0.0.1.
+ */
+static inline int hp_connect_from(int port, const char *src)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in s = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	CHECK(fd >= 0);
+	CHECK(inet_pton(AF_INET, src, &s.sin_addr) == 1);
+	CHECK(bind(fd, (struct sockaddr *)&s, sizeof(s)) == 0);
+	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 #endif

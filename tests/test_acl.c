@@ -1,0 +1,520 @@
+/*
+ * tests/test_acl.c - the receiving host decides who reads (issue 9): real
+ * moverd daemons over loopback TCP, real attaches as other users.
+ * FM_ACL_CASES=1,3 runs only those cases.
+ *
+ *   usage: test_acl MOVERD MOVERCTL FLOWCHECK
+ *
+ *   1  remote uids ignored: a flow created on A with --allow-uid 65534 is
+ *      not attachable by uid 65534 on B (-EACCES) until B's operator runs
+ *      `flow allow` (which uid 65534 itself may not); the grant survives a
+ *      kill -9 and restart of B, a consumer of that uid then gets every
+ *      record once, and `flow disallow` takes it back
+ *   2  --peer-flow-owner 65534:4242: flows from peers are attachable at
+ *      once by uid 65534 and by members of group 4242, not by others; the
+ *      owner may grant more
+ *   3  name hijack: while A is down, a peer from another address (C,
+ *      127.0.0.2) opens A's flow with its exact ring: refused -EEXIST and
+ *      logged, the consumer's ring untouched; A restarts and resumes with
+ *      every record exactly once; after B restarts, C is refused again
+ *   4  supplementary groups: a uid whose supplementary group is in a
+ *      flow's allowed gids may attach; without it, it may not
+ */
+#include "harness.h"
+#include "flowshm_internal.h"
+
+#include <limits.h>
+#include <sys/mman.h>
+
+#define NOBODY 65534u
+#define GROUP 4242u
+#define OTHER 4000u        /* a uid with no entry in /etc/passwd */
+
+static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+static char nobody_ctl[PATH_MAX + 96]; /* moverctl run as NOBODY */
+
+/* ---- daemons of the running case: killed (and their logs shown) if it
+ * fails, so that no moverd outlives a failed test ---------------------- */
+
+static struct hd *running[4];
+static pid_t main_pid;
+
+static void track(struct hd *d)
+{
+	for (unsigned i = 0; i < 4; i++)
+		if (!running[i] || running[i] == d) {
+			running[i] = d;
+			return;
+		}
+	CHECK(!"more than 4 daemons in one case");
+}
+
+static void start(struct hd *d, const char *tag, bool listen,
+		  const char *const *extra)
+{
+	hd_start(d, moverd_bin, tag, listen, extra);
+	track(d);
+}
+
+static void stop(struct hd *d)
+{
+	hd_stop(d);
+	for (unsigned i = 0; i < 4; i++)
+		if (running[i] == d)
+			running[i] = NULL;
+}
+
+static void on_exit_kill_daemons(void)
+{
+	char cmd[640];
+
+	if (getpid() != main_pid)
+		return; /* a child's CHECK */
+	for (unsigned i = 0; i < 4; i++) {
+		struct hd *d = running[i];
+
+		if (!d)
+			continue;
+		fprintf(stderr, "--- the end of %s:\n", d->log);
+		fflush(stderr);
+		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
+			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
+			 "'%s'; } >&2", d->log, d->log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		hd_kill(d);
+		running[i] = NULL;
+	}
+}
+
+/* ---- clients -------------------------------------------------------------- */
+
+/*
+ * Attach to flow on d in a child running as uid/gid with the supplementary
+ * groups given (none if n is 0), and detach: 0 or the negative errno of
+ * flowshm_attach.
+ */
+static int attach_as(const struct hd *d, uid_t uid, gid_t gid,
+		     const gid_t *groups, size_t n, const char *flow,
+		     enum flowshm_role role)
+{
+	pid_t pid;
+	int st;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *f;
+		int rc;
+
+		setenv("FLOWMOVER_SOCKET", d->sock, 1);
+		if (setgroups(n, groups) || setresgid(gid, gid, gid) ||
+		    setresuid(uid, uid, uid)) {
+			perror("drop privileges");
+			_exit(126);
+		}
+		rc = flowshm_attach(flow, role, NULL, &f);
+		if (rc) {
+			printf("    uid %u gid %u (+%zu groups): attach %s: %s\n",
+			       (unsigned)uid, (unsigned)gid, n, flow,
+			       flowshm_attach_error());
+			fflush(stdout);
+			_exit(-rc);
+		}
+		flowshm_detach(f);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 126);
+	return -WEXITSTATUS(st);
+}
+
+/* The same, as a consumer with the user's own group and no other. */
+static int consume_as(const struct hd *d, uid_t uid, const char *flow)
+{
+	return attach_as(d, uid, uid, NULL, 0, flow, FLOWSHM_CONSUMER);
+}
+
+static pid_t fc_produce(const struct hd *d, uid_t uid, const char *flow,
+			unsigned long count)
+{
+	char n[24];
+
+	snprintf(n, sizeof(n), "%lu", count);
+	return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+			"produce", flow, "--id", "1", "--count", n,
+			"--max-size", "1000", NULL });
+}
+
+static pid_t fc_consume(const struct hd *d, uid_t uid, const char *flow,
+			unsigned long count)
+{
+	char n[24];
+
+	snprintf(n, sizeof(n), "%lu", count);
+	return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+			"consume", flow, "--producers", "1", "--count", n,
+			"--max-size", "1000", NULL });
+}
+
+/* The flowcheck process must exit 0 within timeout_ms. */
+static void fc_done(pid_t pid, const char *what, int timeout_ms)
+{
+	int rc = hx_wait(pid, timeout_ms);
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s (exit %d)\n", what, rc < 0 ?
+			"did not finish in time (killed)" : "failed", rc);
+		exit(1);
+	}
+}
+
+/* moverctl as uid NOBODY (no groups) against d: exit code, output in out. */
+static int nobody_ctl_run(const struct hd *d, char *out, size_t cap,
+			  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int nobody_ctl_run(const struct hd *d, char *out, size_t cap,
+			  const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = tu_vmoverctl(nobody_ctl, d->sock, out, cap, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* ---- moverctl views -------------------------------------------------------- */
+
+static bool flow_json(const struct hd *d, const char *name, char *out,
+		      size_t cap)
+{
+	return hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
+		      name) == 0;
+}
+
+/* Wait up to timeout_ms for flow NAME's state. */
+static bool wait_state(const struct hd *d, const char *name, const char *want,
+		       int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	char out[4096], state[32] = "";
+
+	do {
+		if (flow_json(d, name, out, sizeof(out)) &&
+		    hj_get(out, "state", state, sizeof(state)) &&
+		    !strcmp(state, want))
+			return true;
+		usleep(50000);
+	} while (tu_now_ns() < until);
+	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
+	return false;
+}
+
+/* The "allow_uids"/"allow_gids" list of `flow show --json`, as text. */
+static void allow_list(const struct hd *d, const char *name, const char *key,
+		       char *out, size_t cap)
+{
+	char json[4096], pat[40];
+	const char *p, *e;
+
+	CHECK(flow_json(d, name, json, sizeof(json)));
+	snprintf(pat, sizeof(pat), "\"%s\": [", key);
+	p = strstr(json, pat);
+	CHECK(p);
+	p += strlen(pat);
+	e = strchr(p, ']');
+	CHECK(e);
+	snprintf(out, cap, "%.*s", (int)(e - p), p);
+}
+
+/* A (sender, no listen) and B (receiver, EXTRA); flow NAME from A to B. */
+static void two_daemons(struct hd *a, struct hd *b, const char *tag,
+			const char *const *b_extra, const char *name,
+			const char *a_flags)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	char ta[32], tb[32], out[4096];
+
+	snprintf(ta, sizeof(ta), "%s-A", tag);
+	snprintf(tb, sizeof(tb), "%s-B", tag);
+	start(b, tb, true, b_extra);
+	start(a, ta, false, tcp);
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s --peer "
+		     "127.0.0.1:%d --ring-size 64K --max-record 1024 %s", name,
+		     b->port, a_flags) == 0);
+	CHECK(wait_state(a, name, "open", 10000));
+	CHECK(wait_state(b, name, "open", 10000));
+}
+
+/* ---- case 1: remote uids ignored; flow allow, kept across a restart ------- */
+
+static void case_remote_uids(void)
+{
+	struct hd a, b;
+	char out[4096], list[256];
+	pid_t cons, prod;
+	int rc, fd;
+
+	two_daemons(&a, &b, "acl1", NULL, "r1", "--allow-uid 65534");
+	rc = consume_as(&b, NOBODY, "r1");
+	printf("  B: uid %u attaches to r1 (allowed on A only): %d\n", NOBODY,
+	       rc);
+	CHECK_RC(rc, -EACCES);
+	allow_list(&b, "r1", "allow_uids", list, sizeof(list));
+	printf("  B: r1's allowed uids: [%s]\n", list);
+	CHECK(!strcmp(list, ""));
+
+	/* not the flow's owner: may not grant itself */
+	rc = nobody_ctl_run(&b, out, sizeof(out),
+			 "flow allow r1 --uid %u", NOBODY);
+	printf("  B: uid %u runs flow allow: exit %d: %s", NOBODY, rc, out);
+	CHECK(rc == 4);
+	CHECK_RC(consume_as(&b, NOBODY, "r1"), -EACCES);
+
+	rc = hd_ctl(&b, moverctl_bin, out, sizeof(out),
+		    "flow allow r1 --uid nobody");
+	printf("  B: root runs flow allow r1 --uid nobody: exit %d: %s", rc, out);
+	CHECK(rc == 0);
+	CHECK_RC(consume_as(&b, NOBODY, "r1"), 0);
+
+	/* kill -9 and start again: the grant is in r1's state file */
+	hd_kill(&b);
+	hd_restart(&b, moverd_bin, NULL);
+	CHECK(wait_state(&b, "r1", "open", 15000));
+	allow_list(&b, "r1", "allow_uids", list, sizeof(list));
+	printf("  B restarted: r1's allowed uids: [%s]\n", list);
+	CHECK(!strcmp(list, "65534"));
+	CHECK_RC(consume_as(&b, NOBODY, "r1"), 0);
+
+	/* ... and the flow is still bound to A: another address is refused */
+	fd = hp_connect_from(b.port, "127.0.0.2");
+	CHECK(hp_hello(fd, "peer-c"));
+	{
+		struct hp_open o = { "r1", 99, 64 << 10, 1024, 1, 0 };
+		char msg[256] = "";
+
+		rc = hp_open_retry(fd, &o, 5000, msg, sizeof(msg));
+		printf("  B restarted: C (127.0.0.2) opens r1: %d: %s\n", rc,
+		       msg);
+		CHECK_RC(rc, -EEXIST);
+	}
+	close(fd);
+
+	cons = fc_consume(&b, NOBODY, "r1", 5000);
+	prod = fc_produce(&a, 0, "r1", 5000);
+	fc_done(prod, "r1's producer on A", 30000);
+	fc_done(cons, "r1's consumer on B (uid 65534)", 10000);
+	printf("  r1: uid %u consumed every record once\n", NOBODY);
+
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out),
+		     "flow disallow r1 --uid 65534") == 0);
+	CHECK_RC(consume_as(&b, NOBODY, "r1"), -EACCES);
+	/* wrong input gets a clear error */
+	rc = hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow allow r1");
+	printf("  flow allow without ids: exit %d: %s", rc, out);
+	CHECK(rc == 2);
+	rc = hd_ctl(&b, moverctl_bin, out, sizeof(out),
+		    "flow allow nosuch --uid 1");
+	printf("  flow allow of a missing flow: exit %d: %s", rc, out);
+	CHECK(rc == 1 && strstr(out, "nosuch"));
+	stop(&a);
+	stop(&b);
+}
+
+/* ---- case 2: --peer-flow-owner ------------------------------------------- */
+
+static void case_peer_flow_owner(void)
+{
+	static const char *const owner[] = { "--peer-flow-owner", "65534:4242",
+					     NULL };
+	const gid_t g[] = { GROUP };
+	struct hd a, b;
+	char out[4096], list[256];
+	int rc;
+
+	two_daemons(&a, &b, "acl2", owner, "o1", "");
+	CHECK(flow_json(&b, "o1", out, sizeof(out)));
+	printf("  B: o1's owner %llu:%llu\n",
+	       (unsigned long long)hj_u64(out, "owner_uid"),
+	       (unsigned long long)hj_u64(out, "owner_gid"));
+	CHECK(hj_u64(out, "owner_uid") == NOBODY);
+	CHECK(hj_u64(out, "owner_gid") == GROUP);
+	CHECK_RC(consume_as(&b, NOBODY, "o1"), 0);
+	rc = attach_as(&b, OTHER, OTHER, g, 1, "o1", FLOWSHM_CONSUMER);
+	printf("  B: uid %u in group %u attaches: %d\n", OTHER, GROUP, rc);
+	CHECK_RC(rc, 0);
+	CHECK_RC(consume_as(&b, OTHER, "o1"), -EACCES);
+
+	/* the owner may grant more */
+	rc = nobody_ctl_run(&b, out, sizeof(out),
+			 "flow allow o1 --uid %u", OTHER);
+	printf("  B: the owner (uid %u) allows uid %u: exit %d: %s", NOBODY,
+	       OTHER, rc, out);
+	CHECK(rc == 0);
+	CHECK_RC(consume_as(&b, OTHER, "o1"), 0);
+	allow_list(&b, "o1", "allow_uids", list, sizeof(list));
+	CHECK(!strcmp(list, "4000"));
+	stop(&a);
+	stop(&b);
+}
+
+/* ---- case 3: another peer opens a flow of A's while A is down ------------- */
+
+#define H_RECORDS 20000
+
+/* The geometry and `published` of B's ring file of flow name. */
+static void ring_file(const struct hd *b, const char *name,
+		      struct fr_geometry *geo, uint64_t *published)
+{
+	char path[256];
+	struct fr_shared *sh;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/rings/%s.ring", b->dir, name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	sh = mmap(NULL, FR_CTRL_BYTES, PROT_READ, MAP_SHARED, fd, 0);
+	CHECK(sh != MAP_FAILED);
+	*geo = sh->geo;
+	/* acquire: moverd's release store of what it deposited */
+	*published = atomic_load_explicit(&sh->published, memory_order_acquire);
+	munmap(sh, FR_CTRL_BYTES);
+	close(fd);
+}
+
+/* C opens flow h with h's own ring, from 127.0.0.2: its answer's error. */
+static int hijack(const struct hd *b, const char *when)
+{
+	struct fr_geometry geo;
+	uint64_t pub;
+	struct hp_open o = { "h", 7, 0, 0, 0, 0 };
+	char msg[256] = "";
+	int fd, rc;
+
+	ring_file(b, "h", &geo, &pub);
+	o.ring_size = geo.ring_bytes;
+	o.max_record = geo.max_record;
+	o.seal_key = geo.seal_key;
+	o.start = pub;
+	fd = hp_connect_from(b->port, "127.0.0.2");
+	CHECK(hp_hello(fd, "peer-c"));
+	rc = hp_open_retry(fd, &o, 5000, msg, sizeof(msg));
+	printf("  %s: C (127.0.0.2) opens h at %llu with its ring: %d: %s\n",
+	       when, (unsigned long long)pub, rc, msg);
+	if (rc == 0) {
+		/* what a hijacker does next: its own bytes into the ring */
+		static uint8_t junk[4096];
+
+		memset(junk, 0x5a, sizeof(junk));
+		hp_send_hdr(fd, WIRE_DATA, o.flow_id, sizeof(junk), pub, 0);
+		hp_send_all(fd, junk, sizeof(junk));
+		usleep(300000);
+	}
+	close(fd);
+	return rc;
+}
+
+static void case_hijack(void)
+{
+	struct hd a, b;
+	struct fr_geometry geo;
+	uint64_t pub_before, pub_after;
+	pid_t cons, prod;
+	char out[4096], origin[64] = "";
+	int base;
+
+	two_daemons(&a, &b, "acl3", NULL, "h", "");
+	cons = fc_consume(&b, 0, "h", H_RECORDS);
+	prod = fc_produce(&a, 0, "h", H_RECORDS);
+	/* some records through, then A dies; its producer fills h's ring */
+	for (int i = 0; i < 200; i++) {
+		ring_file(&b, "h", &geo, &pub_before);
+		if (pub_before > 256 << 10)
+			break;
+		usleep(20000);
+	}
+	hd_kill(&a);
+	CHECK(wait_state(&b, "h", "reconnecting", 10000));
+	ring_file(&b, "h", &geo, &pub_before);
+	base = hd_log_count(&b, "refused");
+
+	CHECK_RC(hijack(&b, "A down"), -EEXIST);
+	ring_file(&b, "h", &geo, &pub_after);
+	CHECK(pub_after == pub_before);
+	CHECK(hd_log_count(&b, "refused") > base);
+	CHECK(flow_json(&b, "h", out, sizeof(out)));
+	CHECK(hj_u64(out, "consumers") == 1);
+	CHECK(hj_get(out, "origin", origin, sizeof(origin)));
+	printf("  B: h's published %llu before and after, consumer attached, "
+	       "bound to %s\n", (unsigned long long)pub_after, origin);
+	CHECK(!strcmp(origin, "127.0.0.1"));
+
+	hd_restart(&a, moverd_bin, (const char *const[]){ "--transport", "tcp",
+							 NULL });
+	track(&a);
+	fc_done(prod, "h's producer on A", 60000);
+	fc_done(cons, "h's consumer on B", 20000);
+	printf("  h: A resumed, every record exactly once\n");
+
+	/* B restarted: h, re-adopted, is still A's */
+	hd_kill(&b);
+	hd_restart(&b, moverd_bin, NULL);
+	CHECK(wait_state(&b, "h", "open", 15000));
+	CHECK_RC(hijack(&b, "B restarted"), -EEXIST);
+	stop(&a);
+	stop(&b);
+}
+
+/* ---- case 4: supplementary groups --------------------------------------- */
+
+static void case_groups(void)
+{
+	const gid_t g[] = { 100, GROUP };
+	struct hd d;
+	char out[4096];
+	int rc;
+
+	start(&d, "acl4", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create g "
+		     "--ring-size 64K --allow-gid %u", GROUP) == 0);
+	rc = attach_as(&d, OTHER, OTHER, g, 2, "g", FLOWSHM_PRODUCER);
+	printf("  uid %u gid %u, supplementary 100,%u: attach: %d\n", OTHER,
+	       OTHER, GROUP, rc);
+	CHECK_RC(rc, 0);
+	rc = attach_as(&d, OTHER, OTHER, g, 1, "g", FLOWSHM_PRODUCER);
+	printf("  uid %u gid %u, supplementary 100: attach: %d\n", OTHER,
+	       OTHER, rc);
+	CHECK_RC(rc, -EACCES);
+	/* the primary group still counts */
+	CHECK_RC(attach_as(&d, OTHER, GROUP, NULL, 0, "g", FLOWSHM_PRODUCER), 0);
+	stop(&d);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_remote_uids, "remote uids ignored; flow allow, kept "
+		  "across a restart" },
+		{ 2, case_peer_flow_owner, "--peer-flow-owner" },
+		{ 3, case_hijack, "another peer opens A's flow while A is "
+		  "down" },
+		{ 4, case_groups, "supplementary groups in the gid check" },
+	};
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	main_pid = getpid();
+	atexit(on_exit_kill_daemons);
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	flowcheck_bin = argv[3];
+	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %u --regid "
+		 "%u --clear-groups %s", NOBODY, NOBODY, moverctl_bin);
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]), "FM_ACL_CASES");
+}
