@@ -23,6 +23,7 @@
 #include "bell_thread.h"
 #include "control.h"
 #include "log.h"
+#include "peer_allow.h"
 
 #include "flowmover.pb-c.h"
 
@@ -191,15 +192,40 @@ static void ctrlq_clear(struct peer *p)
 	p->ctrlq_frames = 0;
 }
 
+static const char *node_name(void)
+{
+	static char host[65];
+
+	if (!host[0] && gethostname(host, sizeof(host) - 1))
+		strcpy(host, "?");
+	return host;
+}
+
+/*
+ * Our hello: with a key, our nonce and key id, and (responder) our proof
+ * over the initiator's nonce, ours and both names.  The responder's
+ * answer goes even when it already knows it will refuse (a key on one
+ * side only, another key): the initiator learns why from it.
+ */
 static void queue_hello(struct peer *p)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
-	char host[64] = "";
+	const struct auth_key *k = p->m->key;
+	uint8_t proof[AUTH_PROOF_BYTES];
 
-	gethostname(host, sizeof(host) - 1);
 	hello.version = WIRE_VERSION;
-	hello.node = host;
+	hello.node = (char *)node_name();
+	if (k) {
+		hello.key_id = (char *)k->id;
+		hello.nonce = (ProtobufCBinaryData){ sizeof(p->nonce_mine),
+						     p->nonce_mine };
+	}
+	if (k && !p->outbound && !p->auth_fail[0]) {
+		auth_proof(k, AUTH_RESPONDER, p->nonce_theirs, p->nonce_mine,
+			   p->node, node_name(), proof);
+		hello.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
+	}
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	queue_ctrl(p, &msg);
@@ -282,6 +308,7 @@ static void peer_closed(struct peer *p)
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	p->hdr_have = p->body_have = 0;
 	p->in_body = false;
+	p->auth_ok = false; /* the next connection proves itself again */
 	/* no op is in flight any more: what they referred to may go */
 	rx_release(p);
 	tx_release(p);
@@ -561,6 +588,10 @@ static int tx_build(struct peer *p)
 
 	if (p->state != PEER_UP || p->wr_op.busy || p->tx_niov)
 		return 0;
+	if (p->auth_fail[0] && !p->ctrlq) {
+		peer_fail(p, "%s", p->auth_fail); /* our hello went */
+		return 1;
+	}
 	if (p->ctrlq_overflow) {
 		peer_fail(p, "does not read its replies (%u control frames, "
 			  "%zu bytes queued)", p->ctrlq_frames, p->ctrlq_bytes);
@@ -644,6 +675,11 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	uint32_t rkey = 0;
 	int rc = 0;
 
+	if (!p->auth_ok) { /* handle_ctrl's gate: never a flow, ring or rkey */
+		peer_fail(p, "peer authentication failed: an open before "
+			  "authentication");
+		return;
+	}
 	if (f && f->role != FLOW_RECEIVER) {
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
@@ -746,6 +782,195 @@ static void handle_close(struct peer *p, const char *name)
 	peer_destroy_flow(p->m, f, NULL);
 }
 
+/* ---- authentication (auth.h) ---------------------------------------------- */
+
+static void queue_opens(struct peer *p)
+{
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		if (f->state != FLOW_FAILED)
+			queue_open(p, f);
+}
+
+/* A fresh connection: nothing of an earlier one's handshake is kept. */
+static void auth_reset(struct peer *p)
+{
+	p->auth_ok = p->hello_seen = false;
+	p->auth_fail[0] = p->node[0] = p->node_safe[0] = p->key_id[0] = 0;
+	memset(p->nonce_theirs, 0, sizeof(p->nonce_theirs));
+	auth_nonce(p->nonce_mine);
+}
+
+static void authenticated(struct peer *p)
+{
+	p->auth_ok = true;
+	if (p->m->key) {
+		snprintf(p->key_id, sizeof(p->key_id), "%s", p->m->key->id);
+		/* a node name proven by the key (see branch acl): without a
+		 * key a name proves nothing and identity stays the address */
+		snprintf(p->identity, sizeof(p->identity), "%s key %s",
+			 p->node_safe, p->key_id);
+	}
+	log_info("peer %s: authenticated: node %s, %s%s", p->addr, p->node_safe,
+		 p->key_id[0] ? "key " : "no key (--peer-key not set)",
+		 p->key_id);
+	if (p->outbound)
+		queue_opens(p);
+}
+
+/* Printable ASCII only, for logs and status (the raw name is proven). */
+static void filter_node(char *out, const char *in, size_t cap)
+{
+	size_t i = 0;
+
+	for (; in[i] && i + 1 < cap; i++)
+		out[i] = in[i] > ' ' && in[i] < 0x7f ? in[i] : '?';
+	out[i] = 0;
+}
+
+/*
+ * The two sides must agree on having a key and on which: the first side
+ * that sees a mismatch says so.  NULL, or why not.
+ */
+static const char *key_mismatch(const struct peer *p,
+				const Flowmover__PeerHello *h, char *buf,
+				size_t cap)
+{
+	const struct auth_key *k = p->m->key;
+	bool theirs = h->key_id && *h->key_id;
+
+	if (!k && !theirs)
+		return NULL;
+	if (!k) {
+		snprintf(buf, cap, "the peer holds a key (id %.16s), this "
+			 "moverd has none (--peer-key)", h->key_id);
+		return buf;
+	}
+	if (!theirs) {
+		snprintf(buf, cap, "the peer has no key, this moverd requires "
+			 "one (key id %s)", k->id);
+		return buf;
+	}
+	if (strcmp(h->key_id, k->id)) {
+		snprintf(buf, cap, "the peer holds another key (id %.16s, ours "
+			 "%s)", h->key_id, k->id);
+		return buf;
+	}
+	if (h->nonce.len != AUTH_NONCE_BYTES) {
+		snprintf(buf, cap, "a nonce of %zu bytes", h->nonce.len);
+		return buf;
+	}
+	return NULL;
+}
+
+/* Responder: answer the initiator's hello (and refuse once it is sent,
+ * if it must: the initiator then hears why from our hello). */
+static void responder_hello(struct peer *p, const char *mismatch)
+{
+	if (mismatch) {
+		snprintf(p->auth_fail, sizeof(p->auth_fail), "peer "
+			 "authentication failed: %s", mismatch);
+		log_warn("peer %s: %s", p->addr, p->auth_fail);
+	}
+	queue_hello(p);
+	if (!mismatch && !p->m->key)
+		authenticated(p); /* insecure: the hellos are all */
+}
+
+/* Initiator: the responder's hello, its proof checked, ours sent. */
+static void initiator_hello(struct peer *p, const Flowmover__PeerHello *h,
+			    const char *mismatch)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerAuth auth = FLOWMOVER__PEER_AUTH__INIT;
+	const struct auth_key *k = p->m->key;
+	uint8_t proof[AUTH_PROOF_BYTES];
+
+	if (mismatch) {
+		peer_fail(p, "peer authentication failed: %s", mismatch);
+		return;
+	}
+	if (!k) {
+		authenticated(p);
+		return;
+	}
+	if (!auth_check(k, AUTH_RESPONDER, p->nonce_mine, p->nonce_theirs,
+			node_name(), p->node, h->proof.data, h->proof.len)) {
+		peer_fail(p, "peer authentication failed: its proof (%zu "
+			  "bytes) is wrong for key %s: a replayed or forged "
+			  "hello", h->proof.len, k->id);
+		return;
+	}
+	auth_proof(k, AUTH_INITIATOR, p->nonce_mine, p->nonce_theirs,
+		   node_name(), p->node, proof);
+	auth.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_AUTH;
+	msg.auth = &auth;
+	queue_ctrl(p, &msg);
+	authenticated(p);
+}
+
+static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
+{
+	char buf[160];
+	const char *mismatch;
+
+	if (p->hello_seen) {
+		peer_fail(p, "peer authentication failed: a second hello");
+		return;
+	}
+	p->hello_seen = true;
+	if (h->version != WIRE_VERSION) {
+		peer_fail(p, "peer protocol version %u, we speak %u",
+			  h->version, WIRE_VERSION);
+		return;
+	}
+	if (!h->node || strlen(h->node) >= sizeof(p->node)) {
+		peer_fail(p, "peer authentication failed: a node name of more "
+			  "than %zu bytes", sizeof(p->node) - 1);
+		return;
+	}
+	strcpy(p->node, h->node);
+	filter_node(p->node_safe, h->node, sizeof(p->node_safe));
+	mismatch = key_mismatch(p, h, buf, sizeof(buf));
+	if (!mismatch && p->m->key)
+		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
+	log_debug("peer %s: hello from %s", p->addr, p->node_safe);
+	if (p->outbound)
+		initiator_hello(p, h, mismatch);
+	else
+		responder_hello(p, mismatch);
+}
+
+/* Responder: the initiator's proof, over our fresh nonce. */
+static void handle_auth(struct peer *p, const Flowmover__PeerAuth *a)
+{
+	const struct auth_key *k = p->m->key;
+
+	if (p->outbound || !k || !p->hello_seen || p->auth_ok) {
+		peer_fail(p, "peer authentication failed: an unexpected proof");
+		return;
+	}
+	if (!auth_check(k, AUTH_INITIATOR, p->nonce_theirs, p->nonce_mine,
+			p->node, node_name(), a->proof.data, a->proof.len)) {
+		peer_fail(p, "peer authentication failed: its proof (%zu "
+			  "bytes) is wrong for key %s: a replayed or reflected "
+			  "hello, or another key", a->proof.len, k->id);
+		return;
+	}
+	authenticated(p);
+}
+
+/* Before auth_ok a peer may only say HELLO and AUTH. */
+static bool ctrl_allowed(struct peer *p, const Flowmover__PeerMsg *msg)
+{
+	if (p->auth_ok || msg->body_case == FLOWMOVER__PEER_MSG__BODY_HELLO ||
+	    msg->body_case == FLOWMOVER__PEER_MSG__BODY_AUTH)
+		return !p->auth_fail[0];
+	peer_fail(p, "peer authentication failed: control message %d before "
+		  "authentication", (int)msg->body_case);
+	return false;
+}
+
 static void handle_ctrl(struct peer *p)
 {
 	Flowmover__PeerMsg *msg = flowmover__peer_msg__unpack(NULL, p->hdr.len,
@@ -755,14 +980,16 @@ static void handle_ctrl(struct peer *p)
 		peer_fail(p, "undecodable control message");
 		return;
 	}
+	if (!ctrl_allowed(p, msg)) {
+		flowmover__peer_msg__free_unpacked(msg, NULL);
+		return;
+	}
 	switch (msg->body_case) {
 	case FLOWMOVER__PEER_MSG__BODY_HELLO:
-		if (msg->hello->version != WIRE_VERSION)
-			peer_fail(p, "peer protocol version %u, we speak %u",
-				  msg->hello->version, WIRE_VERSION);
-		else
-			log_info("peer %s: hello from %s", p->addr,
-				 msg->hello->node);
+		handle_hello(p, msg->hello);
+		break;
+	case FLOWMOVER__PEER_MSG__BODY_AUTH:
+		handle_auth(p, msg->auth);
 		break;
 	case FLOWMOVER__PEER_MSG__BODY_OPEN:
 		handle_open(p, msg->open);
@@ -879,6 +1106,11 @@ void peer_rx_header(struct peer *p)
 			  h->magic, h->version);
 		return;
 	}
+	if (!p->auth_ok && h->type != WIRE_CTRL && h->type != WIRE_HEARTBEAT) {
+		peer_fail(p, "peer authentication failed: a frame of type %u "
+			  "before authentication", h->type);
+		return;
+	}
 	switch (h->type) {
 	case WIRE_CTRL:
 		if (h->len == 0 || h->len > WIRE_MAX_CTRL) {
@@ -923,12 +1155,10 @@ void peer_up(struct peer *p)
 	/* receive state is fresh: calloc'd, or reset by peer_closed */
 	p->state = PEER_UP;
 	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
+	auth_reset(p);
 	if (p->outbound) {
 		p->backoff_ms = 100;
-		queue_hello(p);
-		for (struct flow *f = p->flows; f; f = f->peer_next)
-			if (f->state != FLOW_FAILED)
-				queue_open(p, f);
+		queue_hello(p); /* opens go once the responder proved its key */
 	}
 	p->tp->recv(p);
 	log_info("peer %s: connected over %s (%s)", p->addr, p->tp->name,
@@ -980,7 +1210,7 @@ static void tick_done(struct loop_op *op, int res)
 				  "peer does not read",
 				  (unsigned long long)(SEND_DEADLINE_NS /
 						       1000000000ull));
-		else if (p->state == PEER_UP)
+		else if (p->state == PEER_UP && p->auth_ok)
 			reopen_due(p, now);
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
 			p->tp->connect(p);
@@ -1220,7 +1450,8 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   struct ctl_server *ctl, const struct peer_opts *o)
 {
 	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
-				.listen_fd = -1, .tp = &tcp_transport };
+				.listen_fd = -1, .tp = &tcp_transport,
+				.allow = o->allow, .key = o->key };
 	arm_tick(m);
 	if (peer_resolver_start(m))
 		log_warn("no resolver thread: peers must be numeric addresses");
@@ -1269,6 +1500,29 @@ bool peer_mgr_busy(struct peer_mgr *m)
 	return m->peers != NULL;
 }
 
+bool peer_allowed(struct peer_mgr *m, const struct sockaddr *sa,
+		  const char *host)
+{
+	static uint64_t last_ns, quiet;
+	uint64_t now;
+
+	if (peer_allow_match(m->allow, sa))
+		return true;
+	m->refused_allow++;
+	now = fr_now_ns();
+	/* anyone may try at will: one line a second, with the count */
+	if (now - last_ns < 1000000000ull) {
+		quiet++;
+		return false;
+	}
+	log_warn("refusing a peer connection from %s: not in --peer-allow "
+		 "(%llu more refused since the last such line)", host,
+		 (unsigned long long)quiet);
+	last_ns = now;
+	quiet = 0;
+	return false;
+}
+
 int peer_add_sender(struct peer_mgr *m, struct flow *f)
 {
 	struct peer *p;
@@ -1279,8 +1533,8 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 	if (!p && !(p = peer_new(m, f->peer_addr, true, m->tp)))
 		return -ENOMEM;
 	link_flow(p, f);
-	if (p->state == PEER_UP)
-		queue_open(p, f);
+	if (p->state == PEER_UP && p->auth_ok)
+		queue_open(p, f); /* else it goes once authenticated */
 	else if (p->state == PEER_DOWN)
 		p->tp->connect(p);
 	return 0;
@@ -1297,7 +1551,7 @@ static void forget_flow(struct flow *f, const char *why)
 
 	if (!p)
 		return;
-	if (f->role == FLOW_SENDER && p->state == PEER_UP) {
+	if (f->role == FLOW_SENDER && p->state == PEER_UP && p->auth_ok) {
 		Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
 
@@ -1345,6 +1599,8 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.flows = flow_count(p), .bytes_sent = p->bytes_tx,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
+			.node = p->node_safe, .key_id = p->key_id,
+			.authenticated = p->auth_ok,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

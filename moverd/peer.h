@@ -21,8 +21,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct auth_key;
 struct ctl_server;
 struct peer;
+struct peer_allow;
 struct transport;
 
 /*
@@ -61,6 +63,12 @@ struct peer_mgr {
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
 
+	/* who may connect (NULL: anyone) and the key peers must prove
+	 * (NULL: insecure, hellos carry no proof); see auth.h */
+	const struct peer_allow *allow;
+	const struct auth_key *key;
+	uint64_t refused_allow;   /* connections closed for --peer-allow */
+
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
 
@@ -75,6 +83,8 @@ struct peer_opts {
 	const char *transport;    /* "tcp", "rdma" or "auto" (RDMA where a
 				   * device exists) */
 	const char *doorbell;     /* "auto", "thread" or "poll" */
+	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
+	const struct auth_key *key;     /* --peer-key, NULL: none */
 };
 
 /* Pick the transport and doorbell, listen, start the timer. */
@@ -123,8 +133,17 @@ struct peer_status {
 	uint32_t reconnects;
 	uint32_t registrations;      /* flow rings registered (RDMA) */
 	uint64_t registered_bytes;
+	const char *node;            /* as the peer named itself (filtered) */
+	const char *key_id;          /* the key it proved, "" without */
+	bool authenticated;
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);
+
+/* May a connection from sa come in (--peer-allow)?  false: it was logged
+ * (rate-limited) and counted; the caller closes or rejects it before
+ * allocating anything for it. */
+bool peer_allowed(struct peer_mgr *m, const struct sockaddr *sa,
+		  const char *host);
 
 #endif

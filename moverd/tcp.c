@@ -302,9 +302,15 @@ static void accept_done(struct loop_op *op, int res)
 		log_warn("peer accept: %s", strerror(-res));
 		return;
 	}
+	sa.ss_family = AF_UNSPEC; /* no address: no --peer-allow matches */
 	if (!getpeername(res, (struct sockaddr *)&sa, &len))
 		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
 			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+	/* --peer-allow: before anything is allocated for it */
+	if (!peer_allowed(m, (struct sockaddr *)&sa, host)) {
+		close(res);
+		return;
+	}
 	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
 	p = peer_new(m, addr, false, &tcp_transport);
 	if (!p) {
