@@ -804,4 +804,52 @@ static inline bool hp_closed_within(int fd, int timeout_ms)
 	return false;
 }
 
+/* A responder's hello: nonce, key id and a proof (any of them may be
+ * empty or wrong: a hostile responder). */
+static inline bool hp_hello_proof(int fd, const char *node,
+				  const uint8_t *nonce, size_t nonce_len,
+				  const char *key_id, const uint8_t *proof,
+				  size_t proof_len)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.version = WIRE_VERSION;
+	hello.node = (char *)node;
+	hello.nonce.data = (uint8_t *)nonce;
+	hello.nonce.len = nonce_len;
+	hello.key_id = (char *)(key_id ? key_id : "");
+	hello.proof.data = (uint8_t *)proof;
+	hello.proof.len = proof_len;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	return hp_send_msg(fd, &msg);
+}
+
+/* A listening socket on 127.0.0.1 (a hostile responder); its port in *port. */
+static inline int hp_listen(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(fd, 8) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Accept one connection within timeout_ms: its fd, or -1. */
+static inline int hp_accept(int lfd, int timeout_ms)
+{
+	struct pollfd pfd = { lfd, POLLIN, 0 };
+
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return -1;
+	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
 #endif
