@@ -51,6 +51,7 @@
 #include <stdbool.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -65,6 +66,7 @@
 
 static const char *moverd_bin, *moverctl_bin;
 static char top_dir[64];             /* /tmp/fm-remote-PID */
+static char peer_key[96];            /* top_dir/peer.key: every daemon's */
 static pid_t main_pid;
 static int cur_case;
 static const char *skip_reason;      /* set by a case that could not run */
@@ -328,9 +330,10 @@ static const char *remote_transport;
 static void daemon_exec(const void *arg)
 {
 	const struct daemon *d = arg;
-	const char *argv[16] = { moverd_bin, "--foreground", "--socket",
-				 d->sock, "--log-level", log_level };
-	int n = 6, fd;
+	const char *argv[20] = { moverd_bin, "--foreground", "--socket",
+				 d->sock, "--log-level", log_level,
+				 "--peer-key", peer_key };
+	int n = 8, fd;
 
 	if (d->listen[0]) {
 		argv[n++] = "--listen";
@@ -369,6 +372,25 @@ static void daemon_exec(const void *arg)
 	execv(moverd_bin, (char **)argv);
 	perror("execv moverd");
 	_exit(127);
+}
+
+/*
+ * One key for every daemon of the run: the flows between hosts go through
+ * the authenticated hello (a non-loopback --listen, the veth and the
+ * soft-RoCE addresses, needs one anyway).
+ */
+static void write_peer_key(void)
+{
+	uint8_t key[32];
+	int fd;
+
+	snprintf(peer_key, sizeof(peer_key), "%s/peer.key", top_dir);
+	unlink(peer_key);
+	CHECK(getrandom(key, sizeof(key), 0) == (ssize_t)sizeof(key));
+	fd = open(peer_key, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	CHECK(write(fd, key, sizeof(key)) == (ssize_t)sizeof(key));
+	close(fd);
 }
 
 static void log_tail(const struct daemon *d, int lines)
@@ -1906,6 +1928,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	snprintf(top_dir, sizeof(top_dir), "/tmp/fm-remote-%d", (int)main_pid);
 	CHECK(mkdir(top_dir, 0755) == 0 || errno == EEXIST);
+	write_peer_key();
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	CHECK(sh != MAP_FAILED);
