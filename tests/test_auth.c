@@ -234,19 +234,55 @@ static void show_log(const struct hd *d, const char *side, const char *needle)
 
 /* ---- two daemons ------------------------------------------------------------- */
 
-/* A (sender, no listen) with a_extra; B (receiver) with b_extra. */
+/*
+ * The daemons of the two-daemon cases talk over FM_AUTH_TRANSPORT (tcp by
+ * default; rdma in the soft-RoCE guest) to B at FM_AUTH_ADDR (127.0.0.1;
+ * 10.77.0.1 in the guest).
+ */
+static const char *transport(void)
+{
+	const char *t = getenv("FM_AUTH_TRANSPORT");
+
+	return t && *t ? t : "tcp";
+}
+
+static const char *b_addr(void)
+{
+	const char *a = getenv("FM_AUTH_ADDR");
+
+	return a && *a ? a : "127.0.0.1";
+}
+
+/* A (sender, no listen) with a_key; B (receiver) with b_key and b_more. */
+static void pair_with(struct hd *a, struct hd *b, const char *tag,
+		      const char *a_key, const char *b_key,
+		      const char *const *b_more)
+{
+	const char *ea[] = { "--transport", transport(),
+			     a_key ? "--peer-key" : NULL, a_key, NULL };
+	const char *eb[16] = { "--listen", NULL, "--transport", transport() };
+	char ta[32], tb[32], laddr[80];
+	int n = 4, port = hd_free_port();
+
+	snprintf(laddr, sizeof(laddr), "%s:%d", b_addr(), port);
+	eb[1] = laddr;
+	if (b_key) {
+		eb[n++] = "--peer-key";
+		eb[n++] = b_key;
+	}
+	for (; b_more && *b_more && n < 15; b_more++)
+		eb[n++] = *b_more;
+	snprintf(ta, sizeof(ta), "%s-A", tag);
+	snprintf(tb, sizeof(tb), "%s-B", tag);
+	start(b, tb, false, eb);
+	b->port = port;
+	start(a, ta, false, ea);
+}
+
 static void pair(struct hd *a, struct hd *b, const char *tag,
 		 const char *a_key, const char *b_key)
 {
-	const char *ea[] = { "--transport", "tcp", a_key ? "--peer-key" : NULL,
-			     a_key, NULL };
-	const char *eb[] = { b_key ? "--peer-key" : NULL, b_key, NULL };
-	char ta[32], tb[32];
-
-	snprintf(ta, sizeof(ta), "%s-A", tag);
-	snprintf(tb, sizeof(tb), "%s-B", tag);
-	start(b, tb, true, eb);
-	start(a, ta, false, ea);
+	pair_with(a, b, tag, a_key, b_key, NULL);
 }
 
 static void create_flow(const struct hd *a, const struct hd *b,
@@ -255,8 +291,18 @@ static void create_flow(const struct hd *a, const struct hd *b,
 	char out[4096];
 
 	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s "
-		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
-		     name, b->port) == 0);
+		     "--peer %s:%d --ring-size 64K --max-record 1024",
+		     name, b_addr(), b->port) == 0);
+}
+
+/* B registered no ring with an RDMA device (and has no peer up). */
+static void no_registrations(const struct hd *b)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(b, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	CHECK(hj_u64(out, "registrations") == 0);
+	CHECK(hj_u64(out, "registered_bytes") == 0);
 }
 
 static pid_t fc(const struct hd *d, const char *role, const char *flow,
@@ -359,6 +405,7 @@ static void refused_pair(const char *tag, const char *a_key, const char *b_key,
 	CHECK(flow_json(&a, "q", reason, sizeof(reason)));
 	CHECK(!strstr(reason, "\"open\""));
 	no_flows(&b);
+	no_registrations(&b);
 	hd_alive(&b);
 	CHECK(hd_ctl(&a, moverctl_bin, reason, sizeof(reason),
 		     "flow destroy q") == 0);
@@ -611,6 +658,32 @@ static void case_open_before_auth(void)
 
 /* ---- 7: --peer-allow ----------------------------------------------------------- */
 
+/* Two daemons over FM_AUTH_TRANSPORT: A is outside B's --peer-allow. */
+static void peer_allow_pair(void)
+{
+	const char *more[] = { "--peer-allow", "10.0.0.0/8", NULL };
+	char reason[256] = "";
+	struct hd a, b;
+	int base_b;
+
+	printf("  (c) a moverd over %s outside --peer-allow\n", transport());
+	pair_with(&a, &b, "auth7c", NULL, NULL, more);
+	base_b = hd_fds(&b);
+	create_flow(&a, &b, "q");
+	wait_log(&b, "not in --peer-allow", 1, 10000);
+	show_log(&b, "B", "not in --peer-allow");
+	CHECK(flow_json(&a, "q", reason, sizeof(reason)));
+	CHECK(!strstr(reason, "\"open\""));
+	CHECK(hd_log_count(&b, "connected over") == 0);
+	no_flows(&b);
+	no_registrations(&b);
+	CHECK(hd_ctl(&a, moverctl_bin, reason, sizeof(reason),
+		     "flow destroy q") == 0);
+	hd_wait_fds(&b, base_b);
+	stop(&a);
+	stop(&b);
+}
+
 static void case_peer_allow(void)
 {
 	const char *deny[] = { "--peer-allow", "10.0.0.0/8,fd00::/8", NULL };
@@ -647,6 +720,7 @@ static void case_peer_allow(void)
 	printf("  with 127.0.0.0/8 allowed: flow h opened\n");
 	close(fd);
 	stop(&b);
+	peer_allow_pair();
 }
 
 /* ---- 8, 9: start-up ----------------------------------------------------------- */
