@@ -813,8 +813,11 @@ static void authenticated(struct peer *p)
 	log_info("peer %s: authenticated: node %s, %s%s", p->addr, p->node_safe,
 		 p->key_id[0] ? "key " : "no key (--peer-key not set)",
 		 p->key_id);
-	if (p->outbound)
+	if (p->outbound) {
+		/* only now: a refused handshake reconnects ever more slowly */
+		p->backoff_ms = 100;
 		queue_opens(p);
+	}
 }
 
 /* Printable ASCII only, for logs and status (the raw name is proven). */
@@ -1156,10 +1159,8 @@ void peer_up(struct peer *p)
 	p->state = PEER_UP;
 	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
 	auth_reset(p);
-	if (p->outbound) {
-		p->backoff_ms = 100;
+	if (p->outbound)
 		queue_hello(p); /* opens go once the responder proved its key */
-	}
 	p->tp->recv(p);
 	log_info("peer %s: connected over %s (%s)", p->addr, p->tp->name,
 		 p->outbound ? "outbound" : "inbound");
