@@ -791,21 +791,68 @@ static int cmd_destroy(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
+/* Keep a page's response; false when out of memory. */
+static bool keep_page(Flowmover__Response ***pages, size_t *n,
+		      Flowmover__Response *resp)
+{
+	Flowmover__Response **p = realloc(*pages, (*n + 1) * sizeof(*p));
+
+	if (!p)
+		return false;
+	p[(*n)++] = resp;
+	*pages = p;
+	return true;
+}
+
+/* The list comes in pages (one frame each): fetch them all, then print
+ * them as one list. */
 static int cmd_list(const struct opts *o)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
-	Flowmover__Response *resp;
-	int ex;
+	Flowmover__FlowList all = FLOWMOVER__FLOW_LIST__INIT;
+	Flowmover__Response **pages = NULL, *resp;
+	size_t n_pages = 0, n = 0;
+	int ex = EX_OK;
 
 	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
 	req.list = &l;
-	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST);
-	if (ex)
-		return ex;
-	print_list(resp->list, o->json);
-	ctl_response_free(resp);
-	return EX_OK;
+	l.after = "";
+	for (;;) {
+		const Flowmover__FlowList *page;
+
+		ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST);
+		if (ex)
+			goto out;
+		if (!keep_page(&pages, &n_pages, resp)) {
+			ctl_response_free(resp);
+			perror("moverctl");
+			ex = EX_DAEMON;
+			goto out;
+		}
+		page = resp->list;
+		n += page->n_flows;
+		/* an empty page that says "more" would never end */
+		if (!page->more || !page->n_flows)
+			break;
+		l.after = page->flows[page->n_flows - 1]->name;
+	}
+	all.flows = calloc(n ? n : 1, sizeof(*all.flows));
+	if (!all.flows) {
+		perror("moverctl");
+		ex = EX_DAEMON;
+		goto out;
+	}
+	for (size_t i = 0; i < n_pages; i++)
+		for (size_t j = 0; j < pages[i]->list->n_flows; j++)
+			all.flows[all.n_flows++] = pages[i]->list->flows[j];
+	print_list(&all, o->json);
+	free(all.flows);
+out:
+	for (size_t i = 0; i < n_pages; i++)
+		ctl_response_free(pages[i]);
+	free(pages);
+	return ex;
 }
 
 static int cmd_show(const struct opts *o, const char *name)

@@ -330,31 +330,89 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
 	respond_ok(c, id);
 }
 
-static void do_list(struct ctl_client *c, uint64_t id)
+/*
+ * Who may see a flow (show, list): root, its owner and the ids allowed to
+ * attach, the same as may attach.  To anyone else it does not exist: its
+ * owner, allow lists and peer are nobody else's business.
+ */
+static bool may_see(const struct ctl_client *c, const struct flow *f)
+{
+	return flows_may_attach(f, c->uid, c->gid);
+}
+
+static void do_describe(struct ctl_client *c, uint64_t id, const char *name)
+{
+	struct flow *f = flows_find(c->srv->flows, name);
+
+	if (!f || !may_see(c, f)) {
+		respond_error(c, id, -ENOENT, "no such flow '%.80s'", name);
+		return;
+	}
+	respond_flow(c, id, f, NULL);
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp((*(struct flow *const *)a)->name,
+		      (*(struct flow *const *)b)->name);
+}
+
+/* The flows this client may see, named after `after`, in name order. */
+static unsigned visible_after(struct ctl_client *c, const char *after,
+			      struct flow **out)
+{
+	unsigned n = 0;
+
+	for (struct flow *f = c->srv->flows->head; f; f = f->next)
+		if (may_see(c, f) && strcmp(f->name, after) > 0)
+			out[n++] = f;
+	qsort(out, n, sizeof(*out), by_name);
+	return n;
+}
+
+/* Room for the flows of one page: a frame, less the envelope. */
+#define LIST_PAGE_BYTES (CTL_MAX_FRAME - 256)
+
+/*
+ * One page of the list: as many flows as fit a frame (or `limit`), and
+ * `more` if others follow; the client asks again after the last name.
+ */
+static void do_list(struct ctl_client *c, uint64_t id,
+		    const Flowmover__ListFlows *req)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__FlowList list = FLOWMOVER__FLOW_LIST__INIT;
-	unsigned n = c->srv->flows->count, i = 0;
-	Flowmover__FlowInfo *infos = calloc(n ? n : 1, sizeof(*infos));
-	Flowmover__FlowInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+	unsigned count = c->srv->flows->count, n, i;
+	struct flow **flows = calloc(count ? count : 1, sizeof(*flows));
+	Flowmover__FlowInfo *infos = calloc(count ? count : 1, sizeof(*infos));
+	Flowmover__FlowInfo **ptrs = calloc(count ? count : 1, sizeof(*ptrs));
+	size_t bytes = 0;
 
-	if (!infos || !ptrs) {
-		free(infos);
-		free(ptrs);
+	if (!flows || !infos || !ptrs) {
 		respond_error(c, id, -ENOMEM, "out of memory");
-		return;
+		goto out;
 	}
-	for (struct flow *f = c->srv->flows->head; f && i < n; f = f->next) {
+	n = visible_after(c, req && req->after ? req->after : "", flows);
+	for (i = 0; i < n && (!req || !req->limit || i < req->limit); i++) {
+		size_t one;
+
 		flowmover__flow_info__init(&infos[i]);
-		fill_info(f, &infos[i]);
+		fill_info(flows[i], &infos[i]);
+		/* the message, its tag and its length prefix */
+		one = protobuf_c_message_get_packed_size(&infos[i].base) + 4;
+		if (i && bytes + one > LIST_PAGE_BYTES)
+			break;
+		bytes += one;
 		ptrs[i] = &infos[i];
-		i++;
 	}
 	list.n_flows = i;
 	list.flows = ptrs;
+	list.more = i < n;
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_LIST;
 	resp.list = &list;
 	respond(c, &resp, id, NULL);
+out:
+	free(flows);
 	free(infos);
 	free(ptrs);
 }
@@ -451,14 +509,11 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		do_destroy(c, id, req->destroy->name);
 		break;
 	case FLOWMOVER__REQUEST__BODY_LIST:
-		do_list(c, id);
+		do_list(c, id, req->list);
 		break;
-	case FLOWMOVER__REQUEST__BODY_DESCRIBE: {
-		struct flow *f = find_or_fail(c, id, req->describe->name);
-		if (f)
-			respond_flow(c, id, f, NULL);
+	case FLOWMOVER__REQUEST__BODY_DESCRIBE:
+		do_describe(c, id, req->describe->name);
 		break;
-	}
 	case FLOWMOVER__REQUEST__BODY_ATTACH:
 		do_attach(c, id, req->attach);
 		break;

@@ -4,11 +4,14 @@
 #include "flows.h"
 #include "log.h"
 #include "private_dir.h"
+#include "ring_guard.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +42,8 @@ const char *flows_role_name(enum flow_role r)
 
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 {
+	if (s == FLOW_RECONNECTING && f->state != s)
+		f->orphaned_ns = fr_now_ns(); /* for --orphan-timeout */
 	if (f->state != s)
 		log_info("flow %s: %s%s%s", f->name, flows_state_name(s),
 			 reason && *reason ? ": " : "", reason ? reason : "");
@@ -126,16 +131,16 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	FILE *f;
 	int rc;
 
-	if (!meta_value_ok(fl->peer_addr))
+	if (!meta_value_ok(fl->peer_addr) || !meta_value_ok(fl->origin))
 		return -EINVAL; /* flows_create refused it already */
 	file_name(fl->name, "flow", name, sizeof(name));
 	file_name(fl->name, "flow.tmp", tmp, sizeof(tmp));
 	rc = open_tmp(t, tmp, &f);
 	if (rc)
 		return rc;
-	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n",
-		flows_role_name(fl->role), fl->peer_addr, fl->id,
-		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid);
+	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n"
+		"origin=%s\n", flows_role_name(fl->role), fl->peer_addr, fl->id,
+		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid, fl->origin);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
@@ -180,12 +185,15 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 	return true;
 }
 
-enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_COUNT };
+enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
+		K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids",
+	"allow_gids", "origin",
 };
+/* keys a file written before they existed may lack */
+#define META_OPTIONAL (1u << K_ORIGIN)
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -217,6 +225,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		return parse_list(v, fl->allow_uids, &fl->n_allow_uids);
 	case K_GIDS:
 		return parse_list(v, fl->allow_gids, &fl->n_allow_gids);
+	case K_ORIGIN:
+		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->origin))
+			return false;
+		strcpy(fl->origin, v);
+		return true;
 	default:
 		return false;
 	}
@@ -256,7 +269,7 @@ static int read_meta(FILE *f, struct flow *fl, char *why, size_t cap)
 			return -1;
 		}
 	}
-	if (seen != (1u << K_COUNT) - 1) {
+	if ((seen | META_OPTIONAL) != (1u << K_COUNT) - 1) {
 		snprintf(why, cap, "a key is missing");
 		return -1;
 	}
@@ -293,6 +306,14 @@ static void link_flow(struct flow_table *t, struct flow *f)
 		t->next_id = f->id + 1;
 }
 
+/* moverd's mapping of a ring file survives the file shrinking. */
+static void guard_ring(struct flow *f)
+{
+	if (f->path[0])
+		f->guard = ring_guard_add(f->view->ring.sh,
+					  f->view->ring.map_bytes);
+}
+
 /* Open the ring file of one flow named in the state directory. */
 static struct flow *adopt_one(struct flow_table *t, const char *name)
 {
@@ -306,6 +327,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		return NULL;
 	snprintf(fl->name, sizeof(fl->name), "%s", name);
 	fl->refs = 1; /* the table's */
+	fl->table = t;
 	fl->transport = "tcp";
 	file_name(name, "flow", file, sizeof(file));
 	fd = open_state_file(t, file, O_RDONLY, why, sizeof(why));
@@ -332,11 +354,14 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		close(fl->ring_fd);
 		goto refuse;
 	}
+	guard_ring(fl); /* before moverd's first touch of the file */
 	flowshm_info(fl->view, &in);
+	fl->ring_bytes = in.ring_size;
 	/* sender: everything before head was acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
 	fl->state = fl->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
+	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
 		 flows_role_name(fl->role), (unsigned long long)in.head,
@@ -415,8 +440,130 @@ static uint64_t unix_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* ---- quotas -------------------------------------------------------------- */
+
+struct flow_remains {
+	struct flow_remains *next;
+	flowshm_t *view;         /* moverd's mapping: punched through it */
+	uint64_t guard;
+	enum flow_role role;
+	uid_t owner_uid;
+	char origin[64];
+	uint64_t ring_bytes;
+	uint64_t until_ns;       /* the consumer's grace ends */
+	char name[FLOW_NAME_MAX + 1];
+};
+
+struct usage {
+	unsigned flows;
+	uint64_t bytes;
+};
+
+/* Is this flow (or remains) charged to the peer host or uid asked about? */
+static bool charged(enum flow_role role, uid_t owner, const char *origin,
+		    const struct flow_spec *s, uid_t uid)
+{
+	if (s->role == FLOW_RECEIVER)
+		return role == FLOW_RECEIVER && !strcmp(origin, s->origin);
+	return role != FLOW_RECEIVER && owner == uid;
+}
+
+/* What a peer host (receiver specs) or a uid (others) holds now,
+ * destroyed rings still draining included. */
+static struct usage usage_of(const struct flow_table *t,
+			     const struct flow_spec *s, uid_t uid)
+{
+	struct usage u = { 0 };
+
+	for (const struct flow *f = t->head; f; f = f->next) {
+		if (charged(f->role, f->owner_uid, f->origin, s, uid)) {
+			u.flows++;
+			u.bytes += f->ring_bytes;
+		}
+	}
+	for (const struct flow_remains *r = t->remains; r; r = r->next) {
+		if (charged(r->role, r->owner_uid, r->origin, s, uid)) {
+			u.flows++;
+			u.bytes += r->ring_bytes;
+		}
+	}
+	return u;
+}
+
+/*
+ * Per peer host (receiver flows: --peer-max-flows, --peer-max-ring-bytes)
+ * or per non-root uid (--max-flows-per-uid, --max-ring-bytes-per-uid).
+ */
+static int check_quota(const struct flow_table *t, const struct flow_spec *s,
+		       uid_t uid, uint64_t ring, char *err, size_t errlen)
+{
+	bool peer = s->role == FLOW_RECEIVER;
+	unsigned max_flows = peer ? t->limits.peer_max_flows :
+				    t->limits.uid_max_flows;
+	uint64_t max_bytes = peer ? t->limits.peer_max_ring_bytes :
+				    t->limits.uid_max_ring_bytes;
+	char who[96];
+	struct usage u;
+
+	if (peer ? !s->origin : uid == 0)
+		return 0; /* a local call, or root: no quota */
+	u = usage_of(t, s, uid);
+	if (peer)
+		snprintf(who, sizeof(who), "peer host %s", s->origin);
+	else
+		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	if (u.flows >= max_flows) {
+		snprintf(err, errlen, "quota exceeded: %s has %u flows here, "
+			 "the limit (%s) is %u", who, u.flows,
+			 peer ? "--peer-max-flows" : "--max-flows-per-uid",
+			 max_flows);
+		return -EDQUOT;
+	}
+	if (u.bytes + ring > max_bytes || u.bytes + ring < ring) {
+		snprintf(err, errlen, "quota exceeded: %s has rings of %llu "
+			 "bytes here; %llu more would pass the limit (%s) of "
+			 "%llu", who, (unsigned long long)u.bytes,
+			 (unsigned long long)ring,
+			 peer ? "--peer-max-ring-bytes" :
+				"--max-ring-bytes-per-uid",
+			 (unsigned long long)max_bytes);
+		return -EDQUOT;
+	}
+	return 0;
+}
+
+/*
+ * A ring file may not leave the state directory's filesystem (tmpfs by
+ * default: memory) with less than --state-dir-reserve percent free.
+ */
+static int check_state_dir(const struct flow_table *t, uint64_t ring,
+			   char *err, size_t errlen)
+{
+	uint64_t need = fr_map_bytes(ring), total, avail, keep;
+	struct statvfs sv;
+
+	if (statvfs(t->state_dir, &sv)) {
+		snprintf(err, errlen, "state directory %s: %s", t->state_dir,
+			 strerror(errno));
+		return -errno;
+	}
+	total = (uint64_t)sv.f_blocks * sv.f_frsize;
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	keep = total / 100 * t->limits.state_dir_reserve;
+	if (avail >= need && avail - need >= keep)
+		return 0;
+	snprintf(err, errlen, "no room: a ring of %llu bytes would leave the "
+		 "state directory %s with less than %u%% free "
+		 "(--state-dir-reserve; %llu of %llu bytes free)",
+		 (unsigned long long)need, t->state_dir,
+		 t->limits.state_dir_reserve, (unsigned long long)avail,
+		 (unsigned long long)total);
+	return -ENOSPC;
+}
+
 static int check_spec(const struct flow_table *t, const struct flow_spec *s,
-		      struct flowshm_ring_params *p, char *err, size_t errlen)
+		      uid_t uid, struct flowshm_ring_params *p, char *err,
+		      size_t errlen)
 {
 	*p = (struct flowshm_ring_params){
 		.ring_size = s->ring_size ? s->ring_size :
@@ -465,7 +612,7 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 t->limits.max_flows);
 		return -ENOSPC;
 	}
-	return 0;
+	return check_quota(t, s, uid, p->ring_size, err, errlen);
 }
 
 int flows_create(struct flow_table *t, const struct flow_spec *spec,
@@ -474,7 +621,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 {
 	struct flowshm_ring_params p;
 	struct flow *f;
-	int rc = check_spec(t, spec, &p, err, errlen);
+	int rc = check_spec(t, spec, uid, &p, err, errlen);
 
 	if (rc)
 		return rc;
@@ -484,6 +631,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		return -ENOMEM;
 	}
 	f->refs = 1; /* the table's */
+	f->table = t;
 	f->role = spec->role;
 	f->transport = spec->role == FLOW_LOCAL ? "local" : "tcp";
 	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
@@ -496,6 +644,11 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 * stale one goes first, anything else there fails O_EXCL */
 		char file[FILE_NAME_MAX];
 
+		rc = check_state_dir(t, p.ring_size, err, errlen);
+		if (rc) {
+			free(f);
+			return rc;
+		}
 		flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
 		file_name(spec->name, "ring", file, sizeof(file));
 		unlinkat(t->state_fd, file, 0);
@@ -517,6 +670,10 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		return rc;
 	}
 	snprintf(f->name, sizeof(f->name), "%s", spec->name);
+	snprintf(f->origin, sizeof(f->origin), "%s",
+		 spec->origin ? spec->origin : "");
+	f->ring_bytes = p.ring_size;
+	guard_ring(f);
 	f->owner_uid = uid;
 	f->owner_gid = gid;
 	f->n_allow_uids = (unsigned)spec->n_allow_uids;
@@ -531,6 +688,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (f->path[0] && (rc = write_meta(t, f))) {
 		snprintf(err, errlen, "cannot write the flow's state file in "
 			 "%s: %s", t->state_dir, strerror(-rc));
+		ring_guard_remove(f->guard);
 		flowshm_close(f->view);
 		close(f->ring_fd);
 		remove_files(t, spec->name);
@@ -551,8 +709,9 @@ void flow_put(struct flow *f)
 {
 	if (--f->refs)
 		return;
-	flowshm_close(f->view);
-	close(f->ring_fd);
+	/* no I/O refers to the ring any more: its pages go (now, or once
+	 * its consumer drained it: flows_release_pages) */
+	flows_release_pages(f->table, f);
 	free(f);
 }
 
@@ -582,6 +741,125 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 		 f->refs > 1 ? " (its ring is released once the I/O in flight "
 			       "on it completes)" : "");
 	flow_put(f);
+}
+
+/* ---- the memory of destroyed flows ----------------------------------------- */
+
+/*
+ * Free the data area's pages, mapped or not (the control page stays, so
+ * that clients still see the ring closed).  Memfd rings are sealed against
+ * growing and shrinking only, which allows this; a client that writes its
+ * stale mapping afterwards faults in pages charged to its own cgroup.
+ */
+static void punch_data(int fd, flowshm_t *view, uint64_t ring_bytes,
+		       const char *name)
+{
+	int rc = 0;
+
+	if (fd >= 0)
+		rc = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			       FR_CTRL_BYTES, (off_t)ring_bytes);
+	else if (view) /* the same, through moverd's shared mapping */
+		rc = madvise((char *)view->ring.sh + FR_CTRL_BYTES, ring_bytes,
+			     MADV_REMOVE);
+	if (rc)
+		log_warn("flow %s: cannot release the ring's pages: %s", name,
+			 strerror(errno));
+}
+
+static void release_now(int fd, flowshm_t *view, uint64_t guard,
+			uint64_t ring_bytes, const char *name)
+{
+	punch_data(fd, view, ring_bytes, name);
+	ring_guard_remove(guard); /* after the last touch of the mapping */
+	flowshm_close(view);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Has the consumer records left to read?  (Its head is its own word: a
+ * lying consumer gains a grace period, charged to the flow's owner.) */
+static bool undrained(const struct flow *f)
+{
+	struct flowshm_info in;
+
+	if (!f->view || !f->consumers || flowshm_info(f->view, &in))
+		return false;
+	return in.head < in.tail;
+}
+
+void flows_release_pages(struct flow_table *t, struct flow *f)
+{
+	struct flow_remains *r;
+
+	if (f->view)
+		flowshm_shutdown(f->view); /* clients see -EPIPE */
+	if (undrained(f) && (r = calloc(1, sizeof(*r)))) {
+		/* only the mapping waits: the fd goes now (madvise punches) */
+		close(f->ring_fd);
+		*r = (struct flow_remains){
+			.next = t->remains, .view = f->view,
+			.guard = f->guard, .role = f->role,
+			.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
+			.until_ns = fr_now_ns() + DRAIN_GRACE_NS,
+		};
+		snprintf(r->origin, sizeof(r->origin), "%s", f->origin);
+		snprintf(r->name, sizeof(r->name), "%s", f->name);
+		t->remains = r;
+	} else {
+		release_now(f->ring_fd, f->view, f->guard, f->ring_bytes,
+			    f->name);
+	}
+	f->view = NULL;
+	f->ring_fd = -1;
+	f->guard = 0;
+}
+
+void flows_reap_remains(struct flow_table *t, uint64_t now)
+{
+	for (struct flow_remains **pp = &t->remains, *r; (r = *pp);) {
+		struct flowshm_info in = { 0 };
+
+		flowshm_info(r->view, &in);
+		if (now < r->until_ns && in.head < in.tail) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		log_debug("flow %s: ring released (%s)", r->name,
+			  now < r->until_ns ? "drained" : "grace over");
+		release_now(-1, r->view, r->guard, r->ring_bytes, r->name);
+		free(r);
+	}
+}
+
+/* ---- ring files that a client resized -------------------------------------- */
+
+bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
+{
+	uint64_t want = fr_map_bytes(f->ring_bytes);
+	bool tripped = ring_guard_tripped(f->guard);
+	struct stat st;
+
+	if (!f->path[0] || f->ring_fd < 0 || fstat(f->ring_fd, &st))
+		return false;
+	/* blocks: a little slack for a disk filesystem's own metadata */
+	if (!tripped && (uint64_t)st.st_size == want &&
+	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
+		return false;
+	snprintf(why, cap, "a client changed the ring file's size (%lld "
+		 "bytes, %lld allocated; the ring has %llu)%s",
+		 (long long)st.st_size, (long long)st.st_blocks * 512,
+		 (unsigned long long)want,
+		 tripped ? "; moverd's view of it faulted" : "");
+	/* back to its size (a shrunk file regains zero pages), nothing
+	 * allocated beyond it */
+	if (ftruncate(f->ring_fd, (off_t)want) ||
+	    fallocate(f->ring_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      (off_t)want, (off_t)1 << 40))
+		log_warn("flow %s: cannot repair the ring file: %s", f->name,
+			 strerror(errno));
+	return true;
 }
 
 void flows_destroy_all(struct flow_table *t)

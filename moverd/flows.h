@@ -40,6 +40,7 @@ struct flow_spec {
 	uint64_t start;          /* receiver: first position */
 	uint64_t ring_size;      /* 0 = default */
 	uint32_t max_record;     /* 0 = default */
+	const char *origin;      /* receiver: the peer host asking for it */
 	const uint32_t *allow_uids;
 	size_t n_allow_uids;
 	const uint32_t *allow_gids;
@@ -67,6 +68,7 @@ struct flow {
 	char name[FLOW_NAME_MAX + 1];
 	unsigned refs;
 	bool dead;               /* destroyed: no longer in the table */
+	struct flow_table *table;
 	int ring_fd;
 	flowshm_t *view;         /* moverd's own mapping: positions, shutdown */
 	uid_t owner_uid;
@@ -86,6 +88,12 @@ struct flow {
 	struct peer *peer;
 	struct flow *peer_next;  /* in the peer's list */
 	uint32_t id;             /* the sender's id for the flow */
+	char origin[64];         /* receiver: the peer host that opened it */
+	uint64_t ring_bytes;     /* its ring size, for the quotas */
+	uint64_t orphaned_ns;    /* receiver: when it began to wait for its
+				  * sender (fr_now_ns), for --orphan-timeout */
+	uint64_t guard;          /* ring file: moverd's mapping, guarded
+				  * against SIGBUS (ring_guard.h) */
 
 	/* sender: positions in the producer ring */
 	uint64_t sent;           /* everything before it is on the wire */
@@ -116,7 +124,17 @@ struct flow_limits {
 	uint32_t default_max_record;
 	uint64_t max_ring_size;  /* per flow */
 	unsigned max_flows;
+	/* what one peer host may make this host allocate (receiver flows) */
+	unsigned peer_max_flows;
+	uint64_t peer_max_ring_bytes;
+	/* what one non-root uid may own (local and sender flows) */
+	unsigned uid_max_flows;
+	uint64_t uid_max_ring_bytes;
+	unsigned state_dir_reserve;   /* percent of the state dir kept free */
+	unsigned orphan_timeout_s;    /* 0 = receiver flows wait forever */
 };
+
+struct flow_remains;
 
 struct flow_table {
 	struct flow *head;
@@ -125,7 +143,13 @@ struct flow_table {
 	struct flow_limits limits;
 	char state_dir[256];      /* ring files of flows between hosts */
 	int state_fd;             /* ... that directory, checked (private_dir) */
+	/* rings of destroyed flows whose consumer may still drain them:
+	 * their pages go after DRAIN_GRACE_NS (flows_release_pages) */
+	struct flow_remains *remains;
 };
+
+/* How long a consumer may drain a destroyed flow before its pages go. */
+#define DRAIN_GRACE_NS 5000000000ull
 
 /* state_fd: the state directory, opened by private_dir_open. */
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
@@ -168,6 +192,25 @@ void flows_destroy(struct flow_table *t, struct flow *f);
  */
 void flows_fail(struct flow *f, const char *reason);
 void flows_destroy_all(struct flow_table *t);
+
+/*
+ * Give back the memory of a flow being destroyed, even where clients keep
+ * it mapped: shut the ring (clients see -EPIPE) and punch out its data
+ * area, now if its consumer has nothing left to read, else once it has
+ * drained or after DRAIN_GRACE_NS (flows_reap_remains).  Takes moverd's
+ * mapping and fd from f (f->view = NULL, f->ring_fd = -1).
+ */
+void flows_release_pages(struct flow_table *t, struct flow *f);
+/* Release the remains that are drained or past their grace (all: now =
+ * UINT64_MAX, at shutdown). */
+void flows_reap_remains(struct flow_table *t, uint64_t now);
+
+/*
+ * Ring files (flows between hosts) are handed to clients as they are, so a
+ * client can resize them.  True if one did: the file is repaired (its size
+ * restored, blocks beyond it punched) and why says what happened.
+ */
+bool flows_ring_tampered(struct flow *f, char *why, size_t cap);
 
 /* May this client attach?  Root, the owner, and the allowed ids may. */
 bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid);

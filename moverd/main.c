@@ -15,6 +15,7 @@
 #include "peer.h"
 #include "peer_allow.h"
 #include "private_dir.h"
+#include "ring_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +117,16 @@ static void usage(FILE *out)
 "  --default-max-record N   max record of flows that do not say (default 64K)\n"
 "  --max-ring-size N        largest ring a client may ask for (default 1G)\n"
 "  --max-flows N            (default 1024)\n"
+"  --max-flows-per-uid N    flows a non-root user may own (default 64)\n"
+"  --max-ring-bytes-per-uid N\n"
+"                           ring bytes a non-root user may own (default 4G)\n"
+"  --peer-max-flows N       flows one peer host may open here (default 64)\n"
+"  --peer-max-ring-bytes N  ring bytes one peer host may make this host\n"
+"                           allocate (default 4G)\n"
+"  --state-dir-reserve PCT  refuse a ring file that would leave the state\n"
+"                           dir's filesystem less than PCT%% free (default 10)\n"
+"  --orphan-timeout S       destroy a receiver flow whose sender has not come\n"
+"                           back for S seconds (default 21600 = 6 h; 0 = never)\n"
 "  --version, --help\n"
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
@@ -142,6 +153,16 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+/* long options without a short letter */
+enum {
+	OPT_UID_FLOWS = 256,
+	OPT_UID_BYTES,
+	OPT_PEER_FLOWS,
+	OPT_PEER_BYTES,
+	OPT_RESERVE,
+	OPT_ORPHAN,
+};
+
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "socket-mode", required_argument, NULL, 'm' },
@@ -158,6 +179,12 @@ static const struct option long_opts[] = {
 	{ "default-max-record", required_argument, NULL, 'x' },
 	{ "max-ring-size", required_argument, NULL, 'R' },
 	{ "max-flows", required_argument, NULL, 'F' },
+	{ "max-flows-per-uid", required_argument, NULL, OPT_UID_FLOWS },
+	{ "max-ring-bytes-per-uid", required_argument, NULL, OPT_UID_BYTES },
+	{ "peer-max-flows", required_argument, NULL, OPT_PEER_FLOWS },
+	{ "peer-max-ring-bytes", required_argument, NULL, OPT_PEER_BYTES },
+	{ "state-dir-reserve", required_argument, NULL, OPT_RESERVE },
+	{ "orphan-timeout", required_argument, NULL, OPT_ORPHAN },
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
@@ -257,6 +284,30 @@ static int set_option(struct options *o, int key, const char *val)
 		if (parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.max_flows = (unsigned)v;
 		return 0;
+	case OPT_UID_FLOWS:
+		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		o->limits.uid_max_flows = (unsigned)v;
+		return 0;
+	case OPT_UID_BYTES:
+		if (parse_size(val, &v)) goto bad;
+		o->limits.uid_max_ring_bytes = v;
+		return 0;
+	case OPT_PEER_FLOWS:
+		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		o->limits.peer_max_flows = (unsigned)v;
+		return 0;
+	case OPT_PEER_BYTES:
+		if (parse_size(val, &v)) goto bad;
+		o->limits.peer_max_ring_bytes = v;
+		return 0;
+	case OPT_RESERVE:
+		if (parse_size(val, &v) || v > 99) goto bad;
+		o->limits.state_dir_reserve = (unsigned)v;
+		return 0;
+	case OPT_ORPHAN:
+		if (parse_size(val, &v) || v > UINT32_MAX) goto bad;
+		o->limits.orphan_timeout_s = (unsigned)v;
+		return 0;
 	}
 bad:
 	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
@@ -325,7 +376,16 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.limits = { .default_ring_size = 4u << 20,
 			    .default_max_record = 64u << 10,
 			    .max_ring_size = 1u << 30,
-			    .max_flows = 1024 },
+			    .max_flows = 1024,
+			    /* a shared host: no one user or peer host holds
+			     * more than a sixteenth of the table, 4 GiB of
+			     * rings, or the state dir's last 10 % */
+			    .uid_max_flows = 64,
+			    .uid_max_ring_bytes = 4ull << 30,
+			    .peer_max_flows = 64,
+			    .peer_max_ring_bytes = 4ull << 30,
+			    .state_dir_reserve = 10,
+			    .orphan_timeout_s = 6 * 3600 },
 	};
 	snprintf(o->socket, sizeof(o->socket), "%s",
 		 env && *env ? env : DEFAULT_SOCKET);
@@ -602,6 +662,7 @@ static void shutdown_daemon(struct daemon *d)
 	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers)) &&
 	       fr_now_ns() < until)
 		loop_run_once(&d->loop, 100);
+	flows_reap_remains(&d->flows, UINT64_MAX); /* the last I/O is done */
 	loop_fini(&d->loop);
 	close(d->sig_fd);
 	log_info("stopped");
@@ -635,7 +696,7 @@ int main(int argc, char **argv)
 	close(d.run_fd); /* the lock was its only file; the socket's path is
 			  * safe to use: no one else can write on the way */
 	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir, d.state_fd);
-	if (loop_init(&d.loop, 1024) || setup_signals(&d) ||
+	if (ring_guard_init() || loop_init(&d.loop, 1024) || setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
 			     d.opt.socket_mode) ||
 	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, &popt))

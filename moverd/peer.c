@@ -633,11 +633,6 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 			 f->name);
 		return -EEXIST;
 	}
-	if (f->state == FLOW_FAILED) {
-		snprintf(err, cap, "flow '%s' failed here: %.100s", f->name,
-			 f->reason);
-		return -EPROTO;
-	}
 	if (f->rx_peer && f->rx_peer != p) {
 		peer_fail(f->rx_peer, "flow %s: opened again by %s while a "
 			  "receive into it was in flight", f->name, p->addr);
@@ -666,6 +661,16 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 	return 0;
 }
 
+/* The peer's host, without the port: what its quotas are counted by
+ * (until peers authenticate, a host is all we know of one). */
+static void peer_host(const struct peer *p, char *out, size_t cap)
+{
+	const char *colon = strrchr(p->addr, ':');
+	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
+
+	snprintf(out, cap, "%.*s", n, p->addr);
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
@@ -684,11 +689,17 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
+	} else if (f && f->state == FLOW_FAILED) {
+		/* e.g. a client resized its ring file: it stays failed */
+		snprintf(err, sizeof(err), "flow '%s' failed on this host: "
+			 "%.100s", f->name, f->reason);
+		rc = -EIO;
 	} else if (f) {
 		rc = reopen_receiver(p, f, op, err, sizeof(err));
 	} else {
+		char origin[64];
 		struct flow_spec spec = {
-			.name = op->name, .role = FLOW_RECEIVER,
+			.name = op->name, .role = FLOW_RECEIVER, .origin = origin,
 			.ring_size = op->ring_size, .max_record = op->max_record,
 			.seal_key = op->seal_key, .start = op->start,
 			.allow_uids = op->allow_uids,
@@ -696,6 +707,8 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			.allow_gids = op->allow_gids,
 			.n_allow_gids = op->n_allow_gids,
 		};
+
+		peer_host(p, origin, sizeof(origin));
 		rc = flows_create(m->flows, &spec, op->owner_uid, op->owner_gid,
 				  &f, err, sizeof(err));
 	}
@@ -1172,6 +1185,49 @@ void peer_up(struct peer *p)
 
 static void tick_done(struct loop_op *op, int res);
 
+/* A client resized the flow's ring file: fail it, tell its sender. */
+static void fail_tampered(struct flow *f, const char *why)
+{
+	flows_fail(f, why);
+	if (f->role != FLOW_RECEIVER || !f->peer)
+		return;
+	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
+	detach_flow(f); /* its DATA in flight is read and dropped */
+}
+
+/* A receiver flow whose sender has not come back for --orphan-timeout. */
+static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,
+			   uint64_t now)
+{
+	unsigned s = m->flows->limits.orphan_timeout_s;
+
+	return s && f->role == FLOW_RECEIVER && f->state == FLOW_RECONNECTING &&
+	       !f->peer && now - f->orphaned_ns >= s * 1000000000ull;
+}
+
+/*
+ * Once a second: expire orphaned receiver flows, fail flows whose ring
+ * file a client resized, release the pages of drained destroyed rings.
+ */
+static void police_flows(struct peer_mgr *m, uint64_t now)
+{
+	char why[200];
+
+	for (struct flow *f = m->flows->head, *n; f; f = n) {
+		n = f->next;
+		if (orphan_expired(m, f, now)) {
+			log_warn("flow %s: its sender (%s) has not come back "
+				 "for %u s (--orphan-timeout): destroying it",
+				 f->name, f->origin[0] ? f->origin : "?",
+				 m->flows->limits.orphan_timeout_s);
+			peer_destroy_flow(m, f, NULL);
+		} else if (flows_ring_tampered(f, why, sizeof(why))) {
+			fail_tampered(f, why);
+		}
+	}
+	flows_reap_remains(m->flows, now);
+}
+
 static void arm_tick(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->tick_op, tick_done);
@@ -1218,6 +1274,10 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (m->rdma)
 		rdma_tick(m, now);
+	if (now - m->police_ns >= POLICE_NS) {
+		m->police_ns = now;
+		police_flows(m, now);
+	}
 	arm_tick(m);
 }
 

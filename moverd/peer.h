@@ -49,6 +49,7 @@ struct peer_mgr {
 	char listen_addr[80];
 	struct loop_op accept_op, tick_op;
 	struct __kernel_timespec tick_ts;
+	uint64_t police_ns;       /* last check of orphans and ring files */
 	uint64_t last_work_ns;
 	unsigned rr;              /* round-robin start among flows */
 

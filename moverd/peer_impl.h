@@ -26,6 +26,7 @@
 #define BATCH_MAX      (2u << 20)   /* high watermark of one send */
 #define FLOW_QUANTUM   (512u << 10) /* per flow per send */
 #define TICK_MS        20
+#define POLICE_NS      1000000000ull /* orphans, ring files: 1/s */
 #define HEARTBEAT_NS   1000000000ull
 #define DEAD_NS        5000000000ull
 #define STUCK_CHECK_NS 100000000ull

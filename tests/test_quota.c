@@ -1,0 +1,580 @@
+/*
+ * tests/test_quota.c - limits on what other parties make moverd allocate
+ * (issue 14, findings 5, 9, 10 and 13), against a real moverd: a hostile
+ * peer speaking the wire format, and clients running as uid 65534.
+ * FM_QUOTA_CASES=5,10 runs only those.
+ *
+ * Every case keeps a bystander: a local flow of root's whose producer and
+ * consumer (this process) must get every record exactly once, and checks
+ * that moverd's fd count and cpu use come back to their baseline.
+ *
+ *   usage: test_quota MOVERD MOVERCTL
+ */
+#include "harness.h"
+#include "flowshm_internal.h"
+
+#include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+
+static const char *moverd_bin, *moverctl_bin;
+static char nobody_ctl[512];   /* moverctl run as uid 65534 */
+
+#define NOBODY 65534
+
+/* ---- the bystander: a flow of root's that must deliver exactly once ------ */
+
+struct bystander {
+	flowshm_t *p, *c;
+	uint64_t sent;
+};
+
+static void by_start(const struct hd *d, struct bystander *b)
+{
+	char out[4096];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out),
+		     "flow create bystander --ring-size 1M") == 0);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	CHECK_RC(flowshm_attach("bystander", FLOWSHM_PRODUCER, NULL, &b->p), 0);
+	CHECK_RC(flowshm_attach("bystander", FLOWSHM_CONSUMER, NULL, &b->c), 0);
+	b->sent = 0;
+}
+
+static void by_send(struct bystander *b, unsigned n)
+{
+	char buf[256];
+
+	for (unsigned i = 0; i < n; i++, b->sent++) {
+		size_t len = tu_rec_len(1, b->sent, 16, sizeof(buf));
+
+		tu_fill(buf, 1, b->sent, len);
+		CHECK_RC(flowshm_send(b->p, buf, len, 2000000000ll), 0);
+	}
+}
+
+/* Every record sent arrives, in order, once; then the flow is empty. */
+static void by_check(struct bystander *b)
+{
+	char buf[256];
+
+	for (uint64_t want = 0; want < b->sent; want++) {
+		uint32_t prod;
+		uint64_t seq;
+		size_t len;
+
+		CHECK_RC(flowshm_recv(b->c, buf, sizeof(buf), &len,
+				      2000000000ll), 0);
+		CHECK(tu_verify(buf, len, &prod, &seq));
+		CHECK(prod == 1 && seq == want);
+	}
+	{
+		size_t len;
+		CHECK_RC(flowshm_recv(b->c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	}
+	flowshm_detach(b->p);
+	flowshm_detach(b->c);
+}
+
+/* moverd idles again (generous: two shared, noisy cores). */
+static void check_idle(const struct hd *d)
+{
+	double share = hd_cpu_share(d, 1000);
+
+	printf("# moverd cpu share at rest: %.3f\n", share);
+	CHECK(share < 0.3);
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* A hostile peer's open of flow_id; returns the error (0 = opened). */
+static int peer_open(int fd, const char *name, uint32_t id, uint64_t ring,
+		     char *msg, size_t cap)
+{
+	struct hp_open o = { name, id, ring, 256, 0xabcdef00ull + id * 4096, 0 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	int err;
+
+	CHECK(hp_open(fd, &o));
+	CHECK(hp_wait_opened(fd, id, 10000, &op) == 0);
+	err = op->error;
+	if (msg)
+		snprintf(msg, cap, "%s", op->message ? op->message : "");
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	return err;
+}
+
+static bool flow_exists(const struct hd *d, const char *name)
+{
+	char out[8192];
+
+	return hd_ctl(d, moverctl_bin, out, sizeof(out), "flow show %s",
+		      name) == 0;
+}
+
+/* Wait up to ms for `flow show NAME --json` to say "state": want. */
+static bool wait_state(const struct hd *d, const char *name, const char *want,
+		       int ms, char *out, size_t cap)
+{
+	char st[64];
+
+	for (int i = 0; i < ms / 50; i++) {
+		if (hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
+			   name) == 0 && hj_get(out, "state", st, sizeof(st)) &&
+		    !strcmp(st, want))
+			return true;
+		hd_alive(d);
+		usleep(50000);
+	}
+	return false;
+}
+
+static double free_share(const char *dir)
+{
+	struct statvfs s;
+
+	CHECK(statvfs(dir, &s) == 0);
+	return (double)s.f_bavail / (double)s.f_blocks;
+}
+
+/*
+ * A private mount namespace with a 64 MiB tmpfs at dir: a small state
+ * directory for moverd (a child of ours, so it shares the namespace).
+ */
+static void small_tmpfs(const char *dir)
+{
+	static bool done;
+
+	mkdir(dir, 0755);
+	if (!done) {
+		CHECK(unshare(CLONE_NEWNS) == 0);
+		CHECK(mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0);
+		done = true;
+	}
+	umount2(dir, MNT_DETACH);
+	CHECK(mount("tmpfs", dir, "tmpfs", 0, "size=64M,mode=0755") == 0);
+}
+
+/* The ring fd of flow name, the way a client gets it (attach). */
+static int attach_fd(const struct hd *d, const char *name, int *sock)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__Response *resp = NULL;
+	int fd = -1;
+
+	*sock = ctl_connect(d->sock);
+	CHECK(*sock >= 0);
+	at.name = (char *)name;
+	at.role = FLOWMOVER__ROLE__PRODUCER;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	CHECK_RC(ctl_call(*sock, &req, &resp, &fd, 5000), 0);
+	ctl_response_free(resp);
+	CHECK(fd >= 0);
+	return fd;
+}
+
+static int ctl_create(int sock, const char *name, uint64_t ring)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+	Flowmover__FlowSpec sp = FLOWMOVER__FLOW_SPEC__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	sp.name = (char *)name;
+	sp.ring_size = ring;
+	sp.peer = "";
+	cr.spec = &sp;
+	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+	req.create = &cr;
+	rc = ctl_call(sock, &req, &resp, NULL, 5000);
+	ctl_response_free(resp);
+	return rc;
+}
+
+static int ctl_destroy(int sock, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DestroyFlow ds = FLOWMOVER__DESTROY_FLOW__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	ds.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
+	req.destroy = &ds;
+	rc = ctl_call(sock, &req, &resp, NULL, 5000);
+	ctl_response_free(resp);
+	return rc;
+}
+
+static void become_nobody(void)
+{
+	CHECK(setgroups(0, NULL) == 0);
+	CHECK(setresgid(NOBODY, NOBODY, NOBODY) == 0);
+	CHECK(setresuid(NOBODY, NOBODY, NOBODY) == 0);
+}
+
+/* ---- 5: remote opens: per-peer quotas, a state-dir reserve, orphans ----- */
+
+static void case_remote_opens(void)
+{
+	static const char *const opts_a[] = { "--max-flows", "200", NULL };
+	static const char *const opts_b[] = { "--state-dir", "/tmp/fm-quota5-tmpfs",
+					      NULL };
+	static const char *const opts_c[] = { "--peer-max-ring-bytes", "1M",
+					      "--orphan-timeout", "2",
+					      "--max-flows", "65", NULL };
+	struct bystander b;
+	char name[64], msg[256], out[8192];
+	int fd, base, err, i;
+	struct hd d;
+
+	/* (a) the default per-peer flow quota: 64 */
+	hd_start(&d, moverd_bin, "quota5a", true, opts_a);
+	by_start(&d, &b);
+	by_send(&b, 200);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "greedy"));
+	for (i = 0; i < 65; i++) {
+		snprintf(name, sizeof(name), "p5a-%d", i);
+		err = peer_open(fd, name, (uint32_t)i + 1, 4096, msg, sizeof(msg));
+		if (i < 64 && err)
+			printf("# open %d refused: %d %s\n", i, err, msg);
+		CHECK(i == 64 || err == 0);
+	}
+	printf("# open 65 of one peer: error %d: %s\n", err, msg);
+	CHECK(err == -EDQUOT);
+	CHECK(strstr(msg, "--peer-max-flows"));
+	CHECK(!flow_exists(&d, "p5a-64"));
+	CHECK(hd_log_count(&d, "--peer-max-flows") >= 1);
+	close(fd);
+	by_send(&b, 200);
+	by_check(&b);
+	hd_alive(&d);
+	hd_stop(&d);
+
+	/* (b) the state directory keeps 10 % free (default reserve) */
+	small_tmpfs("/tmp/fm-quota5-tmpfs");
+	hd_start(&d, moverd_bin, "quota5b", true, opts_b);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "filler"));
+	for (i = 0, err = 0; i < 20 && !err; i++) {
+		snprintf(name, sizeof(name), "p5b-%d", i);
+		err = peer_open(fd, name, (uint32_t)i + 1, 4 << 20, msg,
+				sizeof(msg));
+	}
+	printf("# open %d of 4M rings on a 64M state dir: error %d: %s; "
+	       "%.1f%% free\n", i, err, msg,
+	       100 * free_share("/tmp/fm-quota5-tmpfs"));
+	CHECK(err == -ENOSPC);
+	CHECK(free_share("/tmp/fm-quota5-tmpfs") >= 0.10);
+	/* and a local sender flow (ring file) meets the same reserve */
+	err = hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create s5b --ring-size 4M --peer 127.0.0.1:9");
+	printf("# sender flow create: exit %d: %s", err, out);
+	CHECK(err != 0 && strstr(out, "--state-dir-reserve"));
+	CHECK(free_share("/tmp/fm-quota5-tmpfs") >= 0.10);
+	close(fd);
+	by_send(&b, 100);
+	by_check(&b);
+	hd_stop(&d);
+	umount2("/tmp/fm-quota5-tmpfs", MNT_DETACH);
+	rmdir("/tmp/fm-quota5-tmpfs");
+
+	/* (c) per-peer ring bytes, and orphans expire */
+	hd_start(&d, moverd_bin, "quota5c", true, opts_c);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	base = hd_fds(&d);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "big"));
+	CHECK(peer_open(fd, "big1", 1, 512 << 10, msg, sizeof(msg)) == 0);
+	CHECK(peer_open(fd, "big2", 2, 512 << 10, msg, sizeof(msg)) == 0);
+	err = peer_open(fd, "big3", 3, 4096, msg, sizeof(msg));
+	printf("# third open past 1M: error %d: %s\n", err, msg);
+	CHECK(err == -EDQUOT && strstr(msg, "--peer-max-ring-bytes"));
+	CHECK(hp_close_flow(fd, "big1") && hp_close_flow(fd, "big2"));
+	for (i = 0; i < 50 && (flow_exists(&d, "big1") || flow_exists(&d, "big2"));
+	     i++)
+		usleep(50000);
+	/* fill the table: 65 with the bystander */
+	for (i = 0; i < 64; i++) {
+		snprintf(name, sizeof(name), "p5c-%d", i);
+		CHECK(peer_open(fd, name, (uint32_t)i + 10, 4096, NULL, 0) == 0);
+	}
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create root5 --ring-size 64K") != 0);
+	close(fd); /* the sender goes and never comes back */
+	CHECK(wait_state(&d, "p5c-0", "reconnecting", 5000, out, sizeof(out)));
+	for (i = 0; i < 200 && flow_exists(&d, "p5c-63"); i++)
+		usleep(50000);
+	printf("# orphaned receiver flows gone after %.1f s\n", i * 0.05);
+	CHECK(!flow_exists(&d, "p5c-63") && !flow_exists(&d, "p5c-0"));
+	CHECK(hd_log_count(&d, "--orphan-timeout") >= 1);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create root5 --ring-size 64K") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow destroy root5") == 0);
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	check_idle(&d);
+	hd_stop(&d);
+}
+
+/* ---- 9: memory beyond the limits ------------------------------------------ */
+
+/*
+ * uid 65534: create/attach/destroy in a loop, keeping every ring's fd and
+ * mapping.  Reports the bytes still allocated in those rings.
+ */
+static void memory_loop(const struct hd *d, int out_fd)
+{
+	enum { LOOPS = 24 };
+	static flowshm_t *prod[LOOPS], *cons[LOOPS];
+	static int fds[LOOPS], socks[LOOPS];
+	uint64_t bytes = 0;
+	int sock;
+
+	become_nobody();
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	sock = ctl_connect(d->sock);
+	CHECK(sock >= 0);
+	for (int i = 0; i < LOOPS; i++) {
+		CHECK_RC(ctl_create(sock, "m9", 16 << 20), 0);
+		fds[i] = attach_fd(d, "m9", &socks[i]);
+		CHECK_RC(flowshm_open_fd(fds[i], FLOWSHM_PRODUCER, NULL,
+					 &prod[i]), 0);
+		CHECK_RC(flowshm_attach("m9", FLOWSHM_CONSUMER, NULL, &cons[i]), 0);
+		if (i % 2) /* a record its consumer has not read yet */
+			CHECK_RC(flowshm_send(prod[i], "x", 1, 0), 0);
+		CHECK_RC(ctl_destroy(sock, "m9"), 0);
+	}
+	sleep(8); /* the grace a consumer has to drain a destroyed flow */
+	for (int i = 0; i < LOOPS; i++) {
+		struct stat s;
+
+		CHECK(fstat(fds[i], &s) == 0);
+		bytes += (uint64_t)s.st_blocks * 512;
+	}
+	CHECK(write(out_fd, &bytes, sizeof(bytes)) == sizeof(bytes));
+	_exit(0);
+}
+
+static void case_memory(void)
+{
+	static const char *const opts[] = { "--max-flows", "2",
+					    "--max-ring-size", "16M", NULL };
+	struct bystander b;
+	char out[8192];
+	int pfd[2], st, base = 0, sock, rfd;
+	uint64_t bytes = 0;
+	struct stat s;
+	struct hd d;
+	pid_t pid;
+
+	/* (a) destroyed rings give their memory back, mapped or not */
+	hd_start(&d, moverd_bin, "quota9a", false, opts);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	base = hd_fds(&d);
+	CHECK(pipe(pfd) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0)
+		memory_loop(&d, pfd[1]);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+	      WEXITSTATUS(st) == 0);
+	CHECK(read(pfd[0], &bytes, sizeof(bytes)) == sizeof(bytes));
+	close(pfd[0]);
+	close(pfd[1]);
+	printf("# 24 destroyed 16M rings still mapped by uid 65534: %.1f MiB "
+	       "allocated\n", bytes / 1048576.0);
+	CHECK(bytes <= 1u << 20);
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	hd_stop(&d);
+
+	/* (b) a client cannot resize a ring file (flows between hosts) */
+	hd_start(&d, moverd_bin, "quota9b", false, NULL);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	base = hd_fds(&d);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create grow9 --ring-size 1M --peer 127.0.0.1:9") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create shrink9 --ring-size 1M --peer 127.0.0.1:9") == 0);
+	rfd = attach_fd(&d, "grow9", &sock);
+	CHECK(fallocate(rfd, 0, 0, (1 << 20) + 4096 + (256 << 20)) == 0);
+	CHECK(wait_state(&d, "grow9", "failed", 5000, out, sizeof(out)));
+	printf("# grown ring file: %s", out);
+	CHECK(strstr(out, "size"));
+	CHECK(fstat(rfd, &s) == 0);
+	printf("# its size now %lld, %lld bytes allocated\n",
+	       (long long)s.st_size, (long long)s.st_blocks * 512);
+	CHECK(s.st_size == (1 << 20) + 4096);
+	CHECK((uint64_t)s.st_blocks * 512 <= (1u << 20) + 4096);
+	close(rfd);
+	close(sock);
+
+	rfd = attach_fd(&d, "shrink9", &sock);
+	CHECK(ftruncate(rfd, 0) == 0);
+	/* moverd reads the ring's control page for this */
+	hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show shrink9");
+	hd_alive(&d);
+	CHECK(wait_state(&d, "shrink9", "failed", 5000, out, sizeof(out)));
+	printf("# shrunk ring file: %s", out);
+	printf("# moverd's own view faulted and was replaced: %s\n",
+	       strstr(out, "faulted") ? "yes" : "no (checked first)");
+	CHECK(strstr(out, "size"));
+	CHECK(fstat(rfd, &s) == 0 && s.st_size == (1 << 20) + 4096);
+	close(rfd);
+	close(sock);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy grow9") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy shrink9") == 0);
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	check_idle(&d);
+	hd_stop(&d);
+}
+
+/* ---- 10: one uid takes every slot; flow list of any length ---------------- */
+
+static void case_per_uid(void)
+{
+	static const char *const opts_b[] = { "--max-ring-bytes-per-uid", "8M",
+					      NULL };
+	static char out[1 << 20];
+	char allow[1024] = "", name[80];
+	struct bystander b;
+	int rc, base, i;
+	struct hd d;
+
+	hd_start(&d, moverd_bin, "quota10", false, NULL);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	for (i = 0; i < 65; i++) {
+		rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
+			    "flow create u10-%d --ring-size 4K", i);
+		if (rc)
+			break;
+	}
+	printf("# uid 65534 created %d flows; then: exit %d: %s", i, rc, out);
+	CHECK(i == 64 && rc != 0 && strstr(out, "--max-flows-per-uid"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create root10 --ring-size 4K") == 0);
+	/* 300 flows with long names and allow lists: more than one frame
+	 * (about 250 bytes each; moverctl's arguments fit 768 bytes) */
+	for (i = 0; i < 14; i++)
+		snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow),
+			 " --allow-uid %u --allow-gid %u", 4000000000u + i,
+			 4000000000u + i);
+	for (i = 0; i < 300; i++)
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+			     "flow create %060d-%03d --ring-size 4K%s", 0, i,
+			     allow) == 0);
+	base = hd_fds(&d);
+	rc = hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list");
+	printf("# flow list of 366 flows: exit %d, %zu bytes%s%.200s\n", rc,
+	       strlen(out), rc ? ": " : "", rc ? out : "");
+	CHECK(rc == 0);
+	for (i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "%060d-%03d ", 0, i);
+		CHECK(strstr(out, name));
+	}
+	CHECK(strstr(out, "u10-63 ") && strstr(out, "bystander "));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list --json") == 0);
+	for (i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "\"%060d-%03d\"", 0, i);
+		CHECK(strstr(out, name));
+	}
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	check_idle(&d);
+	hd_stop(&d);
+
+	/* ring bytes per uid */
+	hd_start(&d, moverd_bin, "quota10b", false, opts_b);
+	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out),
+		     "flow create b10-1 --ring-size 4M") == 0);
+	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out),
+		     "flow create b10-2 --ring-size 4M") == 0);
+	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
+		    "flow create b10-3 --ring-size 4K");
+	printf("# past 8M of rings: exit %d: %s", rc, out);
+	CHECK(rc != 0 && strstr(out, "--max-ring-bytes-per-uid"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create root10b --ring-size 4M") == 0);
+	hd_stop(&d);
+}
+
+/* ---- 13: other users' flows are not shown --------------------------------- */
+
+static void case_visibility(void)
+{
+	char out[65536], missing[4096];
+	struct bystander b;
+	int rc, rc_missing, base;
+	struct hd d;
+
+	hd_start(&d, moverd_bin, "quota13", false, NULL);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	base = hd_fds(&d);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create secret13 --ring-size 4K") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow create shared13 --ring-size 4K --allow-uid 65534") == 0);
+	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow show secret13");
+	rc_missing = hd_ctl(&d, nobody_ctl, missing, sizeof(missing),
+			    "flow show nosuch13");
+	printf("# uid 65534: flow show secret13: exit %d: %.300s", rc, out);
+	CHECK(rc != 0 && rc == rc_missing);
+	CHECK(strstr(out, "no such flow") && strstr(missing, "no such flow"));
+	CHECK(!strstr(out, "owner"));
+	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow show shared13") == 0);
+	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow list") == 0);
+	printf("# uid 65534: flow list:\n%s", out);
+	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
+	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow list --json") == 0);
+	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
+	CHECK(strstr(out, "secret13") && strstr(out, "shared13"));
+	by_send(&b, 100);
+	by_check(&b);
+	hd_wait_fds(&d, base);
+	check_idle(&d);
+	hd_stop(&d);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 5, case_remote_opens, "remote opens: per-peer quotas, "
+		  "state-dir reserve, orphan expiry" },
+		{ 9, case_memory, "destroyed rings release their pages; ring "
+		  "files cannot be resized" },
+		{ 10, case_per_uid, "per-uid limits; flow list of any length" },
+		{ 13, case_visibility, "other users' flows are not shown" },
+	};
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+		return 2;
+	}
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %d --regid %d "
+		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		      "FM_QUOTA_CASES");
+}
