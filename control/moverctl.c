@@ -626,6 +626,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_u64(&j, "cycles", s->cycles);
 		j_u64(&j, "sleeps", s->sleeps);
 		j_u64(&j, "doorbell_rings", s->doorbell_rings);
+		j_u64(&j, "clients_refused", s->clients_refused);
+		j_u64(&j, "peers_refused", s->peers_refused);
+		j_u64(&j, "accept_waits", s->accept_waits);
 		j_key(&j, "peers");
 		j_open(&j, '[');
 		for (size_t i = 0; i < s->n_peers; i++) {
@@ -666,6 +669,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	kv("doorbell", "%s", dash(s->doorbell));
 	kv("mover", "%" PRIu64 " cycles, %" PRIu64 " sleeps, %" PRIu64
 	   " ended by the doorbell", s->cycles, s->sleeps, s->doorbell_rings);
+	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
+	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
+	   s->clients_refused, s->peers_refused, s->accept_waits);
 	if (!s->n_peers) {
 		kv("peers", "none");
 		return;

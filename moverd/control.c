@@ -194,7 +194,7 @@ static void respond_error(struct ctl_client *c, uint64_t id, int code,
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__Error err = FLOWMOVER__ERROR__INIT;
-	char msg[512];
+	char msg[512], safe[LOG_SAFE_BUF];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -205,7 +205,9 @@ static void respond_error(struct ctl_client *c, uint64_t id, int code,
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_ERROR;
 	resp.error = &err;
 	c->srv->stats.bad_requests += code == -EPROTO || code == -EMSGSIZE;
-	log_debug("client pid %d: error %d: %s", (int)c->pid, code, msg);
+	/* msg may quote the client's own strings */
+	log_debug("client pid %d: error %d: %s", (int)c->pid, code,
+		  log_safe(msg, safe, sizeof(safe)));
 	respond(c, &resp, id, NULL);
 }
 
@@ -467,6 +469,10 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.cycles = c->srv->peers->cycles;
 	st.sleeps = c->srv->peers->sleeps;
 	st.doorbell_rings = c->srv->peers->rings;
+	st.clients_refused = c->srv->stats.clients_refused;
+	st.peers_refused = c->srv->peers->refused;
+	st.accept_waits = c->srv->accept_wait.waits +
+			  c->srv->peers->accept_wait.waits;
 	st.transports = transports;
 	for (unsigned i = 0; i < np; i++) {
 		flowmover__peer_info__init(&pi[i]);
@@ -588,29 +594,89 @@ static void serve(struct ctl_client *c)
 
 /* ---- accepting ---------------------------------------------------------- */
 
+/* The back-off after a failed accept ended: accept again. */
+static void accept_wait_done(struct loop_op *op, int res)
+{
+	struct ctl_server *s = (struct ctl_server *)((char *)op -
+		offsetof(struct ctl_server, accept_wait.op));
+
+	(void)res;
+	if (s->listen_fd >= 0)
+		arm_accept(s);
+}
+
+static void accept_failed(struct ctl_server *s, int res)
+{
+	static struct log_limit lim;
+
+	log_limited(&lim, LOG_LVL_WARN, "accept: %s%s", strerror(-res),
+		    listener_must_wait(res) ? ": waiting before the next" : "");
+	if (listener_must_wait(res))
+		listener_wait(s->loop, &s->accept_wait, accept_wait_done);
+	else
+		arm_accept(s);
+}
+
+/* Connections root does not get: the reserve, at most half of them. */
+static unsigned root_reserve(const struct ctl_server *s)
+{
+	return s->max_clients / 2 < CTL_ROOT_RESERVE ? s->max_clients / 2 :
+						       CTL_ROOT_RESERVE;
+}
+
+/* May a client of uid come in on fd?  NULL, or why not. */
+static const char *refuse_client(const struct ctl_server *s, int fd,
+				 uid_t uid)
+{
+	unsigned same = 0;
+
+	if (uid == 0)
+		return s->n_clients >= s->max_clients ? "too many clients" : NULL;
+	if (listener_fds_left(fd) < CTL_FD_RESERVE)
+		return "near the open-file limit (the rest is kept for root)";
+	if (s->n_clients >= s->max_clients - root_reserve(s))
+		return "too many clients (the rest is kept for root)";
+	/* clients that are gone count until freed: they hold their fd */
+	for (const struct ctl_client *c = s->clients; c; c = c->next)
+		same += c->uid == uid;
+	if (same >= s->max_per_uid)
+		return "too many connections of this uid";
+	return NULL;
+}
+
 static void accept_done(struct loop_op *op, int res)
 {
 	struct ctl_server *s = (struct ctl_server *)((char *)op -
 		offsetof(struct ctl_server, accept_op));
+	static struct log_limit refused_lim;
 	struct ucred cred;
 	socklen_t cl = sizeof(cred);
 	struct ctl_client *c;
+	const char *refused;
 
 	if (s->listen_fd < 0) {
 		if (res >= 0)
 			close(res);
 		return;
 	}
-	arm_accept(s);
 	if (res < 0) {
-		log_warn("accept: %s", strerror(-res));
+		accept_failed(s, res);
 		return;
 	}
-	if (s->n_clients >= s->max_clients ||
-	    getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
-		log_warn("refusing a control client: %s",
-			 s->n_clients >= s->max_clients ? "too many clients" :
-							  strerror(errno));
+	listener_ok(&s->accept_wait);
+	arm_accept(s);
+	if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &cl)) {
+		log_limited(&refused_lim, LOG_LVL_WARN, "refusing a control "
+			    "client: SO_PEERCRED: %s", strerror(errno));
+		close(res);
+		return;
+	}
+	refused = refuse_client(s, res, cred.uid);
+	if (refused) {
+		s->stats.clients_refused++;
+		log_limited(&refused_lim, LOG_LVL_WARN, "refusing a control "
+			    "client (uid %u, pid %d): %s", (unsigned)cred.uid,
+			    (int)cred.pid, refused);
 		close(res);
 		return;
 	}
@@ -669,7 +735,9 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 
 	*s = (struct ctl_server){ .loop = l, .flows = flows, .peers = peers,
 				  .listen_fd = -1,
-				  .max_clients = 1024, .socket_path = path,
+				  .max_clients = CTL_DEFAULT_MAX_CLIENTS,
+				  .max_per_uid = CTL_DEFAULT_PER_UID,
+				  .socket_path = path,
 				  .started_ns = fr_now_ns() };
 	if (strlen(path) >= sizeof(addr.sun_path)) {
 		log_error("socket path too long: %s", path);

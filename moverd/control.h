@@ -9,6 +9,7 @@
 #define MOVERD_CONTROL_H
 
 #include "flows.h"
+#include "listener.h"
 #include "loop.h"
 #include "peer.h"
 
@@ -21,7 +22,20 @@ struct ctl_stats {
 	uint64_t requests;
 	uint64_t bad_requests;
 	uint64_t clients_total;
+	uint64_t clients_refused;  /* closed at accept: over a cap */
 };
+
+/*
+ * Limits on control connections: max_clients in all, of which the last
+ * CTL_ROOT_RESERVE (at most half) are kept for root, so that root's
+ * moverctl gets through however many connections other users hold; and
+ * max_per_uid for each uid but root.
+ */
+#define CTL_DEFAULT_MAX_CLIENTS 1024u
+#define CTL_DEFAULT_PER_UID     64u
+#define CTL_ROOT_RESERVE        16u
+/* open files a non-root client must leave free (root's reserve) */
+#define CTL_FD_RESERVE          32u
 
 struct ctl_server {
 	struct loop *loop;
@@ -32,6 +46,8 @@ struct ctl_server {
 	struct ctl_client *clients;
 	unsigned n_clients;
 	unsigned max_clients;
+	unsigned max_per_uid;
+	struct listener_backoff accept_wait; /* after a failed accept */
 	const char *socket_path;
 	uint64_t started_ns;
 	struct ctl_stats stats;

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,6 +49,24 @@ struct options {
 	char peer_key[PATH_MAX];  /* --peer-key FILE, "" = none */
 	struct peer_allow allow;  /* --peer-allow, n = 0: anyone */
 	bool insecure_peers;      /* --insecure-peers */
+	/* connection floods (docs/security-edges.md) */
+	unsigned peer_per_addr, peer_pending, peer_hello_s;
+	unsigned max_clients, max_per_uid;
+};
+
+/* long options without a short letter */
+enum {
+	OPT_PEER_PER_ADDR = 256,
+	OPT_PEER_PENDING,
+	OPT_PEER_HELLO,
+	OPT_MAX_CLIENTS,
+	OPT_MAX_PER_UID,
+	OPT_UID_FLOWS,
+	OPT_UID_BYTES,
+	OPT_PEER_FLOWS,
+	OPT_PEER_BYTES,
+	OPT_RESERVE,
+	OPT_ORPHAN,
 };
 
 struct daemon {
@@ -127,6 +146,17 @@ static void usage(FILE *out)
 "                           dir's filesystem less than PCT%% free (default 10)\n"
 "  --orphan-timeout S       destroy a receiver flow whose sender has not come\n"
 "                           back for S seconds (default 21600 = 6 h; 0 = never)\n"
+"  --max-clients N          control connections in all (default 1024); the\n"
+"                           last 16 are kept for root\n"
+"  --max-clients-per-uid N  control connections of one uid other than root\n"
+"                           (default 64)\n"
+"  --peer-max-conns-per-addr N\n"
+"                           inbound peer connections from one address\n"
+"                           (default 8); more are closed at accept\n"
+"  --peer-max-pending N     inbound peer connections that have not said\n"
+"                           hello yet (default 64); more are closed at accept\n"
+"  --peer-hello-timeout S   seconds an inbound peer has to say hello\n"
+"                           (default 10); heartbeats do not count\n"
 "  --version, --help\n"
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
@@ -153,16 +183,6 @@ static int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* long options without a short letter */
-enum {
-	OPT_UID_FLOWS = 256,
-	OPT_UID_BYTES,
-	OPT_PEER_FLOWS,
-	OPT_PEER_BYTES,
-	OPT_RESERVE,
-	OPT_ORPHAN,
-};
-
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "socket-mode", required_argument, NULL, 'm' },
@@ -185,6 +205,11 @@ static const struct option long_opts[] = {
 	{ "peer-max-ring-bytes", required_argument, NULL, OPT_PEER_BYTES },
 	{ "state-dir-reserve", required_argument, NULL, OPT_RESERVE },
 	{ "orphan-timeout", required_argument, NULL, OPT_ORPHAN },
+	{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
+	{ "max-clients-per-uid", required_argument, NULL, OPT_MAX_PER_UID },
+	{ "peer-max-conns-per-addr", required_argument, NULL, OPT_PEER_PER_ADDR },
+	{ "peer-max-pending", required_argument, NULL, OPT_PEER_PENDING },
+	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
@@ -209,6 +234,28 @@ static int peer_allow_option(struct options *o, const char *val)
 		return 0;
 	fprintf(stderr, "moverd: %s\n", err);
 	return -1;
+}
+
+static int bad(int key, const char *val)
+{
+	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
+		option_name(key));
+	return -1;
+}
+
+/* A plain number in [min, max]. */
+static int parse_count(const char *s, unsigned min, unsigned max,
+		       unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
 }
 
 /* Apply one option; 0, or -1 after printing why. */
@@ -308,6 +355,16 @@ static int set_option(struct options *o, int key, const char *val)
 		if (parse_size(val, &v) || v > UINT32_MAX) goto bad;
 		o->limits.orphan_timeout_s = (unsigned)v;
 		return 0;
+	case OPT_MAX_CLIENTS:
+		return parse_count(val, 2, 1u << 20, &o->max_clients) ? bad(key, val) : 0;
+	case OPT_MAX_PER_UID:
+		return parse_count(val, 1, 1u << 20, &o->max_per_uid) ? bad(key, val) : 0;
+	case OPT_PEER_PER_ADDR:
+		return parse_count(val, 1, 1u << 20, &o->peer_per_addr) ? bad(key, val) : 0;
+	case OPT_PEER_PENDING:
+		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(key, val) : 0;
+	case OPT_PEER_HELLO:
+		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(key, val) : 0;
 	}
 bad:
 	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
@@ -386,6 +443,12 @@ static int parse_options(struct options *o, int argc, char **argv)
 			    .peer_max_ring_bytes = 4ull << 30,
 			    .state_dir_reserve = 10,
 			    .orphan_timeout_s = 6 * 3600 },
+		.peer_per_addr = PEER_DEFAULT_PER_ADDR,
+		.peer_pending = PEER_DEFAULT_PENDING,
+		.peer_hello_s = PEER_DEFAULT_HELLO_S,
+		.max_clients = CTL_DEFAULT_MAX_CLIENTS,
+		.max_per_uid = CTL_DEFAULT_PER_UID,
+
 	};
 	snprintf(o->socket, sizeof(o->socket), "%s",
 		 env && *env ? env : DEFAULT_SOCKET);
@@ -504,6 +567,27 @@ static int take_lock(struct daemon *d)
 		log_warn("cannot write pid to %s", path);
 	d->lock_fd = fd;
 	return 0;
+}
+
+/*
+ * The soft open-file limit up to the hard one: systemd gives services a
+ * soft 1024, less than --max-clients and the peers and flows together;
+ * moverd never uses select(2), so nothing needs fds below 1024.
+ */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t was = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			rl.rlim_cur = was;
+	}
+	log_info("open files: up to %llu", (unsigned long long)rl.rlim_cur);
 }
 
 static void signal_done(struct loop_op *op, int res);
@@ -671,10 +755,7 @@ static void shutdown_daemon(struct daemon *d)
 int main(int argc, char **argv)
 {
 	static struct daemon d;
-	struct peer_opts popt = { .listen_addr = d.opt.listen,
-				  .transport = d.opt.transport,
-				  .doorbell = d.opt.doorbell,
-				  .allow = &d.opt.allow };
+	struct peer_opts popt;
 	int rc, ready_fd = -1;
 
 	rc = parse_options(&d.opt, argc, argv);
@@ -682,9 +763,18 @@ int main(int argc, char **argv)
 		return rc;
 	if (peer_security(&d))
 		return 1;
-	popt.key = d.have_key ? &d.key : NULL;
 	if (open_dirs(&d))
 		return 1;
+	popt = (struct peer_opts){
+		.listen_addr = d.opt.listen,
+		.transport = d.opt.transport,
+		.doorbell = d.opt.doorbell,
+		.max_conns_per_addr = d.opt.peer_per_addr,
+		.max_pending = d.opt.peer_pending,
+		.hello_timeout_s = d.opt.peer_hello_s,
+		.allow = &d.opt.allow,
+		.key = d.have_key ? &d.key : NULL,
+	};
 	if (!d.opt.foreground && daemonize(&ready_fd)) {
 		perror("moverd: daemonize");
 		return 1;
@@ -695,11 +785,16 @@ int main(int argc, char **argv)
 		return 1;
 	close(d.run_fd); /* the lock was its only file; the socket's path is
 			  * safe to use: no one else can write on the way */
+	raise_fd_limit();
 	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir, d.state_fd);
 	if (ring_guard_init() || loop_init(&d.loop, 1024) || setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
-			     d.opt.socket_mode) ||
-	    peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, &popt))
+			     d.opt.socket_mode))
+		return 1;
+	/* before the loop runs: no client can have been accepted yet */
+	d.ctl.max_clients = d.opt.max_clients;
+	d.ctl.max_per_uid = d.opt.max_per_uid;
+	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, &popt))
 		return 1;
 	if (flows_adopt(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)

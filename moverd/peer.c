@@ -63,6 +63,33 @@ struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 	return p;
 }
 
+/* Is addr ("HOST:PORT") from host? */
+static bool same_host(const char *addr, const char *host)
+{
+	const char *colon = strrchr(addr, ':');
+	size_t n = colon ? (size_t)(colon - addr) : strlen(addr);
+
+	return n == strlen(host) && !memcmp(addr, host, n);
+}
+
+const char *peer_admit(const struct peer_mgr *m, const char *host)
+{
+	unsigned same = 0, pending = 0;
+
+	/* closing ones count too: they hold their fd until reaped */
+	for (const struct peer *p = m->peers; p; p = p->next) {
+		if (p->outbound)
+			continue;
+		same += same_host(p->addr, host);
+		pending += !p->hello_ok;
+	}
+	if (same >= m->max_conns_per_addr)
+		return "too many connections from this address";
+	if (pending >= m->max_pending)
+		return "too many connections waiting for their hello";
+	return NULL;
+}
+
 static void link_flow(struct peer *p, struct flow *f)
 {
 	f->peer = p;
@@ -347,6 +374,7 @@ static void reap_peers(struct peer_mgr *m)
 
 void peer_fail(struct peer *p, const char *fmt, ...)
 {
+	static struct log_limit lim; /* a peer can fail at will */
 	char why[200];
 	va_list ap;
 
@@ -355,7 +383,8 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	log_warn("peer %s: %s: disconnecting", p->addr, why);
+	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
+		    why);
 	reset_flows(p, why);
 	if (p->state == PEER_UP)
 		p->reconnects++;
@@ -713,8 +742,12 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 				  &f, err, sizeof(err));
 	}
 	if (rc) {
-		log_warn("peer %s: cannot open flow '%s': %s", p->addr,
-			 op->name ? op->name : "", err);
+		static struct log_limit lim; /* a peer can ask at will */
+		char sn[LOG_SAFE_BUF], se[LOG_SAFE_BUF];
+
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot open flow "
+			    "'%s': %s", p->addr, log_safe(op->name, sn, sizeof(sn)),
+			    log_safe(err, se, sizeof(se)));
 		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
 		return;
 	}
@@ -748,7 +781,11 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		return;
 	}
 	if (op->error) {
-		flows_set_state(f, FLOW_FAILED, op->message);
+		char msg[LOG_SAFE_BUF];
+
+		/* the peer's words: logged and shown in `flow show` */
+		flows_set_state(f, FLOW_FAILED,
+				log_safe(op->message, msg, sizeof(msg)));
 		return;
 	}
 	r = ring_of(f);
@@ -807,7 +844,7 @@ static void queue_opens(struct peer *p)
 /* A fresh connection: nothing of an earlier one's handshake is kept. */
 static void auth_reset(struct peer *p)
 {
-	p->auth_ok = p->hello_seen = false;
+	p->auth_ok = p->hello_ok = p->hello_seen = false;
 	p->auth_fail[0] = p->node[0] = p->node_safe[0] = p->key_id[0] = 0;
 	memset(p->nonce_theirs, 0, sizeof(p->nonce_theirs));
 	auth_nonce(p->nonce_mine);
@@ -815,7 +852,11 @@ static void auth_reset(struct peer *p)
 
 static void authenticated(struct peer *p)
 {
-	p->auth_ok = true;
+	static struct log_limit lim; /* without a key anyone can get here */
+
+	/* edges' hello_ok (the caps of pending peers, the hello deadline)
+	 * now means the same: the whole handshake is done */
+	p->auth_ok = p->hello_ok = true;
 	if (p->m->key) {
 		snprintf(p->key_id, sizeof(p->key_id), "%s", p->m->key->id);
 		/* a node name proven by the key (see branch acl): without a
@@ -823,9 +864,9 @@ static void authenticated(struct peer *p)
 		snprintf(p->identity, sizeof(p->identity), "%s key %s",
 			 p->node_safe, p->key_id);
 	}
-	log_info("peer %s: authenticated: node %s, %s%s", p->addr, p->node_safe,
-		 p->key_id[0] ? "key " : "no key (--peer-key not set)",
-		 p->key_id);
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: authenticated: node %s, %s%s",
+		    p->addr, p->node_safe, p->key_id[0] ? "key " :
+		    "no key (--peer-key not set)", p->key_id);
 	if (p->outbound) {
 		/* only now: a refused handshake reconnects ever more slowly */
 		p->backoff_ms = 100;
@@ -853,12 +894,15 @@ static const char *key_mismatch(const struct peer *p,
 {
 	const struct auth_key *k = p->m->key;
 	bool theirs = h->key_id && *h->key_id;
+	char id[AUTH_ID_CHARS + 1];
 
 	if (!k && !theirs)
 		return NULL;
+	/* its words, shown in logs and flow show: printable only */
+	filter_node(id, theirs ? h->key_id : "", sizeof(id));
 	if (!k) {
-		snprintf(buf, cap, "the peer holds a key (id %.16s), this "
-			 "moverd has none (--peer-key)", h->key_id);
+		snprintf(buf, cap, "the peer holds a key (id %s), this "
+			 "moverd has none (--peer-key)", id);
 		return buf;
 	}
 	if (!theirs) {
@@ -867,8 +911,8 @@ static const char *key_mismatch(const struct peer *p,
 		return buf;
 	}
 	if (strcmp(h->key_id, k->id)) {
-		snprintf(buf, cap, "the peer holds another key (id %.16s, ours "
-			 "%s)", h->key_id, k->id);
+		snprintf(buf, cap, "the peer holds another key (id %s, ours "
+			 "%s)", id, k->id);
 		return buf;
 	}
 	if (h->nonce.len != AUTH_NONCE_BYTES) {
@@ -883,9 +927,12 @@ static const char *key_mismatch(const struct peer *p,
 static void responder_hello(struct peer *p, const char *mismatch)
 {
 	if (mismatch) {
+		static struct log_limit lim; /* anyone may say hello */
+
 		snprintf(p->auth_fail, sizeof(p->auth_fail), "peer "
 			 "authentication failed: %s", mismatch);
-		log_warn("peer %s: %s", p->addr, p->auth_fail);
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: %s", p->addr,
+			    p->auth_fail);
 	}
 	queue_hello(p);
 	if (!mismatch && !p->m->key)
@@ -927,7 +974,8 @@ static void initiator_hello(struct peer *p, const Flowmover__PeerHello *h,
 
 static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 {
-	char buf[160];
+	static struct log_limit lim; /* anyone may connect and say hello */
+	char buf[160], node[LOG_SAFE_BUF];
 	const char *mismatch;
 
 	if (p->hello_seen) {
@@ -940,17 +988,24 @@ static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 			  h->version, WIRE_VERSION);
 		return;
 	}
-	if (!h->node || strlen(h->node) >= sizeof(p->node)) {
+	/* the proofs cover the whole name: with a key it must fit; without
+	 * one it is only shown, cut */
+	if (!h->node) {
+		peer_fail(p, "a hello without a node name");
+		return;
+	}
+	if (p->m->key && strlen(h->node) >= sizeof(p->node)) {
 		peer_fail(p, "peer authentication failed: a node name of more "
 			  "than %zu bytes", sizeof(p->node) - 1);
 		return;
 	}
-	strcpy(p->node, h->node);
+	snprintf(p->node, sizeof(p->node), "%s", h->node);
 	filter_node(p->node_safe, h->node, sizeof(p->node_safe));
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: hello from %s", p->addr,
+		    log_safe(h->node, node, sizeof(node)));
 	mismatch = key_mismatch(p, h, buf, sizeof(buf));
 	if (!mismatch && p->m->key)
 		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
-	log_debug("peer %s: hello from %s", p->addr, p->node_safe);
 	if (p->outbound)
 		initiator_hello(p, h, mismatch);
 	else
@@ -1122,6 +1177,7 @@ void peer_rx_header(struct peer *p)
 			  h->magic, h->version);
 		return;
 	}
+	/* heartbeats are let through but do not move the hello deadline */
 	if (!p->auth_ok && h->type != WIRE_CTRL && h->type != WIRE_HEARTBEAT) {
 		peer_fail(p, "peer authentication failed: a frame of type %u "
 			  "before authentication", h->type);
@@ -1166,17 +1222,28 @@ void peer_rx_body(struct peer *p)
 		finish_data(p);
 }
 
+static void log_inbound(const struct peer *p)
+{
+	static struct log_limit lim; /* anyone may connect at will */
+
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: connected over %s (inbound)",
+		    p->addr, p->tp->name);
+}
+
 void peer_up(struct peer *p)
 {
 	/* receive state is fresh: calloc'd, or reset by peer_closed */
 	p->state = PEER_UP;
-	p->last_rx_ns = p->last_tx_ns = fr_now_ns();
-	auth_reset(p);
+	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
+	auth_reset(p); /* the hello deadline runs until authenticated */
 	if (p->outbound)
 		queue_hello(p); /* opens go once the responder proved its key */
 	p->tp->recv(p);
-	log_info("peer %s: connected over %s (%s)", p->addr, p->tp->name,
-		 p->outbound ? "outbound" : "inbound");
+	if (p->outbound)
+		log_info("peer %s: connected over %s (outbound)", p->addr,
+			 p->tp->name);
+	else
+		log_inbound(p);
 }
 
 /* ---- connections ---------------------------------------------------------- */
@@ -1261,6 +1328,11 @@ static void tick_done(struct loop_op *op, int res)
 		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
+		else if (p->state == PEER_UP && !p->hello_ok &&
+			 now - p->connected_ns > m->hello_timeout_ns)
+			peer_fail(p, "no hello within %llu s",
+				  (unsigned long long)(m->hello_timeout_ns /
+						       1000000000ull));
 		else if (p->state == PEER_UP && p->wr_op.busy &&
 			 now - p->last_tx_ns > SEND_DEADLINE_NS)
 			peer_fail(p, "a send made no progress for %llu s: the "
@@ -1510,9 +1582,17 @@ void peer_woke(struct peer_mgr *m)
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   struct ctl_server *ctl, const struct peer_opts *o)
 {
-	*m = (struct peer_mgr){ .loop = l, .flows = t, .ctl = ctl,
-				.listen_fd = -1, .tp = &tcp_transport,
-				.allow = o->allow, .key = o->key };
+	*m = (struct peer_mgr){
+		.loop = l, .flows = t, .ctl = ctl, .listen_fd = -1,
+		.tp = &tcp_transport,
+		.max_conns_per_addr = o->max_conns_per_addr ?
+				      o->max_conns_per_addr : PEER_DEFAULT_PER_ADDR,
+		.max_pending = o->max_pending ? o->max_pending :
+						PEER_DEFAULT_PENDING,
+		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
+				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+		.allow = o->allow, .key = o->key,
+	};
 	arm_tick(m);
 	if (peer_resolver_start(m))
 		log_warn("no resolver thread: peers must be numeric addresses");
@@ -1561,27 +1641,9 @@ bool peer_mgr_busy(struct peer_mgr *m)
 	return m->peers != NULL;
 }
 
-bool peer_allowed(struct peer_mgr *m, const struct sockaddr *sa,
-		  const char *host)
+bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa)
 {
-	static uint64_t last_ns, quiet;
-	uint64_t now;
-
-	if (peer_allow_match(m->allow, sa))
-		return true;
-	m->refused_allow++;
-	now = fr_now_ns();
-	/* anyone may try at will: one line a second, with the count */
-	if (now - last_ns < 1000000000ull) {
-		quiet++;
-		return false;
-	}
-	log_warn("refusing a peer connection from %s: not in --peer-allow "
-		 "(%llu more refused since the last such line)", host,
-		 (unsigned long long)quiet);
-	last_ns = now;
-	quiet = 0;
-	return false;
+	return peer_allow_match(m->allow, sa);
 }
 
 int peer_add_sender(struct peer_mgr *m, struct flow *f)

@@ -14,6 +14,7 @@
 #define MOVERD_PEER_H
 
 #include "flows.h"
+#include "listener.h"
 #include "loop.h"
 #include "resolver.h"
 
@@ -48,6 +49,7 @@ struct peer_mgr {
 	int listen_fd;
 	char listen_addr[80];
 	struct loop_op accept_op, tick_op;
+	struct listener_backoff accept_wait; /* after a failed accept */
 	struct __kernel_timespec tick_ts;
 	uint64_t police_ns;       /* last check of orphans and ring files */
 	uint64_t last_work_ns;
@@ -68,10 +70,13 @@ struct peer_mgr {
 	 * (NULL: insecure, hellos carry no proof); see auth.h */
 	const struct peer_allow *allow;
 	const struct auth_key *key;
-	uint64_t refused_allow;   /* connections closed for --peer-allow */
 
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
+	/* inbound connections (see peer_opts) */
+	unsigned max_conns_per_addr, max_pending;
+	uint64_t hello_timeout_ns;
+	uint64_t refused;         /* closed at accept: over a cap */
 
 	/* counters for `moverctl status` */
 	uint64_t cycles;          /* duty cycles run */
@@ -84,9 +89,19 @@ struct peer_opts {
 	const char *transport;    /* "tcp", "rdma" or "auto" (RDMA where a
 				   * device exists) */
 	const char *doorbell;     /* "auto", "thread" or "poll" */
+	/* inbound peers: simultaneous connections from one address, and
+	 * connections that have not said hello yet (over either: closed at
+	 * accept); seconds a connection has to say hello */
+	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
+	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
+	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
 	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
 	const struct auth_key *key;     /* --peer-key, NULL: none */
 };
+
+#define PEER_DEFAULT_PER_ADDR 8u
+#define PEER_DEFAULT_PENDING  64u
+#define PEER_DEFAULT_HELLO_S  10u
 
 /* Pick the transport and doorbell, listen, start the timer. */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
@@ -141,10 +156,9 @@ struct peer_status {
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);
 
-/* May a connection from sa come in (--peer-allow)?  false: it was logged
- * (rate-limited) and counted; the caller closes or rejects it before
- * allocating anything for it. */
-bool peer_allowed(struct peer_mgr *m, const struct sockaddr *sa,
-		  const char *host);
+/* May a connection from sa come in at all (--peer-allow)?  Asked at
+ * accept, before anything is allocated for it; the caller logs (rate-
+ * limited), counts and closes or rejects. */
+bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa);
 
 #endif

@@ -36,6 +36,9 @@
 #define CTRLQ_MAX_FRAMES 4096u
 #define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
 #define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
+/* open files a new inbound peer must leave free (for control clients,
+ * flows and outbound peers): past that it is refused at accept */
+#define PEER_FD_RESERVE 64u
 
 struct ctrl_frame {
 	struct ctrl_frame *next;
@@ -51,6 +54,11 @@ struct peer {
 	char addr[80];
 	bool outbound;
 	enum peer_state state;
+	/* it said a valid hello (outbound: we did; the acceptor never
+	 * does).  Until then only a hello or heartbeats are accepted, and
+	 * only until the hello deadline. */
+	bool hello_ok;
+	uint64_t connected_ns;
 	/*
 	 * The authenticated hello (auth.h): until auth_ok only HELLO, AUTH
 	 * and heartbeats are taken; no flow, ring or registration exists for
@@ -63,7 +71,7 @@ struct peer {
 	bool hello_seen;          /* its hello came (a second one fails) */
 	char auth_fail[200];      /* refuse once our answer is sent */
 	uint8_t nonce_mine[AUTH_NONCE_BYTES], nonce_theirs[AUTH_NONCE_BYTES];
-	char node[65];            /* its node name as sent (the proofs') */
+	char node[256];           /* its node name as sent (the proofs') */
 	char node_safe[65];       /* the same, printable only */
 	char key_id[AUTH_ID_CHARS + 1]; /* the key it proved, "" without */
 	/* who it is, for binding names to peers (branch acl): the source
@@ -168,6 +176,9 @@ int peer_resolver_start(struct peer_mgr *m);
 int peer_address(struct peer *p);
 
 /* protocol side, called by transports */
+/* May one more inbound connection from host (numeric) come in?  NULL,
+ * or why not (a cap of peer_opts).  Ask before allocating anything. */
+const char *peer_admit(const struct peer_mgr *m, const char *host);
 struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 		      const struct transport *tp);
 struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);

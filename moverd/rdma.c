@@ -559,12 +559,18 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 		    NULL, 0, NI_NUMERICHOST);
 	snprintf(addr, sizeof(addr), "%s:%u", host, ntohs(rdma_get_dst_port(id)));
 	/* --peer-allow: rejected before rdma_accept, nothing allocated */
-	if (!peer_allowed(m, sa, host)) {
+	if (!peer_allowed(m, sa)) {
+		static struct log_limit lim; /* anyone may try at will */
+
+		m->refused++;
+		log_limited(&lim, LOG_LVL_WARN, "refusing an RDMA peer "
+			    "connection from %s: not in --peer-allow", host);
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
 		return;
 	}
-	p = shared(m)->dev != DEV_OK ? NULL :
+	/* the caps of inbound peers, as over TCP */
+	p = shared(m)->dev != DEV_OK || peer_admit(m, host) ? NULL :
 	    peer_new(m, addr, false, &rdma_transport);
 	if (!p || new_conn(p)) {
 		rdma_reject(id, NULL, 0);

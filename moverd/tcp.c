@@ -7,6 +7,7 @@
  * one or two pieces the protocol pointed at).
  */
 #include "peer_impl.h"
+#include "listener.h"
 #include "log.h"
 
 #include <errno.h>
@@ -284,12 +285,36 @@ static void tcp_connect(struct peer *p)
 
 static void arm_accept(struct peer_mgr *m);
 
+/* The back-off after a failed accept ended: accept again. */
+static void accept_wait_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, accept_wait.op);
+
+	(void)res;
+	if (m->listen_fd >= 0)
+		arm_accept(m);
+}
+
+static void accept_failed(struct peer_mgr *m, int res)
+{
+	static struct log_limit lim;
+
+	log_limited(&lim, LOG_LVL_WARN, "peer accept: %s%s", strerror(-res),
+		    listener_must_wait(res) ? ": waiting before the next" : "");
+	if (listener_must_wait(res))
+		listener_wait(m->loop, &m->accept_wait, accept_wait_done);
+	else
+		arm_accept(m);
+}
+
 static void accept_done(struct loop_op *op, int res)
 {
 	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, accept_op);
 	struct sockaddr_storage sa;
 	socklen_t len = sizeof(sa);
 	char host[64] = "?", serv[16] = "?", addr[80];
+	static struct log_limit refused_lim;
+	const char *refused;
 	struct peer *p;
 
 	if (m->listen_fd < 0) {
@@ -297,17 +322,25 @@ static void accept_done(struct loop_op *op, int res)
 			close(res);
 		return;
 	}
-	arm_accept(m);
 	if (res < 0) {
-		log_warn("peer accept: %s", strerror(-res));
+		accept_failed(m, res);
 		return;
 	}
+	listener_ok(&m->accept_wait);
+	arm_accept(m);
 	sa.ss_family = AF_UNSPEC; /* no address: no --peer-allow matches */
 	if (!getpeername(res, (struct sockaddr *)&sa, &len))
 		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
 			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
-	/* --peer-allow: before anything is allocated for it */
-	if (!peer_allowed(m, (struct sockaddr *)&sa, host)) {
+	/* before anything is allocated for it: --peer-allow, then the caps */
+	refused = !peer_allowed(m, (struct sockaddr *)&sa) ?
+		  "not in --peer-allow" :
+		  listener_fds_left(res) < PEER_FD_RESERVE ?
+		  "near the open-file limit" : peer_admit(m, host);
+	if (refused) {
+		m->refused++;
+		log_limited(&refused_lim, LOG_LVL_WARN, "refusing a peer "
+			    "connection from %s: %s", host, refused);
 		close(res);
 		return;
 	}

@@ -1584,7 +1584,7 @@ static void test_bad_peer(void)
 	uint64_t n = scaled(40000);
 	struct pair P;
 	static struct run R;
-	uint8_t junk[64], hdr[48];
+	uint8_t junk[64], hdr[96];
 
 	pair_init(&P, "c9", remote_addr, NULL, NULL, false);
 	pair_start(&P);
@@ -1598,8 +1598,12 @@ static void test_bad_peer(void)
 	frame(hdr, 0x464d5057u, 99, 4, 0, 0, 0);
 	if (!bad_peer_hung_up(&P, hdr, 32))
 		fail_run(&R, "B kept a peer of protocol version 99");
-	frame(hdr, 0x464d5057u, 1, 2, 999, 15, 0);
-	if (!bad_peer_hung_up(&P, hdr, 47))
+	/* a hello first (PeerMsg{hello{version 1}}): before it, DATA is
+	 * refused as such, whatever its flow */
+	frame(hdr, 0x464d5057u, 1, 1, 0, 4, 0);
+	memcpy(hdr + 32, "\x0a\x02\x08\x01", 4);
+	frame(hdr + 36, 0x464d5057u, 1, 2, 999, 15, 0);
+	if (!bad_peer_hung_up(&P, hdr, 83))
 		fail_run(&R, "B kept a peer sending a misaligned data frame");
 	frame(hdr, 0x464d5057u, 1, 1, 0, 16, 0);
 	memset(hdr + 32, 0xff, 16);
