@@ -15,7 +15,8 @@
  *   5  a hostile initiator reflects the responder's own proof, or sends
  *      one of the wrong length; a hostile responder sends a wrong proof:
  *      refused (and the sender's flow says why, its OPEN never sent)
- *   6  an OPEN before the initiator's proof: refused, no flow
+ *   6  an OPEN before the initiator's proof, a second hello, no proof
+ *      before the hello deadline: refused, no flow
  *   7  --peer-allow 10.0.0.0/8 and a connection from 127.0.0.1: closed at
  *      accept, logged, nothing allocated; 127.0.0.0/8 lets it in
  *   8  key files that are group/world-readable or a symlink, and a bad
@@ -645,7 +646,8 @@ static void case_reflect(void)
 static void case_open_before_auth(void)
 {
 	const char *key = new_key("k6", NULL, 0);
-	const char *eb[] = { "--peer-key", key, NULL };
+	const char *eb[] = { "--peer-key", key, "--peer-hello-timeout", "1",
+			     NULL };
 	uint8_t nonce_i[AUTH_NONCE_BYTES];
 	struct hp_hello_in in;
 	struct auth_key k;
@@ -677,6 +679,18 @@ static void case_open_before_auth(void)
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
 	CHECK(hp_hello_auth(fd, "tester", nonce_i, sizeof(nonce_i), k.id));
 	refused_conn(&b, fd, base, "authentication failed", logged);
+
+	printf("  (d) hello, then no proof: the hello deadline (1 s)\n");
+	logged = hd_log_count(&b, "no hello within");
+	fd = hp_connect(b.port);
+	CHECK(hp_hello_auth(fd, "tester", nonce_i, sizeof(nonce_i), k.id));
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_closed_within(fd, 5000));
+	close(fd);
+	wait_log(&b, "no hello within", logged + 1, 5000);
+	show_log(&b, "B", "no hello within");
+	no_flows(&b);
+	hd_wait_fds(&b, base);
 	auth_forget(&k);
 	stop(&b);
 }
