@@ -8,6 +8,8 @@ PACKAGES=(
     libibverbs-dev librdmacm-dev          # rdma-core: verbs and rdma_cm
     liburing-dev                          # io_uring event loop and TCP transport
     libprotobuf-c-dev protobuf-c-compiler # control protocol
+    libsodium-dev                         # peer keys: HMAC, random nonces,
+                                          # constant-time compare (auth.c)
     clang libclang-rt-14-dev              # libFuzzer targets, sanitizer runtimes
     iproute2 procps util-linux            # ip netns/veth, pkill, setpriv
     iperf3                                # TCP reference in benchmarks

@@ -7,8 +7,10 @@
  * it failed), 2 usage error, 3 moverd not running, 4 permission denied.
  */
 #include "ctl_client.h"
+#include "auth.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +48,9 @@ static const char usage_text[] =
 "  flow list\n"
 "  flow show NAME\n"
 "  status\n"
+"  keygen FILE       write a new peer key (32 random bytes, mode 0600) for\n"
+"                    moverd --peer-key; prints its id.  The same by hand:\n"
+"                    head -c32 /dev/urandom > FILE; chmod 600 FILE\n"
 "  help\n"
 "\n"
 "options (anywhere on the line):\n"
@@ -598,10 +604,21 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 	kv("bytes acked", "%" PRIu64, f->bytes_acked);
 }
 
+/* "NODE key KEYID", "NODE (no key)", or "not authenticated". */
+static void peer_identity(const Flowmover__PeerInfo *p, char *out, size_t cap)
+{
+	if (!p->authenticated)
+		snprintf(out, cap, "not authenticated");
+	else if (p->key_id && *p->key_id)
+		snprintf(out, cap, "%s key %s", dash(p->node), p->key_id);
+	else
+		snprintf(out, cap, "%s (no key)", dash(p->node));
+}
+
 static void print_status(const Flowmover__StatusInfo *s, bool json)
 {
-	char a[64], b[32], c[32], d[16], e[16], g[40], h[32];
-	struct table t = { .ncol = 8 };
+	char a[64], b[32], c[32], d[16], e[16], g[40], h[32], id[160];
+	struct table t = { .ncol = 9 };
 
 	if (json) {
 		struct json j = { 0 };
@@ -643,6 +660,11 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 			j_u64(&j, "reconnects", p->reconnects);
 			j_u64(&j, "registrations", p->registrations);
 			j_u64(&j, "registered_bytes", p->registered_bytes);
+			j_str(&j, "node", p->node);
+			j_str(&j, "key_id", p->key_id);
+			j_key(&j, "authenticated");
+			j_sep(&j);
+			fputs(p->authenticated ? "true" : "false", stdout);
 			j_close(&j, '}');
 		}
 		j_close(&j, ']');
@@ -673,7 +695,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	putchar('\n');
 	t.right[3] = t.right[4] = t.right[5] = t.right[6] = t.right[7] = true;
 	tbl_row(&t, (const char *const[]){ "PEER", "STATE", "TRANSPORT",
-		"FLOWS", "SENT", "RECEIVED", "RECONNECTS", "REGISTERED" });
+		"FLOWS", "SENT", "RECEIVED", "RECONNECTS", "REGISTERED",
+		"IDENTITY" });
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Flowmover__PeerInfo *p = s->peers[i];
 
@@ -681,11 +704,12 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		snprintf(e, sizeof(e), "%" PRIu32, p->reconnects);
 		snprintf(g, sizeof(g), "%" PRIu32 " rings, %s", p->registrations,
 			 fmt_size(h, sizeof(h), p->registered_bytes));
+		peer_identity(p, id, sizeof(id));
 		tbl_row(&t, (const char *const[]){ dash(p->address),
 			dash(p->state), dash(p->transport), d,
 			fmt_size(b, sizeof(b), p->bytes_sent),
 			fmt_size(c, sizeof(c), p->bytes_received), e,
-			strcmp(p->transport, "rdma") ? "-" : g });
+			strcmp(p->transport, "rdma") ? "-" : g, id });
 	}
 	tbl_print(&t);
 }
@@ -922,6 +946,55 @@ static int cmd_status(const struct opts *o)
 	return EX_OK;
 }
 
+/*
+ * A new peer key: 32 bytes from getrandom(2), in a file that must not
+ * exist yet (O_EXCL: never overwrite a key in use; O_NOFOLLOW: never
+ * write through a planted link), readable by its owner only.  Read back
+ * with moverd's own checks, which also give its id.
+ */
+static int cmd_keygen(const char *path)
+{
+	uint8_t key[AUTH_KEY_BYTES];
+	struct auth_key k;
+	char err[512];
+	int fd;
+
+	if (auth_init()) {
+		fprintf(stderr, "moverctl: keygen: libsodium did not "
+			"initialise\n");
+		return EX_DAEMON;
+	}
+	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+		fprintf(stderr, "moverctl: keygen: getrandom: %s\n",
+			strerror(errno));
+		return EX_DAEMON;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd < 0) {
+		fprintf(stderr, "moverctl: keygen: %s: %s%s\n", path,
+			strerror(errno), errno == EEXIST ?
+			" (a key is never overwritten; remove it first)" : "");
+		return errno == EACCES ? EX_PERM : EX_DAEMON;
+	}
+	if (write(fd, key, sizeof(key)) != (ssize_t)sizeof(key) || fsync(fd)) {
+		fprintf(stderr, "moverctl: keygen: %s: %s\n", path,
+			strerror(errno));
+		close(fd);
+		unlink(path);
+		return EX_DAEMON;
+	}
+	close(fd);
+	explicit_bzero(key, sizeof(key));
+	if (auth_load_key(path, &k, err, sizeof(err))) {
+		fprintf(stderr, "moverctl: keygen: %s\n", err);
+		return EX_DAEMON;
+	}
+	printf("%s: key id %s\n", path, k.id);
+	auth_forget(&k);
+	return EX_OK;
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 enum {
@@ -1097,6 +1170,11 @@ int main(int argc, char **argv)
 			     !strcmp(args[1], "disallow"))))
 		return usage_error("--uid and --gid go with 'flow allow' and "
 				   "'flow disallow'");
+	if (!strcmp(args[0], "keygen")) {
+		if (n != 2)
+			return usage_error("keygen: use keygen FILE");
+		return cmd_keygen(args[1]);
+	}
 	if (!strcmp(args[0], "status")) {
 		if (n > 1)
 			return usage_error("status: unexpected argument '%s'",

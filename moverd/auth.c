@@ -71,7 +71,11 @@ int auth_load_key(const char *path, struct auth_key *k, char *err,
 
 	if (fd < 0) {
 		rc = -errno;
-		snprintf(err, cap, "%s: %s", path, strerror(errno));
+		if (rc == -ELOOP) /* O_NOFOLLOW */
+			snprintf(err, cap, "%s is a symbolic link: give the "
+				 "key file itself", path);
+		else
+			snprintf(err, cap, "%s: %s", path, strerror(errno));
 		return rc;
 	}
 	rc = check_key_file(fd, path, err, cap);

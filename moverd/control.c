@@ -521,6 +521,9 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].reconnects = ps[i].reconnects;
 		pi[i].registrations = ps[i].registrations;
 		pi[i].registered_bytes = ps[i].registered_bytes;
+		pi[i].node = (char *)ps[i].node;
+		pi[i].key_id = (char *)ps[i].key_id;
+		pi[i].authenticated = ps[i].authenticated;
 		pip[i] = &pi[i];
 	}
 	st.n_peers = np;

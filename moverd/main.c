@@ -7,11 +7,13 @@
  * the control socket, run the io_uring loop until SIGTERM/SIGINT, then close
  * every flow (clients see -EPIPE), every client and the socket.
  */
+#include "auth.h"
 #include "control.h"
 #include "flows.h"
 #include "log.h"
 #include "loop.h"
 #include "peer.h"
+#include "peer_allow.h"
 #include "private_dir.h"
 #include "ring_guard.h"
 
@@ -46,6 +48,9 @@ struct options {
 	bool use_syslog;
 	enum log_level level;
 	struct flow_limits limits;
+	char peer_key[PATH_MAX];  /* --peer-key FILE, "" = none */
+	struct peer_allow allow;  /* --peer-allow, n = 0: anyone */
+	bool insecure_peers;      /* --insecure-peers */
 	/* connection floods (docs/security-edges.md) */
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
 	unsigned max_clients, max_per_uid;
@@ -79,6 +84,8 @@ struct daemon {
 	int lock_fd;
 	int run_fd;               /* the socket's directory */
 	int state_fd;             /* --state-dir */
+	struct auth_key key;      /* loaded from opt.peer_key */
+	bool have_key;
 };
 
 static void usage(FILE *out)
@@ -96,6 +103,20 @@ static void usage(FILE *out)
 "  --config FILE            read 'option = value' lines (same names as flags)\n"
 "  --listen HOST:PORT       accept peer daemons (flows from other hosts), over\n"
 "                           TCP and, where a device exists, RDMA (rdma_cm)\n"
+"  --peer-key FILE          the key peer daemons must prove (both ways) before\n"
+"                           any flow: 32 random bytes, a regular file of\n"
+"                           root or moverd's user, mode 0600 or stricter,\n"
+"                           not a symlink (moverctl keygen FILE, or\n"
+"                           head -c32 /dev/urandom > FILE; chmod 600 FILE).\n"
+"                           The same file on every host of a cluster (or\n"
+"                           one per pair).  Default: none\n"
+"  --peer-allow CIDR[,...]  addresses that may connect as peers at all,\n"
+"                           e.g. 10.0.0.0/8,fd00::/8 (at most 64; checked\n"
+"                           at accept, over TCP and RDMA).  Default: any\n"
+"                           (the key decides)\n"
+"  --insecure-peers         allow --listen on a non-loopback address without\n"
+"                           --peer-key: any host that reaches the port can\n"
+"                           open flows here.  Default: refused\n"
 "  --transport T            to peers: auto (RDMA where a device exists, the\n"
 "                           default), rdma or tcp\n"
 "  --doorbell D             how an idle mover learns of new records: auto\n"
@@ -200,6 +221,9 @@ static const struct option long_opts[] = {
 	{ "peer-max-conns-per-addr", required_argument, NULL, OPT_PEER_PER_ADDR },
 	{ "peer-max-pending", required_argument, NULL, OPT_PEER_PENDING },
 	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
+	{ "peer-key", required_argument, NULL, 'K' },
+	{ "peer-allow", required_argument, NULL, 'A' },
+	{ "insecure-peers", no_argument, NULL, 'I' },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
@@ -259,6 +283,16 @@ static int parse_owner(struct flow_limits *l, const char *val)
 	l->peer_flow_gid = colon ? gid : pw_gid;
 	l->peer_flow_group = colon != NULL;
 	return 0;
+}
+
+static int peer_allow_option(struct options *o, const char *val)
+{
+	char err[160];
+
+	if (!peer_allow_parse(val, &o->allow, err, sizeof(err)))
+		return 0;
+	fprintf(stderr, "moverd: %s\n", err);
+	return -1;
 }
 
 static int bad(int key, const char *val)
@@ -326,6 +360,14 @@ static int set_option(struct options *o, int key, const char *val)
 			goto bad;
 		strcpy(o->state_dir, val);
 		return 0;
+	case 'K':
+		if (strlen(val) >= sizeof(o->peer_key))
+			goto bad;
+		strcpy(o->peer_key, val);
+		return 0;
+	case 'A':
+		return peer_allow_option(o, val);
+	case 'I': o->insecure_peers = true; return 0;
 	case 'f': o->foreground = true; return 0;
 	case 'S': o->use_syslog = true; return 0;
 	case 'l':
@@ -427,7 +469,7 @@ static int read_config(struct options *o, const char *path)
 			fprintf(stderr, "moverd: %s:%d: unknown option '%s'\n",
 				path, lineno, name);
 			rc = -1;
-		} else if (key == 'f' || key == 'S') {
+		} else if (key == 'f' || key == 'S' || key == 'I') {
 			rc = set_option(o, key, NULL);
 		} else if (!val) {
 			fprintf(stderr, "moverd: %s:%d: '%s' needs a value\n",
@@ -712,6 +754,50 @@ static int daemonize(int *ready_fd)
 	return 0;
 }
 
+/*
+ * Who may be a peer: the key is loaded (and its file checked) before
+ * anything else; without one, a listen address others can reach is
+ * refused unless the operator says --insecure-peers.  0, or 1 after
+ * printing why.
+ */
+static int peer_security(struct daemon *d)
+{
+	char err[512];
+
+	if (auth_init()) {
+		fprintf(stderr, "moverd: libsodium did not initialise\n");
+		return 1;
+	}
+	if (d->opt.peer_key[0]) {
+		if (auth_load_key(d->opt.peer_key, &d->key, err, sizeof(err))) {
+			fprintf(stderr, "moverd: --peer-key: %s\n", err);
+			return 1;
+		}
+		d->have_key = true;
+		return 0;
+	}
+	if (!d->opt.listen[0] || peer_listen_is_loopback(d->opt.listen) ||
+	    d->opt.insecure_peers)
+		return 0;
+	fprintf(stderr, "moverd: --listen %s without --peer-key: any host that "
+		"reaches it could open flows here.  Give every moverd of the "
+		"cluster the same key (moverctl keygen FILE; --peer-key FILE), "
+		"or pass --insecure-peers to accept this\n", d->opt.listen);
+	return 1;
+}
+
+/* Said at every start, where an operator looks. */
+static void log_peer_security(const struct daemon *d)
+{
+	if (d->have_key)
+		log_info("peers must prove key %s (--peer-key)", d->key.id);
+	else if (d->opt.listen[0] && !peer_listen_is_loopback(d->opt.listen))
+		log_warn("INSECURE: --insecure-peers: peers on %s are not "
+			 "authenticated; any host that reaches it can open "
+			 "flows here and write into this host's shared memory",
+			 d->opt.listen);
+}
+
 static void shutdown_daemon(struct daemon *d)
 {
 	uint64_t until = fr_now_ns() + 1000000000ull;
@@ -738,6 +824,8 @@ int main(int argc, char **argv)
 	rc = parse_options(&d.opt, argc, argv);
 	if (rc)
 		return rc;
+	if (peer_security(&d))
+		return 1;
 	if (open_dirs(&d))
 		return 1;
 	popt = (struct peer_opts){
@@ -747,12 +835,15 @@ int main(int argc, char **argv)
 		.max_conns_per_addr = d.opt.peer_per_addr,
 		.max_pending = d.opt.peer_pending,
 		.hello_timeout_s = d.opt.peer_hello_s,
+		.allow = &d.opt.allow,
+		.key = d.have_key ? &d.key : NULL,
 	};
 	if (!d.opt.foreground && daemonize(&ready_fd)) {
 		perror("moverd: daemonize");
 		return 1;
 	}
 	log_setup(d.opt.level, d.opt.use_syslog || !d.opt.foreground);
+	log_peer_security(&d);
 	if (take_lock(&d))
 		return 1;
 	close(d.run_fd); /* the lock was its only file; the socket's path is
@@ -790,5 +881,6 @@ int main(int argc, char **argv)
 		}
 	}
 	shutdown_daemon(&d);
+	auth_forget(&d.key);
 	return rc < 0 ? 1 : 0;
 }

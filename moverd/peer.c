@@ -23,6 +23,7 @@
 #include "bell_thread.h"
 #include "control.h"
 #include "log.h"
+#include "peer_allow.h"
 
 #include "flowmover.pb-c.h"
 
@@ -218,15 +219,40 @@ static void ctrlq_clear(struct peer *p)
 	p->ctrlq_frames = 0;
 }
 
+static const char *node_name(void)
+{
+	static char host[65];
+
+	if (!host[0] && gethostname(host, sizeof(host) - 1))
+		strcpy(host, "?");
+	return host;
+}
+
+/*
+ * Our hello: with a key, our nonce and key id, and (responder) our proof
+ * over the initiator's nonce, ours and both names.  The responder's
+ * answer goes even when it already knows it will refuse (a key on one
+ * side only, another key): the initiator learns why from it.
+ */
 static void queue_hello(struct peer *p)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
-	char host[64] = "";
+	const struct auth_key *k = p->m->key;
+	uint8_t proof[AUTH_PROOF_BYTES];
 
-	gethostname(host, sizeof(host) - 1);
 	hello.version = WIRE_VERSION;
-	hello.node = host;
+	hello.node = (char *)node_name();
+	if (k) {
+		hello.key_id = (char *)k->id;
+		hello.nonce = (ProtobufCBinaryData){ sizeof(p->nonce_mine),
+						     p->nonce_mine };
+	}
+	if (k && !p->outbound && !p->auth_fail[0]) {
+		auth_proof(k, AUTH_RESPONDER, p->nonce_theirs, p->nonce_mine,
+			   p->node, node_name(), proof);
+		hello.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
+	}
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	queue_ctrl(p, &msg);
@@ -305,6 +331,7 @@ static void peer_closed(struct peer *p)
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	p->hdr_have = p->body_have = 0;
 	p->in_body = false;
+	p->auth_ok = false; /* the next connection proves itself again */
 	/* no op is in flight any more: what they referred to may go */
 	rx_release(p);
 	tx_release(p);
@@ -586,6 +613,10 @@ static int tx_build(struct peer *p)
 
 	if (p->state != PEER_UP || p->wr_op.busy || p->tx_niov)
 		return 0;
+	if (p->auth_fail[0] && !p->ctrlq) {
+		peer_fail(p, "%s", p->auth_fail); /* our hello went */
+		return 1;
+	}
 	if (p->ctrlq_overflow) {
 		peer_fail(p, "does not read its replies (%u control frames, "
 			  "%zu bytes queued)", p->ctrlq_frames, p->ctrlq_bytes);
@@ -663,12 +694,45 @@ static int reopen_receiver(struct peer *p, struct flow *f,
  * state file written before flows had an origin is bound to the first
  * peer that opens it.
  */
+/* A peer's host: its address without the port (which changes with every
+ * connection) and without an IPv6 address's brackets. */
+static void peer_host(const struct peer *p, char *out, size_t cap)
+{
+	const char *colon = strrchr(p->addr, ':');
+	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
+
+	if (n > 2 && p->addr[0] == '[' && p->addr[n - 1] == ']')
+		snprintf(out, cap, "%.*s", n - 2, p->addr + 1);
+	else
+		snprintf(out, cap, "%.*s", n, p->addr);
+}
+
+/*
+ * A flow made before this host had a key is bound to its sender's
+ * address.  A peer that proved the key, from that same address, takes it
+ * over under its key identity (keys are being introduced); no one else
+ * can: without the key no peer is authenticated while one is set.
+ */
+static bool upgrades_origin(const struct peer *p, const struct flow *f)
+{
+	char addr[sizeof(f->origin)];
+
+	if (!p->key_id[0] || strstr(f->origin, " key "))
+		return false;
+	peer_host(p, addr, sizeof(addr));
+	if (strcmp(f->origin, addr))
+		return false;
+	log_info("flow %s: bound to peer '%s' (was its address %s)", f->name,
+		 p->identity, addr);
+	return true;
+}
+
 static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 {
 	static struct log_limit lim; /* a peer can ask at will */
 	char so[LOG_SAFE_BUF], si[LOG_SAFE_BUF];
 
-	if (!f->origin[0]) {
+	if (!f->origin[0] || upgrades_origin(p, f)) {
 		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
 		if (flows_save(p->m->flows, f))
 			log_warn("flow %s: cannot keep its peer's identity in "
@@ -715,6 +779,11 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	uint32_t rkey = 0;
 	int rc = 0;
 
+	if (!p->auth_ok) { /* handle_ctrl's gate: never a flow, ring or rkey */
+		peer_fail(p, "peer authentication failed: an open before "
+			  "authentication");
+		return;
+	}
 	if (f && f->role != FLOW_RECEIVER) {
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
@@ -822,19 +891,214 @@ static void handle_close(struct peer *p, const char *name)
 	peer_destroy_flow(p->m, f, NULL);
 }
 
+/* ---- authentication (auth.h) ---------------------------------------------- */
+
+static void queue_opens(struct peer *p)
+{
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		if (f->state != FLOW_FAILED)
+			queue_open(p, f);
+}
+
+/* A fresh connection: nothing of an earlier one's handshake is kept. */
+static void auth_reset(struct peer *p)
+{
+	p->auth_ok = p->hello_ok = p->hello_seen = false;
+	p->auth_fail[0] = p->node[0] = p->node_safe[0] = p->key_id[0] = 0;
+	memset(p->nonce_theirs, 0, sizeof(p->nonce_theirs));
+	auth_nonce(p->nonce_mine);
+}
+
+static void authenticated(struct peer *p)
+{
+	static struct log_limit lim; /* without a key anyone can get here */
+
+	/* edges' hello_ok (the caps of pending peers, the hello deadline)
+	 * now means the same: the whole handshake is done */
+	p->auth_ok = p->hello_ok = true;
+	if (p->m->key) {
+		snprintf(p->key_id, sizeof(p->key_id), "%s", p->m->key->id);
+		/* a node name proven by the key (see branch acl): without a
+		 * key a name proves nothing and identity stays the address */
+		snprintf(p->identity, sizeof(p->identity), "%s key %s",
+			 p->node_safe, p->key_id);
+	}
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: authenticated: node %s, %s%s",
+		    p->addr, p->node_safe, p->key_id[0] ? "key " :
+		    "no key (--peer-key not set)", p->key_id);
+	if (p->outbound) {
+		/* only now: a refused handshake reconnects ever more slowly */
+		p->backoff_ms = 100;
+		queue_opens(p);
+	}
+}
+
+/* Printable ASCII only, for logs and status (the raw name is proven). */
+static void filter_node(char *out, const char *in, size_t cap)
+{
+	size_t i = 0;
+
+	for (; in[i] && i + 1 < cap; i++)
+		out[i] = in[i] > ' ' && in[i] < 0x7f ? in[i] : '?';
+	out[i] = 0;
+}
+
+/*
+ * The two sides must agree on having a key and on which: the first side
+ * that sees a mismatch says so.  NULL, or why not.
+ */
+static const char *key_mismatch(const struct peer *p,
+				const Flowmover__PeerHello *h, char *buf,
+				size_t cap)
+{
+	const struct auth_key *k = p->m->key;
+	bool theirs = h->key_id && *h->key_id;
+	char id[AUTH_ID_CHARS + 1];
+
+	if (!k && !theirs)
+		return NULL;
+	/* its words, shown in logs and flow show: printable only */
+	filter_node(id, theirs ? h->key_id : "", sizeof(id));
+	if (!k) {
+		snprintf(buf, cap, "the peer holds a key (id %s), this "
+			 "moverd has none (--peer-key)", id);
+		return buf;
+	}
+	if (!theirs) {
+		snprintf(buf, cap, "the peer has no key, this moverd requires "
+			 "one (key id %s)", k->id);
+		return buf;
+	}
+	if (strcmp(h->key_id, k->id)) {
+		snprintf(buf, cap, "the peer holds another key (id %s, ours "
+			 "%s)", id, k->id);
+		return buf;
+	}
+	if (h->nonce.len != AUTH_NONCE_BYTES) {
+		snprintf(buf, cap, "a nonce of %zu bytes", h->nonce.len);
+		return buf;
+	}
+	return NULL;
+}
+
+/* Responder: answer the initiator's hello (and refuse once it is sent,
+ * if it must: the initiator then hears why from our hello). */
+static void responder_hello(struct peer *p, const char *mismatch)
+{
+	if (mismatch) {
+		static struct log_limit lim; /* anyone may say hello */
+
+		snprintf(p->auth_fail, sizeof(p->auth_fail), "peer "
+			 "authentication failed: %s", mismatch);
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: %s", p->addr,
+			    p->auth_fail);
+	}
+	queue_hello(p);
+	if (!mismatch && !p->m->key)
+		authenticated(p); /* insecure: the hellos are all */
+}
+
+/* Initiator: the responder's hello, its proof checked, ours sent. */
+static void initiator_hello(struct peer *p, const Flowmover__PeerHello *h,
+			    const char *mismatch)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerAuth auth = FLOWMOVER__PEER_AUTH__INIT;
+	const struct auth_key *k = p->m->key;
+	uint8_t proof[AUTH_PROOF_BYTES];
+
+	if (mismatch) {
+		peer_fail(p, "peer authentication failed: %s", mismatch);
+		return;
+	}
+	if (!k) {
+		authenticated(p);
+		return;
+	}
+	if (!auth_check(k, AUTH_RESPONDER, p->nonce_mine, p->nonce_theirs,
+			node_name(), p->node, h->proof.data, h->proof.len)) {
+		peer_fail(p, "peer authentication failed: its proof (%zu "
+			  "bytes) is wrong for key %s: a replayed or forged "
+			  "hello", h->proof.len, k->id);
+		return;
+	}
+	auth_proof(k, AUTH_INITIATOR, p->nonce_mine, p->nonce_theirs,
+		   node_name(), p->node, proof);
+	auth.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_AUTH;
+	msg.auth = &auth;
+	queue_ctrl(p, &msg);
+	authenticated(p);
+}
+
 static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 {
 	static struct log_limit lim; /* anyone may connect and say hello */
-	char node[LOG_SAFE_BUF];
+	char buf[160], node[LOG_SAFE_BUF];
+	const char *mismatch;
 
+	if (p->hello_seen) {
+		peer_fail(p, "peer authentication failed: a second hello");
+		return;
+	}
+	p->hello_seen = true;
 	if (h->version != WIRE_VERSION) {
 		peer_fail(p, "peer protocol version %u, we speak %u",
 			  h->version, WIRE_VERSION);
 		return;
 	}
-	p->hello_ok = true;
+	/* the proofs cover the whole name: with a key it must fit; without
+	 * one it is only shown, cut */
+	if (!h->node) {
+		peer_fail(p, "a hello without a node name");
+		return;
+	}
+	if (p->m->key && strlen(h->node) >= sizeof(p->node)) {
+		peer_fail(p, "peer authentication failed: a node name of more "
+			  "than %zu bytes", sizeof(p->node) - 1);
+		return;
+	}
+	snprintf(p->node, sizeof(p->node), "%s", h->node);
+	filter_node(p->node_safe, h->node, sizeof(p->node_safe));
 	log_limited(&lim, LOG_LVL_INFO, "peer %s: hello from %s", p->addr,
 		    log_safe(h->node, node, sizeof(node)));
+	mismatch = key_mismatch(p, h, buf, sizeof(buf));
+	if (!mismatch && p->m->key)
+		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
+	if (p->outbound)
+		initiator_hello(p, h, mismatch);
+	else
+		responder_hello(p, mismatch);
+}
+
+/* Responder: the initiator's proof, over our fresh nonce. */
+static void handle_auth(struct peer *p, const Flowmover__PeerAuth *a)
+{
+	const struct auth_key *k = p->m->key;
+
+	if (p->outbound || !k || !p->hello_seen || p->auth_ok) {
+		peer_fail(p, "peer authentication failed: an unexpected proof");
+		return;
+	}
+	if (!auth_check(k, AUTH_INITIATOR, p->nonce_theirs, p->nonce_mine,
+			p->node, node_name(), a->proof.data, a->proof.len)) {
+		peer_fail(p, "peer authentication failed: its proof (%zu "
+			  "bytes) is wrong for key %s: a replayed or reflected "
+			  "hello, or another key", a->proof.len, k->id);
+		return;
+	}
+	authenticated(p);
+}
+
+/* Before auth_ok a peer may only say HELLO and AUTH. */
+static bool ctrl_allowed(struct peer *p, const Flowmover__PeerMsg *msg)
+{
+	if (p->auth_ok || msg->body_case == FLOWMOVER__PEER_MSG__BODY_HELLO ||
+	    msg->body_case == FLOWMOVER__PEER_MSG__BODY_AUTH)
+		return !p->auth_fail[0];
+	peer_fail(p, "peer authentication failed: control message %d before "
+		  "authentication", (int)msg->body_case);
+	return false;
 }
 
 static void handle_ctrl(struct peer *p)
@@ -846,15 +1110,16 @@ static void handle_ctrl(struct peer *p)
 		peer_fail(p, "undecodable control message");
 		return;
 	}
-	if (!p->hello_ok && msg->body_case != FLOWMOVER__PEER_MSG__BODY_HELLO) {
-		peer_fail(p, "expected hello, got control message %d",
-			  (int)msg->body_case);
+	if (!ctrl_allowed(p, msg)) {
 		flowmover__peer_msg__free_unpacked(msg, NULL);
 		return;
 	}
 	switch (msg->body_case) {
 	case FLOWMOVER__PEER_MSG__BODY_HELLO:
 		handle_hello(p, msg->hello);
+		break;
+	case FLOWMOVER__PEER_MSG__BODY_AUTH:
+		handle_auth(p, msg->auth);
 		break;
 	case FLOWMOVER__PEER_MSG__BODY_OPEN:
 		handle_open(p, msg->open);
@@ -972,8 +1237,9 @@ void peer_rx_header(struct peer *p)
 		return;
 	}
 	/* heartbeats are let through but do not move the hello deadline */
-	if (!p->hello_ok && h->type != WIRE_CTRL && h->type != WIRE_HEARTBEAT) {
-		peer_fail(p, "expected hello, got a frame of type %u", h->type);
+	if (!p->auth_ok && h->type != WIRE_CTRL && h->type != WIRE_HEARTBEAT) {
+		peer_fail(p, "peer authentication failed: a frame of type %u "
+			  "before authentication", h->type);
 		return;
 	}
 	switch (h->type) {
@@ -1019,14 +1285,7 @@ void peer_rx_body(struct peer *p)
  * port (which changes with every connection). */
 static void set_identity(struct peer *p)
 {
-	const char *colon = strrchr(p->addr, ':');
-	int n = colon ? (int)(colon - p->addr) : (int)strlen(p->addr);
-
-	if (n > 2 && p->addr[0] == '[' && p->addr[n - 1] == ']')
-		snprintf(p->identity, sizeof(p->identity), "%.*s", n - 2,
-			 p->addr + 1);
-	else
-		snprintf(p->identity, sizeof(p->identity), "%.*s", n, p->addr);
+	peer_host(p, p->identity, sizeof(p->identity));
 }
 
 static void log_inbound(const struct peer *p)
@@ -1043,14 +1302,9 @@ void peer_up(struct peer *p)
 	p->state = PEER_UP;
 	set_identity(p);
 	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
-	p->hello_ok = p->outbound; /* our hello goes first; none comes back */
-	if (p->outbound) {
-		p->backoff_ms = 100;
-		queue_hello(p);
-		for (struct flow *f = p->flows; f; f = f->peer_next)
-			if (f->state != FLOW_FAILED)
-				queue_open(p, f);
-	}
+	auth_reset(p); /* the hello deadline runs until authenticated */
+	if (p->outbound)
+		queue_hello(p); /* opens go once the responder proved its key */
 	p->tp->recv(p);
 	if (p->outbound)
 		log_info("peer %s: connected over %s (outbound)", p->addr,
@@ -1152,7 +1406,7 @@ static void tick_done(struct loop_op *op, int res)
 				  "peer does not read",
 				  (unsigned long long)(SEND_DEADLINE_NS /
 						       1000000000ull));
-		else if (p->state == PEER_UP)
+		else if (p->state == PEER_UP && p->auth_ok)
 			reopen_due(p, now);
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
 			p->tp->connect(p);
@@ -1404,6 +1658,7 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 						PEER_DEFAULT_PENDING,
 		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
 				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+		.allow = o->allow, .key = o->key,
 	};
 	arm_tick(m);
 	if (peer_resolver_start(m))
@@ -1453,6 +1708,11 @@ bool peer_mgr_busy(struct peer_mgr *m)
 	return m->peers != NULL;
 }
 
+bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa)
+{
+	return peer_allow_match(m->allow, sa);
+}
+
 int peer_add_sender(struct peer_mgr *m, struct flow *f)
 {
 	struct peer *p;
@@ -1463,8 +1723,8 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 	if (!p && !(p = peer_new(m, f->peer_addr, true, m->tp)))
 		return -ENOMEM;
 	link_flow(p, f);
-	if (p->state == PEER_UP)
-		queue_open(p, f);
+	if (p->state == PEER_UP && p->auth_ok)
+		queue_open(p, f); /* else it goes once authenticated */
 	else if (p->state == PEER_DOWN)
 		p->tp->connect(p);
 	return 0;
@@ -1481,7 +1741,7 @@ static void forget_flow(struct flow *f, const char *why)
 
 	if (!p)
 		return;
-	if (f->role == FLOW_SENDER && p->state == PEER_UP) {
+	if (f->role == FLOW_SENDER && p->state == PEER_UP && p->auth_ok) {
 		Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
 
@@ -1529,6 +1789,8 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.flows = flow_count(p), .bytes_sent = p->bytes_tx,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
+			.node = p->node_safe, .key_id = p->key_id,
+			.authenticated = p->auth_ok,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

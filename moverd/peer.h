@@ -22,8 +22,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct auth_key;
 struct ctl_server;
 struct peer;
+struct peer_allow;
 struct transport;
 
 /*
@@ -64,6 +66,11 @@ struct peer_mgr {
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
 
+	/* who may connect (NULL: anyone) and the key peers must prove
+	 * (NULL: insecure, hellos carry no proof); see auth.h */
+	const struct peer_allow *allow;
+	const struct auth_key *key;
+
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
 	/* inbound connections (see peer_opts) */
@@ -88,6 +95,8 @@ struct peer_opts {
 	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
 	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
+	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
+	const struct auth_key *key;     /* --peer-key, NULL: none */
 };
 
 #define PEER_DEFAULT_PER_ADDR 8u
@@ -140,8 +149,16 @@ struct peer_status {
 	uint32_t reconnects;
 	uint32_t registrations;      /* flow rings registered (RDMA) */
 	uint64_t registered_bytes;
+	const char *node;            /* as the peer named itself (filtered) */
+	const char *key_id;          /* the key it proved, "" without */
+	bool authenticated;
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);
+
+/* May a connection from sa come in at all (--peer-allow)?  Asked at
+ * accept, before anything is allocated for it; the caller logs (rate-
+ * limited), counts and closes or rejects. */
+bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa);
 
 #endif

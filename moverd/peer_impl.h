@@ -14,6 +14,7 @@
 #ifndef MOVERD_PEER_IMPL_H
 #define MOVERD_PEER_IMPL_H
 
+#include "auth.h"
 #include "peer.h"
 #include "wire.h"
 
@@ -54,7 +55,7 @@ struct peer {
 	/* who the peer is, for the receiver flows it opens (each is bound to
 	 * its creator's identity, flows.h: origin): its address without the
 	 * port, set by peer_up; the hello's authentication replaces it with
-	 * "NODE key KEYID" */
+	 * "NODE key KEYID" (auth_done) */
 	char identity[128];
 	bool outbound;
 	enum peer_state state;
@@ -63,6 +64,21 @@ struct peer {
 	 * only until the hello deadline. */
 	bool hello_ok;
 	uint64_t connected_ns;
+	/*
+	 * The authenticated hello (auth.h): until auth_ok only HELLO, AUTH
+	 * and heartbeats are taken; no flow, ring or registration exists for
+	 * the connection.  Initiator: hello (nonce_mine), the responder's
+	 * hello checked, our proof sent: auth_ok.  Responder: the hello
+	 * answered with ours and our proof, the initiator's proof checked:
+	 * auth_ok.  Without keys the hellos alone do it.
+	 */
+	bool auth_ok;
+	bool hello_seen;          /* its hello came (a second one fails) */
+	char auth_fail[200];      /* refuse once our answer is sent */
+	uint8_t nonce_mine[AUTH_NONCE_BYTES], nonce_theirs[AUTH_NONCE_BYTES];
+	char node[256];           /* its node name as sent (the proofs') */
+	char node_safe[65];       /* the same, printable only */
+	char key_id[AUTH_ID_CHARS + 1]; /* the key it proved, "" without */
 	const struct transport *tp;
 	void *tp_data;            /* the transport's per-connection state */
 	int fd;

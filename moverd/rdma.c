@@ -147,9 +147,16 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 			  uint32_t *rkey)
 {
 	struct rdma_conn *c = conn(p);
-	struct ibv_mr *mr = flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE |
-					   IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *mr;
 
+	/* an rkey only for a peer that proved its key (peer.c gates OPEN;
+	 * this holds even if that gate were ever bypassed) */
+	if (!p->auth_ok) {
+		peer_fail(p, "peer authentication failed: a ring registration "
+			  "asked before authentication");
+		return -EPERM;
+	}
+	mr = flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!mr)
 		return -ENOMEM;
 	*raddr = (uintptr_t)f->view->ring.data;
@@ -551,6 +558,17 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	getnameinfo(sa, sizeof(struct sockaddr_storage), host, sizeof(host),
 		    NULL, 0, NI_NUMERICHOST);
 	snprintf(addr, sizeof(addr), "%s:%u", host, ntohs(rdma_get_dst_port(id)));
+	/* --peer-allow: rejected before rdma_accept, nothing allocated */
+	if (!peer_allowed(m, sa)) {
+		static struct log_limit lim; /* anyone may try at will */
+
+		m->refused++;
+		log_limited(&lim, LOG_LVL_WARN, "refusing an RDMA peer "
+			    "connection from %s: not in --peer-allow", host);
+		rdma_reject(id, NULL, 0);
+		rdma_destroy_id(id);
+		return;
+	}
 	/* the caps of inbound peers, as over TCP */
 	p = shared(m)->dev != DEV_OK || peer_admit(m, host) ? NULL :
 	    peer_new(m, addr, false, &rdma_transport);

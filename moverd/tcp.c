@@ -328,11 +328,14 @@ static void accept_done(struct loop_op *op, int res)
 	}
 	listener_ok(&m->accept_wait);
 	arm_accept(m);
+	sa.ss_family = AF_UNSPEC; /* no address: no --peer-allow matches */
 	if (!getpeername(res, (struct sockaddr *)&sa, &len))
 		getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host),
 			    serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
-	/* before anything is allocated for it */
-	refused = listener_fds_left(res) < PEER_FD_RESERVE ?
+	/* before anything is allocated for it: --peer-allow, then the caps */
+	refused = !peer_allowed(m, (struct sockaddr *)&sa) ?
+		  "not in --peer-allow" :
+		  listener_fds_left(res) < PEER_FD_RESERVE ?
 		  "near the open-file limit" : peer_admit(m, host);
 	if (refused) {
 		m->refused++;

@@ -720,4 +720,159 @@ static inline int hp_connect_from(int port, const char *src)
 	return fd;
 }
 
+/* ---- the authenticated hello (issue 9, moverd/auth.h) -------------------- */
+
+/* What a peer's hello carried (bytes fields cut to their buffers). */
+struct hp_hello_in {
+	uint32_t version;
+	char node[128];
+	char key_id[64];
+	uint8_t nonce[64];
+	size_t nonce_len;
+	uint8_t proof[64];
+	size_t proof_len;
+};
+
+/* A hello with a nonce and a key id (either may be empty: NULL / 0). */
+static inline bool hp_hello_auth(int fd, const char *node, const uint8_t *nonce,
+				 size_t nonce_len, const char *key_id)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.version = WIRE_VERSION;
+	hello.node = (char *)node;
+	hello.nonce.data = (uint8_t *)nonce;
+	hello.nonce.len = nonce_len;
+	hello.key_id = (char *)(key_id ? key_id : "");
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	return hp_send_msg(fd, &msg);
+}
+
+/* The initiator's proof (PeerAuth). */
+static inline bool hp_auth(int fd, const uint8_t *proof, size_t len)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerAuth auth = FLOWMOVER__PEER_AUTH__INIT;
+
+	auth.proof.data = (uint8_t *)proof;
+	auth.proof.len = len;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_AUTH;
+	msg.auth = &auth;
+	return hp_send_msg(fd, &msg);
+}
+
+static inline void hp_copy_bytes(uint8_t *dst, size_t cap, size_t *len,
+				 ProtobufCBinaryData b)
+{
+	*len = b.len < cap ? b.len : cap;
+	if (*len)
+		memcpy(dst, b.data, *len);
+}
+
+/*
+ * Wait up to timeout_ms for the responder's hello: 0 and *in filled, or -1
+ * (timeout, or the connection closed first).  Other frames are skipped.
+ */
+static inline int hp_read_hello(int fd, int timeout_ms, struct hp_hello_in *in)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	static uint8_t body[WIRE_MAX_CTRL];
+	struct wire_hdr h;
+
+	while (tu_now_ns() < until) {
+		Flowmover__PeerMsg *m;
+		int rc = hp_read_frame(fd, &h, body, sizeof(body), 100);
+
+		if (rc < 0)
+			return -1;
+		if (rc == 0 || h.type != WIRE_CTRL || h.len > sizeof(body))
+			continue;
+		m = flowmover__peer_msg__unpack(NULL, h.len, body);
+		if (!m)
+			continue;
+		if (m->body_case == FLOWMOVER__PEER_MSG__BODY_HELLO) {
+			Flowmover__PeerHello *hl = m->hello;
+
+			memset(in, 0, sizeof(*in));
+			in->version = hl->version;
+			snprintf(in->node, sizeof(in->node), "%s",
+				 hl->node ? hl->node : "");
+			snprintf(in->key_id, sizeof(in->key_id), "%s",
+				 hl->key_id ? hl->key_id : "");
+			hp_copy_bytes(in->nonce, sizeof(in->nonce),
+				      &in->nonce_len, hl->nonce);
+			hp_copy_bytes(in->proof, sizeof(in->proof),
+				      &in->proof_len, hl->proof);
+			flowmover__peer_msg__free_unpacked(m, NULL);
+			return 0;
+		}
+		flowmover__peer_msg__free_unpacked(m, NULL);
+	}
+	return -1;
+}
+
+/* Does the peer close the connection within timeout_ms (frames it sends
+ * meanwhile are read and dropped)? */
+static inline bool hp_closed_within(int fd, int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	static uint8_t body[WIRE_MAX_CTRL];
+	struct wire_hdr h;
+
+	while (tu_now_ns() < until)
+		if (hp_read_frame(fd, &h, body, sizeof(body), 100) < 0)
+			return true;
+	return false;
+}
+
+/* A responder's hello: nonce, key id and a proof (any of them may be
+ * empty or wrong: a hostile responder). */
+static inline bool hp_hello_proof(int fd, const char *node,
+				  const uint8_t *nonce, size_t nonce_len,
+				  const char *key_id, const uint8_t *proof,
+				  size_t proof_len)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.version = WIRE_VERSION;
+	hello.node = (char *)node;
+	hello.nonce.data = (uint8_t *)nonce;
+	hello.nonce.len = nonce_len;
+	hello.key_id = (char *)(key_id ? key_id : "");
+	hello.proof.data = (uint8_t *)proof;
+	hello.proof.len = proof_len;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	return hp_send_msg(fd, &msg);
+}
+
+/* A listening socket on 127.0.0.1 (a hostile responder); its port in *port. */
+static inline int hp_listen(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	CHECK(fd >= 0);
+	CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(fd, 8) == 0);
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Accept one connection within timeout_ms: its fd, or -1. */
+static inline int hp_accept(int lfd, int timeout_ms)
+{
+	struct pollfd pfd = { lfd, POLLIN, 0 };
+
+	if (poll(&pfd, 1, timeout_ms) <= 0)
+		return -1;
+	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
 #endif

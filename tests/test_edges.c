@@ -639,6 +639,8 @@ static void hostile_answer(const struct hd *d, const char *msg)
 		     ntohs(a.sin_port)) == 0);
 	fd = accept(lfd, NULL, NULL);
 	CHECK(fd >= 0);
+	/* a responder answers the hello first: the opens wait for it */
+	CHECK(hp_hello(fd, "fake-responder"));
 	while (tu_now_ns() < until) {
 		Flowmover__PeerMsg *m;
 		int rc = hp_read_frame(fd, &h, body, sizeof(body), 100);

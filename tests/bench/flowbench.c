@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1487,10 +1488,27 @@ static void r_make_dir(const char *base)
 	die("mkdtemp", 0);
 }
 
+/* Both daemons prove one key (moverd --peer-key): the configuration of a
+ * real cluster, and a non-loopback --addr needs one. */
+static void r_write_key(char *path, size_t cap)
+{
+	uint8_t key[32];
+	int fd;
+
+	snprintf(path, cap, "%s/peer.key", R.dir);
+	if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
+		die("getrandom", 0);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, key, sizeof(key)) != (ssize_t)sizeof(key))
+		die(path, 0);
+	close(fd);
+}
+
 static int r_start_daemons(const struct ropts *o)
 {
-	char listen[96], out[1024];
+	char listen[96], out[1024], key[PATH_MAX];
 
+	r_write_key(key, sizeof(key));
 	R.port = free_port(o->addr);
 	snprintf(listen, sizeof(listen), "%s:%d", o->addr, R.port);
 	for (int i = 0; i < 2; i++) {
@@ -1520,6 +1538,8 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = (char *)o->doorbell;
 		argv[n++] = "--poll-us";
 		argv[n++] = (char *)o->poll_us;
+		argv[n++] = "--peer-key";
+		argv[n++] = key;
 		if (i == 1) {
 			argv[n++] = "--listen";
 			argv[n++] = listen;

@@ -328,16 +328,28 @@ static void teardown(void)
 
 static char dir[64];
 
+static bool opened; /* did any input open a flow? */
+
 static void remove_dir(void)
 {
 	rmdir(dir); /* every ring file went with its flow */
+	/* a run that never opened a flow fuzzed nothing but the handshake
+	 * (limits or protocol changed under the fuzzer): fail it */
+	if (!opened) {
+		fprintf(stderr, "fuzz_peer: no input opened a flow\n");
+		_exit(1);
+	}
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	struct flow_limits lim = { .default_ring_size = 4096,
 				   .default_max_record = 1024,
-				   .max_ring_size = 16384, .max_flows = 8 };
+				   .max_ring_size = 16384, .max_flows = 8,
+				   .peer_max_flows = 8,
+				   .peer_max_ring_bytes = 1 << 20,
+				   .uid_max_flows = 8,
+				   .uid_max_ring_bytes = 1 << 20 };
 
 	(void)argc;
 	(void)argv;
@@ -365,6 +377,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		else
 			op_conn(&conn[c & 1], o, &in);
 		settle();
+		opened |= table.count > 0;
 	}
 	teardown();
 	return 0;

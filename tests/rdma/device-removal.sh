@@ -38,8 +38,11 @@ ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
 start_daemon() {
     local name=$1 transport=$2
     shift 2
+    # every daemon proves the same key (an address off loopback needs one)
+    [ -e "$run/peer.key" ] || "$build/control/moverctl" keygen "$run/peer.key" >/dev/null
     "$moverd" -f --socket "$run/$name.s" --state-dir "$run/$name.rings" \
-        --transport "$transport" --log-level info "$@" >>"$run/$name.log" 2>&1 &
+        --transport "$transport" --log-level info --peer-key "$run/peer.key" \
+        "$@" >>"$run/$name.log" 2>&1 &
     pid=$!
     pids+=("$pid")
     for _ in $(seq 200); do

@@ -16,15 +16,18 @@ fail() { echo "moverd-rdma.sh: FAIL: $*" >&2; for f in "$run"/*.log; do echo "--
 ulimit -l unlimited
 moverd=$build/moverd/moverd
 ctl() { "$build/control/moverctl" --socket "$run/$1/s" "${@:2}"; }
+# both daemons prove the same key (an address off loopback needs one)
+"$build/control/moverctl" keygen "$run/peer.key" >/dev/null
 start_b() {
     "$moverd" -f --socket "$run/b/s" --listen "$ip:$port" --transport rdma \
-        >>"$run/b.log" 2>&1 &
+        --peer-key "$run/peer.key" >>"$run/b.log" 2>&1 &
     pids+=($!)
     b=$!
     for _ in $(seq 100); do ctl b status >/dev/null 2>&1 && return 0; sleep 0.05; done
     fail "moverd B did not start"
 }
-"$moverd" -f --socket "$run/a/s" --transport rdma >"$run/a.log" 2>&1 &
+"$moverd" -f --socket "$run/a/s" --transport rdma --peer-key "$run/peer.key" \
+    >"$run/a.log" 2>&1 &
 pids+=($!)
 start_b
 for _ in $(seq 100); do ctl a status >/dev/null 2>&1 && break; sleep 0.05; done
