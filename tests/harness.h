@@ -52,6 +52,21 @@ static inline int hd_free_port(void)
 	return port;
 }
 
+static inline int hd_log_count(const struct hd *d, const char *needle);
+
+/* The control socket answers before the peer port listens (a sanitizer
+ * build is slow enough to show it): with --listen, wait for that too. */
+static inline void hd_wait_peer_port(const struct hd *d, const char **argv)
+{
+	bool listen = false;
+
+	for (; *argv; argv++)
+		listen |= !strcmp(*argv, "--listen");
+	for (int i = 0; listen && i < 1000 &&
+			!hd_log_count(d, "listening for peers"); i++)
+		usleep(10000);
+}
+
 /*
  * Start `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
  * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated).  Waits until
@@ -98,6 +113,7 @@ static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 
 		if (fd >= 0) {
 			close(fd);
+			hd_wait_peer_port(d, argv);
 			return;
 		}
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {

@@ -57,13 +57,6 @@ static void start(struct hd *d, const char *tag, bool listen,
 		}
 	CHECK(d == running[0] || d == running[1] || d == running[2] ||
 	      d == running[3]);
-	/* the control socket answers before the peer port listens (a
-	 * sanitizer build is slow enough to show it) */
-	for (; !listen && extra && *extra; extra++)
-		listen = !strcmp(*extra, "--listen");
-	for (int i = 0; listen && i < 500 &&
-			!hd_log_count(d, "listening for peers"); i++)
-		usleep(10000);
 }
 
 static void stop(struct hd *d)
