@@ -23,6 +23,11 @@
  *      defaults and with generous caps; a flow from A moves meanwhile
  *   5  1000 connect/close cycles on the control socket (some with half a
  *      request); a local flow moves meanwhile
+ *   6  single impossible words, written once (what case 2 finds only by
+ *      chance): a producer on A stores tail two rings beyond moverd's send
+ *      position; a producer on A, and a consumer on B, store FAILED in
+ *      flags.  Each flow fails on both hosts and the honest client on the
+ *      other host gets -EPROTO
  *
  * Every case passes only if the checked flows deliver every record exactly
  * once (flowcheck), moverd stays alive and exits 0 on SIGTERM (no sanitizer
@@ -131,6 +136,26 @@ static void checked_done(const struct checked *c)
 
 /* ---- moverctl views ------------------------------------------------------ */
 
+/* A string value of moverctl's JSON in full (hj_get stops at a comma). */
+static void json_string(const char *json, const char *key, char *val,
+			size_t cap)
+{
+	char pat[80];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(pat, sizeof(pat), "\"%s\": \"", key);
+	p = strstr(json, pat);
+	if (!p) {
+		snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+		p = strstr(json, pat);
+	}
+	if (p)
+		for (p += strlen(pat); *p && *p != '"' && n + 1 < cap; p++)
+			val[n++] = *p == '\\' && p[1] ? *++p : *p;
+	val[n] = 0;
+}
+
 static bool flow_state(const struct hd *d, const char *name, char *state,
 		       size_t scap, char *reason, size_t rcap)
 {
@@ -141,7 +166,7 @@ static bool flow_state(const struct hd *d, const char *name, char *state,
 		return false;
 	state[0] = reason[0] = 0;
 	hj_get(out, "state", state, scap);
-	hj_get(out, "state_reason", reason, rcap);
+	json_string(out, "state_reason", reason, rcap);
 	return true;
 }
 
@@ -498,32 +523,32 @@ static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 	}
 }
 
-/* Flow name must be failed on d, with a reason. */
-static void expect_failed(const struct hd *d, const char *side,
-			  const char *flow)
-{
-	char state[32] = "", reason[256] = "";
-
-	CHECK(flow_state(d, flow, state, sizeof(state), reason,
-			 sizeof(reason)));
-	printf("  %s: %s is %s%s%s\n", side, flow, state,
-	       reason[0] ? ": " : "", reason);
-	CHECK(!strcmp(state, "failed") && reason[0]);
-}
-
 /*
- * The attacked flow of a pair of daemons: failed, with a reason, on both
- * (the one whose ring was attacked found it; the other was told), and its
- * honest client on the other host got -EPROTO (not a wait without end).
+ * The attacked flow of a pair of daemons ends one of two ways.  Failed on
+ * both, with a reason (the daemon whose ring was attacked found it, the
+ * other was told), and its honest client on the other host got -EPROTO,
+ * not a wait without end.  Or failed on neither: nothing moverd reads was
+ * impossible (the garbage became records or padding of that flow).  Never
+ * failed on one host while the other waits for it.
  */
 static void attacked_verdict(const struct hd *a, const struct hd *b,
 			     const char *flow, int other_rc)
 {
-	printf("  %s: its honest client on the other host: %s\n", flow,
-	       other_rc == 0 ? "-EPROTO" : other_rc == 3 ? "-EPIPE" :
-	       "nothing (it waited until its time ran out)");
-	expect_failed(a, "A", flow);
-	expect_failed(b, "B", flow);
+	char sa[32] = "", sb[32] = "", ra[256], rb[256];
+
+	CHECK(flow_state(a, flow, sa, sizeof(sa), ra, sizeof(ra)));
+	CHECK(flow_state(b, flow, sb, sizeof(sb), rb, sizeof(rb)));
+	printf("  %s: A: %s%s%s; B: %s%s%s; its honest client on the other "
+	       "host: %s\n", flow, sa, ra[0] ? ": " : "", ra, sb,
+	       rb[0] ? ": " : "", rb, other_rc == 0 ? "-EPROTO" :
+	       other_rc == 3 ? "-EPIPE" : "nothing (its time ran out)");
+	if (strcmp(sa, "failed") && strcmp(sb, "failed")) {
+		printf("  %s: the garbage was absorbed (failed nowhere)\n",
+		       flow);
+		return;
+	}
+	CHECK(!strcmp(sa, "failed") && ra[0]);
+	CHECK(!strcmp(sb, "failed") && rb[0]);
 	CHECK(other_rc == 0);
 }
 
@@ -606,44 +631,148 @@ static void truncate_ring(const struct hd *d, const char *side,
 	       flow, rc ? strerror(errno) : "done", (long long)s.st_size);
 }
 
+/*
+ * A client of the truncated ring that comes after the repair must hear of
+ * the failure: -EPROTO at its first use, or its attach refused.
+ */
+static void late_client_told(const struct hd *d, const char *flow,
+			     enum flowshm_role role)
+{
+	int rc = honest_done(honest_start(d, flow, role, 3000), flow, true);
+
+	CHECK(rc == 0);
+}
+
 static void case_truncate(void)
 {
 	static const char *const names[] = { "p1", "p2", "q", NULL };
 	struct hd a, b;
 	struct checked q;
 	pid_t h1, h2;
-	int base_a, base_b, s1, f1, s2, f2;
+	int base_a, base_b, s1, f1, s2, f2, r1, r2;
 
 	two_daemons(&a, &b, "garbage3", names, NULL);
 	base_a = hd_fds(&a);
 	base_b = hd_fds(&b);
 	q = checked_start(&a, &b, "q", Q_RECORDS);
-	h1 = honest_start(&a, "p1", FLOWSHM_PRODUCER, 5000);
-	h2 = honest_start(&a, "p2", FLOWSHM_PRODUCER, 5000);
+	/* the honest clients on the other host of each truncated ring (a
+	 * client of the truncated mapping itself may die of SIGBUS: that is
+	 * between it and whoever truncated its ring) */
+	h1 = honest_start(&b, "p1", FLOWSHM_CONSUMER, 15000);
+	h2 = honest_start(&a, "p2", FLOWSHM_PRODUCER, 15000);
 	usleep(300000);
 	truncate_ring(&a, "A", "p1", FLOWMOVER__ROLE__PRODUCER, &s1, &f1);
 	truncate_ring(&b, "B", "p2", FLOWMOVER__ROLE__CONSUMER, &s2, &f2);
-	/* moverd reads the ring's words for these */
-	for (int i = 0; i < 3; i++) {
-		char out[4096];
-
-		hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow list");
-		hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow list");
-		usleep(300000);
-	}
 	hd_alive(&a);
 	hd_alive(&b);
-	honest_done(h1, "p1's producer on A", false);
-	honest_done(h2, "p2's producer on A", false);
-	show_state(&a, "A", "p1");
-	show_state(&b, "B", "p1");
-	show_state(&a, "A", "p2");
-	show_state(&b, "B", "p2");
-	checked_done(&q);
+	r1 = honest_done(h1, "p1's consumer on B", false);
+	r2 = honest_done(h2, "p2's producer on A", false);
+	attacked_verdict(&a, &b, "p1", r1);
+	attacked_verdict(&a, &b, "p2", r2);
+	/* a truncated ring is always found (once a second) */
+	CHECK(r1 == 0 && r2 == 0);
 	close(f1);
 	close(s1);
 	close(f2);
-	close(s2);
+	close(s2); /* p2 takes one consumer at a time */
+	usleep(200000);
+	late_client_told(&a, "p1", FLOWSHM_PRODUCER);
+	late_client_told(&b, "p2", FLOWSHM_CONSUMER);
+	checked_done(&q);
+	cpu_settled(&a, "A");
+	cpu_settled(&b, "B");
+	fds_settled(&a, "A", base_a);
+	fds_settled(&b, "B", base_b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 6: one impossible word each, written once ----------------------- */
+
+/* A raw client of flow on d (the test process itself). */
+static flowshm_t *attach_raw(const struct hd *d, const char *flow,
+			     enum flowshm_role role)
+{
+	flowshm_t *f = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	if (flowshm_attach(flow, role, NULL, &f)) {
+		fprintf(stderr, "attach %s: %s\n", flow, flowshm_attach_error());
+		exit(1);
+	}
+	return f;
+}
+
+/*
+ * A producer of flow on A leaves a garbage seal where moverd sends next and
+ * stores tail two rings beyond it: moverd's recovery check finds the tail
+ * impossible (-EPROTO), which must fail the flow, not be ignored.
+ */
+static flowshm_t *tail_beyond(const struct hd *a, const char *flow)
+{
+	flowshm_t *f = attach_raw(a, flow, FLOWSHM_PRODUCER);
+	uint64_t tail;
+
+	CHECK_RC(flowshm_send(f, "x", 1, 1000000000), 0);
+	usleep(300000); /* moverd sent it: its send position is tail */
+	/* acquire: the producers' claim position */
+	tail = atomic_load_explicit(&f->ring.sh->tail, memory_order_acquire);
+	put64(&fr_rec_at(&f->ring, tail)->seal, 0x0123456789abcdefull);
+	/* release: what a producer's claim does */
+	atomic_store_explicit(&f->ring.sh->tail, tail + 2 * f->ring.size,
+			      memory_order_release);
+	printf("  %s: producer tail %llu stored as %llu\n", flow,
+	       (unsigned long long)tail,
+	       (unsigned long long)(tail + 2 * f->ring.size));
+	return f;
+}
+
+/* A client of flow on d marks the ring failed (as only moverd may). */
+static flowshm_t *mark_failed(const struct hd *d, const char *flow,
+			      enum flowshm_role role)
+{
+	flowshm_t *f = attach_raw(d, flow, role);
+
+	/* release: as fr_fail does, without the wakes */
+	atomic_fetch_or_explicit(&f->ring.sh->flags, FR_FLAG_CLOSED |
+				 FR_FLAG_FAILED, memory_order_release);
+	printf("  %s: a %s stored CLOSED|FAILED in flags\n", flow,
+	       role == FLOWSHM_PRODUCER ? "producer" : "consumer");
+	return f;
+}
+
+static void case_words(void)
+{
+	static const char *const names[] = { "p1", "p2", "p3", "q", NULL };
+	struct hd a, b;
+	struct checked q;
+	flowshm_t *f1, *f2, *f3;
+	pid_t h1, h2, h3;
+	int base_a, base_b, r1, r2, r3;
+
+	two_daemons(&a, &b, "garbage6", names, NULL);
+	base_a = hd_fds(&a);
+	base_b = hd_fds(&b);
+	q = checked_start(&a, &b, "q", Q_RECORDS);
+	h1 = honest_start(&b, "p1", FLOWSHM_CONSUMER, 10000);
+	h2 = honest_start(&b, "p2", FLOWSHM_CONSUMER, 10000);
+	h3 = honest_start(&a, "p3", FLOWSHM_PRODUCER, 10000);
+	usleep(300000);
+	f1 = tail_beyond(&a, "p1");
+	f2 = mark_failed(&a, "p2", FLOWSHM_PRODUCER);
+	f3 = mark_failed(&b, "p3", FLOWSHM_CONSUMER);
+	r1 = honest_done(h1, "p1's consumer on B", false);
+	r2 = honest_done(h2, "p2's consumer on B", false);
+	r3 = honest_done(h3, "p3's producer on A", false);
+	attacked_verdict(&a, &b, "p1", r1);
+	attacked_verdict(&a, &b, "p2", r2);
+	attacked_verdict(&a, &b, "p3", r3);
+	/* these words are always found */
+	CHECK(r1 == 0 && r2 == 0 && r3 == 0);
+	flowshm_detach(f1);
+	flowshm_detach(f2);
+	flowshm_detach(f3);
+	checked_done(&q);
 	cpu_settled(&a, "A");
 	cpu_settled(&b, "B");
 	fds_settled(&a, "A", base_a);
@@ -877,6 +1006,9 @@ int main(int argc, char **argv)
 		{ 4, case_peer_flood, "peer connection floods: connect/close "
 		  "and half-open handshakes" },
 		{ 5, case_ctl_flood, "control socket connect/close flood" },
+		{ 6, case_words, "one impossible word each: a producer's tail "
+		  "beyond the ring, FAILED stored by a producer and by a "
+		  "consumer" },
 	};
 
 	if (argc != 4) {
