@@ -843,6 +843,25 @@ void flows_reap_remains(struct flow_table *t, uint64_t now)
 
 /* ---- ring files that a client resized -------------------------------------- */
 
+/*
+ * moverd's view of a ring file faulted and ring_guard put zero pages in
+ * its place: once the file has its size again, map the file back there,
+ * so that the verdict that follows (fr_fail: FAILED in the control page,
+ * the futex wakes) reaches the clients, which map the file, instead of
+ * moverd's private zeros.  The range stays guarded: a client that shrinks
+ * the file again only trips the guard again.
+ */
+static void remap_view(struct flow *f)
+{
+	struct fr_ring *r = &f->view->ring;
+
+	if (mmap(r->sh, r->map_bytes, PROT_READ | PROT_WRITE,
+		 MAP_FIXED | MAP_SHARED, f->ring_fd, 0) == MAP_FAILED)
+		log_warn("flow %s: cannot map the repaired ring file again "
+			 "(its clients will not see it failed): %s", f->name,
+			 strerror(errno));
+}
+
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 {
 	uint64_t want = fr_map_bytes(f->ring_bytes);
@@ -867,6 +886,8 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 		      (off_t)want, (off_t)1 << 40))
 		log_warn("flow %s: cannot repair the ring file: %s", f->name,
 			 strerror(errno));
+	else if (tripped)
+		remap_view(f);
 	return true;
 }
 

@@ -450,6 +450,50 @@ static void fail_receiver(struct peer *p, struct flow *f, const char *why)
 }
 
 /*
+ * A sender flow's producer ring holds an impossible word (or a client
+ * resized its file): fail that flow only (its producers get -EPROTO) and
+ * tell the receiver, which fails its flow too, so that its consumer gets
+ * -EPROTO instead of waiting for records that will never come.  A peer
+ * that is down hears nothing: its flow expires (--orphan-timeout).
+ */
+static void fail_sender(struct flow *f, const char *why)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
+
+	flows_fail(f, why);
+	if (!f->peer || f->peer->state != PEER_UP)
+		return;
+	cl.name = f->name;
+	cl.failed = f->reason;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
+	msg.close = &cl;
+	queue_ctrl(f->peer, &msg);
+}
+
+/*
+ * Did a client mark the ring of a flow between hosts failed?  Only
+ * moverd's verdict (flows_fail) may set FR_FLAG_FAILED: a client that sets
+ * it has made every end of the ring see -EPROTO, so the flow is over on
+ * both hosts, not only for the clients of this one.  why: the sentence.
+ */
+static bool ring_marked_failed(struct flow *f, char *why, size_t cap)
+{
+	uint32_t flags;
+
+	if (f->role == FLOW_LOCAL || f->state == FLOW_FAILED || !f->view)
+		return false;
+	/* relaxed: one word, read once; nothing else is read after it */
+	flags = atomic_load_explicit(&ring_of(f)->sh->flags,
+				     memory_order_relaxed);
+	if (!(flags & FR_FLAG_FAILED))
+		return false;
+	snprintf(why, cap, "a client marked the ring failed (flags %#x)",
+		 (unsigned)flags);
+	return true;
+}
+
+/*
  * The consumer's position in a receiver flow's ring, checked against what
  * moverd recorded before it is used or sent to the peer: a consumer moves
  * forward only, and never past what moverd published.  Anything else is
@@ -520,15 +564,27 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 
 		snprintf(why, sizeof(why), "a producer wrote a corrupt record "
 			 "at position %llu", (unsigned long long)end);
-		flows_fail(f, why);
+		fail_sender(f, why);
 		return 0;
 	}
 	if (stuck && end == f->sent &&
 	    fr_now_ns() - f->stuck_checked_ns > STUCK_CHECK_NS) {
 		/* a producer may have died mid-record: the ring's recovery */
 		f->stuck_checked_ns = fr_now_ns();
-		if (fr_check_stuck(r, f->sent) == 0)
+		rc = fr_check_stuck(r, f->sent);
+		if (rc == 0)
 			return next_span(f, budget, idle);
+		if (rc == -EPROTO) {
+			char why[120] = "the producer ring's tail is outside "
+					"the ring around the send position";
+
+			/* the producers' tail is not where a record at the
+			 * send position can be, or a client marked the ring
+			 * failed: the ring's own corruption */
+			ring_marked_failed(f, why, sizeof(why));
+			fail_sender(f, why);
+			return 0;
+		}
 	}
 	*idle = stuck && end == f->sent;
 	return end - f->sent;
@@ -843,8 +899,15 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		char msg[LOG_SAFE_BUF];
 
 		/* the peer's words: logged and shown in `flow show` */
-		flows_set_state(f, FLOW_FAILED,
-				log_safe(op->message, msg, sizeof(msg)));
+		log_safe(op->message, msg, sizeof(msg));
+		/* the receiver failed its flow for its consumer ring's words
+		 * (or file): the flow is over, and its producers are told
+		 * (-EPROTO) rather than left waiting for space that never
+		 * comes; a refusal leaves the ring as it is */
+		if (op->error == -EPROTO || op->error == -EIO)
+			flows_fail(f, msg);
+		else
+			flows_set_state(f, FLOW_FAILED, msg);
 		return;
 	}
 	r = ring_of(f);
@@ -870,7 +933,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 "behind what the peer received (%llu)",
 			 (unsigned long long)tail,
 			 (unsigned long long)op->resume);
-		flows_fail(f, why);
+		fail_sender(f, why);
 		return;
 	}
 	f->sent = f->acked = op->resume;
@@ -881,14 +944,25 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	flows_set_state(f, FLOW_OPEN, "");
 }
 
-static void handle_close(struct peer *p, const char *name)
+static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 {
-	struct flow *f = flows_find(p->m->flows, name ? name : "");
+	struct flow *f = flows_find(p->m->flows, cl->name ? cl->name : "");
+	char why[LOG_SAFE_BUF], msg[LOG_SAFE_BUF];
 
 	if (!f || f->role != FLOW_RECEIVER || f->peer != p)
 		return;
-	log_info("flow %s: closed by the sender", f->name);
-	peer_destroy_flow(p->m, f, NULL);
+	if (!cl->failed || !cl->failed[0]) {
+		log_info("flow %s: closed by the sender", f->name);
+		peer_destroy_flow(p->m, f, NULL);
+		return;
+	}
+	/* the sender failed it: so does this host (its consumer gets
+	 * -EPROTO once it read what arrived), and it stays for `flow show`
+	 * until destroyed here or expired; DATA in flight is dropped */
+	snprintf(why, sizeof(why), "the sender failed the flow: %s",
+		 log_safe(cl->failed, msg, sizeof(msg)));
+	flows_fail(f, why);
+	detach_flow(f);
 }
 
 /* ---- authentication (auth.h) ---------------------------------------------- */
@@ -1128,7 +1202,7 @@ static void handle_ctrl(struct peer *p)
 		handle_opened(p, msg->opened);
 		break;
 	case FLOWMOVER__PEER_MSG__BODY_CLOSE:
-		handle_close(p, msg->close->name);
+		handle_close(p, msg->close);
 		break;
 	default:
 		peer_fail(p, "unknown control message");
@@ -1319,9 +1393,13 @@ void peer_up(struct peer *p)
 
 static void tick_done(struct loop_op *op, int res);
 
-/* A client resized the flow's ring file: fail it, tell its sender. */
+/* A client resized the flow's ring file: fail it, tell its peer. */
 static void fail_tampered(struct flow *f, const char *why)
 {
+	if (f->role == FLOW_SENDER) {
+		fail_sender(f, why);
+		return;
+	}
 	flows_fail(f, why);
 	if (f->role != FLOW_RECEIVER || !f->peer)
 		return;
@@ -1341,7 +1419,8 @@ static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,
 
 /*
  * Once a second: expire orphaned receiver flows, fail flows whose ring
- * file a client resized, release the pages of drained destroyed rings.
+ * file a client resized or marked failed, release the pages of drained
+ * destroyed rings.
  */
 static void police_flows(struct peer_mgr *m, uint64_t now)
 {
@@ -1355,7 +1434,8 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 				 f->name, f->origin[0] ? f->origin : "?",
 				 m->flows->limits.orphan_timeout_s);
 			peer_destroy_flow(m, f, NULL);
-		} else if (flows_ring_tampered(f, why, sizeof(why))) {
+		} else if (flows_ring_tampered(f, why, sizeof(why)) ||
+			   ring_marked_failed(f, why, sizeof(why))) {
 			fail_tampered(f, why);
 		}
 	}
