@@ -45,8 +45,9 @@ void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 	if (s == FLOW_RECONNECTING && f->state != s)
 		f->orphaned_ns = fr_now_ns(); /* for --orphan-timeout */
 	if (f->state != s)
-		log_info("flow %s: %s%s%s", f->name, flows_state_name(s),
-			 reason && *reason ? ": " : "", reason ? reason : "");
+		log_msg(s == FLOW_FAILED ? LOG_LVL_WARN : LOG_LVL_INFO,
+			"flow %s: %s%s%s", f->name, flows_state_name(s),
+			reason && *reason ? ": " : "", reason ? reason : "");
 	f->state = s;
 	snprintf(f->reason, sizeof(f->reason), "%s", reason ? reason : "");
 }
@@ -727,8 +728,7 @@ void flows_fail(struct flow *f, const char *reason)
 {
 	if (f->state == FLOW_FAILED)
 		return;
-	log_warn("flow %s: failed: %s", f->name, reason);
-	flows_set_state(f, FLOW_FAILED, reason);
+	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
 }
 

@@ -179,13 +179,27 @@ static void want_refusal(const char *sock, const char *const *extra,
 
 #define DNS_SEC 10 /* timeout:5 attempts:2 */
 
+/* The dead server's address: one of our own, so that two runs of this
+ * test at once (or anything else on 127.0.0.x:53) never meet. */
+static const char *dns_ip(void)
+{
+	static char ip[32];
+
+	if (!ip[0])
+		snprintf(ip, sizeof(ip), "127.77.%d.%d", (int)getpid() / 250 % 250,
+			 (int)getpid() % 250 + 2);
+	return ip;
+}
+
 /* moverd in its own mount namespace, with our resolv.conf */
 static void ns_wrapper(const char *dir, char *wrapper, size_t cap)
 {
 	char conf[160], text[1024];
 
 	snprintf(conf, sizeof(conf), "%s/resolv.conf", dir);
-	put_file(conf, "nameserver 127.0.0.7\noptions timeout:5 attempts:2\n");
+	snprintf(text, sizeof(text), "nameserver %s\noptions timeout:5 "
+		 "attempts:2\n", dns_ip());
+	put_file(conf, text);
 	snprintf(wrapper, cap, "%s/moverd-ns", dir);
 	/* no --fork: each exec keeps the pid, so the harness sees moverd */
 	snprintf(text, sizeof(text), "#!/bin/sh\nexec unshare -m sh -c "
@@ -195,11 +209,11 @@ static void ns_wrapper(const char *dir, char *wrapper, size_t cap)
 	CHECK(chmod(wrapper, 0755) == 0);
 }
 
-/* A UDP socket on 127.0.0.7:53 that never answers. */
+/* A UDP socket on dns_ip():53 that never answers. */
 static int dead_dns(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(53),
-				 .sin_addr.s_addr = inet_addr("127.0.0.7") };
+				 .sin_addr.s_addr = inet_addr(dns_ip()) };
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	CHECK(fd >= 0);
@@ -295,7 +309,7 @@ static void case_dns(void)
 	/* the daemon sees the dead server, the rest of the host does not */
 	snprintf(dir, sizeof(dir), "/proc/%d/root/etc/resolv.conf", (int)d.pid);
 	get_file(dir, out, sizeof(out));
-	CHECK(strstr(out, "127.0.0.7"));
+	CHECK(strstr(out, dns_ip()));
 
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create loc --ring-size 64K --max-record 1K") == 0);
