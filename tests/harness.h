@@ -52,6 +52,64 @@ static inline int hd_free_port(void)
 	return port;
 }
 
+/* ---- no moverd outlives a test -------------------------------------------
+ * Every daemon hd_start or hd_restart starts is tracked until hd_stop or
+ * hd_kill.  At exit (a failed CHECK), the main process shows each one's
+ * sanitizer report or last log lines and kills it.  A pid that is still
+ * our unreaped child cannot have been reused by another process. */
+
+struct hd_live {
+	pid_t pid;
+	char log[128];
+};
+
+static struct hd_live hd_live[256];
+static unsigned hd_n_live;
+static pid_t hd_main_pid;
+
+static inline void hd_kill_live(void)
+{
+	char cmd[640];
+
+	if (getpid() != hd_main_pid)
+		return; /* a child's CHECK */
+	for (unsigned i = 0; i < hd_n_live; i++) {
+		struct hd_live *l = &hd_live[i];
+
+		if (waitpid(l->pid, NULL, WNOHANG) != 0)
+			continue; /* gone, or reaped by whoever killed it */
+		fprintf(stderr, "--- the end of %s:\n", l->log);
+		fflush(stderr);
+		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
+			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
+			 "'%s'; } >&2", l->log, l->log);
+		if (system(cmd) != 0)
+			fprintf(stderr, "(no log)\n");
+		kill(l->pid, SIGKILL);
+		waitpid(l->pid, NULL, 0);
+	}
+	hd_n_live = 0;
+}
+
+static inline void hd_track(const struct hd *d)
+{
+	if (!hd_main_pid) {
+		hd_main_pid = getpid();
+		CHECK(atexit(hd_kill_live) == 0);
+	}
+	CHECK(hd_n_live < sizeof(hd_live) / sizeof(hd_live[0]));
+	hd_live[hd_n_live].pid = d->pid;
+	snprintf(hd_live[hd_n_live].log, sizeof(hd_live[0].log), "%s", d->log);
+	hd_n_live++;
+}
+
+static inline void hd_untrack(pid_t pid)
+{
+	for (unsigned i = 0; i < hd_n_live; i++)
+		if (hd_live[i].pid == pid)
+			hd_live[i] = hd_live[--hd_n_live];
+}
+
 static inline int hd_log_count(const struct hd *d, const char *needle);
 
 /* The control socket answers before the peer port listens (a sanitizer
@@ -68,12 +126,12 @@ static inline void hd_wait_peer_port(const struct hd *d, const char **argv)
 }
 
 /*
- * Start `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
- * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated).  Waits until
- * the control socket accepts.  listen: bind a peer port too.
+ * Run `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
+ * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated) in d's
+ * directory, its stderr appended to d's log; wait until it serves.
  */
-static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
-			    bool listen, const char *const *extra)
+static inline void hd_exec(struct hd *d, const char *moverd,
+			   const char *const *extra)
 {
 	const char *argv[64] = { moverd, "--foreground", "--socket", d->sock,
 				 "--socket-mode", "0666", "--log-level",
@@ -81,13 +139,7 @@ static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 	char laddr[64];
 	int n = 8, st;
 
-	snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag, (int)getpid());
-	snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
-	mkdir(d->dir, 0755);
-	d->port = 0;
-	if (listen) {
-		d->port = hd_free_port();
+	if (d->port) {
 		snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", d->port);
 		argv[n++] = "--listen";
 		argv[n++] = laddr;
@@ -108,6 +160,7 @@ static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 		execv(moverd, (char **)argv);
 		_exit(127);
 	}
+	hd_track(d);
 	for (int i = 0; i < 1000; i++) {
 		int fd = ctl_connect(d->sock);
 
@@ -124,6 +177,18 @@ static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 		usleep(10000);
 	}
 	CHECK(!"moverd did not come up");
+}
+
+/* A moverd of its own in /tmp/fm-TAG-PID (listen: on a free port too). */
+static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
+			    bool listen, const char *const *extra)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag, (int)getpid());
+	snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
+	mkdir(d->dir, 0755);
+	d->port = listen ? hd_free_port() : 0;
+	hd_exec(d, moverd, extra);
 }
 
 /* The daemon must still be running (no crash, no sanitizer exit). */
@@ -161,6 +226,7 @@ static inline void hd_stop(struct hd *d)
 	kill(d->pid, SIGTERM);
 	for (int i = 0; i < 1000; i++) {
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			hd_untrack(d->pid);
 			d->pid = 0;
 			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 				fprintf(stderr, "moverd exited with status "
@@ -182,6 +248,7 @@ static inline void hd_kill(struct hd *d)
 	if (d->pid > 0) {
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, NULL, 0);
+		hd_untrack(d->pid);
 	}
 	d->pid = 0;
 }
@@ -484,6 +551,41 @@ static inline bool hj_get(const char *json, const char *key, char *val,
 	return true;
 }
 
+/* ---- a flow's state ------------------------------------------------------ */
+
+/* `moverctl flow show NAME --json` on d: true if it answered (in out). */
+static inline bool hd_flow_json(const struct hd *d, const char *moverctl,
+				const char *name, char *out, size_t cap)
+{
+	return hd_ctl(d, moverctl, out, cap, "flow show %s --json", name) == 0;
+}
+
+/* Wait up to timeout_ms for flow NAME on d to be in state want; either
+ * way its state_reason in reason (if not NULL). */
+static inline bool hd_wait_state(const struct hd *d, const char *moverctl,
+				 const char *name, const char *want,
+				 int timeout_ms, char *reason, size_t cap)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	char out[4096], state[32] = "";
+	bool ok = false;
+
+	do {
+		hd_alive(d);
+		ok = hd_flow_json(d, moverctl, name, out, sizeof(out)) &&
+		     hj_get(out, "state", state, sizeof(state)) &&
+		     !strcmp(state, want);
+		if (!ok)
+			usleep(50000);
+	} while (!ok && tu_now_ns() < until);
+	if (!ok)
+		fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state,
+			want);
+	if (reason && !hj_get(out, "state_reason", reason, cap) && cap)
+		reason[0] = 0;
+	return ok;
+}
+
 /* ---- cases --------------------------------------------------------------- */
 
 struct hcase {
@@ -564,49 +666,9 @@ static inline void hd_wait_port_free(int port)
 static inline void hd_restart(struct hd *d, const char *moverd,
 			      const char *const *extra)
 {
-	const char *argv[64] = { moverd, "--foreground", "--socket", d->sock,
-				 "--socket-mode", "0666", "--log-level",
-				 "debug" };
-	char laddr[64];
-	int n = 8, st;
-
-	if (d->port) {
+	if (d->port)
 		hd_wait_port_free(d->port);
-		snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", d->port);
-		argv[n++] = "--listen";
-		argv[n++] = laddr;
-		argv[n++] = "--transport";
-		argv[n++] = "tcp";
-	}
-	for (; extra && *extra && n < 62; extra++)
-		argv[n++] = *extra;
-	argv[n] = NULL;
-	fflush(NULL);
-	d->pid = fork();
-	CHECK(d->pid >= 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		if (fd >= 0)
-			dup2(fd, 2);
-		execv(moverd, (char **)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		int fd = ctl_connect(d->sock);
-
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			fprintf(stderr, "moverd exited at restart (status %#x); "
-				"log %s\n", st, d->log);
-			exit(1);
-		}
-		usleep(10000);
-	}
-	CHECK(!"moverd did not come back");
+	hd_exec(d, moverd, extra);
 }
 
 /* moverd's resident set (VmRSS), in KiB. */

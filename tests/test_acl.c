@@ -33,58 +33,12 @@
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 static char nobody_ctl[PATH_MAX + 96]; /* moverctl run as NOBODY */
 
-/* ---- daemons of the running case: killed (and their logs shown) if it
- * fails, so that no moverd outlives a failed test ---------------------- */
-
-static struct hd *running[4];
-static pid_t main_pid;
-
-static void track(struct hd *d)
-{
-	for (unsigned i = 0; i < 4; i++)
-		if (!running[i] || running[i] == d) {
-			running[i] = d;
-			return;
-		}
-	CHECK(!"more than 4 daemons in one case");
-}
+/* ---- daemons (harness.h tracks them: none outlives a failed case) ------ */
 
 static void start(struct hd *d, const char *tag, bool listen,
 		  const char *const *extra)
 {
 	hd_start(d, moverd_bin, tag, listen, extra);
-	track(d);
-}
-
-static void stop(struct hd *d)
-{
-	hd_stop(d);
-	for (unsigned i = 0; i < 4; i++)
-		if (running[i] == d)
-			running[i] = NULL;
-}
-
-static void on_exit_kill_daemons(void)
-{
-	char cmd[640];
-
-	if (getpid() != main_pid)
-		return; /* a child's CHECK */
-	for (unsigned i = 0; i < 4; i++) {
-		struct hd *d = running[i];
-
-		if (!d)
-			continue;
-		fprintf(stderr, "--- the end of %s:\n", d->log);
-		fflush(stderr);
-		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
-			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
-			 "'%s'; } >&2", d->log, d->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no log)\n");
-		hd_kill(d);
-		running[i] = NULL;
-	}
 }
 
 /* ---- clients -------------------------------------------------------------- */
@@ -188,31 +142,6 @@ static int nobody_ctl_run(const struct hd *d, char *out, size_t cap,
 
 /* ---- moverctl views -------------------------------------------------------- */
 
-static bool flow_json(const struct hd *d, const char *name, char *out,
-		      size_t cap)
-{
-	return hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
-		      name) == 0;
-}
-
-/* Wait up to timeout_ms for flow NAME's state. */
-static bool wait_state(const struct hd *d, const char *name, const char *want,
-		       int timeout_ms)
-{
-	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	char out[4096], state[32] = "";
-
-	do {
-		if (flow_json(d, name, out, sizeof(out)) &&
-		    hj_get(out, "state", state, sizeof(state)) &&
-		    !strcmp(state, want))
-			return true;
-		usleep(50000);
-	} while (tu_now_ns() < until);
-	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
-	return false;
-}
-
 /* The "allow_uids"/"allow_gids" list of `flow show --json`, as text. */
 static void allow_list(const struct hd *d, const char *name, const char *key,
 		       char *out, size_t cap)
@@ -220,7 +149,7 @@ static void allow_list(const struct hd *d, const char *name, const char *key,
 	char json[4096], pat[40];
 	const char *p, *e;
 
-	CHECK(flow_json(d, name, json, sizeof(json)));
+	CHECK(hd_flow_json(d, moverctl_bin, name, json, sizeof(json)));
 	snprintf(pat, sizeof(pat), "\"%s\": [", key);
 	p = strstr(json, pat);
 	CHECK(p);
@@ -245,8 +174,8 @@ static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s --peer "
 		     "127.0.0.1:%d --ring-size 64K --max-record 1024 %s", name,
 		     b->port, a_flags) == 0);
-	CHECK(wait_state(a, name, "open", 10000));
-	CHECK(wait_state(b, name, "open", 10000));
+	CHECK(hd_wait_state(a, moverctl_bin, name, "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(b, moverctl_bin, name, "open", 10000, NULL, 0));
 }
 
 /* ---- case 1: remote uids ignored; flow allow, kept across a restart ------- */
@@ -283,7 +212,7 @@ static void case_remote_uids(void)
 	/* kill -9 and start again: the grant is in r1's state file */
 	hd_kill(&b);
 	hd_restart(&b, moverd_bin, NULL);
-	CHECK(wait_state(&b, "r1", "open", 15000));
+	CHECK(hd_wait_state(&b, moverctl_bin, "r1", "open", 15000, NULL, 0));
 	allow_list(&b, "r1", "allow_uids", list, sizeof(list));
 	printf("  B restarted: r1's allowed uids: [%s]\n", list);
 	CHECK(!strcmp(list, "65534"));
@@ -320,8 +249,8 @@ static void case_remote_uids(void)
 		    "flow allow nosuch --uid 1");
 	printf("  flow allow of a missing flow: exit %d: %s", rc, out);
 	CHECK(rc == 1 && strstr(out, "nosuch"));
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- case 2: --peer-flow-owner ------------------------------------------- */
@@ -336,7 +265,7 @@ static void case_peer_flow_owner(void)
 	int rc;
 
 	two_daemons(&a, &b, "acl2", owner, "o1", "");
-	CHECK(flow_json(&b, "o1", out, sizeof(out)));
+	CHECK(hd_flow_json(&b, moverctl_bin, "o1", out, sizeof(out)));
 	printf("  B: o1's owner %llu:%llu\n",
 	       (unsigned long long)hj_u64(out, "owner_uid"),
 	       (unsigned long long)hj_u64(out, "owner_gid"));
@@ -357,8 +286,8 @@ static void case_peer_flow_owner(void)
 	CHECK_RC(consume_as(&b, OTHER, "o1"), 0);
 	allow_list(&b, "o1", "allow_uids", list, sizeof(list));
 	CHECK(!strcmp(list, "4000"));
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- case 3: another peer opens a flow of A's while A is down ------------- */
@@ -437,7 +366,8 @@ static void case_hijack(void)
 		usleep(20000);
 	}
 	hd_kill(&a);
-	CHECK(wait_state(&b, "h", "reconnecting", 10000));
+	CHECK(hd_wait_state(&b, moverctl_bin, "h", "reconnecting", 10000, NULL,
+			    0));
 	ring_file(&b, "h", &geo, &pub_before);
 	base = hd_log_count(&b, "refused");
 
@@ -445,7 +375,7 @@ static void case_hijack(void)
 	ring_file(&b, "h", &geo, &pub_after);
 	CHECK(pub_after == pub_before);
 	CHECK(hd_log_count(&b, "refused") > base);
-	CHECK(flow_json(&b, "h", out, sizeof(out)));
+	CHECK(hd_flow_json(&b, moverctl_bin, "h", out, sizeof(out)));
 	CHECK(hj_u64(out, "consumers") == 1);
 	CHECK(hj_get(out, "origin", origin, sizeof(origin)));
 	printf("  B: h's published %llu before and after, consumer attached, "
@@ -454,7 +384,6 @@ static void case_hijack(void)
 
 	hd_restart(&a, moverd_bin, (const char *const[]){ "--transport", "tcp",
 							 NULL });
-	track(&a);
 	fc_done(prod, "h's producer on A", 60000);
 	fc_done(cons, "h's consumer on B", 20000);
 	printf("  h: A resumed, every record exactly once\n");
@@ -462,10 +391,10 @@ static void case_hijack(void)
 	/* B restarted: h, re-adopted, is still A's */
 	hd_kill(&b);
 	hd_restart(&b, moverd_bin, NULL);
-	CHECK(wait_state(&b, "h", "open", 15000));
+	CHECK(hd_wait_state(&b, moverctl_bin, "h", "open", 15000, NULL, 0));
 	CHECK_RC(hijack(&b, "B restarted"), -EEXIST);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- case 4: supplementary groups --------------------------------------- */
@@ -490,7 +419,7 @@ static void case_groups(void)
 	CHECK_RC(rc, -EACCES);
 	/* the primary group still counts */
 	CHECK_RC(attach_as(&d, OTHER, GROUP, NULL, 0, "g", FLOWSHM_PRODUCER), 0);
-	stop(&d);
+	hd_stop(&d);
 }
 
 int main(int argc, char **argv)
@@ -509,8 +438,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	main_pid = getpid();
-	atexit(on_exit_kill_daemons);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];

@@ -41,58 +41,25 @@
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 static char keydir[96];
 
-/* ---- daemons of the running case (killed, logs shown, if it fails) ------- */
-
-static struct hd *running[4];
+/* Daemons are tracked by harness.h (none outlives a failed case); the keys
+ * go with the test. */
 static pid_t main_pid;
+
+static void remove_keys(void)
+{
+	char cmd[160];
+
+	if (getpid() != main_pid || getenv("FM_KEEP") || !keydir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", keydir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", keydir);
+}
 
 static void start(struct hd *d, const char *tag, bool listen,
 		  const char *const *extra)
 {
 	hd_start(d, moverd_bin, tag, listen, extra);
-	for (unsigned i = 0; i < 4; i++)
-		if (!running[i]) {
-			running[i] = d;
-			break;
-		}
-	CHECK(d == running[0] || d == running[1] || d == running[2] ||
-	      d == running[3]);
-}
-
-static void stop(struct hd *d)
-{
-	hd_stop(d);
-	for (unsigned i = 0; i < 4; i++)
-		if (running[i] == d)
-			running[i] = NULL;
-}
-
-static void on_exit_kill_daemons(void)
-{
-	char cmd[640];
-
-	if (getpid() != main_pid)
-		return; /* a child's CHECK */
-	for (unsigned i = 0; i < 4; i++) {
-		struct hd *d = running[i];
-
-		if (!d)
-			continue;
-		fprintf(stderr, "--- the end of %s:\n", d->log);
-		fflush(stderr);
-		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
-			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
-			 "'%s'; } >&2", d->log, d->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no log)\n");
-		hd_kill(d);
-		running[i] = NULL;
-	}
-	if (!getenv("FM_KEEP") && keydir[0]) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", keydir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", keydir);
-	}
 }
 
 /* ---- keys ------------------------------------------------------------------ */
@@ -150,34 +117,6 @@ static void load_key(const char *path, struct auth_key *k)
 
 /* ---- moverctl views ---------------------------------------------------------- */
 
-static bool flow_json(const struct hd *d, const char *name, char *out,
-		      size_t cap)
-{
-	return hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
-		      name) == 0;
-}
-
-/* Wait up to timeout_ms for flow NAME's state; its reason in reason. */
-static bool wait_state(const struct hd *d, const char *name, const char *want,
-		       int timeout_ms, char *reason, size_t cap)
-{
-	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	char out[4096], state[32] = "";
-
-	do {
-		if (flow_json(d, name, out, sizeof(out)) &&
-		    hj_get(out, "state", state, sizeof(state)) &&
-		    !strcmp(state, want)) {
-			if (reason)
-				hj_get(out, "state_reason", reason, cap);
-			return true;
-		}
-		usleep(50000);
-	} while (tu_now_ns() < until);
-	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
-	return false;
-}
-
 /* Wait up to timeout_ms until flow NAME's state_reason contains needle. */
 static bool wait_reason(const struct hd *d, const char *name,
 			const char *needle, int timeout_ms, char *reason,
@@ -187,7 +126,7 @@ static bool wait_reason(const struct hd *d, const char *name,
 	char out[4096];
 
 	do {
-		if (flow_json(d, name, out, sizeof(out)) &&
+		if (hd_flow_json(d, moverctl_bin, name, out, sizeof(out)) &&
 		    hj_get(out, "state_reason", reason, cap) &&
 		    strstr(reason, needle))
 			return true;
@@ -394,7 +333,7 @@ static void case_same_key(void)
 
 	pair(&a, &b, "auth1", key, key);
 	create_flow(&a, &b, "q");
-	CHECK(wait_state(&a, "q", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&a, moverctl_bin, "q", "open", 10000, NULL, 0));
 	cons = fc(&b, "consume", "q", 20000);
 	prod = fc(&a, "produce", "q", 20000);
 	fc_done(prod, "q's producer", 30000);
@@ -402,8 +341,8 @@ static void case_same_key(void)
 	printf("  q: 20000 records, every one once\n");
 	check_identity(&a, "A", id);
 	check_identity(&b, "B", id);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- 2, 3: keys that do not match --------------------------------------------- */
@@ -428,7 +367,7 @@ static void refused_pair(const char *tag, const char *a_key, const char *b_key,
 	wait_log(&a, "peer authentication failed", 1, 5000);
 	show_log(&a, "A", "peer authentication failed");
 	sleep(1); /* a reconnect or two more */
-	CHECK(flow_json(&a, "q", reason, sizeof(reason)));
+	CHECK(hd_flow_json(&a, moverctl_bin, "q", reason, sizeof(reason)));
 	CHECK(!strstr(reason, "\"open\""));
 	no_flows(&b);
 	no_registrations(&b);
@@ -438,8 +377,8 @@ static void refused_pair(const char *tag, const char *a_key, const char *b_key,
 	hd_wait_fds(&b, base_b);
 	printf("  B: no flow, no registration, %d fds (as before)\n",
 	       hd_fds(&b));
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 static void case_wrong_key(void)
@@ -538,7 +477,7 @@ static void case_replay(void)
 	CHECK(hp_auth(fd, proof_i, sizeof(proof_i)));
 	refused_conn(&b, fd, base, "authentication failed", logged);
 	auth_forget(&k);
-	stop(&b);
+	hd_stop(&b);
 }
 
 /* Read what the initiator sends until it closes: how many OPENs. */
@@ -605,7 +544,7 @@ static void hostile_responder(const char *key)
 			  sizeof(reason)));
 	printf("  A: flow q: %s\n", reason);
 	close(lfd);
-	stop(&a);
+	hd_stop(&a);
 	auth_forget(&k);
 	auth_forget(&other);
 }
@@ -640,7 +579,7 @@ static void case_reflect(void)
 	CHECK(hp_auth(fd, in.proof, 16));
 	refused_conn(&b, fd, base, "authentication failed", logged);
 	auth_forget(&k);
-	stop(&b);
+	hd_stop(&b);
 	hostile_responder(key);
 }
 
@@ -693,7 +632,7 @@ static void case_open_before_auth(void)
 	no_flows(&b);
 	hd_wait_fds(&b, base);
 	auth_forget(&k);
-	stop(&b);
+	hd_stop(&b);
 }
 
 /* ---- 7: --peer-allow ----------------------------------------------------------- */
@@ -716,7 +655,7 @@ static void case_peer_allow_pair(void)
 	show_log(&b, "B", "not in --peer-allow");
 	rdma_base(&b, &base_b);
 	sleep(2); /* A retries meanwhile */
-	CHECK(flow_json(&a, "q", reason, sizeof(reason)));
+	CHECK(hd_flow_json(&a, moverctl_bin, "q", reason, sizeof(reason)));
 	CHECK(!strstr(reason, "\"open\""));
 	CHECK(hd_log_count(&b, "connected over") == 0);
 	no_flows(&b);
@@ -724,8 +663,8 @@ static void case_peer_allow_pair(void)
 	CHECK(hd_ctl(&a, moverctl_bin, reason, sizeof(reason),
 		     "flow destroy q") == 0);
 	hd_wait_fds(&b, base_b);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 static void case_peer_allow(void)
@@ -752,7 +691,7 @@ static void case_peer_allow(void)
 	CHECK(hd_log_count(&b, "connected over") == 0);
 	printf("  20 connections from 127.0.0.1 closed at accept; %d fds\n",
 	       hd_fds(&b));
-	stop(&b);
+	hd_stop(&b);
 
 	start(&b, "auth7b", true, allow);
 	fd = hp_connect(b.port);
@@ -763,7 +702,7 @@ static void case_peer_allow(void)
 	flowmover__peer_flow_opened__free_unpacked(op, NULL);
 	printf("  with 127.0.0.0/8 allowed: flow h opened\n");
 	close(fd);
-	stop(&b);
+	hd_stop(&b);
 }
 
 /* ---- 8, 9: start-up ----------------------------------------------------------- */
@@ -859,11 +798,11 @@ static void case_insecure_listen(void)
 	start(&b, "auth9b", false, ok);
 	show_log(&b, "moverd --insecure-peers", "insecure");
 	CHECK(hd_log_count(&b, "insecure") >= 1);
-	stop(&b);
+	hd_stop(&b);
 	/* loopback needs no key (the README demo, the tests) */
 	start(&b, "auth9c", true, NULL);
 	CHECK(hd_log_count(&b, "insecure") == 0);
-	stop(&b);
+	hd_stop(&b);
 }
 
 /* ---- 10: the cost ------------------------------------------------------------- */
@@ -933,10 +872,10 @@ static void case_cost(void)
 	load_key(key, &k);
 	start(&b, "auth10a", true, eb);
 	us_key = handshakes(&b, &k, n, &t_key);
-	stop(&b);
+	hd_stop(&b);
 	start(&b, "auth10b", true, NULL);
 	us_none = handshakes(&b, NULL, n, &t_none);
-	stop(&b);
+	hd_stop(&b);
 	printf("  %u handshakes with a key: connect->opened %.0f us on "
 	       "average, moverd cpu %.1f us each\n", n, us_key,
 	       (double)t_key / 1e3 / n);
@@ -977,7 +916,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	main_pid = getpid();
-	atexit(on_exit_kill_daemons);
+	atexit(remove_keys);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];

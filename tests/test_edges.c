@@ -17,31 +17,6 @@ static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* Every daemon started: a failed CHECK exits, and they must not outlive
- * the test (nor keep ctest's output pipe open).  A pid that is still our
- * unreaped child cannot have been reused. */
-static pid_t started[64];
-static unsigned n_started;
-
-static void kill_started(void)
-{
-	for (unsigned i = 0; i < n_started; i++) {
-		if (waitpid(started[i], NULL, WNOHANG) != 0)
-			continue; /* reaped by hd_stop, or gone */
-		kill(started[i], SIGKILL);
-		waitpid(started[i], NULL, 0);
-	}
-}
-
-static void start(struct hd *d, const char *bin, const char *tag, bool listen,
-		  const char *const *extra)
-{
-	if (!n_started)
-		CHECK(atexit(kill_started) == 0);
-	CHECK(n_started < 64);
-	hd_start(d, bin, tag, listen, extra);
-	started[n_started++] = d->pid;
-}
 
 /* A script that starts moverd with at most `nofile` open files (soft and
  * hard, so that moverd cannot raise it); hd_start runs it as moverd. */
@@ -369,9 +344,9 @@ static void case_flood_peers(void)
 	char out[8192];
 	int base, lines, n = 0;
 
-	start(&d, limited_moverd(256), "edges4a", true, opts);
+	hd_start(&d, limited_moverd(256), "edges4a", true, opts);
 	unlink(limited_moverd_path); /* it has exec'd moverd by now */
-	start(&d2, moverd_bin, "edges4a2", false, NULL);
+	hd_start(&d2, moverd_bin, "edges4a2", false, NULL);
 	/* the well-behaved peer connects before the flood */
 	checked_flow(&d2, &d, "before", 2000);
 	base = hd_fds(&d);
@@ -450,7 +425,7 @@ static void case_flood_clients(void)
 	int base;
 
 	/* the per-uid cap (default 64) */
-	start(&d, moverd_bin, "edges4b", false, NULL);
+	hd_start(&d, moverd_bin, "edges4b", false, NULL);
 	base = hd_fds(&d);
 	hold_clients(&h, &d, 65534, 200);
 	printf("  uid 65534 holds %d control connections\n", h.held);
@@ -467,7 +442,7 @@ static void case_flood_clients(void)
 	hd_stop(&d);
 
 	/* the total cap keeps 16 connections for root */
-	start(&d, moverd_bin, "edges4b2", false, small);
+	hd_start(&d, moverd_bin, "edges4b2", false, small);
 	base = hd_fds(&d);
 	hold_clients(&h, &d, 65534, 100);
 	printf("  uid 65534 holds %d of --max-clients 48\n", h.held);
@@ -497,8 +472,8 @@ static void case_hello(void)
 	bool gone = false;
 	int fd, good, base;
 
-	start(&d, moverd_bin, "edges4c", true, opts);
-	start(&d2, moverd_bin, "edges4c2", false, NULL);
+	hd_start(&d, moverd_bin, "edges4c", true, opts);
+	hd_start(&d2, moverd_bin, "edges4c2", false, NULL);
 	base = hd_fds(&d);
 	checked_start(&c, &d2, &d, "good", 20000);
 
@@ -554,8 +529,8 @@ static void case_per_addr(void)
 	struct checked c;
 	int fds[9], base, extra;
 
-	start(&d, moverd_bin, "edges4d", true, NULL);
-	start(&d2, moverd_bin, "edges4d2", false, NULL);
+	hd_start(&d, moverd_bin, "edges4d", true, NULL);
+	hd_start(&d2, moverd_bin, "edges4d2", false, NULL);
 	base = hd_fds(&d);
 	checked_start(&c, &d2, &d, "good", 20000);
 	for (int i = 0; i < 9; i++) {
@@ -586,7 +561,7 @@ static void case_per_addr(void)
 	hd_stop(&d);
 
 	/* connections that have not said hello: at most --peer-max-pending */
-	start(&d, moverd_bin, "edges4d3", true, opts);
+	hd_start(&d, moverd_bin, "edges4d3", true, opts);
 	base = hd_fds(&d);
 	for (int i = 0; i < 5; i++) {
 		char src[16];
@@ -731,8 +706,8 @@ static void case_log_text(void)
 	struct checked c;
 	int fd;
 
-	start(&d, moverd_bin, "edges12", true, NULL);
-	start(&d2, moverd_bin, "edges12b", false, NULL);
+	hd_start(&d, moverd_bin, "edges12", true, NULL);
+	hd_start(&d2, moverd_bin, "edges12b", false, NULL);
 	checked_start(&c, &d2, &d, "good", 20000);
 
 	snprintf(node, sizeof(node), "evil%s", forged);

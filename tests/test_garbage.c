@@ -45,28 +45,12 @@ static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 
 /* ---- daemons: none may outlive the test ---------------------------------- */
 
-static pid_t started[16];
-static unsigned n_started;
-static pid_t main_pid;
-
-static void kill_started(void)
-{
-	if (getpid() != main_pid)
-		return; /* a child's CHECK */
-	for (unsigned i = 0; i < n_started; i++) {
-		if (waitpid(started[i], NULL, WNOHANG) != 0)
-			continue; /* reaped by hd_stop, or gone */
-		kill(started[i], SIGKILL);
-		waitpid(started[i], NULL, 0);
-	}
-}
+/* (harness.h tracks every daemon: none outlives a failed case) */
 
 static void start(struct hd *d, const char *tag, bool listen,
 		  const char *const *extra)
 {
-	CHECK(n_started < 16);
 	hd_start(d, moverd_bin, tag, listen, extra);
-	started[n_started++] = d->pid;
 }
 
 /* ---- checked producers and consumers (tests/flowcheck.c) ----------------- */
@@ -168,23 +152,6 @@ static bool flow_state(const struct hd *d, const char *name, char *state,
 	hj_get(out, "state", state, scap);
 	json_string(out, "state_reason", reason, rcap);
 	return true;
-}
-
-/* Wait up to timeout_ms for flow name to be in state want. */
-static bool wait_state(const struct hd *d, const char *name, const char *want,
-		       int timeout_ms)
-{
-	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	char state[32] = "", reason[256];
-
-	do {
-		if (flow_state(d, name, state, sizeof(state), reason,
-			       sizeof(reason)) && !strcmp(state, want))
-			return true;
-		usleep(50000);
-	} while (tu_now_ns() < until);
-	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
-	return false;
 }
 
 static void show_state(const struct hd *d, const char *side, const char *name)
@@ -518,8 +485,10 @@ static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 		CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create "
 			     "%s --peer 127.0.0.1:%d --ring-size 64K "
 			     "--max-record 1024", *names, b->port) == 0);
-		CHECK(wait_state(a, *names, "open", 10000));
-		CHECK(wait_state(b, *names, "open", 10000));
+		CHECK(hd_wait_state(a, moverctl_bin, *names, "open", 10000,
+				    NULL, 0));
+		CHECK(hd_wait_state(b, moverctl_bin, *names, "open", 10000,
+				    NULL, 0));
 	}
 }
 
@@ -1032,8 +1001,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	main_pid = getpid();
-	CHECK(atexit(kill_started) == 0);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];

@@ -57,79 +57,6 @@ static bool variant(const char *v)
 	return false;
 }
 
-/* ---- daemons of the running case: killed (and their logs shown) if it
- * fails, so that no moverd outlives a failed test ---------------------- */
-
-static struct hd *running[4];
-static pid_t main_pid;
-
-static void start(struct hd *d, const char *moverd, const char *tag,
-		  bool listen, const char *const *extra)
-{
-	hd_start(d, moverd, tag, listen, extra);
-	for (unsigned i = 0; i < 4; i++)
-		if (!running[i]) {
-			running[i] = d;
-			return;
-		}
-	CHECK(!"more than 4 daemons in one case");
-}
-
-static void stop(struct hd *d)
-{
-	hd_stop(d);
-	for (unsigned i = 0; i < 4; i++)
-		if (running[i] == d)
-			running[i] = NULL;
-}
-
-/* Is pid still the moverd of d (not a reused pid)? */
-static bool is_our_moverd(const struct hd *d)
-{
-	char path[64], cmd[1024];
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)d->pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	n = fread(cmd, 1, sizeof(cmd) - 1, f);
-	fclose(f);
-	cmd[n] = 0;
-	for (size_t i = 0; i < n; i++)
-		if (!cmd[i])
-			cmd[i] = ' ';
-	return strstr(cmd, d->sock) != NULL;
-}
-
-static void on_exit_kill_daemons(void)
-{
-	char cmd[640];
-
-	if (getpid() != main_pid)
-		return; /* a child's CHECK */
-	for (unsigned i = 0; i < 4; i++) {
-		struct hd *d = running[i];
-
-		if (!d)
-			continue;
-		fprintf(stderr, "--- the end of %s:\n", d->log);
-		fflush(stderr);
-		/* a sanitizer's report, else the last lines */
-		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
-			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
-			 "'%s'; } >&2", d->log, d->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no log)\n");
-		if (d->pid > 0 && is_our_moverd(d)) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, NULL, 0);
-		}
-		running[i] = NULL;
-	}
-}
-
 /* ---- checked producers and consumers (tests/flowcheck.c) ----------------- */
 
 static pid_t fc_produce(const struct hd *d, uid_t uid, const char *flow,
@@ -175,43 +102,13 @@ static void fc_done(pid_t pid, const char *what, int timeout_ms)
 
 /* ---- moverctl views -------------------------------------------------------- */
 
-/* `flow show NAME --json` into out; false if there is no such flow. */
-static bool flow_json(const struct hd *d, const char *name, char *out,
-		      size_t cap)
-{
-	return hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
-		      name) == 0;
-}
-
 static uint64_t flow_u64(const struct hd *d, const char *name,
 			 const char *key)
 {
 	char out[4096];
 
-	return flow_json(d, name, out, sizeof(out)) ? hj_u64(out, key) : 0;
-}
-
-/* Wait up to timeout_ms for flow NAME's state; its reason in reason. */
-static bool wait_state(const struct hd *d, const char *name, const char *want,
-		       int timeout_ms, char *reason, size_t cap)
-{
-	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	char out[4096], state[32] = "";
-
-	do {
-		if (flow_json(d, name, out, sizeof(out)) &&
-		    hj_get(out, "state", state, sizeof(state)) &&
-		    !strcmp(state, want)) {
-			if (reason)
-				hj_get(out, "state_reason", reason, cap);
-			return true;
-		}
-		usleep(50000);
-	} while (tu_now_ns() < until);
-	fprintf(stderr, "flow %s: state '%s', want '%s'\n", name, state, want);
-	if (reason && flow_json(d, name, out, sizeof(out)))
-		hj_get(out, "state_reason", reason, cap);
-	return false;
+	return hd_flow_json(d, moverctl_bin, name, out,
+			    sizeof(out)) ? hj_u64(out, key) : 0;
 }
 
 /* Wait until flow NAME's `key` is at least min. */
@@ -247,7 +144,8 @@ static void expect_failed(const struct hd *d, const char *side,
 {
 	char reason[256] = "";
 
-	if (!wait_state(d, name, "failed", 5000, reason, sizeof(reason))) {
+	if (!hd_wait_state(d, moverctl_bin, name, "failed", 5000, reason,
+			   sizeof(reason))) {
 		fprintf(stderr, "%s: flow %s is not failed (reason '%s')\n",
 			side, name, reason);
 		exit(1);
@@ -342,9 +240,10 @@ static void wait_x_gone(const struct hd *d)
 {
 	char out[4096];
 
-	for (int i = 0; i < 100 && flow_json(d, "x", out, sizeof(out)); i++)
+	for (int i = 0; i < 100 && hd_flow_json(d, moverctl_bin, "x", out,
+						sizeof(out)); i++)
 		usleep(50000);
-	CHECK(!flow_json(d, "x", out, sizeof(out)));
+	CHECK(!hd_flow_json(d, moverctl_bin, "x", out, sizeof(out)));
 }
 
 static void case1_end(struct hd *d, int a, int b, int base_fds)
@@ -354,7 +253,7 @@ static void case1_end(struct hd *d, int a, int b, int base_fds)
 		close(b);
 	hd_alive(d);
 	hd_wait_fds(d, base_fds);
-	stop(d);
+	hd_stop(d);
 }
 
 /* 1a: connection B re-opens x (moving it off A), then closes it. */
@@ -366,7 +265,7 @@ static void case_moved_flow(void)
 
 	if (!variant("a"))
 		return;
-	start(&d, moverd_bin, "hostile1a", true, NULL);
+	hd_start(&d, moverd_bin, "hostile1a", true, NULL);
 	base = hd_fds(&d);
 	a = peer_stuck_mid_body(&d);
 	b = peer_opens_x(&d, "peer-b");
@@ -388,7 +287,7 @@ static void case_destroyed_flow(void)
 
 	if (!variant("b"))
 		return;
-	start(&d, moverd_bin, "hostile1b", true, NULL);
+	hd_start(&d, moverd_bin, "hostile1b", true, NULL);
 	base = hd_fds(&d);
 	a = peer_stuck_mid_body(&d);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy x") == 0);
@@ -409,7 +308,7 @@ static void case_moved_then_destroyed(void)
 
 	if (!variant("c"))
 		return;
-	start(&d, moverd_bin, "hostile1c", true, NULL);
+	hd_start(&d, moverd_bin, "hostile1c", true, NULL);
 	base = hd_fds(&d);
 	a = peer_stuck_mid_body(&d);
 	b = peer_opens_x(&d, "peer-b");
@@ -525,7 +424,7 @@ static void case_fuzz_receive(void)
 	memset(junk, 0xa5, sizeof(junk));
 	for (unsigned i = 0; i < FZ_CONNS; i++)
 		conn[i] = (struct fz_conn){ .fd = -1 };
-	start(&d, moverd_bin, "hostile1d", true, NULL);
+	hd_start(&d, moverd_bin, "hostile1d", true, NULL);
 	base = hd_fds(&d);
 	x = seed;
 	for (unsigned step = 0; step < iters; step++) {
@@ -585,7 +484,7 @@ static void case_fuzz_receive(void)
 		hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy %s",
 		       fz_flow(k).name);
 	hd_wait_fds(&d, base);
-	stop(&d);
+	hd_stop(&d);
 }
 
 /* ---- case 2: a ring fd number handed out after it was closed --------------- */
@@ -818,7 +717,7 @@ static void case_parked_fd(void)
 	int base, frame, wrong = 0, parked = 0;
 	unsigned fit;
 
-	start(&d, moverd_bin, "hostile2", false, NULL);
+	hd_start(&d, moverd_bin, "hostile2", false, NULL);
 	base = hd_fds(&d);
 	fit = responses_that_fit(&d, &frame);
 	printf("  %u responses of %d bytes fill the socket\n", fit, frame);
@@ -838,7 +737,7 @@ static void case_parked_fd(void)
 	CHECK(wrong == 0);
 	CHECK(parked > 0); /* the attack happened at some depth */
 	hd_wait_fds(&d, base);
-	stop(&d);
+	hd_stop(&d);
 }
 
 /* ---- case 3: bad ring words fail only their own flow ----------------------- */
@@ -856,13 +755,14 @@ static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 
 	snprintf(ta, sizeof(ta), "%s-A", tag);
 	snprintf(tb, sizeof(tb), "%s-B", tag);
-	start(b, moverd_bin, tb, true, NULL);
-	start(a, moverd_bin, ta, false, tcp);
+	hd_start(b, moverd_bin, tb, true, NULL);
+	hd_start(a, moverd_bin, ta, false, tcp);
 	for (; *names; names++) {
 		CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create "
 			     "%s --peer 127.0.0.1:%d --ring-size " P_RING
 			     " --max-record 1024", *names, b->port) == 0);
-		CHECK(wait_state(a, *names, "open", 10000, NULL, 0));
+		CHECK(hd_wait_state(a, moverctl_bin, *names, "open", 10000,
+				    NULL, 0));
 	}
 }
 
@@ -989,8 +889,8 @@ static void case_lying_consumer(void)
 	hx_wait(pr, 5000);
 	hd_wait_fds(&a, base_a);
 	hd_wait_fds(&b, base_b);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* 3b: while B is down, a producer on A pins p's tail at 0. */
@@ -1036,8 +936,8 @@ static void case_lying_producer(void)
 
 	flowshm_detach(fp);
 	hd_wait_fds(&a, base_a);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- case 6: a closed remote window must not spin the mover ---------------- */
@@ -1101,8 +1001,8 @@ static void case_closed_window(void)
 	fc_done(cons, "p's consumer", 5000);
 	hd_wait_fds(&a, base_a);
 	hd_wait_fds(&b, base_b);
-	stop(&a);
-	stop(&b);
+	hd_stop(&a);
+	hd_stop(&b);
 }
 
 /* ---- case 7: a peer that does not read --------------------------------------- */
@@ -1207,7 +1107,7 @@ static void case_non_reading_peer(void)
 	double cpu;
 
 	small_asan_quarantine();
-	start(&b, moverd_bin, "hostile7", true, NULL);
+	hd_start(&b, moverd_bin, "hostile7", true, NULL);
 	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create l7 "
 		     "--ring-size 256K --max-record 1024") == 0);
 	base = hd_fds(&b);
@@ -1246,7 +1146,7 @@ static void case_non_reading_peer(void)
 	fc_done(lp, "l7's producer", 20000);
 	fc_done(lc, "l7's consumer", 5000);
 	hd_wait_fds(&b, base);
-	stop(&b);
+	hd_stop(&b);
 }
 
 /* ---- case 0: the harness itself -------------------------------------------- */
@@ -1260,7 +1160,7 @@ static void case_smoke(void)
 	char out[4096];
 	int fd;
 
-	start(&d, moverd_bin, "hostile0", true, NULL);
+	hd_start(&d, moverd_bin, "hostile0", true, NULL);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "smoke-peer"));
 	CHECK(hp_open(fd, &o));
@@ -1271,7 +1171,7 @@ static void case_smoke(void)
 		     "flow show smoke --json") == 0);
 	CHECK(strstr(out, "receiver"));
 	close(fd);
-	stop(&d);
+	hd_stop(&d);
 }
 
 int main(int argc, char **argv)
@@ -1303,8 +1203,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	main_pid = getpid();
-	atexit(on_exit_kill_daemons);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];

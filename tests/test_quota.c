@@ -113,23 +113,6 @@ static bool flow_exists(const struct hd *d, const char *name)
 		      name) == 0;
 }
 
-/* Wait up to ms for `flow show NAME --json` to say "state": want. */
-static bool wait_state(const struct hd *d, const char *name, const char *want,
-		       int ms, char *out, size_t cap)
-{
-	char st[64];
-
-	for (int i = 0; i < ms / 50; i++) {
-		if (hd_ctl(d, moverctl_bin, out, cap, "flow show %s --json",
-			   name) == 0 && hj_get(out, "state", st, sizeof(st)) &&
-		    !strcmp(st, want))
-			return true;
-		hd_alive(d);
-		usleep(50000);
-	}
-	return false;
-}
-
 static double free_share(const char *dir)
 {
 	struct statvfs s;
@@ -310,7 +293,8 @@ static void case_remote_opens(void)
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create root5 --ring-size 64K") != 0);
 	close(fd); /* the sender goes and never comes back */
-	CHECK(wait_state(&d, "p5c-0", "reconnecting", 5000, out, sizeof(out)));
+	CHECK(hd_wait_state(&d, moverctl_bin, "p5c-0", "reconnecting", 5000,
+			    out, sizeof(out)));
 	for (i = 0; i < 200 && flow_exists(&d, "p5c-63"); i++)
 		usleep(50000);
 	printf("# orphaned receiver flows gone after %.1f s\n", i * 0.05);
@@ -412,8 +396,9 @@ static void case_memory(void)
 		     "flow create shrink9 --ring-size 1M --peer 127.0.0.1:9") == 0);
 	rfd = attach_fd(&d, "grow9", &sock);
 	CHECK(fallocate(rfd, 0, 0, (1 << 20) + 4096 + (256 << 20)) == 0);
-	CHECK(wait_state(&d, "grow9", "failed", 5000, out, sizeof(out)));
-	printf("# grown ring file: %s", out);
+	CHECK(hd_wait_state(&d, moverctl_bin, "grow9", "failed", 5000, out,
+			    sizeof(out)));
+	printf("# grown ring file: %s\n", out);
 	CHECK(strstr(out, "size"));
 	CHECK(fstat(rfd, &s) == 0);
 	printf("# its size now %lld, %lld bytes allocated\n",
@@ -428,8 +413,9 @@ static void case_memory(void)
 	/* moverd reads the ring's control page for this */
 	hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show shrink9");
 	hd_alive(&d);
-	CHECK(wait_state(&d, "shrink9", "failed", 5000, out, sizeof(out)));
-	printf("# shrunk ring file: %s", out);
+	CHECK(hd_wait_state(&d, moverctl_bin, "shrink9", "failed", 5000, out,
+			    sizeof(out)));
+	printf("# shrunk ring file: %s\n", out);
 	printf("# moverd's own view faulted and was replaced: %s\n",
 	       strstr(out, "faulted") ? "yes" : "no (checked first)");
 	CHECK(strstr(out, "size"));
