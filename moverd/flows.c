@@ -714,13 +714,15 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	return 0;
 }
 
+static void release_pages(struct flow_table *t, struct flow *f);
+
 void flow_put(struct flow *f)
 {
 	if (--f->refs)
 		return;
 	/* no I/O refers to the ring any more: its pages go (now, or once
-	 * its consumer drained it: flows_release_pages) */
-	flows_release_pages(f->table, f);
+	 * its consumer drained it: release_pages) */
+	release_pages(f->table, f);
 	free(f);
 }
 
@@ -796,7 +798,14 @@ static bool undrained(const struct flow *f)
 	return in.head < in.tail;
 }
 
-void flows_release_pages(struct flow_table *t, struct flow *f)
+/*
+ * Give back the memory of a flow no I/O refers to any more, even where
+ * clients keep it mapped: shut the ring (clients see -EPIPE) and punch out
+ * its data area, now if its consumer has nothing left to read, else once
+ * it has drained or after DRAIN_GRACE_NS (flows_reap_remains).  Takes
+ * moverd's mapping and fd from f (f->view = NULL, f->ring_fd = -1).
+ */
+static void release_pages(struct flow_table *t, struct flow *f)
 {
 	struct flow_remains *r;
 
@@ -889,12 +898,6 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 	else if (tripped)
 		remap_view(f);
 	return true;
-}
-
-void flows_destroy_all(struct flow_table *t)
-{
-	while (t->head)
-		flows_destroy(t, t->head);
 }
 
 bool flows_may_manage(const struct flow *f, uid_t uid)

@@ -153,7 +153,7 @@ struct flow_table {
 	char state_dir[256];      /* ring files of flows between hosts */
 	int state_fd;             /* ... that directory, checked (private_dir) */
 	/* rings of destroyed flows whose consumer may still drain them:
-	 * their pages go after DRAIN_GRACE_NS (flows_release_pages) */
+	 * their pages go after DRAIN_GRACE_NS (flows.c: release_pages) */
 	struct flow_remains *remains;
 };
 
@@ -200,16 +200,7 @@ void flows_destroy(struct flow_table *t, struct flow *f);
  * it, fails.  Its clients get -EPROTO; `reason` is shown by flow show.
  */
 void flows_fail(struct flow *f, const char *reason);
-void flows_destroy_all(struct flow_table *t);
 
-/*
- * Give back the memory of a flow being destroyed, even where clients keep
- * it mapped: shut the ring (clients see -EPIPE) and punch out its data
- * area, now if its consumer has nothing left to read, else once it has
- * drained or after DRAIN_GRACE_NS (flows_reap_remains).  Takes moverd's
- * mapping and fd from f (f->view = NULL, f->ring_fd = -1).
- */
-void flows_release_pages(struct flow_table *t, struct flow *f);
 /* Release the remains that are drained or past their grace (all: now =
  * UINT64_MAX, at shutdown). */
 void flows_reap_remains(struct flow_table *t, uint64_t now);

@@ -871,6 +871,9 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
 		log_warn("peer %s: %s", p->addr, err);
 		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
+		/* on no connection now: it waits for its sender (and expires
+		 * with --orphan-timeout if none comes) */
+		flows_set_state(f, FLOW_RECONNECTING, err);
 		return;
 	}
 	f->id = op->flow_id;
@@ -958,7 +961,8 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 	}
 	/* the sender failed it: so does this host (its consumer gets
 	 * -EPROTO once it read what arrived), and it stays for `flow show`
-	 * until destroyed here or expired; DATA in flight is dropped */
+	 * until destroyed here (it counts against its peer's quota: a peer
+	 * failing flows only spends its own); DATA in flight is dropped */
 	snprintf(why, sizeof(why), "the sender failed the flow: %s",
 		 log_safe(cl->failed, msg, sizeof(msg)));
 	flows_fail(f, why);
