@@ -489,13 +489,25 @@ static inline int hp_read_frame(int fd, struct wire_hdr *h, void *body,
 	return 1;
 }
 
+static inline bool hp_is_opened(const Flowmover__PeerMsg *m, uint32_t id)
+{
+	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPENED &&
+	       m->opened->flow_id == id;
+}
+
+static inline bool hp_is_hello(const Flowmover__PeerMsg *m, uint32_t unused)
+{
+	(void)unused;
+	return m->body_case == FLOWMOVER__PEER_MSG__BODY_HELLO;
+}
+
 /*
- * Wait up to timeout_ms for moverd's answer to an open of flow_id: 0 and
- * *opened filled (caller frees with flowmover__peer_flow_opened__free_
- * unpacked), or -1 (timeout or closed).  Other frames are skipped.
+ * Wait up to timeout_ms for a control message m with want(m, arg): it
+ * (free with flowmover__peer_msg__free_unpacked), or NULL (timeout, or
+ * the connection closed).  Other frames are skipped.
  */
-static inline int hp_wait_opened(int fd, uint32_t flow_id, int timeout_ms,
-				 Flowmover__PeerFlowOpened **opened)
+static inline Flowmover__PeerMsg *hp_wait_msg(int fd, int timeout_ms,
+	bool (*want)(const Flowmover__PeerMsg *, uint32_t), uint32_t arg)
 {
 	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	static uint8_t body[WIRE_MAX_CTRL];
@@ -506,23 +518,36 @@ static inline int hp_wait_opened(int fd, uint32_t flow_id, int timeout_ms,
 		int rc = hp_read_frame(fd, &h, body, sizeof(body), 100);
 
 		if (rc < 0)
-			return -1;
+			return NULL;
 		if (rc == 0 || h.type != WIRE_CTRL || h.len > sizeof(body))
 			continue;
 		m = flowmover__peer_msg__unpack(NULL, h.len, body);
-		if (!m)
-			continue;
-		if (m->body_case == FLOWMOVER__PEER_MSG__BODY_OPENED &&
-		    m->opened->flow_id == flow_id) {
-			*opened = m->opened;
-			m->opened = NULL;
-			m->body_case = FLOWMOVER__PEER_MSG__BODY__NOT_SET;
+		if (m && want(m, arg))
+			return m;
+		if (m)
 			flowmover__peer_msg__free_unpacked(m, NULL);
-			return 0;
-		}
-		flowmover__peer_msg__free_unpacked(m, NULL);
 	}
-	return -1;
+	return NULL;
+}
+
+/*
+ * Wait up to timeout_ms for moverd's answer to an open of flow_id: 0 and
+ * *opened filled (caller frees with flowmover__peer_flow_opened__free_
+ * unpacked), or -1 (timeout or closed).  Other frames are skipped.
+ */
+static inline int hp_wait_opened(int fd, uint32_t flow_id, int timeout_ms,
+				 Flowmover__PeerFlowOpened **opened)
+{
+	Flowmover__PeerMsg *m = hp_wait_msg(fd, timeout_ms, hp_is_opened,
+					    flow_id);
+
+	if (!m)
+		return -1;
+	*opened = m->opened;
+	m->opened = NULL;
+	m->body_case = FLOWMOVER__PEER_MSG__BODY__NOT_SET;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	return 0;
 }
 
 /* ---- moverctl JSON ------------------------------------------------------- */
@@ -549,6 +574,73 @@ static inline bool hj_get(const char *json, const char *key, char *val,
 		val[n++] = *p++;
 	val[n] = 0;
 	return true;
+}
+
+/* ---- raw control requests: one request, its answer ------------------------ */
+
+static inline int hc_call(int sock, Flowmover__Request *req, int *fd)
+{
+	Flowmover__Response *resp = NULL;
+	int rc = ctl_call(sock, req, &resp, fd, 5000);
+
+	ctl_response_free(resp);
+	return rc;
+}
+
+/* Create flow name (ring bytes, max_record 0: the daemon's default). */
+static inline int hc_create(int sock, const char *name, uint64_t ring,
+			    uint32_t max_record)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+	Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
+
+	spec.name = (char *)name;
+	spec.ring_size = ring;
+	spec.max_record = max_record;
+	cr.spec = &spec;
+	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+	req.create = &cr;
+	return hc_call(sock, &req, NULL);
+}
+
+static inline int hc_destroy(int sock, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DestroyFlow de = FLOWMOVER__DESTROY_FLOW__INIT;
+
+	de.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
+	req.destroy = &de;
+	return hc_call(sock, &req, NULL);
+}
+
+/* Attach to name as role: 0 and the ring fd in *fd, or a negative errno. */
+static inline int hc_attach(int sock, const char *name, Flowmover__Role role,
+			    int *fd)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+
+	at.name = (char *)name;
+	at.role = role;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	return hc_call(sock, &req, fd);
+}
+
+/* The ring fd of flow name, the way a client gets it: attached as role on
+ * a new control connection (*sock, kept open while attached). */
+static inline int hd_attach_fd(const struct hd *d, const char *name,
+			       Flowmover__Role role, int *sock)
+{
+	int fd = -1;
+
+	*sock = ctl_connect(d->sock);
+	CHECK(*sock >= 0);
+	CHECK_RC(hc_attach(*sock, name, role, &fd), 0);
+	CHECK(fd >= 0);
+	return fd;
 }
 
 /* ---- a flow's state ------------------------------------------------------ */
@@ -855,40 +947,21 @@ static inline void hp_copy_bytes(uint8_t *dst, size_t cap, size_t *len,
  */
 static inline int hp_read_hello(int fd, int timeout_ms, struct hp_hello_in *in)
 {
-	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	static uint8_t body[WIRE_MAX_CTRL];
-	struct wire_hdr h;
+	Flowmover__PeerMsg *m = hp_wait_msg(fd, timeout_ms, hp_is_hello, 0);
+	Flowmover__PeerHello *hl;
 
-	while (tu_now_ns() < until) {
-		Flowmover__PeerMsg *m;
-		int rc = hp_read_frame(fd, &h, body, sizeof(body), 100);
-
-		if (rc < 0)
-			return -1;
-		if (rc == 0 || h.type != WIRE_CTRL || h.len > sizeof(body))
-			continue;
-		m = flowmover__peer_msg__unpack(NULL, h.len, body);
-		if (!m)
-			continue;
-		if (m->body_case == FLOWMOVER__PEER_MSG__BODY_HELLO) {
-			Flowmover__PeerHello *hl = m->hello;
-
-			memset(in, 0, sizeof(*in));
-			in->version = hl->version;
-			snprintf(in->node, sizeof(in->node), "%s",
-				 hl->node ? hl->node : "");
-			snprintf(in->key_id, sizeof(in->key_id), "%s",
-				 hl->key_id ? hl->key_id : "");
-			hp_copy_bytes(in->nonce, sizeof(in->nonce),
-				      &in->nonce_len, hl->nonce);
-			hp_copy_bytes(in->proof, sizeof(in->proof),
-				      &in->proof_len, hl->proof);
-			flowmover__peer_msg__free_unpacked(m, NULL);
-			return 0;
-		}
-		flowmover__peer_msg__free_unpacked(m, NULL);
-	}
-	return -1;
+	if (!m)
+		return -1;
+	hl = m->hello;
+	memset(in, 0, sizeof(*in));
+	in->version = hl->version;
+	snprintf(in->node, sizeof(in->node), "%s", hl->node ? hl->node : "");
+	snprintf(in->key_id, sizeof(in->key_id), "%s",
+		 hl->key_id ? hl->key_id : "");
+	hp_copy_bytes(in->nonce, sizeof(in->nonce), &in->nonce_len, hl->nonce);
+	hp_copy_bytes(in->proof, sizeof(in->proof), &in->proof_len, hl->proof);
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	return 0;
 }
 
 /* Does the peer close the connection within timeout_ms (frames it sends

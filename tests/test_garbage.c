@@ -565,27 +565,6 @@ static void case_remote(void)
 
 /* ---- case 3: clients truncate the ring files ----------------------------- */
 
-/* The ring fd of flow name, the way a client gets it (attach). */
-static int attach_fd(const struct hd *d, const char *name,
-		     Flowmover__Role role, int *sock)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
-	Flowmover__Response *resp = NULL;
-	int fd = -1;
-
-	*sock = ctl_connect(d->sock);
-	CHECK(*sock >= 0);
-	at.name = (char *)name;
-	at.role = role;
-	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
-	req.attach = &at;
-	CHECK_RC(ctl_call(*sock, &req, &resp, &fd, 5000), 0);
-	ctl_response_free(resp);
-	CHECK(fd >= 0);
-	return fd;
-}
-
 static void truncate_ring(const struct hd *d, const char *side,
 			  const char *flow, Flowmover__Role role, int *sock,
 			  int *fd)
@@ -593,7 +572,7 @@ static void truncate_ring(const struct hd *d, const char *side,
 	struct stat s;
 	int rc;
 
-	*fd = attach_fd(d, flow, role, sock);
+	*fd = hd_attach_fd(d, flow, role, sock);
 	rc = ftruncate(*fd, 4096);
 	CHECK(fstat(*fd, &s) == 0);
 	printf("  %s: ftruncate of %s's ring: %s, its size now %lld\n", side,

@@ -504,56 +504,6 @@ static int connect_as(const struct hd *d, uid_t uid)
 	return fd;
 }
 
-static int req_create(int sock, const char *name, uint64_t ring)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
-	Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
-	Flowmover__Response *resp = NULL;
-	int rc;
-
-	spec.name = (char *)name;
-	spec.ring_size = ring;
-	spec.max_record = 1024;
-	cr.spec = &spec;
-	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
-	req.create = &cr;
-	rc = ctl_call(sock, &req, &resp, NULL, 5000);
-	ctl_response_free(resp);
-	return rc;
-}
-
-static int req_destroy(int sock, const char *name)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__DestroyFlow de = FLOWMOVER__DESTROY_FLOW__INIT;
-	Flowmover__Response *resp = NULL;
-	int rc;
-
-	de.name = (char *)name;
-	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
-	req.destroy = &de;
-	rc = ctl_call(sock, &req, &resp, NULL, 5000);
-	ctl_response_free(resp);
-	return rc;
-}
-
-static int req_attach(int sock, const char *name, int *fd)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
-	Flowmover__Response *resp = NULL;
-	int rc;
-
-	at.name = (char *)name;
-	at.role = FLOWMOVER__ROLE__PRODUCER;
-	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
-	req.attach = &at;
-	rc = ctl_call(sock, &req, &resp, fd, 5000);
-	ctl_response_free(resp);
-	return rc;
-}
-
 /* Frames: n describes of `name` (ids 1..n), then an attach (id n + 1). */
 static size_t pipeline(uint8_t *buf, size_t cap, const char *name, unsigned n)
 {
@@ -619,7 +569,7 @@ static unsigned responses_that_fit(const struct hd *d, int *frame)
 	int c = connect_as(d, NOBODY), avail, fd;
 	unsigned k;
 
-	CHECK(req_create(c, "a9999", A_RING) == 0);
+	CHECK(hc_create(c, "a9999", A_RING, 1024) == 0);
 	len = pipeline(buf, sizeof(buf), "a9999", 3000);
 	CHECK(send(c, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
 	avail = inq_settled(c, 1, 5000);
@@ -629,7 +579,7 @@ static unsigned responses_that_fit(const struct hd *d, int *frame)
 	k = (unsigned)(avail / *frame);
 	close(c);
 	c = connect_as(d, 0);
-	CHECK(req_destroy(c, "a9999") == 0);
+	CHECK(hc_destroy(c, "a9999") == 0);
 	close(c);
 	return k;
 }
@@ -660,15 +610,16 @@ static struct depth_result try_depth(const struct hd *d, unsigned n,
 	snprintf(v, sizeof(v), "v%04u", n);
 	hd_wait_fds(d, base_fds); /* no hole below a's fd number */
 	c = connect_as(d, NOBODY);
-	CHECK(req_create(c, a, A_RING) == 0);
+	CHECK(hc_create(c, a, A_RING, 1024) == 0);
 	r = connect_as(d, 0);
 	len = pipeline(buf, sizeof(buf), a, n);
 	CHECK(send(c, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
 	avail = inq_settled(c, (int)(n < fit ? n : fit) * frame, 5000);
 
-	CHECK(req_destroy(r, a) == 0);
-	CHECK(req_create(r, v, V_RING) == 0);
-	CHECK(req_attach(r, v, &vfd) == 0 && vfd >= 0);
+	CHECK(hc_destroy(r, a) == 0);
+	CHECK(hc_create(r, v, V_RING, 1024) == 0);
+	CHECK(hc_attach(r, v, FLOWMOVER__ROLE__PRODUCER, &vfd) == 0);
+	CHECK(vfd >= 0);
 	CHECK(fstat(vfd, &vst) == 0);
 
 	for (;;) {
@@ -706,7 +657,7 @@ static struct depth_result try_depth(const struct hd *d, unsigned n,
 	}
 	close(vfd);
 	close(c);
-	CHECK(req_destroy(r, v) == 0);
+	CHECK(hc_destroy(r, v) == 0);
 	close(r);
 	return res;
 }

@@ -139,60 +139,6 @@ static void small_tmpfs(const char *dir)
 	CHECK(mount("tmpfs", dir, "tmpfs", 0, "size=64M,mode=0755") == 0);
 }
 
-/* The ring fd of flow name, the way a client gets it (attach). */
-static int attach_fd(const struct hd *d, const char *name, int *sock)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
-	Flowmover__Response *resp = NULL;
-	int fd = -1;
-
-	*sock = ctl_connect(d->sock);
-	CHECK(*sock >= 0);
-	at.name = (char *)name;
-	at.role = FLOWMOVER__ROLE__PRODUCER;
-	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
-	req.attach = &at;
-	CHECK_RC(ctl_call(*sock, &req, &resp, &fd, 5000), 0);
-	ctl_response_free(resp);
-	CHECK(fd >= 0);
-	return fd;
-}
-
-static int ctl_create(int sock, const char *name, uint64_t ring)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
-	Flowmover__FlowSpec sp = FLOWMOVER__FLOW_SPEC__INIT;
-	Flowmover__Response *resp = NULL;
-	int rc;
-
-	sp.name = (char *)name;
-	sp.ring_size = ring;
-	sp.peer = "";
-	cr.spec = &sp;
-	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
-	req.create = &cr;
-	rc = ctl_call(sock, &req, &resp, NULL, 5000);
-	ctl_response_free(resp);
-	return rc;
-}
-
-static int ctl_destroy(int sock, const char *name)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__DestroyFlow ds = FLOWMOVER__DESTROY_FLOW__INIT;
-	Flowmover__Response *resp = NULL;
-	int rc;
-
-	ds.name = (char *)name;
-	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
-	req.destroy = &ds;
-	rc = ctl_call(sock, &req, &resp, NULL, 5000);
-	ctl_response_free(resp);
-	return rc;
-}
-
 static void become_nobody(void)
 {
 	CHECK(setgroups(0, NULL) == 0);
@@ -330,14 +276,15 @@ static void memory_loop(const struct hd *d, int out_fd)
 	sock = ctl_connect(d->sock);
 	CHECK(sock >= 0);
 	for (int i = 0; i < LOOPS; i++) {
-		CHECK_RC(ctl_create(sock, "m9", 16 << 20), 0);
-		fds[i] = attach_fd(d, "m9", &socks[i]);
+		CHECK_RC(hc_create(sock, "m9", 16 << 20, 0), 0);
+		fds[i] = hd_attach_fd(d, "m9", FLOWMOVER__ROLE__PRODUCER,
+				      &socks[i]);
 		CHECK_RC(flowshm_open_fd(fds[i], FLOWSHM_PRODUCER, NULL,
 					 &prod[i]), 0);
 		CHECK_RC(flowshm_attach("m9", FLOWSHM_CONSUMER, NULL, &cons[i]), 0);
 		if (i % 2) /* a record its consumer has not read yet */
 			CHECK_RC(flowshm_send(prod[i], "x", 1, 0), 0);
-		CHECK_RC(ctl_destroy(sock, "m9"), 0);
+		CHECK_RC(hc_destroy(sock, "m9"), 0);
 	}
 	sleep(8); /* the grace a consumer has to drain a destroyed flow */
 	for (int i = 0; i < LOOPS; i++) {
@@ -394,7 +341,7 @@ static void case_memory(void)
 		     "flow create grow9 --ring-size 1M --peer 127.0.0.1:9") == 0);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create shrink9 --ring-size 1M --peer 127.0.0.1:9") == 0);
-	rfd = attach_fd(&d, "grow9", &sock);
+	rfd = hd_attach_fd(&d, "grow9", FLOWMOVER__ROLE__PRODUCER, &sock);
 	CHECK(fallocate(rfd, 0, 0, (1 << 20) + 4096 + (256 << 20)) == 0);
 	CHECK(hd_wait_state(&d, moverctl_bin, "grow9", "failed", 5000, out,
 			    sizeof(out)));
@@ -408,7 +355,7 @@ static void case_memory(void)
 	close(rfd);
 	close(sock);
 
-	rfd = attach_fd(&d, "shrink9", &sock);
+	rfd = hd_attach_fd(&d, "shrink9", FLOWMOVER__ROLE__PRODUCER, &sock);
 	CHECK(ftruncate(rfd, 0) == 0);
 	/* moverd reads the ring's control page for this */
 	hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show shrink9");
