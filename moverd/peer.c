@@ -1417,8 +1417,11 @@ static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,
 {
 	unsigned s = m->flows->limits.orphan_timeout_s;
 
+	/* now was read at the top of the tick: a flow orphaned by a peer
+	 * failed later in the same tick has orphaned_ns > now */
 	return s && f->role == FLOW_RECEIVER && f->state == FLOW_RECONNECTING &&
-	       !f->peer && now - f->orphaned_ns >= s * 1000000000ull;
+	       !f->peer && now >= f->orphaned_ns &&
+	       now - f->orphaned_ns >= s * 1000000000ull;
 }
 
 /*
