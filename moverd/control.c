@@ -10,6 +10,7 @@
 #include "control.h"
 #include "ctl_frame.h"
 #include "log.h"
+#include "mover.h"
 
 #include <errno.h>
 #include <grp.h>

@@ -56,7 +56,7 @@ struct flow_spec {
  * submitted until its completion is reaped:
  *   - a peer receive into its ring (peer.c: start_data .. finish_data,
  *     or peer_closed when the connection ends),
- *   - a peer send that reads its ring (peer.c: build_data .. peer_sent),
+ *   - a peer send that reads its ring (mover.c: build_data .. peer_sent),
  *   - a control response carrying ring_fd by SCM_RIGHTS (control.c:
  *     respond .. write_done: the kernel resolves the fd number only when
  *     the send runs, so the number must stay ours until then),

@@ -12,6 +12,7 @@
 #include "flows.h"
 #include "log.h"
 #include "loop.h"
+#include "mover.h"
 #include "peer.h"
 #include "peer_allow.h"
 #include "private_dir.h"
@@ -815,6 +816,13 @@ static void shutdown_daemon(struct daemon *d)
 	log_info("stopped");
 }
 
+/* peer_destroy_flow's first step: the control socket forgets the flow's
+ * attachments (a callback: peer.c does not depend on control.c) */
+static void forget_attachments(void *ctl, struct flow *f)
+{
+	ctl_server_forget_flow(ctl, f);
+}
+
 int main(int argc, char **argv)
 {
 	static struct daemon d;
@@ -837,6 +845,7 @@ int main(int argc, char **argv)
 		.hello_timeout_s = d.opt.peer_hello_s,
 		.allow = &d.opt.allow,
 		.key = d.have_key ? &d.key : NULL,
+		.flow_gone = forget_attachments, .flow_gone_arg = &d.ctl,
 	};
 	if (!d.opt.foreground && daemonize(&ready_fd)) {
 		perror("moverd: daemonize");
@@ -857,7 +866,7 @@ int main(int argc, char **argv)
 	/* before the loop runs: no client can have been accepted yet */
 	d.ctl.max_clients = d.opt.max_clients;
 	d.ctl.max_per_uid = d.opt.max_per_uid;
-	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &d.ctl, &popt))
+	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	if (flows_adopt(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)

@@ -23,7 +23,6 @@
 #include <stdint.h>
 
 struct auth_key;
-struct ctl_server;
 struct peer;
 struct peer_allow;
 struct transport;
@@ -41,7 +40,9 @@ struct bell_thread;
 struct peer_mgr {
 	struct loop *loop;
 	struct flow_table *flows;
-	struct ctl_server *ctl;
+	/* called by peer_destroy_flow before anything else (peer_opts) */
+	void (*flow_gone)(void *arg, struct flow *f);
+	void *flow_gone_arg;
 	const struct transport *tp;   /* for new outbound peers */
 	void *rdma;                   /* rdma.c's shared state, or NULL */
 	bool rdma_only;               /* --transport rdma: never fall back */
@@ -97,6 +98,11 @@ struct peer_opts {
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
 	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
 	const struct auth_key *key;     /* --peer-key, NULL: none */
+	/* a flow is being destroyed (peer_destroy_flow): the control plane
+	 * forgets its attachments.  A callback, so that the peer side does
+	 * not depend on the control socket (control.c calls peer.c). */
+	void (*flow_gone)(void *arg, struct flow *f);
+	void *flow_gone_arg;
 };
 
 #define PEER_DEFAULT_PER_ADDR 8u
@@ -105,7 +111,7 @@ struct peer_opts {
 
 /* Pick the transport and doorbell, listen, start the timer. */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
-		   struct ctl_server *ctl, const struct peer_opts *o);
+		   const struct peer_opts *o);
 void peer_mgr_stop(struct peer_mgr *m);
 bool peer_mgr_busy(struct peer_mgr *m);
 
@@ -114,30 +120,12 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f);
 
 /*
  * Destroy a flow, the one way every path does it (moverctl, the sender's
- * CLOSE, shutdown, expiry): forget its attachments, tell its peer (a
- * sender's CLOSE; for a receiver flow, `why` if not NULL), take it off its
- * connection, and drop the table's reference (flows_destroy).
+ * CLOSE, shutdown, expiry): forget its attachments (peer_opts.flow_gone),
+ * tell its peer (a sender's CLOSE; for a receiver flow, `why` if not
+ * NULL), take it off its connection, and drop the table's reference
+ * (flows_destroy).
  */
 void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why);
-
-/*
- * The mover's duty cycle: move committed records of sender flows, return
- * acknowledgements and credits of receiver flows.  Returns the amount of
- * work done (0 = idle), so the loop can decide between polling and sleep.
- */
-int peer_do_work(struct peer_mgr *m);
-
-/*
- * The mover found no work for a while: set the "consumer sleeps" flag of
- * every open sender flow's producer ring and arm the doorbell.  Returns
- * the loop timeout in ms: 0 if data arrived meanwhile, 1000 with the
- * doorbell armed, 1 where it cannot be (BELL_POLL, too many flows).
- */
-int peer_prepare_sleep(struct peer_mgr *m);
-/* "io_uring", "thread" or "poll" */
-const char *peer_doorbell_name(const struct peer_mgr *m);
-/* Awake again: clear those flags so producers stop making wake calls. */
-void peer_woke(struct peer_mgr *m);
 
 /* For `moverctl status`: fills up to max entries, returns the count. */
 struct peer_status {

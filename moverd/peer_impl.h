@@ -1,6 +1,7 @@
 /*
- * moverd/peer_impl.h - what the peer protocol (peer.c) and a transport
- * (tcp.c) share: the peer's state and the calls between the two halves.
+ * moverd/peer_impl.h - what the peer protocol (peer.c), the mover
+ * (mover.c) and a transport (tcp.c, rdma.c) share: the peer's state and
+ * the calls between them.
  *
  * The protocol builds each send as a list of frames in p->tx_iov: a
  * 32-byte header (wire.h) followed, for DATA, by one or two spans of the
@@ -127,6 +128,11 @@ struct peer {
 #define CONTAINER(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
+static inline struct fr_ring *ring_of(struct flow *f)
+{
+	return &f->view->ring;
+}
+
 /* A transport moves the frames of one peer connection. */
 struct transport {
 	const char *name;
@@ -190,5 +196,18 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 void peer_sent(struct peer *p);     /* the whole send went */
 void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);
+
+/* protocol side, called by the mover (mover.c) */
+unsigned flow_count(const struct peer *p);
+void reap_peers(struct peer_mgr *m);
+/* a sender flow's producer ring is corrupt: fail it, tell the receiver */
+void fail_sender(struct flow *f, const char *why);
+/* a client set FR_FLAG_FAILED on a flow between hosts; why: the sentence */
+bool ring_marked_failed(struct flow *f, char *why, size_t cap);
+/* a receiver flow's consumer position, checked (false: the flow failed) */
+bool consumer_head(struct peer *p, struct flow *f, uint64_t *head);
+
+/* mover side, called by the protocol (peer_mgr_start) */
+void bell_use_thread(struct peer_mgr *m);
 
 #endif

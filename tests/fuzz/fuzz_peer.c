@@ -22,6 +22,7 @@
  */
 #include "peer_impl.h"
 #include "control.h"
+#include "mover.h"
 #include "log.h"
 
 #include "flowmover.pb-c.h"
@@ -53,6 +54,12 @@ struct input {
 static struct peer_mgr mgr;
 static struct flow_table table;
 static struct ctl_server ctl;
+
+/* as moverd's main.c does: a destroyed flow's attachments are forgotten */
+static void forget_attachments(void *arg, struct flow *f)
+{
+	ctl_server_forget_flow(arg, f);
+}
 static struct peer *conn[CONNS];
 static struct peer *zombie[ZOMBIES]; /* failed, a receive still in flight */
 static unsigned n_zombies;
@@ -359,7 +366,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	log_setup(LOG_LVL_ERROR, 0);
 	flows_init(&table, &lim, dir, open(dir, O_RDONLY | O_DIRECTORY |
 						 O_CLOEXEC));
-	mgr = (struct peer_mgr){ .flows = &table, .ctl = &ctl, .tp = &fake,
+	mgr = (struct peer_mgr){ .flows = &table, .flow_gone = forget_attachments,
+				 .flow_gone_arg = &ctl, .tp = &fake,
 				 .listen_fd = -1, .bell_mode = BELL_POLL };
 	return 0;
 }
