@@ -2549,6 +2549,7 @@ struct rscale {
 	double create_s, churn_s;       /* idle flows created; churn loop */
 	double idle0[2], idle[2];       /* CPU share: no flows; idle flows */
 	struct rcase alone, with;       /* busy flows alone; with idle open */
+	struct rlat sparse_alone;       /* on one more flow, busy ones running */
 	struct rlat sparse;             /* on an idle flow, busy ones running */
 	char sparse_flow[32];
 	struct rmem mem[MEM_N][2];
@@ -2614,51 +2615,46 @@ static int r_wait_flow(int daemon, const char *name, int ms)
 }
 
 /*
- * The busy flows with N idle flows open, and sparse records on one idle
- * flow (a producer and consumer of their own, started when the busy
- * flows' window opens: R.side).
+ * The busy flows, and sparse records on flow `name` (a producer and
+ * consumer of their own, started when the busy flows' window opens:
+ * R.side): throughput in *tc, the sparse records' latency in *lat.
  */
-static int r_scale_busy(const struct ropts *o, struct rscale *sc)
+static int r_scale_busy(const struct ropts *o, const char *name,
+			struct rcase *tc, struct rlat *lat)
 {
 	size_t bytes = sizeof(struct rshared) + R_LAT_MAX * sizeof(uint64_t);
 	struct rshared *s = shared_alloc(bytes);
 	double secs = o->lat_seconds < 0.8 * o->seconds ? o->lat_seconds :
 		      0.8 * o->seconds;
 	uint64_t count = (uint64_t)(o->sparse * secs), skip = count / 10;
-	uint32_t pick = 0;
 	pid_t prod, cons;
 	int st, failed = 0;
 
-	if (getrandom(&pick, sizeof(pick), 0) != (ssize_t)sizeof(pick))
-		die("getrandom", 0);
-	snprintf(sc->sparse_flow, sizeof(sc->sparse_flow), "idle-%u",
-		 pick % o->idle_flows);
 	/* not in R.kids: r_run_case kills its own kids when it ends */
 	fflush(NULL);
 	if ((cons = fork()) < 0)
 		die("fork", 0);
 	if (cons == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		r_consumer(o, s, sc->sparse_flow, 32, 0, count, skip);
+		r_consumer(o, s, name, 32, 0, count, skip);
 	}
 	if ((prod = fork()) < 0)
 		die("fork", 0);
 	if (prod == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		r_producer(o, s, sc->sparse_flow, 32, 0, o->sparse, count);
+		r_producer(o, s, name, 32, 0, o->sparse, count);
 	}
 	if (r_wait_ready(&s->c, 2))
 		failed = 1;
 	R.side = &s->c;
-	if (!failed && r_run_case(o, 32, o->busy_flows, 0, &sc->with, NULL))
+	if (!failed && r_run_case(o, 32, o->busy_flows, 0, tc, NULL))
 		failed = 1;
 	R.side = NULL;
 	set_phase(&s->c, failed ? PH_STOP : PH_MEASURE);
 	if (!r_wait_pid(cons, (uint64_t)(secs * 1e9) + 10000000000ull, &st) ||
 	    !WIFEXITED(st) || WEXITSTATUS(st)) {
 		fprintf(stderr, "flowbench: sparse records on %s: consumer %s "
-			"%s\n", sc->sparse_flow, failed ? "stopped" : "failed",
-			s->c.err);
+			"%s\n", name, failed ? "stopped" : "failed", s->c.err);
 		failed = 1;
 	}
 	set_phase(&s->c, PH_STOP);
@@ -2669,11 +2665,11 @@ static int r_scale_busy(const struct ropts *o, struct rscale *sc)
 	kill(prod, SIGKILL);
 	waitpid(cons, NULL, WNOHANG);
 	waitpid(prod, NULL, WNOHANG);
-	sc->sparse = (struct rlat){ .size = 32, .kind = "sparse-idle-flow",
-				    .ok = !failed && s->f[0].total == count };
-	sc->sparse.l.rate = o->sparse;
-	if (sc->sparse.ok)
-		lat_stats(s->lat, s->f[0].nlat, &sc->sparse.l);
+	*lat = (struct rlat){ .size = 32, .kind = "sparse-beside-busy",
+			      .ok = !failed && s->f[0].total == count };
+	lat->l.rate = o->sparse;
+	if (lat->ok)
+		lat_stats(s->lat, s->f[0].nlat, &lat->l);
 	munmap(s, bytes);
 	return failed ? -1 : 0;
 }
@@ -2689,13 +2685,22 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 	char name[32];
 	uint64_t t0;
 	unsigned made = 0;
+	uint32_t pick = 0;
 	int failed = 0;
 
 	memset(sc, 0, sizeof(*sc));
 	r_mem(sc->mem[MEM_START]);
 	r_idle_cpu(o->idle_seconds, sc->idle0);
-	if (r_run_case(o, 32, o->busy_flows, 0, &sc->alone, NULL))
+	/* the reference: the busy flows and one sparse flow, nothing else */
+	if (r_create_remote(o, "side-0") || r_wait_flow(1, "side-0", 10000))
 		return -1;
+	failed = r_scale_busy(o, "side-0", &sc->alone, &sc->sparse_alone);
+	if (r_destroy(0, "side-0") || failed)
+		return -1;
+	if (getrandom(&pick, sizeof(pick), 0) != (ssize_t)sizeof(pick))
+		die("getrandom", 0);
+	snprintf(sc->sparse_flow, sizeof(sc->sparse_flow), "idle-%u",
+		 pick % o->idle_flows);
 	t0 = now_ns();
 	for (; made < o->idle_flows; made++) {
 		snprintf(name, sizeof(name), "idle-%u", made);
@@ -2714,7 +2719,8 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 		sleep_ns(1000000000); /* let the opens' aftermath settle */
 		r_mem(sc->mem[MEM_IDLE_OPEN]);
 		r_idle_cpu(o->idle_seconds, sc->idle);
-		failed = r_scale_busy(o, sc) != 0;
+		failed = r_scale_busy(o, sc->sparse_flow, &sc->with,
+				      &sc->sparse) != 0;
 	}
 	for (unsigned i = 0; i < made; i++) {
 		snprintf(name, sizeof(name), "idle-%u", i);
@@ -2739,7 +2745,7 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 	static const char *const when[MEM_N] = {
 		"daemons started", "idle flows open", "idle flows destroyed",
 		"after the create/destroy loop" };
-	const struct latstat *l = &sc->sparse.l;
+	const struct latstat *l = &sc->sparse.l, *l0 = &sc->sparse_alone.l;
 
 	printf("scale: %u idle flows (64K rings), %u busy flows of 32 B "
 	       "records, A -> B over %s\n", o->idle_flows, o->busy_flows,
@@ -2760,6 +2766,11 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 		       sc->with.recs_per_s, 100 * sc->with.cpu_a,
 		       100 * sc->with.cpu_b,
 		       100 * sc->with.recs_per_s / sc->alone.recs_per_s);
+	if (sc->sparse_alone.ok)
+		printf("  sparse %g/s on one more flow beside the busy ones, no "
+		       "idle flows: one-way p50 %.1f p90 %.1f p99 %.1f max %.1f "
+		       "us (%" PRIu64 " samples)\n", o->sparse, l0->p50 / 1e3,
+		       l0->p90 / 1e3, l0->p99 / 1e3, l0->max / 1e3, l0->n);
 	if (sc->sparse.ok)
 		printf("  sparse %g/s on idle flow %s while the busy ones run: "
 		       "one-way p50 %.1f p90 %.1f p99 %.1f max %.1f us (%"
@@ -2790,6 +2801,8 @@ static void json_scale(const struct ropts *o, const struct rscale *sc)
 	       sc->idle[0], sc->idle[1], sc->alone.recs_per_s,
 	       sc->with.recs_per_s);
 	json_lat(&sc->sparse.l);
+	printf(",\n    \"sparse_beside_busy_no_idle_ns\": ");
+	json_lat(&sc->sparse_alone.l);
 	printf(",\n    \"moverd\": [");
 	for (int i = 0; i < MEM_N; i++)
 		printf("%s{\"a_fds\": %d, \"a_rss_kb\": %ld, \"b_fds\": %d, "
