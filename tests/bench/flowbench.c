@@ -2544,11 +2544,19 @@ static struct rmem proc_mem(pid_t pid)
 
 enum { MEM_START, MEM_IDLE_OPEN, MEM_BEFORE_CHURN, MEM_AFTER_CHURN, MEM_N };
 
+#define SCALE_BELL 120u /* idle flows that still fit moverd's doorbell */
+
 struct rscale {
 	bool ok;
 	double create_s, churn_s;       /* idle flows created; churn loop */
 	double idle0[2], idle[2];       /* CPU share: no flows; idle flows */
 	struct rcase alone, with;       /* busy flows alone; with idle open */
+	/* with SCALE_BELL idle flows, below the doorbell's limit (moverd
+	 * polls every 1 ms past 127 sender flows): the same figures */
+	bool bell_step;
+	double idle_bell[2];
+	struct rcase with_bell;
+	struct rlat sparse_bell;
 	struct rlat sparse_alone;       /* on one more flow, busy ones running */
 	struct rlat sparse;             /* on an idle flow, busy ones running */
 	char sparse_flow[32];
@@ -2683,7 +2691,7 @@ static int r_scale_busy(const struct ropts *o, const char *name,
 static int r_scale(const struct ropts *o, struct rscale *sc)
 {
 	char name[32];
-	uint64_t t0;
+	uint64_t t0, t_step;
 	unsigned made = 0;
 	uint32_t pick = 0;
 	int failed = 0;
@@ -2702,12 +2710,26 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 	snprintf(sc->sparse_flow, sizeof(sc->sparse_flow), "idle-%u",
 		 pick % o->idle_flows);
 	t0 = now_ns();
-	for (; made < o->idle_flows; made++) {
+	for (; made < o->idle_flows && !failed; made++) {
 		snprintf(name, sizeof(name), "idle-%u", made);
 		if (r_create_remote(o, name)) {
 			failed = 1;
 			break;
 		}
+		if (made + 1 != SCALE_BELL || o->idle_flows <= SCALE_BELL)
+			continue;
+		/* a step below the doorbell's limit, for comparison (its
+		 * time is not creation time) */
+		t_step = now_ns();
+		if (r_wait_flow(1, name, 60000))
+			failed = 1;
+		sleep_ns(1000000000);
+		sc->bell_step = true;
+		r_idle_cpu(o->idle_seconds, sc->idle_bell);
+		snprintf(name, sizeof(name), "idle-%u", pick % SCALE_BELL);
+		failed |= r_scale_busy(o, name, &sc->with_bell,
+				       &sc->sparse_bell) != 0;
+		t0 += now_ns() - t_step;
 	}
 	if (!failed && made) {
 		snprintf(name, sizeof(name), "idle-%u", made - 1);
@@ -2757,6 +2779,19 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 	       o->idle_seconds, 100 * sc->idle0[0], 100 * sc->idle0[1],
 	       o->idle_flows, 100 * sc->idle[0], 100 * sc->idle[1],
 	       100 * (sc->idle[0] + sc->idle[1]));
+	if (sc->bell_step) {
+		printf("  with %u idle flows (the doorbell's futex words still "
+		       "cover them): idle CPU A %.2f%% B %.2f%%", SCALE_BELL,
+		       100 * sc->idle_bell[0], 100 * sc->idle_bell[1]);
+		if (sc->alone.ok && sc->with_bell.ok)
+			printf("; busy flows %.0f records/s = %.1f%% of alone",
+			       sc->with_bell.recs_per_s, 100 *
+			       sc->with_bell.recs_per_s / sc->alone.recs_per_s);
+		if (sc->sparse_bell.ok)
+			printf("; sparse on an idle flow p50 %.1f us",
+			       sc->sparse_bell.l.p50 / 1e3);
+		printf("\n");
+	}
 	if (sc->alone.ok && sc->with.ok)
 		printf("  %u busy flows: alone %.0f records/s (cpu A/B %.0f/%.0f%%);"
 		       " with %u idle flows open %.0f records/s (cpu A/B "
@@ -2803,6 +2838,15 @@ static void json_scale(const struct ropts *o, const struct rscale *sc)
 	json_lat(&sc->sparse.l);
 	printf(",\n    \"sparse_beside_busy_no_idle_ns\": ");
 	json_lat(&sc->sparse_alone.l);
+	if (sc->bell_step) {
+		printf(",\n    \"below_doorbell_limit\": {\"idle_flows\": %u, "
+		       "\"idle_cpu\": {\"a\": %.5f, \"b\": %.5f}, "
+		       "\"busy_records_per_s\": %.0f, \"sparse_ns\": ",
+		       SCALE_BELL, sc->idle_bell[0], sc->idle_bell[1],
+		       sc->with_bell.recs_per_s);
+		json_lat(&sc->sparse_bell.l);
+		printf("}");
+	}
 	printf(",\n    \"moverd\": [");
 	for (int i = 0; i < MEM_N; i++)
 		printf("%s{\"a_fds\": %d, \"a_rss_kb\": %ld, \"b_fds\": %d, "
