@@ -2694,7 +2694,7 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 	uint64_t t0, t_step;
 	unsigned made = 0;
 	uint32_t pick = 0;
-	int failed = 0;
+	int failed = 0, bad = 0;
 
 	memset(sc, 0, sizeof(*sc));
 	r_mem(sc->mem[MEM_START]);
@@ -2727,8 +2727,10 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 		sc->bell_step = true;
 		r_idle_cpu(o->idle_seconds, sc->idle_bell);
 		snprintf(name, sizeof(name), "idle-%u", pick % SCALE_BELL);
-		failed |= r_scale_busy(o, name, &sc->with_bell,
-				       &sc->sparse_bell) != 0;
+		/* a run that fails (a flow that moved nothing) is a
+		 * figure too: report it and go on */
+		bad |= r_scale_busy(o, name, &sc->with_bell,
+				    &sc->sparse_bell) != 0;
 		t0 += now_ns() - t_step;
 	}
 	if (!failed && made) {
@@ -2741,8 +2743,8 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 		sleep_ns(1000000000); /* let the opens' aftermath settle */
 		r_mem(sc->mem[MEM_IDLE_OPEN]);
 		r_idle_cpu(o->idle_seconds, sc->idle);
-		failed = r_scale_busy(o, sc->sparse_flow, &sc->with,
-				      &sc->sparse) != 0;
+		bad |= r_scale_busy(o, sc->sparse_flow, &sc->with,
+				    &sc->sparse) != 0;
 	}
 	for (unsigned i = 0; i < made; i++) {
 		snprintf(name, sizeof(name), "idle-%u", i);
@@ -2758,8 +2760,8 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 	sc->churn_s = (double)(now_ns() - t0) / 1e9;
 	sleep_ns(2000000000);
 	r_mem(sc->mem[MEM_AFTER_CHURN]);
-	sc->ok = !failed;
-	return failed ? -1 : 0;
+	sc->ok = !failed && !bad;
+	return sc->ok ? 0 : -1;
 }
 
 static void print_scale(const struct ropts *o, const struct rscale *sc)
@@ -2783,24 +2785,31 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 		printf("  with %u idle flows (the doorbell's futex words still "
 		       "cover them): idle CPU A %.2f%% B %.2f%%", SCALE_BELL,
 		       100 * sc->idle_bell[0], 100 * sc->idle_bell[1]);
-		if (sc->alone.ok && sc->with_bell.ok)
-			printf("; busy flows %.0f records/s = %.1f%% of alone",
+		if (sc->alone.ok && sc->with_bell.recs_per_s > 0)
+			printf("; busy flows %.0f records/s = %.1f%% of alone%s",
 			       sc->with_bell.recs_per_s, 100 *
-			       sc->with_bell.recs_per_s / sc->alone.recs_per_s);
+			       sc->with_bell.recs_per_s / sc->alone.recs_per_s,
+			       sc->with_bell.ok ? "" : " (A FLOW MOVED NOTHING)");
 		if (sc->sparse_bell.ok)
 			printf("; sparse on an idle flow p50 %.1f us",
 			       sc->sparse_bell.l.p50 / 1e3);
 		printf("\n");
 	}
-	if (sc->alone.ok && sc->with.ok)
+	if (sc->alone.ok && sc->with.recs_per_s > 0)
 		printf("  %u busy flows: alone %.0f records/s (cpu A/B %.0f/%.0f%%);"
 		       " with %u idle flows open %.0f records/s (cpu A/B "
-		       "%.0f/%.0f%%): %.1f%% of alone\n", o->busy_flows,
+		       "%.0f/%.0f%%): %.1f%% of alone%s\n", o->busy_flows,
 		       sc->alone.recs_per_s, 100 * sc->alone.cpu_a,
 		       100 * sc->alone.cpu_b, o->idle_flows,
 		       sc->with.recs_per_s, 100 * sc->with.cpu_a,
 		       100 * sc->with.cpu_b,
-		       100 * sc->with.recs_per_s / sc->alone.recs_per_s);
+		       100 * sc->with.recs_per_s / sc->alone.recs_per_s,
+		       sc->with.ok ? "" : " (A FLOW MOVED NOTHING)");
+	if (sc->alone.ok)
+		printf("  slowest / fastest busy flow, records/s: alone %.0f / "
+		       "%.0f; with the idle flows %.0f / %.0f\n",
+		       sc->alone.min_flow, sc->alone.max_flow,
+		       sc->with.min_flow, sc->with.max_flow);
 	if (sc->sparse_alone.ok)
 		printf("  sparse %g/s on one more flow beside the busy ones, no "
 		       "idle flows: one-way p50 %.1f p90 %.1f p99 %.1f max %.1f "
