@@ -5,7 +5,13 @@
  *   flowbench local [options]   shared-memory rings on this machine
  *   flowbench remote [options]  two moverd daemons on this machine, flows
  *                               between them over TCP or RDMA (see
- *                               cmd_remote; loopback and TCP by default)
+ *                               cmd_remote; loopback and TCP by default):
+ *                               throughput, paced and sparse latency, a
+ *                               ping-pong A -> B -> A against sockperf's
+ *                               TCP ping-pong, CPU per record
+ *   flowbench scale [options]   remote --only scale: idle CPU with many
+ *                               idle flows, busy flows beside them,
+ *                               create/destroy, moverd's fds and RSS
  *
  * Subcommands live in one table (see `subcmds` at the bottom).
  *
@@ -1174,7 +1180,9 @@ bad:
  * in its first 8 bytes, a CLOCK_MONOTONIC send time (or 0) in the next 8,
  * and a check word in its last 8; consumers verify the length, the sequence
  * and the check word of every record.  iperf3 over loopback, in the same
- * run, is the reference for large records.
+ * run, is the reference for large records; sockperf's TCP ping-pong the
+ * floor of the latency runs.  Both daemons listen: a ping-pong's echoes
+ * travel on a flow B -> A.
  */
 
 #define R_MAX_FLOWS 16
