@@ -2566,6 +2566,9 @@ struct rscale {
 	struct rcase with_bell;
 	struct rlat sparse_bell;
 	struct rlat sparse_alone;       /* on one more flow, busy ones running */
+	/* sparse records with nothing busy: on the only flow, on an idle flow
+	 * of SCALE_BELL, on an idle flow of N (past the doorbell: 1 ms polls) */
+	struct rlat quiet0, quiet_bell, quiet;
 	struct rlat sparse;             /* on an idle flow, busy ones running */
 	char sparse_flow[32];
 	struct rmem mem[MEM_N][2];
@@ -2634,6 +2637,7 @@ static int r_wait_flow(int daemon, const char *name, int ms)
  * The busy flows, and sparse records on flow `name` (a producer and
  * consumer of their own, started when the busy flows' window opens:
  * R.side): throughput in *tc, the sparse records' latency in *lat.
+ * tc NULL: the sparse records alone, nothing busy.
  */
 static int r_scale_busy(const struct ropts *o, const char *name,
 			struct rcase *tc, struct rlat *lat)
@@ -2663,7 +2667,7 @@ static int r_scale_busy(const struct ropts *o, const char *name,
 	if (r_wait_ready(&s->c, 2))
 		failed = 1;
 	R.side = &s->c;
-	if (!failed && r_run_case(o, 32, o->busy_flows, 0, tc, NULL))
+	if (!failed && tc && r_run_case(o, 32, o->busy_flows, 0, tc, NULL))
 		failed = 1;
 	R.side = NULL;
 	set_phase(&s->c, failed ? PH_STOP : PH_MEASURE);
@@ -2710,7 +2714,8 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 	/* the reference: the busy flows and one sparse flow, nothing else */
 	if (r_create_remote(o, "side-0") || r_wait_flow(1, "side-0", 10000))
 		return -1;
-	failed = r_scale_busy(o, "side-0", &sc->alone, &sc->sparse_alone);
+	failed = r_scale_busy(o, "side-0", NULL, &sc->quiet0) ||
+		 r_scale_busy(o, "side-0", &sc->alone, &sc->sparse_alone);
 	if (r_destroy(0, "side-0") || failed)
 		return -1;
 	if (getrandom(&pick, sizeof(pick), 0) != (ssize_t)sizeof(pick))
@@ -2735,6 +2740,7 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 		sc->bell_step = true;
 		r_idle_cpu(o->idle_seconds, sc->idle_bell);
 		snprintf(name, sizeof(name), "idle-%u", pick % SCALE_BELL);
+		bad |= r_scale_busy(o, name, NULL, &sc->quiet_bell) != 0;
 		/* a run that fails (a flow that moved nothing) is a
 		 * figure too: report it and go on */
 		bad |= r_scale_busy(o, name, &sc->with_bell,
@@ -2751,6 +2757,7 @@ static int r_scale(const struct ropts *o, struct rscale *sc)
 		sleep_ns(1000000000); /* let the opens' aftermath settle */
 		r_mem(sc->mem[MEM_IDLE_OPEN]);
 		r_idle_cpu(o->idle_seconds, sc->idle);
+		bad |= r_scale_busy(o, sc->sparse_flow, NULL, &sc->quiet) != 0;
 		bad |= r_scale_busy(o, sc->sparse_flow, &sc->with,
 				    &sc->sparse) != 0;
 	}
@@ -2818,6 +2825,14 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 		       "%.0f; with the idle flows %.0f / %.0f\n",
 		       sc->alone.min_flow, sc->alone.max_flow,
 		       sc->with.min_flow, sc->with.max_flow);
+	printf("  sparse %g/s, nothing busy, one-way p50 / p99 us: the only "
+	       "flow %.1f / %.1f", o->sparse, sc->quiet0.l.p50 / 1e3,
+	       sc->quiet0.l.p99 / 1e3);
+	if (sc->bell_step)
+		printf("; an idle flow of %u %.1f / %.1f", SCALE_BELL,
+		       sc->quiet_bell.l.p50 / 1e3, sc->quiet_bell.l.p99 / 1e3);
+	printf("; an idle flow of %u %.1f / %.1f\n", o->idle_flows,
+	       sc->quiet.l.p50 / 1e3, sc->quiet.l.p99 / 1e3);
 	if (sc->sparse_alone.ok)
 		printf("  sparse %g/s on one more flow beside the busy ones, no "
 		       "idle flows: one-way p50 %.1f p90 %.1f p99 %.1f max %.1f "
@@ -2855,6 +2870,15 @@ static void json_scale(const struct ropts *o, const struct rscale *sc)
 	json_lat(&sc->sparse.l);
 	printf(",\n    \"sparse_beside_busy_no_idle_ns\": ");
 	json_lat(&sc->sparse_alone.l);
+	printf(",\n    \"sparse_nothing_busy_ns\": {\"one_flow\": ");
+	json_lat(&sc->quiet0.l);
+	printf(", \"idle_flows\": ");
+	json_lat(&sc->quiet.l);
+	if (sc->bell_step) {
+		printf(", \"below_doorbell_limit\": ");
+		json_lat(&sc->quiet_bell.l);
+	}
+	printf("}");
 	if (sc->bell_step) {
 		printf(",\n    \"below_doorbell_limit\": {\"idle_flows\": %u, "
 		       "\"idle_cpu\": {\"a\": %.5f, \"b\": %.5f}, "
