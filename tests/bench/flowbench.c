@@ -2142,7 +2142,7 @@ static double r_iperf(const struct ropts *o, char *why, size_t whylen)
 
 static void json_lat(const struct latstat *l);
 
-/* ---- `remote`: ping-pong A -> B -> A -------------------------------------- */
+/* ---- `remote`: ping-pong A -> B -> A ------------------------------------- */
 
 /*
  * Receive one record, waiting up to timeout_ns: in the library's wait, or
@@ -2403,7 +2403,7 @@ out:
 	return lr->ok ? 0 : -1;
 }
 
-/* ---- sockperf: one bare TCP hop, the floor --------------------------------- */
+/* ---- sockperf: one bare TCP hop, the floor ------------------------------- */
 
 static bool in_path(const char *prog)
 {
@@ -2518,7 +2518,7 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 	return 0;
 }
 
-/* ---- `remote --only scale`: many idle flows, a few busy ones -------------- */
+/* ---- `remote --only scale`: many idle flows, a few busy ones ------------- */
 
 /* What moverd holds: open fds and resident set (KiB). */
 struct rmem {
