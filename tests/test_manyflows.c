@@ -206,7 +206,7 @@ static void case_many(void)
 	struct hd a, b;
 	int sock;
 
-	CHECK(n >= 3);
+	CHECK(n >= PICKS); /* PICKS distinct flows */
 	two_daemons(&a, &b, "many1", n);
 	sock = ctl_connect(a.sock);
 	CHECK(sock >= 0);
