@@ -13,6 +13,8 @@ PACKAGES=(
     clang libclang-rt-14-dev              # libFuzzer targets, sanitizer runtimes
     iproute2 procps util-linux            # ip netns/veth, pkill, setpriv
     iperf3                                # TCP reference in benchmarks
+    sockperf                              # TCP ping-pong floor of flowbench's
+                                          # latency runs (issue 12)
     python3                               # demo: picks a free port
 )
 

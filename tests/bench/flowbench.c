@@ -5,7 +5,13 @@
  *   flowbench local [options]   shared-memory rings on this machine
  *   flowbench remote [options]  two moverd daemons on this machine, flows
  *                               between them over TCP or RDMA (see
- *                               cmd_remote; loopback and TCP by default)
+ *                               cmd_remote; loopback and TCP by default):
+ *                               throughput, paced and sparse latency, a
+ *                               ping-pong A -> B -> A against sockperf's
+ *                               TCP ping-pong, CPU per record
+ *   flowbench scale [options]   remote --only scale: idle CPU with many
+ *                               idle flows, busy flows beside them,
+ *                               create/destroy, moverd's fds and RSS
  *
  * Subcommands live in one table (see `subcmds` at the bottom).
  *
@@ -46,6 +52,7 @@
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1173,7 +1180,9 @@ bad:
  * in its first 8 bytes, a CLOCK_MONOTONIC send time (or 0) in the next 8,
  * and a check word in its last 8; consumers verify the length, the sequence
  * and the check word of every record.  iperf3 over loopback, in the same
- * run, is the reference for large records.
+ * run, is the reference for large records; sockperf's TCP ping-pong the
+ * floor of the latency runs.  Both daemons listen: a ping-pong's echoes
+ * travel on a flow B -> A.
  */
 
 #define R_MAX_FLOWS 16
@@ -1193,6 +1202,11 @@ struct ropts {
 	double pace, sparse;    /* records/s of the two latency runs */
 	double pace_share;      /* paced rate <= this share of the 1-flow rate */
 	bool json, do_tput, do_lat, do_iperf;
+	bool do_pp;             /* ping-pong A -> B -> A (two flows) */
+	bool do_scale;          /* idle flows, busy flows, create/destroy */
+	uint64_t pp_size;       /* ping-pong record size */
+	unsigned idle_flows, busy_flows, churn;
+	double idle_seconds;    /* window of the idle CPU figure */
 	bool spin;              /* consumers poll (timeout 0) and yield */
 	char poll_us[16];       /* moverd --poll-us of both daemons */
 	char moverd[PATH_MAX], moverctl[PATH_MAX];
@@ -1219,18 +1233,27 @@ struct rcase {
 	char transport[16];     /* what moverctl flow show said, or "?" */
 };
 
+/* CPU time per record (per round trip in a ping-pong), us: each daemon
+ * and each client process; `echo` only in a ping-pong. */
+struct rcpu {
+	double a, b, prod, cons, echo;
+};
+
 struct rlat {
 	uint64_t size, ring;
-	const char *kind;       /* "paced" or "sparse" */
+	const char *kind;       /* "paced", "sparse", "pingpong", "sockperf" */
 	bool ok;
 	double cpu_a, cpu_b;
-	struct latstat l;
+	struct latstat l;       /* one-way (paced, sparse) or round trip */
+	struct rcpu per_rec;
+	uint64_t records;       /* records (round trips) the CPU is shared by */
 	char transport[16];
 };
 
 /* Per flow results, written by that flow's consumer. */
 struct rflow {
 	_Alignas(128) uint64_t recs, ns, total, nlat;
+	double cpu_prod, cpu_cons; /* each process's CPU s once it was ready */
 };
 
 struct rshared {
@@ -1244,12 +1267,15 @@ static struct {
 	pid_t parent;
 	char dir[PATH_MAX - 64];
 	char sock[2][PATH_MAX];
-	int port;
+	int port;               /* B's peer port */
+	int port_a;             /* A's: flows B -> A (ping-pong replies) */
 	pid_t daemon[2];
 	pid_t kids[R_MAX_KIDS];
 	unsigned nkids;
 	bool keep_logs;
 	const struct ropts *o;
+	struct ctl *side;       /* set to PH_MEASURE with a throughput case's
+				   window (the scale run's sparse records) */
 } R;
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
@@ -1506,14 +1532,21 @@ static void r_write_key(char *path, size_t cap)
 
 static int r_start_daemons(const struct ropts *o)
 {
-	char listen[96], out[1024], key[PATH_MAX];
+	char listen[2][96], out[1024], key[PATH_MAX], nflows[24];
 
 	r_write_key(key, sizeof(key));
 	R.port = free_port(o->addr);
-	snprintf(listen, sizeof(listen), "%s:%d", o->addr, R.port);
+	R.port_a = free_port(o->addr);
+	/* both listen: ping-pong replies are a flow B -> A */
+	snprintf(listen[0], sizeof(listen[0]), "%s:%d", o->addr, R.port_a);
+	snprintf(listen[1], sizeof(listen[1]), "%s:%d", o->addr, R.port);
+	/* the scale run opens more flows than the defaults allow (1024 per
+	 * daemon, 64 per peer host): raised here, not in moverd's defaults */
+	snprintf(nflows, sizeof(nflows), "%u",
+		 o->idle_flows + o->busy_flows + 64);
 	for (int i = 0; i < 2; i++) {
 		char state[PATH_MAX], logp[PATH_MAX];
-		char *argv[24];
+		char *argv[32];
 		int n = 0, fd;
 
 		snprintf(R.sock[i], sizeof(R.sock[i]), "%s/%c/moverd.sock",
@@ -1540,9 +1573,13 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = (char *)o->poll_us;
 		argv[n++] = "--peer-key";
 		argv[n++] = key;
-		if (i == 1) {
-			argv[n++] = "--listen";
-			argv[n++] = listen;
+		argv[n++] = "--listen";
+		argv[n++] = listen[i];
+		if (o->do_scale) {
+			argv[n++] = "--max-flows";
+			argv[n++] = nflows;
+			argv[n++] = "--peer-max-flows";
+			argv[n++] = nflows;
 		}
 		argv[n] = NULL;
 		R.daemon[i] = r_spawn(argv, fd, true, SIGTERM);
@@ -1603,6 +1640,16 @@ static inline void rec_time(unsigned char *p, uint64_t t)
 	memcpy(p + 8, &t, 8);
 }
 
+/* This process's CPU time (user + system) so far, in seconds. */
+static double self_cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
 /*
  * A producer on A.  rate == 0: as fast as it can with flowshm_send_batch
  * until STOP, the first unsent record of each call carrying the time of
@@ -1620,6 +1667,7 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 	unsigned char *buf = xalloc(nb * size);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
 	uint64_t seq = 0;
+	double cpu0;
 	flowshm_t *p;
 	int rc;
 
@@ -1629,7 +1677,8 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 		iov[i] = (struct iovec){ buf + i * size, size };
 	announce_ready(c);
 	while (phase_of(c) == PH_START)
-		;
+		sched_yield(); /* the scale run's sparse producer waits long */
+	cpu0 = self_cpu_s();
 	if (rate > 0) {
 		uint64_t t0 = now_ns();
 		double gap = 1e9 / rate;
@@ -1680,6 +1729,7 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 				seq += nb;
 		}
 	}
+	s->f[id].cpu_prod = self_cpu_s() - cpu0;
 	flowshm_detach(p);
 	if (rc && rc != -ETIMEDOUT && !(rc == -EPIPE &&
 					phase_of(c) == PH_STOP)) {
@@ -1712,6 +1762,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 	uint64_t next[MAX_PRODUCERS] = { 0 };
 	uint64_t n = 0, n0 = 0, t0 = 0, nlat = 0;
 	enum phase seen = PH_START;
+	double cpu0;
 	flowshm_t *cons;
 	int rc;
 
@@ -1719,6 +1770,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 		r_child_fail(c, "consumer attach", name, rc);
 	/* rec_check: ids below nprod are valid, our producer's id is `id` */
 	announce_ready(c);
+	cpu0 = self_cpu_s();
 	for (;;) {
 		enum phase ph = phase_of(c);
 		unsigned got = 0;
@@ -1755,6 +1807,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 	}
 	rf->total = n;
 	rf->nlat = nlat;
+	rf->cpu_cons = self_cpu_s() - cpu0;
 	flowshm_detach(cons);
 	if (rc && rc != -ETIMEDOUT) {
 		snprintf(c->err, sizeof(c->err), "consumer of %s: %s after "
@@ -1840,7 +1893,7 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	unsigned created = 0, i;
 	int failed = 0;
 	double cpu0[2] = { 0, 0 }, cpu1[2] = { 0, 0 };
-	uint64_t w0 = now_ns(), w1;
+	uint64_t w0 = now_ns(), w1 = w0;
 
 	r_case_no++;
 	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
@@ -1919,6 +1972,8 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 		set_phase(&s->c, PH_WARM);
 		sleep_ns((uint64_t)(o->warmup * 1e9));
 		set_phase(&s->c, PH_MEASURE);
+		if (R.side)
+			set_phase(R.side, PH_MEASURE);
 		w0 = now_ns();
 		for (int d = 0; d < 2; d++)
 			cpu0[d] = proc_cpu_s(R.daemon[d]);
@@ -1986,6 +2041,18 @@ out:
 		lr->l.rate = rate;
 		if (!failed)
 			lat_stats(s->lat, nlat, &lr->l);
+		if (!failed && count) {
+			double win = (double)(w1 - w0) / 1e9;
+			double recs = (double)(count * flows) / 1e6; /* -> us */
+
+			lr->records = count * flows;
+			lr->per_rec.a = cpu1[0] * win / recs;
+			lr->per_rec.b = cpu1[1] * win / recs;
+			for (i = 0; i < flows; i++) {
+				lr->per_rec.prod += s->f[i].cpu_prod / recs;
+				lr->per_rec.cons += s->f[i].cpu_cons / recs;
+			}
+		}
 		if (!failed && all != count * flows) {
 			fprintf(stderr, "flowbench: latency run got %" PRIu64
 				" records of %" PRIu64 "\n", all, count * flows);
@@ -2073,6 +2140,763 @@ static double r_iperf(const struct ropts *o, char *why, size_t whylen)
 	return bps;
 }
 
+static void json_lat(const struct latstat *l);
+
+/* ---- `remote`: ping-pong A -> B -> A ------------------------------------- */
+
+/*
+ * Receive one record, waiting up to timeout_ns: in the library's wait, or
+ * (spin) polling with timeout 0 and sched_yield between empty polls.
+ */
+static int r_recv_wait(flowshm_t *f, void *buf, size_t cap, size_t *len,
+		       bool spin, int64_t timeout_ns)
+{
+	uint64_t until;
+	int rc;
+
+	if (!spin)
+		return flowshm_recv(f, buf, cap, len, timeout_ns);
+	until = now_ns() + (uint64_t)timeout_ns;
+	while ((rc = flowshm_recv(f, buf, cap, len, 0)) == -EAGAIN) {
+		if (now_ns() >= until)
+			return -ETIMEDOUT;
+		sched_yield();
+	}
+	return rc;
+}
+
+/*
+ * The pinger, on A: sends a record on `ping` (A -> B), waits for the echo
+ * on `pong` (B -> A), checks it is the same record, and keeps the round
+ * trip of every exchange after the warm-up, for --warmup + --lat-seconds.
+ * Results in s->f[0]: total round trips, nlat samples, cpu_prod.
+ */
+static void r_pinger(const struct ropts *o, struct rshared *s,
+		     const char *ping, const char *pong, uint64_t size)
+{
+	struct ctl *c = &s->c;
+	struct rflow *rf = &s->f[0];
+	unsigned char *sbuf = xalloc(size), *rbuf = xalloc(size);
+	uint64_t next = 0, seq = 0, nlat = 0, t_warm, t_end;
+	flowshm_t *out, *in;
+	double cpu0;
+	int rc = 0;
+
+	if ((rc = r_attach(ping, 0, FLOWSHM_PRODUCER, &out)))
+		r_child_fail(c, "pinger attach", ping, rc);
+	if ((rc = r_attach(pong, 0, FLOWSHM_CONSUMER, &in)))
+		r_child_fail(c, "pinger attach", pong, rc);
+	announce_ready(c);
+	while (phase_of(c) == PH_START)
+		sleep_ns(100000);
+	cpu0 = self_cpu_s();
+	t_warm = now_ns() + (uint64_t)(o->warmup * 1e9);
+	t_end = t_warm + (uint64_t)(o->lat_seconds * 1e9);
+	for (;;) {
+		uint64_t t0 = now_ns(), t1;
+		size_t len = 0;
+
+		if (t0 >= t_end || phase_of(c) == PH_STOP)
+			break;
+		rec_stamp(sbuf, size, 0, seq++);
+		rec_time(sbuf, t0);
+		/* 5 s: a mover that lost the record fails the run, not hangs */
+		if ((rc = flowshm_send(out, sbuf, size, 5000000000ll)) ||
+		    (rc = r_recv_wait(in, rbuf, size, &len, o->spin,
+				      5000000000ll)))
+			break;
+		t1 = now_ns();
+		if (rec_check(c, rbuf, len, size, 1, &next)) {
+			fprintf(stderr, "flowbench: pinger: echo of %s: %s\n",
+				ping, c->err);
+			_exit(1);
+		}
+		if (t0 >= t_warm && nlat < R_LAT_MAX)
+			s->lat[nlat++] = t1 - t0;
+	}
+	rf->cpu_prod = self_cpu_s() - cpu0;
+	rf->total = next;
+	rf->nlat = nlat;
+	flowshm_detach(out);
+	flowshm_detach(in);
+	if (rc) {
+		snprintf(c->err, sizeof(c->err), "pinger, round trip %" PRIu64
+			 ": %s", seq, flowshm_strerror(rc));
+		fprintf(stderr, "flowbench: %s\n", c->err);
+		_exit(1);
+	}
+	_exit(0);
+}
+
+/* The echo, on B: every record of `ping` back on `pong`, unchanged, until
+ * STOP.  Its CPU time in s->f[0].cpu_cons. */
+static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
+		   const char *pong, uint64_t size)
+{
+	struct ctl *c = &s->c;
+	unsigned char *buf = xalloc(size);
+	flowshm_t *in, *out;
+	double cpu0;
+	int rc;
+
+	if ((rc = r_attach(ping, 1, FLOWSHM_CONSUMER, &in)))
+		r_child_fail(c, "echo attach", ping, rc);
+	if ((rc = r_attach(pong, 1, FLOWSHM_PRODUCER, &out)))
+		r_child_fail(c, "echo attach", pong, rc);
+	announce_ready(c);
+	cpu0 = self_cpu_s();
+	for (;;) {
+		size_t len = 0;
+
+		rc = r_recv_wait(in, buf, size, &len, o->spin, R_WAIT_NS);
+		if (rc == -ETIMEDOUT) {
+			if (phase_of(c) == PH_STOP)
+				break;
+			continue;
+		}
+		if (rc || (rc = flowshm_send(out, buf, len, 5000000000ll)))
+			break;
+	}
+	s->f[0].cpu_cons = self_cpu_s() - cpu0;
+	flowshm_detach(in);
+	flowshm_detach(out);
+	if (rc && rc != -ETIMEDOUT && !(rc == -EPIPE &&
+					phase_of(c) == PH_STOP)) {
+		fprintf(stderr, "flowbench: echo of %s: %s\n", ping,
+			flowshm_strerror(rc));
+		_exit(1);
+	}
+	_exit(0);
+}
+
+static pid_t r_fork_kid(void)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	if ((pid = fork()) < 0)
+		die("fork", 0);
+	if (pid == 0)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	else
+		R.kids[R.nkids++] = pid;
+	return pid;
+}
+
+/* Wait up to 15 s until n children announced they are ready. */
+static int r_wait_ready(struct ctl *c, int n)
+{
+	for (uint64_t until = now_ns() + 15000000000ull;
+	     atomic_load_explicit(&c->ready, memory_order_acquire) < n;) {
+		if (now_ns() > until || c->err[0]) {
+			fprintf(stderr, "flowbench: clients did not attach in "
+				"15 s%s%s\n", c->err[0] ? ": " : "", c->err);
+			return -1;
+		}
+		sleep_ns(1000000);
+	}
+	return 0;
+}
+
+/*
+ * One ping-pong run: flow ppN-ab (A -> B) carries the pings, flow ppN-ba
+ * (B -> A, created on B) the echoes.  Round trips in lr->l; CPU per round
+ * trip of A, B, the pinger (prod) and the echo process.
+ */
+static int r_run_pingpong(const struct ropts *o, uint64_t size,
+			  struct rlat *lr)
+{
+	size_t bytes = sizeof(struct rshared) + R_LAT_MAX * sizeof(uint64_t);
+	struct rshared *s = shared_alloc(bytes);
+	uint64_t ring = pow2_at_least(o->ring_size > 64 * size ?
+				      o->ring_size : 64 * size);
+	char ping[32], pong[32], rs[32], mr[32], peer[2][96], out[2048];
+	double cpu0[2] = { 0, 0 }, cpu1[2] = { 0, 0 };
+	uint64_t w0 = 0, w1 = 0, total;
+	pid_t pinger, echo;
+	int failed = 0, st;
+	bool made[2] = { false, false };
+
+	r_case_no++;
+	*lr = (struct rlat){ .size = size, .ring = ring, .kind = "pingpong" };
+	snprintf(lr->transport, sizeof(lr->transport), "?");
+	snprintf(ping, sizeof(ping), "pp%u-ab", r_case_no);
+	snprintf(pong, sizeof(pong), "pp%u-ba", r_case_no);
+	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
+	snprintf(mr, sizeof(mr), "%" PRIu64, size);
+	snprintf(peer[0], sizeof(peer[0]), "%s:%d", o->addr, R.port);
+	snprintf(peer[1], sizeof(peer[1]), "%s:%d", o->addr, R.port_a);
+	for (int d = 0; d < 2; d++) {
+		const char *name = d ? pong : ping;
+
+		if (r_ctl(d, out, sizeof(out), "flow", "create", name, "--peer",
+			  peer[d], "--ring-size", rs, "--max-record", mr,
+			  NULL)) {
+			fprintf(stderr, "flowbench: moverctl flow create %s: "
+				"%s", name, out);
+			failed = 1;
+			goto out;
+		}
+		made[d] = true;
+	}
+	if ((echo = r_fork_kid()) == 0)
+		r_echo(o, s, ping, pong, size);
+	if ((pinger = r_fork_kid()) == 0)
+		r_pinger(o, s, ping, pong, size);
+	if (r_wait_ready(&s->c, 2)) {
+		failed = 1;
+		goto out;
+	}
+	w0 = now_ns();
+	for (int d = 0; d < 2; d++)
+		cpu0[d] = proc_cpu_s(R.daemon[d]);
+	set_phase(&s->c, PH_MEASURE);
+	if (!r_wait_pid(pinger, (uint64_t)((o->warmup + o->lat_seconds + 10)
+					   * 1e9), &st) ||
+	    !WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "flowbench: ping-pong: the pinger %s%s\n",
+			s->c.err[0] ? "failed: " : "hung", s->c.err);
+		failed = 1;
+	}
+	w1 = now_ns();
+	for (int d = 0; d < 2; d++)
+		cpu1[d] = proc_cpu_s(R.daemon[d]) - cpu0[d];
+	set_phase(&s->c, PH_STOP);
+	if (!r_wait_pid(echo, 10000000000ull, &st) || !WIFEXITED(st) ||
+	    WEXITSTATUS(st)) {
+		fprintf(stderr, "flowbench: ping-pong: the echo process "
+			"failed\n");
+		failed = 1;
+	}
+out:
+	r_kill_kids();
+	if (made[0] && r_ctl(0, out, sizeof(out), "flow", "show", ping,
+			     NULL) == 0) {
+		const char *t = strstr(out, "\ntransport:");
+
+		if (t && sscanf(t + 11, " %15s", lr->transport) != 1)
+			snprintf(lr->transport, sizeof(lr->transport), "?");
+	}
+	for (int d = 0; d < 2; d++)
+		if (made[d] && r_ctl(d, out, sizeof(out), "flow", "destroy",
+				     d ? pong : ping, NULL)) {
+			fprintf(stderr, "flowbench: moverctl flow destroy: %s",
+				out);
+			failed = 1;
+		}
+	total = s->f[0].total;
+	lr->ok = !failed && total && s->f[0].nlat;
+	if (lr->ok) {
+		double win = (double)(w1 - w0) / 1e9, n = (double)total / 1e6;
+
+		lat_stats(s->lat, s->f[0].nlat, &lr->l);
+		lr->l.rate = (double)total / win;
+		lr->records = total;
+		lr->cpu_a = cpu1[0] / win;
+		lr->cpu_b = cpu1[1] / win;
+		lr->per_rec = (struct rcpu){ .a = cpu1[0] / n,
+					     .b = cpu1[1] / n,
+					     .prod = s->f[0].cpu_prod / n,
+					     .echo = s->f[0].cpu_cons / n };
+	}
+	munmap(s, bytes);
+	return lr->ok ? 0 : -1;
+}
+
+/* ---- sockperf: one bare TCP hop, the floor ------------------------------- */
+
+static bool in_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX + 64];
+
+	for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+		size_t n = strcspn(p, ":");
+
+		snprintf(dir, sizeof(dir), "%.*s/%s", (int)n, p, prog);
+		if (!access(dir, X_OK))
+			return true;
+		p += n + (p[n] == ':');
+	}
+	return false;
+}
+
+/* The number after `key` in sockperf's output (us -> ns), or -1. */
+static double sp_value(const char *out, const char *key, double scale)
+{
+	const char *p = strstr(out, key);
+
+	return p ? strtod(p + strlen(key), NULL) * scale : -1;
+}
+
+/* "Total N observations" (the line starts with a colour escape). */
+static uint64_t sp_observations(const char *out)
+{
+	const char *p = strstr(out, " observations");
+
+	if (!p)
+		return 0;
+	while (p > out && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return strtoull(p, NULL, 10);
+}
+
+/*
+ * sockperf's TCP ping-pong over --addr with size-byte messages (blocking
+ * sockets, or --nonblocked: both ends poll): round-trip percentiles in
+ * lr->l (ns), CPU per round trip of its client (prod) and server (echo).
+ * 0, or -1 and why.
+ */
+static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
+		      struct rlat *lr, char *why, size_t whylen)
+{
+	char port[16], secs[16], msz[24], *out = malloc(1 << 20);
+	char *nb = nonblocked ? "--nonblocked" : NULL;
+	char *srv_argv[] = { "sockperf", "sr", "--tcp", "-i", (char *)o->addr,
+			     "-p", port, nb, NULL };
+	char *cli_argv[] = { "sockperf", "pp", "--tcp", "-i", (char *)o->addr,
+			     "-p", port, "-t", secs, "-m", msz, "--full-rtt",
+			     nb, NULL };
+	struct rusage ru0, ru1;
+	double srv_cpu, sent;
+	pid_t srv;
+	int rc = -1;
+
+	*lr = (struct rlat){ .size = size, .kind = nonblocked ?
+			     "sockperf-nonblocked" : "sockperf" };
+	snprintf(lr->transport, sizeof(lr->transport), "tcp");
+	if (!in_path("sockperf")) {
+		snprintf(why, whylen, "sockperf is not installed (Debian: "
+			 "apt-get install sockperf): no floor, no ratios");
+		free(out);
+		return -1;
+	}
+	snprintf(port, sizeof(port), "%d", free_port(o->addr));
+	snprintf(secs, sizeof(secs), "%d",
+		 (int)(o->warmup + o->lat_seconds + 0.999));
+	snprintf(msz, sizeof(msz), "%" PRIu64, size < 14 ? 14 : size);
+	srv = r_spawn(srv_argv, -1, true, SIGKILL);
+	R.kids[R.nkids++] = srv;
+	getrusage(RUSAGE_CHILDREN, &ru0);
+	for (int tries = 0; tries < 20 && rc; tries++) {
+		sleep_ns(200000000);
+		if (r_wait_pid(srv, 0, NULL)) {
+			snprintf(why, whylen, "the sockperf server exited");
+			break;
+		}
+		rc = r_run(cli_argv, out, 1 << 20,
+			   (uint64_t)((o->lat_seconds + 30) * 1e9));
+	}
+	getrusage(RUSAGE_CHILDREN, &ru1);
+	srv_cpu = proc_cpu_s(srv);
+	r_kill_kids();
+	sent = sp_value(out, "SentMessages=", 1);
+	lr->l.p50 = sp_value(out, "percentile 50.000 =", 1e3);
+	lr->l.p90 = sp_value(out, "percentile 90.000 =", 1e3);
+	lr->l.p99 = sp_value(out, "percentile 99.000 =", 1e3);
+	lr->l.p999 = sp_value(out, "percentile 99.900 =", 1e3);
+	lr->l.max = sp_value(out, "<MAX> observation =", 1e3);
+	lr->l.mean = sp_value(out, "avg-rtt=", 1e3);
+	lr->l.n = sp_observations(out);
+	if (rc || lr->l.p50 <= 0 || lr->l.p99 <= 0 || sent <= 0) {
+		if (!why[0])
+			snprintf(why, whylen, "sockperf pp failed (%d) or its "
+				 "output had no percentiles: %.300s", rc, out);
+		free(out);
+		return -1;
+	}
+	lr->ok = true;
+	lr->records = (uint64_t)sent;
+	lr->l.rate = sent / atof(secs);
+	lr->per_rec.prod = ((double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+			    (double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+			    (ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec +
+			     ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6) /
+			   sent * 1e6;
+	lr->per_rec.echo = srv_cpu / sent * 1e6;
+	free(out);
+	return 0;
+}
+
+/* ---- `remote --only scale`: many idle flows, a few busy ones ------------- */
+
+/* What moverd holds: open fds and resident set (KiB). */
+struct rmem {
+	int fds;
+	long rss_kb;
+};
+
+static struct rmem proc_mem(pid_t pid)
+{
+	struct rmem m = { -1, -1 };
+	char path[64], line[256];
+	struct dirent *e;
+	DIR *dir;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if ((dir = opendir(path))) {
+		for (m.fds = 0; (e = readdir(dir));)
+			m.fds += e->d_name[0] != '.';
+		closedir(dir);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "re"))) {
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "VmRSS: %ld", &m.rss_kb) == 1)
+				break;
+		fclose(f);
+	}
+	return m;
+}
+
+enum { MEM_START, MEM_IDLE_OPEN, MEM_BEFORE_CHURN, MEM_AFTER_CHURN, MEM_N };
+
+#define SCALE_BELL 120u /* idle flows that still fit moverd's doorbell */
+
+struct rscale {
+	bool ok;
+	double create_s, churn_s;       /* idle flows created; churn loop */
+	double idle0[2], idle[2];       /* CPU share: no flows; idle flows */
+	struct rcase alone, with;       /* busy flows alone; with idle open */
+	/* with SCALE_BELL idle flows, below the doorbell's limit (moverd
+	 * polls every 1 ms past 127 sender flows): the same figures */
+	bool bell_step;
+	double idle_bell[2];
+	struct rcase with_bell;
+	struct rlat sparse_bell;
+	struct rlat sparse_alone;       /* on one more flow, busy ones running */
+	/* sparse records with nothing busy: on the only flow, on an idle flow
+	 * of SCALE_BELL, on an idle flow of N (past the doorbell: 1 ms polls) */
+	struct rlat quiet0, quiet_bell, quiet;
+	struct rlat sparse;             /* on an idle flow, busy ones running */
+	char sparse_flow[32];
+	struct rmem mem[MEM_N][2];
+};
+
+/* Each daemon's CPU share over the next `secs`. */
+static void r_idle_cpu(double secs, double share[2])
+{
+	double c0[2];
+	uint64_t t0 = now_ns(), t1;
+
+	for (int d = 0; d < 2; d++)
+		c0[d] = proc_cpu_s(R.daemon[d]);
+	sleep_ns((uint64_t)(secs * 1e9));
+	t1 = now_ns();
+	for (int d = 0; d < 2; d++)
+		share[d] = (proc_cpu_s(R.daemon[d]) - c0[d]) /
+			   ((double)(t1 - t0) / 1e9);
+}
+
+static void r_mem(struct rmem m[2])
+{
+	for (int d = 0; d < 2; d++)
+		m[d] = proc_mem(R.daemon[d]);
+}
+
+/* moverctl flow create NAME --peer B on A (small ring: idle flows). */
+static int r_create_remote(const struct ropts *o, const char *name)
+{
+	char peer[96], out[1024];
+
+	snprintf(peer, sizeof(peer), "%s:%d", o->addr, R.port);
+	if (!r_ctl(0, out, sizeof(out), "flow", "create", name, "--peer", peer,
+		   "--ring-size", "65536", "--max-record", "256", NULL))
+		return 0;
+	fprintf(stderr, "flowbench: moverctl flow create %s: %s", name, out);
+	return -1;
+}
+
+static int r_destroy(int daemon, const char *name)
+{
+	char out[1024];
+
+	if (!r_ctl(daemon, out, sizeof(out), "flow", "destroy", name, NULL))
+		return 0;
+	fprintf(stderr, "flowbench: moverctl flow destroy %s: %s", name, out);
+	return -1;
+}
+
+/* Wait up to ms until flow name exists on daemon (B: the peer opened it). */
+static int r_wait_flow(int daemon, const char *name, int ms)
+{
+	char out[2048];
+
+	for (int i = 0; i < ms / 20; i++) {
+		if (!r_ctl(daemon, out, sizeof(out), "flow", "show", name, NULL))
+			return 0;
+		sleep_ns(20000000);
+	}
+	fprintf(stderr, "flowbench: flow %s did not appear on moverd %c\n",
+		name, 'A' + daemon);
+	return -1;
+}
+
+/*
+ * The busy flows, and sparse records on flow `name` (a producer and
+ * consumer of their own, started when the busy flows' window opens:
+ * R.side): throughput in *tc, the sparse records' latency in *lat.
+ * tc NULL: the sparse records alone, nothing busy.
+ */
+static int r_scale_busy(const struct ropts *o, const char *name,
+			struct rcase *tc, struct rlat *lat)
+{
+	size_t bytes = sizeof(struct rshared) + R_LAT_MAX * sizeof(uint64_t);
+	struct rshared *s = shared_alloc(bytes);
+	double secs = o->lat_seconds < 0.8 * o->seconds ? o->lat_seconds :
+		      0.8 * o->seconds;
+	uint64_t count = (uint64_t)(o->sparse * secs), skip = count / 10;
+	pid_t prod, cons;
+	int st, failed = 0;
+
+	/* not in R.kids: r_run_case kills its own kids when it ends */
+	fflush(NULL);
+	if ((cons = fork()) < 0)
+		die("fork", 0);
+	if (cons == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		r_consumer(o, s, name, 32, 0, count, skip);
+	}
+	if ((prod = fork()) < 0)
+		die("fork", 0);
+	if (prod == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		r_producer(o, s, name, 32, 0, o->sparse, count);
+	}
+	if (r_wait_ready(&s->c, 2))
+		failed = 1;
+	R.side = &s->c;
+	if (!failed && tc && r_run_case(o, 32, o->busy_flows, 0, tc, NULL))
+		failed = 1;
+	R.side = NULL;
+	set_phase(&s->c, failed ? PH_STOP : PH_MEASURE);
+	if (!r_wait_pid(cons, (uint64_t)(secs * 1e9) + 10000000000ull, &st) ||
+	    !WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "flowbench: sparse records on %s: consumer %s "
+			"%s\n", name, failed ? "stopped" : "failed", s->c.err);
+		failed = 1;
+	}
+	set_phase(&s->c, PH_STOP);
+	if (!r_wait_pid(prod, 10000000000ull, &st) || !WIFEXITED(st) ||
+	    WEXITSTATUS(st))
+		failed = 1;
+	kill(cons, SIGKILL);
+	kill(prod, SIGKILL);
+	waitpid(cons, NULL, WNOHANG);
+	waitpid(prod, NULL, WNOHANG);
+	*lat = (struct rlat){ .size = 32, .kind = "sparse-beside-busy",
+			      .ok = !failed && s->f[0].total == count };
+	lat->l.rate = o->sparse;
+	if (lat->ok)
+		lat_stats(s->lat, s->f[0].nlat, &lat->l);
+	munmap(s, bytes);
+	return failed ? -1 : 0;
+}
+
+/*
+ * The scale run: CPU of both daemons idle, without flows and with
+ * --flows-idle N open; --flows-busy M flows of 32 B records alone, then
+ * with the N idle flows open (and sparse records on a random idle one);
+ * fds and RSS; --churn K flows created and destroyed one after another.
+ */
+static int r_scale(const struct ropts *o, struct rscale *sc)
+{
+	char name[32];
+	uint64_t t0, t_step;
+	unsigned made = 0;
+	uint32_t pick = 0;
+	int failed = 0, bad = 0;
+
+	memset(sc, 0, sizeof(*sc));
+	r_mem(sc->mem[MEM_START]);
+	r_idle_cpu(o->idle_seconds, sc->idle0);
+	/* the reference: the busy flows and one sparse flow, nothing else */
+	if (r_create_remote(o, "side-0") || r_wait_flow(1, "side-0", 10000))
+		return -1;
+	failed = r_scale_busy(o, "side-0", NULL, &sc->quiet0) ||
+		 r_scale_busy(o, "side-0", &sc->alone, &sc->sparse_alone);
+	if (r_destroy(0, "side-0") || failed)
+		return -1;
+	if (getrandom(&pick, sizeof(pick), 0) != (ssize_t)sizeof(pick))
+		die("getrandom", 0);
+	snprintf(sc->sparse_flow, sizeof(sc->sparse_flow), "idle-%u",
+		 pick % o->idle_flows);
+	t0 = now_ns();
+	for (; made < o->idle_flows && !failed; made++) {
+		snprintf(name, sizeof(name), "idle-%u", made);
+		if (r_create_remote(o, name)) {
+			failed = 1;
+			break;
+		}
+		if (made + 1 != SCALE_BELL || o->idle_flows <= SCALE_BELL)
+			continue;
+		/* a step below the doorbell's limit, for comparison (its
+		 * time is not creation time) */
+		t_step = now_ns();
+		if (r_wait_flow(1, name, 60000))
+			failed = 1;
+		sleep_ns(1000000000);
+		sc->bell_step = true;
+		r_idle_cpu(o->idle_seconds, sc->idle_bell);
+		snprintf(name, sizeof(name), "idle-%u", pick % SCALE_BELL);
+		bad |= r_scale_busy(o, name, NULL, &sc->quiet_bell) != 0;
+		/* a run that fails (a flow that moved nothing) is a
+		 * figure too: report it and go on */
+		bad |= r_scale_busy(o, name, &sc->with_bell,
+				    &sc->sparse_bell) != 0;
+		t0 += now_ns() - t_step;
+	}
+	if (!failed && made) {
+		snprintf(name, sizeof(name), "idle-%u", made - 1);
+		failed = r_wait_flow(1, name, 60000) || r_wait_flow(1, "idle-0",
+								    1000);
+	}
+	sc->create_s = (double)(now_ns() - t0) / 1e9;
+	if (!failed) {
+		sleep_ns(1000000000); /* let the opens' aftermath settle */
+		r_mem(sc->mem[MEM_IDLE_OPEN]);
+		r_idle_cpu(o->idle_seconds, sc->idle);
+		bad |= r_scale_busy(o, sc->sparse_flow, NULL, &sc->quiet) != 0;
+		bad |= r_scale_busy(o, sc->sparse_flow, &sc->with,
+				    &sc->sparse) != 0;
+	}
+	for (unsigned i = 0; i < made; i++) {
+		snprintf(name, sizeof(name), "idle-%u", i);
+		failed |= r_destroy(0, name) != 0;
+	}
+	sleep_ns(2000000000); /* B closes its ends after A's close */
+	r_mem(sc->mem[MEM_BEFORE_CHURN]);
+	t0 = now_ns();
+	for (unsigned i = 0; i < o->churn && !failed; i++) {
+		snprintf(name, sizeof(name), "churn-%u", i);
+		failed = r_create_remote(o, name) || r_destroy(0, name);
+	}
+	sc->churn_s = (double)(now_ns() - t0) / 1e9;
+	sleep_ns(2000000000);
+	r_mem(sc->mem[MEM_AFTER_CHURN]);
+	sc->ok = !failed && !bad;
+	return sc->ok ? 0 : -1;
+}
+
+static void print_scale(const struct ropts *o, const struct rscale *sc)
+{
+	static const char *const when[MEM_N] = {
+		"daemons started", "idle flows open", "idle flows destroyed",
+		"after the create/destroy loop" };
+	const struct latstat *l = &sc->sparse.l, *l0 = &sc->sparse_alone.l;
+
+	printf("scale: %u idle flows (64K rings), %u busy flows of 32 B "
+	       "records, A -> B over %s\n", o->idle_flows, o->busy_flows,
+	       o->transport);
+	printf("  %u idle flows created in %.1f s (moverctl, one by one)\n",
+	       o->idle_flows, sc->create_s);
+	printf("  idle CPU over %g s, share of one cpu: no flows A %.2f%% B "
+	       "%.2f%%; %u idle flows A %.2f%% B %.2f%% (together %.2f%%)\n",
+	       o->idle_seconds, 100 * sc->idle0[0], 100 * sc->idle0[1],
+	       o->idle_flows, 100 * sc->idle[0], 100 * sc->idle[1],
+	       100 * (sc->idle[0] + sc->idle[1]));
+	if (sc->bell_step) {
+		printf("  with %u idle flows (the doorbell's futex words still "
+		       "cover them): idle CPU A %.2f%% B %.2f%%", SCALE_BELL,
+		       100 * sc->idle_bell[0], 100 * sc->idle_bell[1]);
+		if (sc->alone.ok && sc->with_bell.recs_per_s > 0)
+			printf("; busy flows %.0f records/s = %.1f%% of alone%s",
+			       sc->with_bell.recs_per_s, 100 *
+			       sc->with_bell.recs_per_s / sc->alone.recs_per_s,
+			       sc->with_bell.ok ? "" : " (A FLOW MOVED NOTHING)");
+		if (sc->sparse_bell.ok)
+			printf("; sparse on an idle flow p50 %.1f us",
+			       sc->sparse_bell.l.p50 / 1e3);
+		printf("\n");
+	}
+	if (sc->alone.ok && sc->with.recs_per_s > 0)
+		printf("  %u busy flows: alone %.0f records/s (cpu A/B %.0f/%.0f%%);"
+		       " with %u idle flows open %.0f records/s (cpu A/B "
+		       "%.0f/%.0f%%): %.1f%% of alone%s\n", o->busy_flows,
+		       sc->alone.recs_per_s, 100 * sc->alone.cpu_a,
+		       100 * sc->alone.cpu_b, o->idle_flows,
+		       sc->with.recs_per_s, 100 * sc->with.cpu_a,
+		       100 * sc->with.cpu_b,
+		       100 * sc->with.recs_per_s / sc->alone.recs_per_s,
+		       sc->with.ok ? "" : " (A FLOW MOVED NOTHING)");
+	if (sc->alone.ok)
+		printf("  slowest / fastest busy flow, records/s: alone %.0f / "
+		       "%.0f; with the idle flows %.0f / %.0f\n",
+		       sc->alone.min_flow, sc->alone.max_flow,
+		       sc->with.min_flow, sc->with.max_flow);
+	printf("  sparse %g/s, nothing busy, one-way p50 / p99 us: the only "
+	       "flow %.1f / %.1f", o->sparse, sc->quiet0.l.p50 / 1e3,
+	       sc->quiet0.l.p99 / 1e3);
+	if (sc->bell_step)
+		printf("; an idle flow of %u %.1f / %.1f", SCALE_BELL,
+		       sc->quiet_bell.l.p50 / 1e3, sc->quiet_bell.l.p99 / 1e3);
+	printf("; an idle flow of %u %.1f / %.1f\n", o->idle_flows,
+	       sc->quiet.l.p50 / 1e3, sc->quiet.l.p99 / 1e3);
+	if (sc->sparse_alone.ok)
+		printf("  sparse %g/s on one more flow beside the busy ones, no "
+		       "idle flows: one-way p50 %.1f p90 %.1f p99 %.1f max %.1f "
+		       "us (%" PRIu64 " samples)\n", o->sparse, l0->p50 / 1e3,
+		       l0->p90 / 1e3, l0->p99 / 1e3, l0->max / 1e3, l0->n);
+	if (sc->sparse.ok)
+		printf("  sparse %g/s on idle flow %s while the busy ones run: "
+		       "one-way p50 %.1f p90 %.1f p99 %.1f max %.1f us (%"
+		       PRIu64 " samples)\n", o->sparse, sc->sparse_flow,
+		       l->p50 / 1e3, l->p90 / 1e3, l->p99 / 1e3, l->max / 1e3,
+		       l->n);
+	printf("  %u flows created and destroyed one after another in %.1f s"
+	       "\n  %-30s %8s %10s %8s %10s\n", o->churn, sc->churn_s,
+	       "moverd", "A fds", "A RSS KiB", "B fds", "B RSS KiB");
+	for (int i = 0; i < MEM_N; i++)
+		printf("  %-30s %8d %10ld %8d %10ld\n", when[i],
+		       sc->mem[i][0].fds, sc->mem[i][0].rss_kb,
+		       sc->mem[i][1].fds, sc->mem[i][1].rss_kb);
+	printf("\n");
+}
+
+static void json_scale(const struct ropts *o, const struct rscale *sc)
+{
+	printf("  \"scale\": {\"ok\": %s, \"idle_flows\": %u, \"busy_flows\": "
+	       "%u, \"churn\": %u, \"idle_seconds\": %g, \"create_s\": %.2f, "
+	       "\"churn_s\": %.2f,\n    \"idle_cpu_no_flows\": {\"a\": %.5f, "
+	       "\"b\": %.5f}, \"idle_cpu\": {\"a\": %.5f, \"b\": %.5f},\n"
+	       "    \"busy_alone_records_per_s\": %.0f, "
+	       "\"busy_with_idle_records_per_s\": %.0f,\n    "
+	       "\"sparse_idle_flow_ns\": ", sc->ok ? "true" : "false",
+	       o->idle_flows, o->busy_flows, o->churn, o->idle_seconds,
+	       sc->create_s, sc->churn_s, sc->idle0[0], sc->idle0[1],
+	       sc->idle[0], sc->idle[1], sc->alone.recs_per_s,
+	       sc->with.recs_per_s);
+	json_lat(&sc->sparse.l);
+	printf(",\n    \"sparse_beside_busy_no_idle_ns\": ");
+	json_lat(&sc->sparse_alone.l);
+	printf(",\n    \"sparse_nothing_busy_ns\": {\"one_flow\": ");
+	json_lat(&sc->quiet0.l);
+	printf(", \"idle_flows\": ");
+	json_lat(&sc->quiet.l);
+	if (sc->bell_step) {
+		printf(", \"below_doorbell_limit\": ");
+		json_lat(&sc->quiet_bell.l);
+	}
+	printf("}");
+	if (sc->bell_step) {
+		printf(",\n    \"below_doorbell_limit\": {\"idle_flows\": %u, "
+		       "\"idle_cpu\": {\"a\": %.5f, \"b\": %.5f}, "
+		       "\"busy_records_per_s\": %.0f, \"sparse_ns\": ",
+		       SCALE_BELL, sc->idle_bell[0], sc->idle_bell[1],
+		       sc->with_bell.recs_per_s);
+		json_lat(&sc->sparse_bell.l);
+		printf("}");
+	}
+	printf(",\n    \"moverd\": [");
+	for (int i = 0; i < MEM_N; i++)
+		printf("%s{\"a_fds\": %d, \"a_rss_kb\": %ld, \"b_fds\": %d, "
+		       "\"b_rss_kb\": %ld}", i ? ", " : "", sc->mem[i][0].fds,
+		       sc->mem[i][0].rss_kb, sc->mem[i][1].fds,
+		       sc->mem[i][1].rss_kb);
+	printf("]},\n");
+}
+
 static void usage_remote(FILE *f)
 {
 	fprintf(f,
@@ -2109,11 +2933,27 @@ static void usage_remote(FILE *f)
 "                      gaps longer than moverd's 2 ms busy-poll window)\n"
 "  --lat-seconds S     length of each latency run (default 2)\n"
 "  --iperf-seconds S   iperf3 -t (default 3)\n"
-"  --only LIST         tput,latency,iperf (default all)\n"
+"  --only LIST         tput,latency,iperf,pingpong,scale (default all but\n"
+"                      scale)\n"
+"  --pp-size N         ping-pong record size (default 32); sockperf's TCP\n"
+"                      ping-pong over --addr (blocking, then --nonblocked)\n"
+"                      runs with it too: the floor of the ping-pong and\n"
+"                      the latency runs (skipped if sockperf is absent)\n"
+"  scale (--only scale, or `flowbench scale`): both daemons idle without\n"
+"  flows, then with --flows-idle N flows open (CPU over --idle-seconds);\n"
+"  --flows-busy M flows of 32 B records alone, then with the N idle flows\n"
+"  open while sparse records (--sparse/s) cross one idle flow picked at\n"
+"  random; then --churn K flows created and destroyed one after another;\n"
+"  moverd's fds and RSS at each step\n"
+"  --flows-idle N      (default 1000; both daemons get --max-flows and\n"
+"                      --peer-max-flows N + M + 64)\n"
+"  --flows-busy M      (default 10, at most %d)\n"
+"  --idle-seconds S    (default 30)\n"
+"  --churn K           (default 1000)\n"
 "  env FLOWBENCH_MOVERD_LOG=LEVEL  moverd --log-level (default warn); logs\n"
 "                      are printed to stderr when a case fails\n"
 "  --json              machine-readable output on stdout\n"
-"  -h, --help          this text\n", R_MAX_FLOWS);
+"  -h, --help          this text\n", R_MAX_FLOWS, R_MAX_FLOWS);
 }
 
 /* Default binaries: relative to this executable in the build tree. */
@@ -2144,10 +2984,11 @@ static void print_lat_row(const struct rlat *r)
 	char sz[32];
 
 	printf("%-7s %-6s %8.0f %8" PRIu64 "  %8.1f %8.1f %8.1f %9.1f %9.1f"
-	       " %8.1f  %3.0f/%3.0f%%  %s\n", r->kind,
+	       " %8.1f  %3.0f/%3.0f%%  %5.1f %5.1f %5.1f %5.1f  %s\n", r->kind,
 	       fmt_size(r->size, sz, sizeof(sz)), l->rate, l->n, l->p50 / 1e3,
 	       l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3, l->max / 1e3,
-	       l->mean / 1e3, 100 * r->cpu_a, 100 * r->cpu_b, r->transport);
+	       l->mean / 1e3, 100 * r->cpu_a, 100 * r->cpu_b, r->per_rec.a,
+	       r->per_rec.b, r->per_rec.prod, r->per_rec.cons, r->transport);
 }
 
 static void json_lat(const struct latstat *l)
@@ -2156,6 +2997,43 @@ static void json_lat(const struct latstat *l)
 	       "\"p99\": %.0f, \"p99.9\": %.0f, \"max\": %.0f, \"mean\": %.0f}",
 	       l->n, l->p50, l->p90, l->p99, l->p999, l->max, l->mean);
 }
+
+static void json_cpu(const struct rcpu *c)
+{
+	printf("{\"moverd_a\": %.3f, \"moverd_b\": %.3f, \"producer\": %.3f, "
+	       "\"consumer\": %.3f, \"echo\": %.3f}", c->a, c->b, c->prod,
+	       c->cons, c->echo);
+}
+
+/* A ping-pong row: round trip and one-way (RTT/2) percentiles, us, and
+ * the CPU per exchange (A, B, pinger or client, echo or server). */
+static void print_pp_row(const struct rlat *r)
+{
+	const struct latstat *l = &r->l;
+
+	printf("%-19s %8.0f %8" PRIu64 "  %7.1f %7.1f %7.1f %8.1f %8.1f  %7.1f"
+	       " %7.1f  %5.1f %5.1f %6.1f %5.1f\n", r->kind, l->rate, l->n,
+	       l->p50 / 1e3, l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3,
+	       l->max / 1e3, l->p50 / 2e3, l->p99 / 2e3, r->per_rec.a,
+	       r->per_rec.b, r->per_rec.prod, r->per_rec.echo);
+}
+
+static void json_pp(const struct rlat *r)
+{
+	printf("{\"run\": \"%s\", \"size\": %" PRIu64 ", \"ok\": %s",
+	       r->kind, r->size, r->ok ? "true" : "false");
+	if (r->ok) {
+		printf(", \"exchanges_per_s\": %.0f, \"rtt_ns\": ", r->l.rate);
+		json_lat(&r->l);
+		printf(", \"one_way_p50_ns\": %.0f, \"one_way_p99_ns\": %.0f, "
+		       "\"cpu_us_per_exchange\": ", r->l.p50 / 2, r->l.p99 / 2);
+		json_cpu(&r->per_rec);
+	}
+	printf("}");
+}
+
+/* `flowbench scale`: `remote` with the scale run alone (--only scale). */
+static bool scale_only;
 
 static int cmd_remote(int argc, char **argv)
 {
@@ -2180,6 +3058,11 @@ static int cmd_remote(int argc, char **argv)
 		{ "doorbell", required_argument, NULL, 'E' },
 		{ "poll-us", required_argument, NULL, 'U' },
 		{ "spin", no_argument, NULL, 'N' },
+		{ "pp-size", required_argument, NULL, 'Q' },
+		{ "flows-idle", required_argument, NULL, 'I' },
+		{ "flows-busy", required_argument, NULL, 'M' },
+		{ "idle-seconds", required_argument, NULL, 'W' },
+		{ "churn", required_argument, NULL, 'K' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -2192,11 +3075,16 @@ static int cmd_remote(int argc, char **argv)
 		.batch_bytes = 256 * 1024, .pace = 20000, .sparse = 200,
 		.pace_share = 0.2, .flows = { 1, 8 }, .nflows = 2,
 		.do_tput = true, .do_lat = true, .do_iperf = true,
+		.do_pp = true, .pp_size = 32, .idle_flows = 1000,
+		.busy_flows = 10, .idle_seconds = 30, .churn = 1000,
 		.addr = "127.0.0.1", .transport = "tcp", .doorbell = "auto",
 		.poll_us = "0",
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
+	static struct rscale sc;
+	struct rlat sp[2], pp = { .kind = "pingpong" };
+	char sp_why[400] = "";
 	unsigned ncases = 0, nlats = 0, i;
 	uint64_t tmp[MAX_MP];
 	double iperf_bps = -1, others, steal;
@@ -2207,6 +3095,11 @@ static int cmd_remote(int argc, char **argv)
 
 	memcpy(o.sizes, def_sizes, sizeof(def_sizes));
 	o.nsizes = sizeof(def_sizes) / sizeof(def_sizes[0]);
+	memset(sp, 0, sizeof(sp));
+	if (scale_only) {
+		o.do_tput = o.do_lat = o.do_iperf = o.do_pp = false;
+		o.do_scale = true;
+	}
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (opt) {
@@ -2239,7 +3132,14 @@ static int cmd_remote(int argc, char **argv)
 			o.do_tput = strstr(optarg, "tput") != NULL;
 			o.do_lat = strstr(optarg, "lat") != NULL;
 			o.do_iperf = strstr(optarg, "iperf") != NULL;
+			o.do_pp = strstr(optarg, "pingpong") != NULL;
+			o.do_scale = strstr(optarg, "scale") != NULL;
 			break;
+		case 'Q': o.pp_size = parse_bytes(optarg); break;
+		case 'I': o.idle_flows = (unsigned)atoi(optarg); break;
+		case 'M': o.busy_flows = (unsigned)atoi(optarg); break;
+		case 'W': o.idle_seconds = atof(optarg); break;
+		case 'K': o.churn = (unsigned)atoi(optarg); break;
 		case 'A':
 			if (snprintf(o.addr, sizeof(o.addr), "%s", optarg) >=
 			    (int)sizeof(o.addr))
@@ -2273,7 +3173,9 @@ static int cmd_remote(int argc, char **argv)
 	if (optind != argc || o.seconds <= 0 || o.warmup < 0 || !o.batch ||
 	    !o.batch_bytes || o.pace <= 0 || o.sparse < 0 ||
 	    o.lat_seconds <= 0 || o.iperf_seconds <= 0 || o.pace_share <= 0 ||
-	    !o.ring_size || o.ring_size > (1ull << 30))
+	    !o.ring_size || o.ring_size > (1ull << 30) || o.pp_size < 24 ||
+	    o.pp_size > (1u << 20) || !o.idle_flows || o.idle_flows > 100000 ||
+	    !o.busy_flows || o.busy_flows > R_MAX_FLOWS || o.idle_seconds <= 0)
 		goto bad;
 	{
 		struct in_addr ia;
@@ -2333,6 +3235,18 @@ static int cmd_remote(int argc, char **argv)
 			       iperf_bps / 1e9, iperf_bps / 8e9);
 			fflush(stdout);
 		}
+	}
+
+	/* the floor of a latency run: one bare TCP hop, blocking and
+	 * polling, also before our daemons exist */
+	for (int nb = 0; nb < 2 && (o.do_pp || o.do_lat); nb++) {
+		if (!r_sockperf(&o, o.pp_size, nb, &sp[nb], sp_why,
+				sizeof(sp_why)))
+			continue;
+		fprintf(stderr, "flowbench: sockperf%s: %s\n",
+			nb ? " --nonblocked" : "", sp_why);
+		if (!nb)
+			break;
 	}
 
 	if (r_start_daemons(&o)) {
@@ -2432,14 +3346,65 @@ static int cmd_remote(int argc, char **argv)
 			       "record), us:\n");
 			printf("%-7s %-6s %8s %8s  %8s %8s %8s %9s %9s %8s  %s\n",
 			       "run", "size", "rec/s", "samples", "p50", "p90",
-			       "p99", "p99.9", "max", "mean", "cpu A/B  transport");
+			       "p99", "p99.9", "max", "mean", "cpu A/B   cpu us/rec:"
+			       " A  B  prod cons  transport");
 			for (i = 0; i < nlats; i++)
 				if (lats[i].ok)
 					print_lat_row(&lats[i]);
 			printf("(paced: min(%g/s, %g x the size's 1-flow rate); "
 			       "sparse: %g/s, so moverd A has gone idle before "
-			       "each record)\n", o.pace, o.pace_share, o.sparse);
+			       "each record)\n(cpu us/rec: CPU time per record of "
+			       "moverd A, moverd B, the producer and the "
+			       "consumer)\n", o.pace, o.pace_share, o.sparse);
+			for (i = 0; i < nlats && sp[0].ok; i++)
+				if (lats[i].ok)
+					printf("%s %s p50 / sockperf blocking "
+					       "one-way p50 = %.2f\n",
+					       lats[i].kind, fmt_size(lats[i].size,
+					       sz, sizeof(sz)), lats[i].l.p50 /
+					       (sp[0].l.p50 / 2));
+			printf("\n");
 		}
+	}
+
+	if (o.do_pp && r_run_pingpong(&o, o.pp_size, &pp))
+		failed = 1, R.keep_logs = true;
+	if (o.do_pp && !o.json) {
+		printf("ping-pong, %s records, A -> B -> A (pinger on A, echo "
+		       "process on B%s), us:\n", fmt_size(o.pp_size, sz,
+		       sizeof(sz)), o.spin ? ", both polling" : "");
+		printf("%-19s %8s %8s  %7s %7s %7s %8s %8s  %7s %7s  %s\n",
+		       "run", "exch/s", "samples", "RTT p50", "p90", "p99",
+		       "p99.9", "max", "1-way50", "1-way99",
+		       "cpu us/exchange: A B pinger echo");
+		if (pp.ok)
+			print_pp_row(&pp);
+		for (int nb = 0; nb < 2; nb++)
+			if (sp[nb].ok)
+				print_pp_row(&sp[nb]);
+		printf("(one-way = RTT / 2; sockperf rows: TCP ping-pong over "
+		       "%s, its client and server in the pinger and echo "
+		       "columns)\n", o.addr);
+		if (pp.ok && sp[0].ok)
+			printf("flowmover / sockperf one-way: p50 %.2f, p99 %.2f "
+			       "(blocking)", pp.l.p50 / sp[0].l.p50,
+			       pp.l.p99 / sp[0].l.p99);
+		if (pp.ok && sp[1].ok)
+			printf("; p50 %.2f, p99 %.2f (--nonblocked)",
+			       pp.l.p50 / sp[1].l.p50, pp.l.p99 / sp[1].l.p99);
+		if (pp.ok && sp[0].ok)
+			printf("\n");
+		else if (sp_why[0])
+			printf("no ratio: %s\n", sp_why);
+		printf("\n");
+	}
+	fflush(stdout);
+
+	if (o.do_scale) {
+		if (r_scale(&o, &sc))
+			failed = 1, R.keep_logs = true;
+		if (!o.json)
+			print_scale(&o, &sc);
 	}
 
 	r_cleanup(); /* daemons reaped: their CPU time counts as ours */
@@ -2522,16 +3487,38 @@ static int cmd_remote(int argc, char **argv)
 				       "%.3f}", lats[i].cpu_a, lats[i].cpu_b);
 				printf(", \"one_way_ns\": ");
 				json_lat(&lats[i].l);
+				printf(", \"cpu_us_per_record\": ");
+				json_cpu(&lats[i].per_rec);
 			}
 			printf("}");
 		}
-		printf("%s],\n  \"ok\": %s\n}\n", nlats ? "\n  " : "",
-		       failed ? "false" : "true");
+		printf("%s],\n", nlats ? "\n  " : "");
+		if (o.do_pp) {
+			printf("  \"pingpong\": ");
+			json_pp(&pp);
+			printf(",\n");
+		}
+		if (o.do_pp || o.do_lat) {
+			printf("  \"sockperf\": [");
+			json_pp(&sp[0]);
+			printf(", ");
+			json_pp(&sp[1]);
+			printf("],\n");
+		}
+		if (o.do_scale)
+			json_scale(&o, &sc);
+		printf("  \"ok\": %s\n}\n", failed ? "false" : "true");
 	}
 	return failed ? 1 : 0;
 bad:
 	usage_remote(stderr);
 	return 2;
+}
+
+static int cmd_scale(int argc, char **argv)
+{
+	scale_only = true;
+	return cmd_remote(argc, argv);
 }
 
 /* ---- subcommands ---------------------------------------------------------- */
@@ -2547,6 +3534,8 @@ static const struct subcmd subcmds[] = {
 	  "shared-memory rings between processes on this machine" },
 	{ "remote", cmd_remote,
 	  "two moverd daemons, flows between them (TCP on loopback, or RDMA)" },
+	{ "scale", cmd_scale,
+	  "remote --only scale: many idle flows, a few busy ones" },
 };
 
 static void usage(FILE *f)
