@@ -69,6 +69,7 @@ static const char usage_text[] =
 "                      (no longer) attach on this host; repeatable\n"
 "  --gid GROUP         the same for a group (its members, supplementary\n"
 "                      groups included); repeatable\n"
+"  --help, --version\n"
 "\n"
 "A flow from another host belongs on this host to moverd's --peer-flow-owner\n"
 "(default root); its owner or root grants others with 'flow allow'.\n"
