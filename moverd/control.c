@@ -303,6 +303,8 @@ static bool may_see(const struct ctl_client *c, const struct flow *f);
 static void create_exists(struct ctl_client *c, uint64_t id,
 			  const struct flow_spec *spec, const char *err)
 {
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
 	struct flow *f = flows_find(c->srv->flows, spec->name);
 	char why[256];
 
@@ -311,13 +313,10 @@ static void create_exists(struct ctl_client *c, uint64_t id,
 		return;
 	}
 	if (declared_differs(c->srv->flows, f, spec, why, sizeof(why))) {
-		respond_error(c, id, -EEXIST, "flow '%s' exists with a different "
-			      "%s", f->name, why);
+		respond_error(c, id, -EEXIST, "flow '%s' already exists with a "
+			      "different %s", f->name, why);
 		return;
 	}
-	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
-	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
-
 	fill_info(f, &fi);
 	fi.existed = true;
 	fi.declared = declared_has(c->srv->declared, f->name);
@@ -386,9 +385,10 @@ static void do_reload(struct ctl_client *c, uint64_t id)
 		respond_error(c, id, rc, "%s", err);
 		return;
 	}
-	/* the lines, as many as fit a frame with room to spare */
-	for (char *l = strtok_r(text, "\n", &save); l && n < 256 &&
-	     (size_t)(l - text) < CTL_MAX_FRAME / 2; l = strtok_r(NULL, "\n", &save))
+	/* the report's lines (16 KiB of text, 256 lines at most: a frame
+	 * holds them; the log has every line) */
+	for (char *l = strtok_r(text, "\n", &save); l && n < 256;
+	     l = strtok_r(NULL, "\n", &save))
 		lines[n++] = l;
 	rr.added = r.added;
 	rr.removed = r.removed;

@@ -71,6 +71,8 @@ static int parse_size(const char *s, uint64_t *out)
  */
 static int parse_id(const char *s, bool group, uint32_t *out)
 {
+	struct passwd *pw;
+	struct group *g;
 	unsigned long v;
 	char *end;
 
@@ -81,13 +83,11 @@ static int parse_id(const char *s, bool group, uint32_t *out)
 		return *end || errno || v >= UINT32_MAX ? -1 : 0;
 	}
 	if (group) {
-		struct group *g = getgrnam(s);
-
+		g = getgrnam(s);
 		*out = g ? (uint32_t)g->gr_gid : 0;
 		return g ? 0 : -1;
 	}
-	struct passwd *pw = getpwnam(s);
-
+	pw = getpwnam(s);
 	*out = pw ? (uint32_t)pw->pw_uid : 0;
 	return pw ? 0 : -1;
 }
