@@ -459,6 +459,50 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 	return true;
 }
 
+/*
+ * Only the allowed ids of o's flow changed (n: the new declaration): they
+ * change in place, in use or not: the ids o named and n does not are
+ * taken off, n's are added; ids granted with `moverctl flow allow` stay.
+ * 1 if done, 0 if more than the ids differ, -1 if the change failed
+ * (refused).
+ */
+static int regrant(struct declared *d, const struct declared_flow *o,
+		    const struct declared_flow *n, struct flow *f,
+		    struct declared_report *r)
+{
+	struct flow_spec same = spec_of(n);
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned nu = 0, ng = 0;
+	char why[256], err[200];
+
+	same.allow_uids = f->allow_uids;
+	same.n_allow_uids = f->n_allow_uids;
+	same.allow_gids = f->allow_gids;
+	same.n_allow_gids = f->n_allow_gids;
+	if (declared_differs(d->flows, f, &same, why, sizeof(why)))
+		return 0;
+	for (unsigned i = 0; i < o->n_uids; i++)
+		if (!has_id(n->uids, n->n_uids, o->uids[i]))
+			uids[nu++] = o->uids[i];
+	for (unsigned i = 0; i < o->n_gids; i++)
+		if (!has_id(n->gids, n->n_gids, o->gids[i]))
+			gids[ng++] = o->gids[i];
+	if (((nu || ng) && flows_allow(d->flows, f, uids, nu, gids, ng, true,
+				       err, sizeof(err))) ||
+	    ((n->n_uids || n->n_gids) &&
+	     flows_allow(d->flows, f, n->uids, n->n_uids, n->gids, n->n_gids,
+			 false, err, sizeof(err)))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change its "
+		    "allowed ids: %s", n->name, n->line, err);
+		return -1;
+	}
+	r->changed++;
+	say(r, LOG_LVL_INFO, "flow %s (line %d): allowed ids changed in place",
+	    n->name, n->line);
+	return 1;
+}
+
 /* One declaration now in the file, o what was applied for it (or NULL).
  * True if n is in force now; false keeps o (or nothing). */
 static bool apply_one(struct declared *d, const struct declared_flow *o,
@@ -467,6 +511,7 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 	struct flow_spec spec = spec_of(n);
 	struct flow *f = flows_find(d->flows, n->name);
 	char why[256], use[128];
+	int rc;
 
 	if (n->receiver)
 		return apply_receiver(d, o, n, r);
@@ -499,6 +544,9 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 		    "reload", n->name, n->line, why);
 		return false;
 	}
+	rc = regrant(d, o, n, f, r);
+	if (rc)
+		return rc > 0;
 	if (!idle(f, use, sizeof(use))) {
 		r->refused++;
 		say(r, LOG_LVL_WARN, "flow %s (line %d): declaration changed, "

@@ -7,8 +7,9 @@
  * (the spellings of `moverctl flow create`; moverd.conf(5)).  Declared
  * flows are created at start, owned by moverd's own user, and kept as
  * declared: a reload (`moverctl reload`, SIGHUP) creates the flows added
- * to the file, destroys the declared flows taken out of it, re-creates a
- * flow whose declaration changed if it is idle (refuses, with a log line,
+ * to the file, destroys the declared flows taken out of it, changes the
+ * allowed ids in place where only they changed, re-creates a flow whose
+ * declaration changed otherwise if it is idle (refuses, with a log line,
  * if not), and touches nothing else: neither the flows whose declaration
  * did not change nor any flow moverctl created.
  *

@@ -17,7 +17,8 @@
  *      records through it across the reload (every record exactly once,
  *      same creation time), a moverctl-created flow untouched; a changed
  *      declaration of a flow in use is refused (exit 1, "in use"), of an
- *      idle flow applied (re-created)
+ *      idle flow applied (re-created); a change of allowed ids only is
+ *      applied in place, in use or not, keeping ids granted by hand
  *   4  SIGHUP applies the file the same way
  *   5  a malformed flow line: moverd refuses to start naming FILE:LINE;
  *      at a reload it is refused with FILE:LINE and nothing changes
@@ -284,14 +285,16 @@ static const char conf3[] =
 	"flow = steady ring-size=64K max-record=1K\n"
 	"flow = going ring-size=8K\n"
 	"flow = busy ring-size=64K\n"
-	"flow = quiet ring-size=8K\n";
+	"flow = quiet ring-size=8K\n"
+	"flow = grant ring-size=8K allow-uid=4000\n";
 
 static const char conf3b[] =
 	"log-level = debug\n"
 	"flow = steady ring-size=64K max-record=1K\n"
 	"flow = coming ring-size=16K\n"
 	"flow = busy ring-size=128K\n"
-	"flow = quiet ring-size=16K\n";
+	"flow = quiet ring-size=16K\n"
+	"flow = grant ring-size=8K allow-uid=65534\n";
 
 static void case_reload(void)
 {
@@ -299,7 +302,7 @@ static void case_reload(void)
 	char out[8192];
 	uint64_t created, busy_created;
 	unsigned long n = 300000;
-	pid_t prod, cons, busy_cons;
+	pid_t prod, cons, busy_cons, grant_cons;
 
 	start_conf(&d, "cfg3", 0, conf3);
 	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 8K"), 0);
@@ -309,8 +312,12 @@ static void case_reload(void)
 	cons = fc(&d, 0, "consume", "steady", n);
 	prod = fc(&d, 0, "produce", "steady", n);
 	busy_cons = fc(&d, 0, "consume", "busy", 1);
+	grant_cons = fc(&d, 0, "consume", "grant", 1);
 	wait_attached(&d, "steady", 2);
 	wait_attached(&d, "busy", 1);
+	wait_attached(&d, "grant", 1);
+	/* granted by hand: a reload keeps it */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow allow grant --uid 4001"), 0);
 	write_conf(&d, conf3b);
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1); /* busy: refused */
 	printf("%s", out);
@@ -320,8 +327,13 @@ static void case_reload(void)
 		   "(the flow has 65536, asked 131072), but the flow is in use");
 	expect_out(out, "flow quiet (line 5): re-created: its declaration "
 		   "changed");
-	expect_out(out, "reloaded: 1 added, 1 removed, 1 changed, 1 unchanged, "
+	expect_out(out, "flow grant (line 6): allowed ids changed in place");
+	expect_out(out, "reloaded: 1 added, 1 removed, 2 changed, 1 unchanged, "
 		   "1 refused");
+	/* grant, in use, kept its ring; 4000 went, 65534 came, 4001 stayed */
+	CHECK(hd_flow_json(&d, moverctl_bin, "grant", out, sizeof(out)));
+	expect_out(out, "\"allow_uids\": [4001, 65534]");
+	CHECK(hj_u64(out, "consumers") == 1);
 	CHECK(flow_exists(&d, "coming"));
 	CHECK(!flow_exists(&d, "going"));
 	CHECK(flow_exists(&d, "mine"));          /* never touched */
@@ -335,12 +347,14 @@ static void case_reload(void)
 	CHECK(flow_u64(&d, "steady", "consumers") == 1);
 	/* a second reload of the same file: only busy is still refused */
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
-	expect_out(out, "0 added, 0 removed, 0 changed, 3 unchanged, 1 refused");
+	expect_out(out, "0 added, 0 removed, 0 changed, 4 unchanged, 1 refused");
 	fc_done(prod, "producer of steady");
 	fc_done(cons, "consumer of steady (every record exactly once)");
 	/* busy's consumer goes: the change applies now */
 	kill(busy_cons, SIGKILL);
 	hx_wait(busy_cons, 5000);
+	kill(grant_cons, SIGKILL);
+	hx_wait(grant_cons, 5000);
 	wait_attached(&d, "busy", 0);
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
 	expect_out(out, "flow busy (line 4): re-created");
