@@ -76,8 +76,9 @@ dpkg -i "$deb"
 echo "flow = pkgtest ring-size=1M" >> /etc/flowmover/moverd.conf
 
 if [ $systemd = 1 ]; then
-    step "systemctl start moverd"
-    systemctl start moverd.service
+    # postinst may have started it already, before the flow line above
+    step "systemctl restart moverd"
+    systemctl restart moverd.service
     systemctl is-active moverd.service
 else
     step "no systemd (PID 1 is $(ps -p 1 -o comm=)): the unit's ExecStart by hand"
