@@ -10,6 +10,11 @@ PACKAGES=(
     libprotobuf-c-dev protobuf-c-compiler # control protocol
     libsodium-dev                         # peer keys: HMAC, random nonces,
                                           # constant-time compare (auth.c)
+    libsystemd-dev                        # sd_notify: Type=notify, watchdog
+                                          # (moverd/notify.c)
+    systemd                               # systemd-analyze verify of the unit
+    groff-base man-db                     # man pages checked (tests/check_man.sh)
+    dpkg-dev                              # cpack -G DEB: dpkg-shlibdeps
     clang libclang-rt-14-dev              # libFuzzer targets, sanitizer runtimes
     iproute2 procps util-linux            # ip netns/veth, pkill, setpriv
     iperf3                                # TCP reference in benchmarks

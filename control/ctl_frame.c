@@ -204,6 +204,7 @@ static int check_request(const Flowmover__Request *r, char *err,
 		return check_name("allow", r->allow->name, err, errlen);
 	case FLOWMOVER__REQUEST__BODY_LIST:
 	case FLOWMOVER__REQUEST__BODY_STATUS:
+	case FLOWMOVER__REQUEST__BODY_RELOAD:
 		return 0;
 	default:
 		break;
@@ -304,6 +305,7 @@ int ctl_response_decode(const uint8_t *buf, size_t len,
 	case FLOWMOVER__RESPONSE__BODY_FLOW:
 	case FLOWMOVER__RESPONSE__BODY_LIST:
 	case FLOWMOVER__RESPONSE__BODY_STATUS:
+	case FLOWMOVER__RESPONSE__BODY_RELOAD:
 		break;
 	default:
 		seterr(err, errlen,
@@ -352,6 +354,7 @@ const char *ctl_request_kind(const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_ATTACH:   return "attach";
 	case FLOWMOVER__REQUEST__BODY_STATUS:   return "status";
 	case FLOWMOVER__REQUEST__BODY_ALLOW:    return "allow";
+	case FLOWMOVER__REQUEST__BODY_RELOAD:   return "reload";
 	default:                                return "none";
 	}
 }

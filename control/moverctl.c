@@ -48,6 +48,8 @@ static const char usage_text[] =
 "  flow list\n"
 "  flow show NAME\n"
 "  status\n"
+"  reload            read moverd's config file again and apply its flow\n"
+"                    declarations (the same as SIGHUP to moverd); root only\n"
 "  keygen FILE       write a new peer key (32 random bytes, mode 0600) for\n"
 "                    moverd --peer-key; prints its id.  The same by hand:\n"
 "                    head -c32 /dev/urandom > FILE; chmod 600 FILE\n"
@@ -67,6 +69,7 @@ static const char usage_text[] =
 "                      (no longer) attach on this host; repeatable\n"
 "  --gid GROUP         the same for a group (its members, supplementary\n"
 "                      groups included); repeatable\n"
+"  --help, --version\n"
 "\n"
 "A flow from another host belongs on this host to moverd's --peer-flow-owner\n"
 "(default root); its owner or root grants others with 'flow allow'.\n"
@@ -492,6 +495,13 @@ static void j_u64(struct json *j, const char *k, uint64_t v)
 	printf("%" PRIu64, v);
 }
 
+static void j_bool(struct json *j, const char *k, bool v)
+{
+	j_key(j, k);
+	j_sep(j);
+	fputs(v ? "true" : "false", stdout);
+}
+
 static void j_ids(struct json *j, const char *k, const uint32_t *ids, size_t n)
 {
 	j_key(j, k);
@@ -527,6 +537,8 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
 	j_u64(j, "created_unix_ms", f->created_unix_ms);
 	j_u64(j, "bytes_sent", f->bytes_sent);
 	j_u64(j, "bytes_acked", f->bytes_acked);
+	j_bool(j, "declared", f->declared);
+	j_bool(j, "existed", f->existed);
 	j_close(j, '}');
 }
 
@@ -602,6 +614,7 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 	kv("created", "%s", fmt_time_ms(a, sizeof(a), f->created_unix_ms));
 	kv("bytes sent", "%" PRIu64, f->bytes_sent);
 	kv("bytes acked", "%" PRIu64, f->bytes_acked);
+	kv("declared", "%s", f->declared ? "yes (moverd's config)" : "no");
 }
 
 /* "NODE key KEYID", "NODE (no key)", or "not authenticated". */
@@ -778,8 +791,9 @@ static int cmd_create(const struct opts *o, const char *name)
 	if (o->json)
 		print_flow(resp->flow, true);
 	else
-		printf("created flow '%s' (ring %s, max record %s%s%s)\n",
-		       name, fmt_size(a, sizeof(a), resp->flow->ring_size),
+		printf("%s flow '%s' (ring %s, max record %s%s%s)\n",
+		       resp->flow->existed ? "exists:" : "created", name,
+		       fmt_size(a, sizeof(a), resp->flow->ring_size),
 		       fmt_size(b, sizeof(b), resp->flow->max_record),
 		       resp->flow->peer[0] ? ", peer " : "",
 		       resp->flow->peer);
@@ -927,6 +941,50 @@ static int cmd_show(const struct opts *o, const char *name)
 	print_flow(resp->flow, o->json);
 	ctl_response_free(resp);
 	return EX_OK;
+}
+
+static int cmd_reload(const struct opts *o)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Reload rl = FLOWMOVER__RELOAD__INIT;
+	Flowmover__Response *resp;
+	const Flowmover__ReloadResult *r;
+	int ex;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_RELOAD;
+	req.reload = &rl;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_RELOAD);
+	if (ex)
+		return ex;
+	r = resp->reload;
+	if (o->json) {
+		struct json j = { 0 };
+
+		j_open(&j, '{');
+		j_u64(&j, "added", r->added);
+		j_u64(&j, "removed", r->removed);
+		j_u64(&j, "changed", r->changed);
+		j_u64(&j, "unchanged", r->unchanged);
+		j_u64(&j, "refused", r->refused);
+		j_key(&j, "lines");
+		j_open(&j, '[');
+		for (size_t i = 0; i < r->n_lines; i++) {
+			j_sep(&j);
+			j_putstr(r->lines[i]);
+		}
+		j_close(&j, ']');
+		j_close(&j, '}');
+	} else {
+		for (size_t i = 0; i < r->n_lines; i++)
+			printf("%s\n", r->lines[i]);
+		printf("reloaded: %u added, %u removed, %u changed, %u "
+		       "unchanged, %u refused\n", r->added, r->removed,
+		       r->changed, r->unchanged, r->refused);
+	}
+	/* a refused change is not what the file says: the caller must know */
+	ex = r->refused ? EX_DAEMON : EX_OK;
+	ctl_response_free(resp);
+	return ex;
 }
 
 static int cmd_status(const struct opts *o)
@@ -1180,6 +1238,12 @@ int main(int argc, char **argv)
 			return usage_error("status: unexpected argument '%s'",
 					   args[1]);
 		return cmd_status(&o);
+	}
+	if (!strcmp(args[0], "reload")) {
+		if (n > 1)
+			return usage_error("reload: unexpected argument '%s'",
+					   args[1]);
+		return cmd_reload(&o);
 	}
 	if (strcmp(args[0], "flow"))
 		return usage_error("unknown command '%s'", args[0]);

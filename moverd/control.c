@@ -9,6 +9,7 @@
  */
 #include "control.h"
 #include "ctl_frame.h"
+#include "declared.h"
 #include "log.h"
 #include "mover.h"
 
@@ -269,9 +270,60 @@ static void respond_flow(struct ctl_client *c, uint64_t id,
 	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
 
 	fill_info(f, &fi);
+	fi.declared = declared_has(c->srv->declared, f->name);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
 	respond(c, &resp, id, pass);
+}
+
+int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
+		    uid_t uid, gid_t gid, struct flow **out, char *err,
+		    size_t cap)
+{
+	int rc = flows_create(s->flows, spec, uid, gid, out, err, cap);
+
+	if (rc)
+		return rc;
+	if ((*out)->role == FLOW_SENDER && (rc = peer_add_sender(s->peers, *out))) {
+		flows_destroy(s->flows, *out);
+		*out = NULL;
+		snprintf(err, cap, "cannot reach peer %s", spec->peer);
+	}
+	return rc;
+}
+
+static bool may_see(const struct ctl_client *c, const struct flow *f);
+
+/*
+ * Creating a flow that exists: done already if it has the same
+ * parameters (a script or a unit may create at every start; a declared
+ * flow is there before them), else an error naming the first parameter
+ * that differs.  Someone who may not see the flow learns only that the
+ * name is taken.
+ */
+static void create_exists(struct ctl_client *c, uint64_t id,
+			  const struct flow_spec *spec, const char *err)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+	struct flow *f = flows_find(c->srv->flows, spec->name);
+	char why[256];
+
+	if (!f || !may_see(c, f)) {
+		respond_error(c, id, -EEXIST, "%s", err);
+		return;
+	}
+	if (declared_differs(c->srv->flows, f, spec, why, sizeof(why))) {
+		respond_error(c, id, -EEXIST, "flow '%s' already exists with a "
+			      "different %s", f->name, why);
+		return;
+	}
+	fill_info(f, &fi);
+	fi.existed = true;
+	fi.declared = declared_has(c->srv->declared, f->name);
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+	resp.flow = &fi;
+	respond(c, &resp, id, NULL);
 }
 
 static void do_create(struct ctl_client *c, uint64_t id,
@@ -299,18 +351,56 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		spec.role = FLOW_SENDER;
 		spec.peer = sp->peer;
 	}
-	rc = flows_create(c->srv->flows, &spec, c->uid, c->gid, &f, err,
-			  sizeof(err));
+	rc = ctl_create_flow(c->srv, &spec, c->uid, c->gid, &f, err,
+			     sizeof(err));
+	if (rc == -EEXIST)
+		create_exists(c, id, &spec, err);
+	else if (rc)
+		respond_error(c, id, rc, "%s", err);
+	else
+		respond_flow(c, id, f, NULL);
+}
+
+/* moverctl reload: root or moverd's own user (the file is theirs). */
+static void do_reload(struct ctl_client *c, uint64_t id)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__ReloadResult rr = FLOWMOVER__RELOAD_RESULT__INIT;
+	char text[16384], err[512], *lines[256], *save = NULL;
+	struct declared_report r = { .text = text, .cap = sizeof(text) };
+	size_t n = 0;
+	int rc;
+
+	if (c->uid != 0 && c->uid != geteuid()) {
+		respond_error(c, id, -EACCES, "permission denied: only root "
+			      "may reload moverd's config");
+		return;
+	}
+	text[0] = 0;
+	if (c->srv->on_reload)
+		c->srv->on_reload(c->srv->reload_arg, true);
+	rc = declared_reload(c->srv->declared, &r, err, sizeof(err));
+	if (c->srv->on_reload)
+		c->srv->on_reload(c->srv->reload_arg, false);
 	if (rc) {
 		respond_error(c, id, rc, "%s", err);
 		return;
 	}
-	if (f->role == FLOW_SENDER && (rc = peer_add_sender(c->srv->peers, f))) {
-		flows_destroy(c->srv->flows, f);
-		respond_error(c, id, rc, "cannot reach peer %s", sp->peer);
-		return;
-	}
-	respond_flow(c, id, f, NULL);
+	/* the report's lines (16 KiB of text, 256 lines at most: a frame
+	 * holds them; the log has every line) */
+	for (char *l = strtok_r(text, "\n", &save); l && n < 256;
+	     l = strtok_r(NULL, "\n", &save))
+		lines[n++] = l;
+	rr.added = r.added;
+	rr.removed = r.removed;
+	rr.changed = r.changed;
+	rr.unchanged = r.unchanged;
+	rr.refused = r.refused;
+	rr.n_lines = n;
+	rr.lines = lines;
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_RELOAD;
+	resp.reload = &rr;
+	respond(c, &resp, id, NULL);
 }
 
 static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
@@ -436,6 +526,8 @@ static void do_list(struct ctl_client *c, uint64_t id,
 
 		flowmover__flow_info__init(&infos[i]);
 		fill_info(flows[i], &infos[i]);
+		infos[i].declared = declared_has(c->srv->declared,
+						 flows[i]->name);
 		/* the message, its tag and its length prefix */
 		one = protobuf_c_message_get_packed_size(&infos[i].base) + 4;
 		if (i && bytes + one > LIST_PAGE_BYTES)
@@ -464,6 +556,7 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 
 	if (!f)
 		return;
+	declared_grant(c->srv->declared, f); /* a declared receiving end */
 	if (!flows_may_attach(f, c->uid, c->gid) &&
 	    !flows_group_allowed(f, c->groups, c->n_groups)) {
 		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
@@ -565,6 +658,9 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		break;
 	case FLOWMOVER__REQUEST__BODY_ALLOW:
 		do_allow(c, id, req->allow);
+		break;
+	case FLOWMOVER__REQUEST__BODY_RELOAD:
+		do_reload(c, id);
 		break;
 	default:
 		respond_error(c, id, -EPROTO, "request has no known body");

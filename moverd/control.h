@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 struct ctl_client;
+struct declared;
 
 struct ctl_stats {
 	uint64_t requests;
@@ -51,12 +52,25 @@ struct ctl_server {
 	const char *socket_path;
 	uint64_t started_ns;
 	struct ctl_stats stats;
+	struct declared *declared;  /* the config's flows (declared.h) */
+	/* told before (begin) and after a reload request (systemd) */
+	void (*on_reload)(void *arg, bool begin);
+	void *reload_arg;
 };
 
 /* Bind the socket (mode applied before listen) and start accepting. */
 int ctl_server_start(struct ctl_server *s, struct loop *l,
 		     struct flow_table *flows, struct peer_mgr *peers,
 		     const char *path, mode_t mode);
+
+/*
+ * Create a flow as a create request does (flows_create; a sender flow is
+ * handed to its peer), for the config's declared flows too.  0, or a
+ * negative errno with a sentence in err.
+ */
+int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
+		    uid_t uid, gid_t gid, struct flow **out, char *err,
+		    size_t cap);
 
 /* Close every client and the listening socket; unlink the socket path. */
 void ctl_server_stop(struct ctl_server *s);

@@ -9,10 +9,12 @@
  */
 #include "auth.h"
 #include "control.h"
+#include "declared.h"
 #include "flows.h"
 #include "log.h"
 #include "loop.h"
 #include "mover.h"
+#include "notify.h"
 #include "peer.h"
 #include "peer_allow.h"
 #include "private_dir.h"
@@ -55,6 +57,7 @@ struct options {
 	/* connection floods (docs/security-edges.md) */
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
 	unsigned max_clients, max_per_uid;
+	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
 };
 
 /* long options without a short letter */
@@ -87,6 +90,8 @@ struct daemon {
 	int state_fd;             /* --state-dir */
 	struct auth_key key;      /* loaded from opt.peer_key */
 	bool have_key;
+	struct declared declared; /* the config's flows */
+	struct declared_set declared_at_start;
 };
 
 static void usage(FILE *out)
@@ -102,6 +107,11 @@ static void usage(FILE *out)
 "  --socket-mode OCTAL      permissions of the socket (default 0660), set\n"
 "                           before it accepts connections\n"
 "  --config FILE            read 'option = value' lines (same names as flags)\n"
+"                           and flow declarations: 'flow = NAME\n"
+"                           [ring-size=N] [max-record=N] [peer=HOST:PORT]\n"
+"                           [allow-uid=ID,...] [allow-gid=ID,...]',\n"
+"                           created at start; SIGHUP or moverctl reload\n"
+"                           applies the flow lines again (moverd.conf(5))\n"
 "  --listen HOST:PORT       accept peer daemons (flows from other hosts), over\n"
 "                           TCP and, where a device exists, RDMA (rdma_cm)\n"
 "  --peer-key FILE          the key peer daemons must prove (both ways) before\n"
@@ -462,8 +472,8 @@ static int read_config(struct options *o, const char *path)
 		lineno++;
 		line[strcspn(line, "#\n")] = 0;
 		name = strtok_r(line, " \t=", &save);
-		if (!name)
-			continue;
+		if (!name || !strcmp(name, "flow"))
+			continue; /* flow lines: declared.c */
 		val = strtok_r(NULL, " \t=", &save);
 		key = option_key(name);
 		if (!key || key == 'c' || key == 'h' || key == 'V') {
@@ -516,11 +526,19 @@ static int parse_options(struct options *o, int argc, char **argv)
 	};
 	snprintf(o->socket, sizeof(o->socket), "%s",
 		 env && *env ? env : DEFAULT_SOCKET);
-	/* the config file first, so that flags override it */
-	for (int i = 1; i < argc - 1; i++)
-		if (strcmp(argv[i], "--config") == 0 &&
-		    read_config(o, argv[i + 1]))
+	/* the config file first, so that flags override it; its absolute
+	 * path for reloads (a daemon's working directory is /) */
+	for (int i = 1; i < argc - 1; i++) {
+		if (strcmp(argv[i], "--config"))
+			continue;
+		if (read_config(o, argv[i + 1]))
 			return 2;
+		if (!realpath(argv[i + 1], o->config)) {
+			fprintf(stderr, "moverd: config %s: %s\n", argv[i + 1],
+				strerror(errno));
+			return 2;
+		}
+	}
 	while ((c = getopt_long(argc, argv, "fh", long_opts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
@@ -656,6 +674,28 @@ static void raise_fd_limit(void)
 
 static void signal_done(struct loop_op *op, int res);
 
+/* ctl_server's on_reload: systemd hears of a reload (moverctl reload). */
+static void reload_notice(void *arg, bool begin)
+{
+	(void)arg;
+	notify_reloading(begin);
+}
+
+/* SIGHUP: the config's flow lines again (other options need a restart). */
+static void reload_config(struct daemon *d)
+{
+	char text[4096], err[512];
+	struct declared_report r = { .text = text, .cap = sizeof(text) };
+
+	log_info("SIGHUP: reloading the config's flows");
+	notify_reloading(true);
+	if (!declared_reload(&d->declared, &r, err, sizeof(err)))
+		log_info("reload: %u added, %u removed, %u changed, %u "
+			 "unchanged, %u refused", r.added, r.removed,
+			 r.changed, r.unchanged, r.refused);
+	notify_reloading(false);
+}
+
 static void arm_signal(struct daemon *d)
 {
 	struct io_uring_sqe *sqe = loop_sqe(&d->loop, &d->sig_op, signal_done);
@@ -675,6 +715,8 @@ static void signal_done(struct loop_op *op, int res)
 		d->loop.stop = true;
 		return;
 	}
+	if (res == (int)sizeof(d->si) && d->si.ssi_signo == SIGHUP)
+		reload_config(d);
 	arm_signal(d);
 }
 
@@ -803,6 +845,7 @@ static void shutdown_daemon(struct daemon *d)
 {
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
+	notify_stopping();
 	peer_mgr_stop(&d->peers);
 	while (d->flows.head) /* clients see -EPIPE */
 		peer_destroy_flow(&d->peers, d->flows.head, NULL);
@@ -813,6 +856,7 @@ static void shutdown_daemon(struct daemon *d)
 	flows_reap_remains(&d->flows, UINT64_MAX); /* the last I/O is done */
 	loop_fini(&d->loop);
 	close(d->sig_fd);
+	declared_set_free(&d->declared.cur);
 	log_info("stopped");
 }
 
@@ -821,6 +865,44 @@ static void shutdown_daemon(struct daemon *d)
 static void forget_attachments(void *ctl, struct flow *f)
 {
 	ctl_server_forget_flow(ctl, f);
+}
+
+/*
+ * The config's flow lines, read before daemonizing (a bad one stops the
+ * start where the operator sees it), applied once the flows of the state
+ * directory are back: a declared flow that was re-adopted is kept.
+ */
+static int read_declared(struct daemon *d)
+{
+	char err[512];
+
+	if (!d->opt.config[0])
+		return 0;
+	if (declared_read(d->opt.config, d->opt.listen, &d->declared_at_start,
+			  err, sizeof(err))) {
+		fprintf(stderr, "moverd: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void apply_declared(struct daemon *d)
+{
+	struct declared_report r = { 0 };
+
+	d->declared = (struct declared){ .uid = getuid(), .gid = getgid(),
+					 .flows = &d->flows, .peers = &d->peers,
+					 .ctl = &d->ctl };
+	snprintf(d->declared.path, sizeof(d->declared.path), "%s",
+		 d->opt.config);
+	snprintf(d->declared.listen, sizeof(d->declared.listen), "%s",
+		 d->opt.listen);
+	d->ctl.declared = &d->declared;
+	d->ctl.on_reload = reload_notice;
+	declared_apply(&d->declared, &d->declared_at_start, &r);
+	if (d->declared.cur.n || r.refused)
+		log_info("config: %u flows declared (%u refused)",
+			 d->declared.cur.n, r.refused);
 }
 
 int main(int argc, char **argv)
@@ -832,6 +914,8 @@ int main(int argc, char **argv)
 	rc = parse_options(&d.opt, argc, argv);
 	if (rc)
 		return rc;
+	if (read_declared(&d))
+		return 2;
 	if (peer_security(&d))
 		return 1;
 	if (open_dirs(&d))
@@ -872,7 +956,10 @@ int main(int argc, char **argv)
 		for (struct flow *f = d.flows.head; f; f = f->next)
 			if (f->role == FLOW_SENDER)
 				peer_add_sender(&d.peers, f);
+	apply_declared(&d);
+	notify_init();
 	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());
+	notify_ready();
 	if (ready_fd >= 0) {
 		if (write(ready_fd, "r", 1) != 1)
 			log_warn("could not signal readiness");
@@ -884,6 +971,7 @@ int main(int argc, char **argv)
 		rc = loop_run_once(&d.loop, timeout);
 		if (timeout)
 			peer_woke(&d.peers);
+		notify_tick(fr_now_ns());
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;

@@ -1,0 +1,639 @@
+/*
+ * moverd/declared.c - flows declared in the config file: the flow lines
+ * read, compared with what was applied before, and applied through the
+ * same create path as `moverctl flow create` (ctl_create_flow) and the
+ * single destroy path (peer_destroy_flow).  See declared.h.
+ */
+#include "declared.h"
+#include "control.h"
+#include "log.h"
+#include "peer.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- reading ------------------------------------------------------------ */
+
+struct parse {
+	const char *path;
+	int line;
+	char *err;
+	size_t cap;
+};
+
+static int fail(struct parse *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int fail(struct parse *p, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(p->err, p->cap, "%s:%d: ", p->path, p->line);
+
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < p->cap)
+		vsnprintf(p->err + n, p->cap - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* "4096", "64K", "16M", "1G": the sizes moverctl takes. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (errno || *end || v == 0 || v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/*
+ * A user or group: a number, or a name looked up in the passwd / group
+ * database.  At start and at a reload, both asked for by root: a slow
+ * name service delays that reload, never a flow's data.
+ */
+static int parse_id(const char *s, bool group, uint32_t *out)
+{
+	struct passwd *pw;
+	struct group *g;
+	unsigned long v;
+	char *end;
+
+	if (*s >= '0' && *s <= '9') {
+		errno = 0;
+		v = strtoul(s, &end, 10);
+		*out = (uint32_t)v;
+		return *end || errno || v >= UINT32_MAX ? -1 : 0;
+	}
+	if (group) {
+		g = getgrnam(s);
+		*out = g ? (uint32_t)g->gr_gid : 0;
+		return g ? 0 : -1;
+	}
+	pw = getpwnam(s);
+	*out = pw ? (uint32_t)pw->pw_uid : 0;
+	return pw ? 0 : -1;
+}
+
+static int parse_ids(struct parse *p, const char *key, char *val, bool group,
+		     uint32_t *ids, unsigned *n)
+{
+	char *save = NULL;
+
+	for (char *t = strtok_r(val, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (*n >= FLOW_ALLOW_MAX)
+			return fail(p, "%s: at most %d ids", key, FLOW_ALLOW_MAX);
+		if (parse_id(t, group, &ids[*n]))
+			return fail(p, "%s '%s': no such %s", key, t,
+				    group ? "group" : "user");
+		(*n)++;
+	}
+	return 0;
+}
+
+static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
+{
+	char *val = strchr(tok, '=');
+	uint64_t v;
+
+	if (!val || !val[1])
+		return fail(p, "flow %s: '%s' is not KEY=VALUE", df->name, tok);
+	*val++ = 0;
+	if (!strcmp(tok, "ring-size")) {
+		if (parse_size(val, &v) || v < 4096 || (v & (v - 1)))
+			return fail(p, "flow %s: ring-size '%s': use a power of "
+				    "two of at least 4096 bytes (K, M, G)",
+				    df->name, val);
+		df->ring_size = v;
+	} else if (!strcmp(tok, "max-record")) {
+		if (parse_size(val, &v) || v > UINT32_MAX)
+			return fail(p, "flow %s: max-record '%s': use a size "
+				    "(K, M, G)", df->name, val);
+		df->max_record = (uint32_t)v;
+	} else if (!strcmp(tok, "peer")) {
+		if (!strchr(val, ':') || strlen(val) >= sizeof(df->peer))
+			return fail(p, "flow %s: peer '%s': use HOST:PORT",
+				    df->name, val);
+		strcpy(df->peer, val);
+	} else if (!strcmp(tok, "allow-uid")) {
+		return parse_ids(p, tok, val, false, df->uids, &df->n_uids);
+	} else if (!strcmp(tok, "allow-gid")) {
+		return parse_ids(p, tok, val, true, df->gids, &df->n_gids);
+	} else {
+		return fail(p, "flow %s: unknown parameter '%s' (use ring-size, "
+			    "max-record, peer, allow-uid, allow-gid)", df->name,
+			    tok);
+	}
+	return 0;
+}
+
+static const struct declared_flow *find(const struct declared_set *s,
+					const char *name)
+{
+	for (unsigned i = 0; i < s->n; i++)
+		if (!strcmp(s->v[i].name, name))
+			return &s->v[i];
+	return NULL;
+}
+
+static int add(struct parse *p, struct declared_set *s,
+	       const struct declared_flow *df)
+{
+	const struct declared_flow *dup = find(s, df->name);
+	struct declared_flow *v;
+
+	if (dup)
+		return fail(p, "flow %s is declared twice (first on line %d)",
+			    df->name, dup->line);
+	if (s->n >= DECLARED_MAX)
+		return fail(p, "more than %d flows declared", DECLARED_MAX);
+	v = realloc(s->v, (s->n + 1) * sizeof(*v));
+	if (!v)
+		return fail(p, "out of memory");
+	s->v = v;
+	s->v[s->n++] = *df;
+	return 0;
+}
+
+/* "flow = NAME KEY=VALUE..." (or "flow NAME ...", "flow=NAME ..."). */
+static int parse_flow(struct parse *p, char *rest, const char *listen,
+		      struct declared_set *s)
+{
+	struct declared_flow df = { .line = p->line };
+	char *save = NULL, *name = strtok_r(rest, " \t=", &save);
+
+	if (!name)
+		return fail(p, "flow: missing NAME (flow = NAME [ring-size=N] "
+			    "[max-record=N] [peer=HOST:PORT] [allow-uid=ID,...] "
+			    "[allow-gid=ID,...])");
+	if (!flows_valid_name(name))
+		return fail(p, "invalid flow name '%.80s': use 1-64 of "
+			    "[A-Za-z0-9._-]", name);
+	strcpy(df.name, name);
+	for (char *t = strtok_r(NULL, " \t", &save); t;
+	     t = strtok_r(NULL, " \t", &save))
+		if (parse_param(p, &df, t))
+			return -1;
+	if (df.ring_size && df.max_record > df.ring_size / 2)
+		return fail(p, "flow %s: max-record %u is more than half the "
+			    "ring (%llu)", df.name, df.max_record,
+			    (unsigned long long)df.ring_size);
+	df.receiver = listen[0] && df.peer[0] && !strcmp(df.peer, listen);
+	return add(p, s, &df);
+}
+
+/* The first word of a config line, "flow" (or "flow=..."): ours. */
+static char *flow_line(char *line)
+{
+	line += strspn(line, " \t");
+	if (strncmp(line, "flow", 4) ||
+	    (line[4] != ' ' && line[4] != '\t' && line[4] != '='))
+		return NULL;
+	return line + 4;
+}
+
+int declared_read(const char *path, const char *listen,
+		  struct declared_set *out, char *err, size_t cap)
+{
+	struct parse p = { .path = path, .err = err, .cap = cap };
+	char line[1024];
+	FILE *f = fopen(path, "re");
+	int rc = 0;
+
+	*out = (struct declared_set){ 0 };
+	if (!f) {
+		snprintf(err, cap, "config %s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (!rc && fgets(line, sizeof(line), f)) {
+		char *rest;
+
+		p.line++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			rc = fail(&p, "line longer than %zu bytes",
+				  sizeof(line) - 2);
+			break;
+		}
+		line[strcspn(line, "#\n")] = 0;
+		rest = flow_line(line);
+		if (rest)
+			rc = parse_flow(&p, rest, listen, out);
+	}
+	fclose(f);
+	if (rc)
+		declared_set_free(out);
+	return rc;
+}
+
+void declared_set_free(struct declared_set *s)
+{
+	free(s->v);
+	*s = (struct declared_set){ 0 };
+}
+
+/* ---- comparing ------------------------------------------------------------ */
+
+static bool has_id(const uint32_t *ids, unsigned n, uint32_t id)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static bool same_ids(const uint32_t *a, unsigned na, const uint32_t *b,
+		     unsigned nb)
+{
+	for (unsigned i = 0; i < na; i++)
+		if (!has_id(b, nb, a[i]))
+			return false;
+	for (unsigned i = 0; i < nb; i++)
+		if (!has_id(a, na, b[i]))
+			return false;
+	return true;
+}
+
+static bool same_decl(const struct declared_flow *a,
+		      const struct declared_flow *b)
+{
+	return a->ring_size == b->ring_size && a->max_record == b->max_record &&
+	       !strcmp(a->peer, b->peer) && a->receiver == b->receiver &&
+	       same_ids(a->uids, a->n_uids, b->uids, b->n_uids) &&
+	       same_ids(a->gids, a->n_gids, b->gids, b->n_gids);
+}
+
+static void ids_text(char *buf, size_t cap, const uint32_t *ids, size_t n)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	if (!n)
+		snprintf(buf, cap, "none");
+	for (size_t i = 0; i < n && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%u",
+					i ? "," : "", ids[i]);
+}
+
+const char *declared_differs(const struct flow_table *t, const struct flow *f,
+			     const struct flow_spec *s, char *why, size_t cap)
+{
+	struct flowshm_info in = { .ring_size = f->ring_bytes };
+	uint64_t ring = s->ring_size ? s->ring_size : t->limits.default_ring_size;
+	uint32_t max = s->max_record ? s->max_record :
+				       t->limits.default_max_record;
+	const char *peer = s->peer ? s->peer : "";
+	char a[200], b[200];
+
+	if (!s->max_record && max > ring / 2)
+		max = (uint32_t)(ring / 2); /* as flows_create defaults it */
+	if (f->view)
+		flowshm_info(f->view, &in);
+	if (f->role == FLOW_RECEIVER)
+		snprintf(why, cap, "role (it is a flow from peer %s, not one "
+			 "created on this host)", f->origin);
+	else if (in.ring_size != ring)
+		snprintf(why, cap, "ring-size (the flow has %llu, asked %llu)",
+			 (unsigned long long)in.ring_size,
+			 (unsigned long long)ring);
+	else if (in.max_record != max)
+		snprintf(why, cap, "max-record (the flow has %u, asked %u)",
+			 in.max_record, max);
+	else if (strcmp(f->peer_addr, peer))
+		snprintf(why, cap, "peer (the flow has '%s', asked '%s')",
+			 f->peer_addr, peer);
+	else if (!same_ids(f->allow_uids, f->n_allow_uids, s->allow_uids,
+			   (unsigned)s->n_allow_uids)) {
+		ids_text(a, sizeof(a), f->allow_uids, f->n_allow_uids);
+		ids_text(b, sizeof(b), s->allow_uids, s->n_allow_uids);
+		snprintf(why, cap, "allow-uid (the flow has %s, asked %s)", a, b);
+	} else if (!same_ids(f->allow_gids, f->n_allow_gids, s->allow_gids,
+			     (unsigned)s->n_allow_gids)) {
+		ids_text(a, sizeof(a), f->allow_gids, f->n_allow_gids);
+		ids_text(b, sizeof(b), s->allow_gids, s->n_allow_gids);
+		snprintf(why, cap, "allow-gid (the flow has %s, asked %s)", a, b);
+	} else {
+		return NULL;
+	}
+	return why;
+}
+
+/* ---- applying ------------------------------------------------------------- */
+
+static void say(struct declared_report *r, enum log_level lvl,
+		const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* One line of the report, logged too. */
+static void say(struct declared_report *r, enum log_level lvl,
+		const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (lvl == LOG_LVL_WARN)
+		log_warn("config: %s", line);
+	else
+		log_info("config: %s", line);
+	if (!r->text || r->len >= r->cap)
+		return;
+	n = snprintf(r->text + r->len, r->cap - r->len, "%s\n", line);
+	if (n > 0)
+		r->len += (size_t)n < r->cap - r->len ? (size_t)n :
+							r->cap - r->len - 1;
+}
+
+static struct flow_spec spec_of(const struct declared_flow *df)
+{
+	return (struct flow_spec){
+		.name = df->name,
+		.role = df->peer[0] ? FLOW_SENDER : FLOW_LOCAL,
+		.peer = df->peer[0] ? df->peer : NULL,
+		.ring_size = df->ring_size,
+		.max_record = df->max_record,
+		.allow_uids = df->uids, .n_allow_uids = df->n_uids,
+		.allow_gids = df->gids, .n_allow_gids = df->n_gids,
+	};
+}
+
+/* No client attached and nothing in the ring: re-creating loses nothing. */
+static bool idle(const struct flow *f, char *why, size_t cap)
+{
+	struct flowshm_info in = { 0 };
+
+	if (f->view)
+		flowshm_info(f->view, &in);
+	snprintf(why, cap, "%u producer(s), %u consumer(s), %llu bytes queued",
+		 f->producers, f->consumers,
+		 (unsigned long long)(in.tail - in.head));
+	return !f->producers && !f->consumers && in.tail == in.head;
+}
+
+static bool create(struct declared *d, const struct declared_flow *df,
+		   struct declared_report *r, const char *what)
+{
+	struct flow_spec spec = spec_of(df);
+	struct flow *f;
+	char err[256];
+	int rc = ctl_create_flow(d->ctl, &spec, d->uid, d->gid, &f, err,
+				 sizeof(err));
+
+	if (rc) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot create it: %s",
+		    df->name, df->line, err);
+		return false;
+	}
+	say(r, LOG_LVL_INFO, "flow %s (line %d): %s", df->name, df->line, what);
+	return true;
+}
+
+/* Give a receiving end's ids to its flow, if it has come and lacks one. */
+static void grant(struct declared *d, const struct declared_flow *df,
+		  struct flow *f, struct declared_report *r)
+{
+	char err[200];
+	bool all = true;
+
+	for (unsigned i = 0; i < df->n_uids; i++)
+		all &= has_id(f->allow_uids, f->n_allow_uids, df->uids[i]);
+	for (unsigned i = 0; i < df->n_gids; i++)
+		all &= has_id(f->allow_gids, f->n_allow_gids, df->gids[i]);
+	if (all)
+		return;
+	if (flows_allow(d->flows, f, df->uids, df->n_uids, df->gids, df->n_gids,
+			false, err, sizeof(err))) {
+		if (r)
+			r->refused++;
+		log_warn("config: flow %s (line %d): cannot grant its declared "
+			 "ids: %s", df->name, df->line, err);
+		return;
+	}
+	log_info("config: flow %s: declared ids granted on the flow from "
+		 "peer %s", f->name, f->origin);
+}
+
+static bool apply_receiver(struct declared *d, const struct declared_flow *o,
+			   const struct declared_flow *n,
+			   struct declared_report *r)
+{
+	struct flow *f = flows_find(d->flows, n->name);
+
+	if (f && f->role != FLOW_RECEIVER) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): declared as received "
+		    "from a peer (peer= is this moverd's --listen), but a %s "
+		    "flow of that name exists here", n->name, n->line,
+		    flows_role_name(f->role));
+		return false;
+	}
+	if (o && same_decl(o, n))
+		r->unchanged++;
+	else
+		o ? r->changed++ : r->added++;
+	if (f)
+		grant(d, n, f, r);
+	else if (!o || !same_decl(o, n))
+		say(r, LOG_LVL_INFO, "flow %s (line %d): received from a peer; "
+		    "its ids are granted when the sender opens it", n->name,
+		    n->line);
+	return true;
+}
+
+/*
+ * Only the allowed ids of o's flow changed (n: the new declaration): they
+ * change in place, in use or not: the ids o named and n does not are
+ * taken off, n's are added; ids granted with `moverctl flow allow` stay.
+ * 1 if done, 0 if more than the ids differ, -1 if the change failed
+ * (refused).
+ */
+static int regrant(struct declared *d, const struct declared_flow *o,
+		    const struct declared_flow *n, struct flow *f,
+		    struct declared_report *r)
+{
+	struct flow_spec same = spec_of(n);
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned nu = 0, ng = 0;
+	char why[256], err[200];
+
+	same.allow_uids = f->allow_uids;
+	same.n_allow_uids = f->n_allow_uids;
+	same.allow_gids = f->allow_gids;
+	same.n_allow_gids = f->n_allow_gids;
+	if (declared_differs(d->flows, f, &same, why, sizeof(why)))
+		return 0;
+	for (unsigned i = 0; i < o->n_uids; i++)
+		if (!has_id(n->uids, n->n_uids, o->uids[i]))
+			uids[nu++] = o->uids[i];
+	for (unsigned i = 0; i < o->n_gids; i++)
+		if (!has_id(n->gids, n->n_gids, o->gids[i]))
+			gids[ng++] = o->gids[i];
+	if (((nu || ng) && flows_allow(d->flows, f, uids, nu, gids, ng, true,
+				       err, sizeof(err))) ||
+	    ((n->n_uids || n->n_gids) &&
+	     flows_allow(d->flows, f, n->uids, n->n_uids, n->gids, n->n_gids,
+			 false, err, sizeof(err)))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change its "
+		    "allowed ids: %s", n->name, n->line, err);
+		return -1;
+	}
+	r->changed++;
+	say(r, LOG_LVL_INFO, "flow %s (line %d): allowed ids changed in place",
+	    n->name, n->line);
+	return 1;
+}
+
+/* One declaration now in the file, o what was applied for it (or NULL).
+ * True if n is in force now; false keeps o (or nothing). */
+static bool apply_one(struct declared *d, const struct declared_flow *o,
+		      const struct declared_flow *n, struct declared_report *r)
+{
+	struct flow_spec spec = spec_of(n);
+	struct flow *f = flows_find(d->flows, n->name);
+	char why[256], use[128];
+	int rc;
+
+	if (n->receiver)
+		return apply_receiver(d, o, n, r);
+	if (!f) {
+		if (!create(d, n, r, o ? "created again (it was gone)" :
+					 "created"))
+			return false;
+		if (!o)
+			r->added++;
+		else if (same_decl(o, n))
+			r->unchanged++;
+		else
+			r->changed++;
+		return true;
+	}
+	if (o && same_decl(o, n)) {
+		r->unchanged++; /* never touched, whatever moverctl did to it */
+		return true;
+	}
+	if (!declared_differs(d->flows, f, &spec, why, sizeof(why))) {
+		r->unchanged++;
+		say(r, LOG_LVL_INFO, "flow %s (line %d): exists as declared",
+		    n->name, n->line);
+		return true;
+	}
+	if (!o) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
+		    "that name exists with a different %s; destroy it and "
+		    "reload", n->name, n->line, why);
+		return false;
+	}
+	rc = regrant(d, o, n, f, r);
+	if (rc)
+		return rc > 0;
+	if (!idle(f, use, sizeof(use))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): declaration changed, "
+		    "%s, but the flow is in use (%s): not applied; detach its "
+		    "clients or destroy it, then reload", n->name, n->line,
+		    why, use);
+		return false;
+	}
+	peer_destroy_flow(d->peers, f, "its declaration in moverd's config "
+			  "changed");
+	if (!create(d, n, r, "re-created: its declaration changed"))
+		return false; /* gone; the old declaration would not fit */
+	r->changed++;
+	return true;
+}
+
+static void remove_one(struct declared *d, const struct declared_flow *o,
+		       struct declared_report *r)
+{
+	struct flow *f = flows_find(d->flows, o->name);
+
+	r->removed++;
+	if (o->receiver) {
+		say(r, LOG_LVL_INFO, "flow %s: no longer declared; the flow "
+		    "from the peer stays, and so do its grants", o->name);
+		return;
+	}
+	if (!f || f->role == FLOW_RECEIVER) {
+		say(r, LOG_LVL_INFO, "flow %s: no longer declared (it was gone)",
+		    o->name);
+		return;
+	}
+	say(r, LOG_LVL_INFO, "flow %s: no longer declared: destroyed", o->name);
+	peer_destroy_flow(d->peers, f, "no longer declared in moverd's config");
+}
+
+void declared_apply(struct declared *d, struct declared_set *next,
+		    struct declared_report *r)
+{
+	unsigned kept = 0;
+
+	for (unsigned i = 0; i < d->cur.n; i++)
+		if (!find(next, d->cur.v[i].name))
+			remove_one(d, &d->cur.v[i], r);
+	for (unsigned i = 0; i < next->n; i++) {
+		struct declared_flow *n = &next->v[i];
+		const struct declared_flow *o = find(&d->cur, n->name);
+
+		if (apply_one(d, o, n, r))
+			next->v[kept++] = *n;
+		else if (o)
+			next->v[kept++] = *o; /* the old one stays in force */
+	}
+	next->n = kept;
+	declared_set_free(&d->cur);
+	d->cur = *next;
+	*next = (struct declared_set){ 0 };
+}
+
+int declared_reload(struct declared *d, struct declared_report *r, char *err,
+		    size_t cap)
+{
+	struct declared_set next;
+
+	if (!d->path[0]) {
+		snprintf(err, cap, "moverd was started without --config: "
+			 "nothing to reload");
+		return -ENOENT;
+	}
+	if (declared_read(d->path, d->listen, &next, err, cap)) {
+		log_warn("reload refused, nothing changed: %s", err);
+		return -EINVAL;
+	}
+	log_info("reloading %s: %u flows declared", d->path, next.n);
+	declared_apply(d, &next, r);
+	return 0;
+}
+
+bool declared_has(const struct declared *d, const char *name)
+{
+	return d && find(&d->cur, name);
+}
+
+void declared_grant(struct declared *d, struct flow *f)
+{
+	const struct declared_flow *df = d ? find(&d->cur, f->name) : NULL;
+
+	if (df && df->receiver && f->role == FLOW_RECEIVER)
+		grant(d, df, f, NULL);
+}

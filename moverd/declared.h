@@ -1,0 +1,111 @@
+/*
+ * moverd/declared.h - flows declared in moverd's config file.
+ *
+ *   flow = NAME [ring-size=N] [max-record=N] [peer=HOST:PORT]
+ *               [allow-uid=ID[,ID...]] [allow-gid=ID[,ID...]]
+ *
+ * (the spellings of `moverctl flow create`; moverd.conf(5)).  Declared
+ * flows are created at start, owned by moverd's own user, and kept as
+ * declared: a reload (`moverctl reload`, SIGHUP) creates the flows added
+ * to the file, destroys the declared flows taken out of it, changes the
+ * allowed ids in place where only they changed, re-creates a flow whose
+ * declaration changed otherwise if it is idle (refuses, with a log line,
+ * if not), and touches nothing else: neither the flows whose declaration
+ * did not change nor any flow moverctl created.
+ *
+ * A declaration whose peer is this moverd's own --listen address is the
+ * receiving end of a flow between hosts (so one file serves a whole
+ * fleet): nothing is created here (the sender's moverd opens it), and its
+ * allow-uid / allow-gid are granted on the flow once it exists.
+ */
+#ifndef MOVERD_DECLARED_H
+#define MOVERD_DECLARED_H
+
+#include "flows.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct peer_mgr;
+struct ctl_server;
+
+/* Declarations in one file at most (a reload re-reads them all). */
+#define DECLARED_MAX 4096
+
+struct declared_flow {
+	char name[FLOW_NAME_MAX + 1];
+	uint64_t ring_size;      /* 0: the daemon's default */
+	uint32_t max_record;     /* 0: the daemon's default */
+	char peer[80];           /* "" = a local flow */
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned n_uids, n_gids;
+	bool receiver;           /* peer is our own --listen address */
+	int line;
+};
+
+struct declared_set {
+	struct declared_flow *v;
+	unsigned n;
+};
+
+struct declared {
+	char path[PATH_MAX];     /* the config file ("" = none) */
+	char listen[80];         /* moverd's --listen, for receiving ends */
+	uid_t uid;               /* owner of the flows it creates */
+	gid_t gid;
+	struct flow_table *flows;
+	struct peer_mgr *peers;
+	struct ctl_server *ctl;
+	struct declared_set cur; /* as applied */
+};
+
+/* What an apply did (ReloadResult in flowmover.proto), its lines in a
+ * buffer of the caller's, one '\n'-separated sentence each. */
+struct declared_report {
+	unsigned added, removed, changed, unchanged, refused;
+	char *text;
+	size_t cap, len;
+};
+
+/*
+ * Read the flow lines of a config file into *out (other lines are
+ * main.c's).  0, or -1 with "FILE:LINE: what is wrong" in err.  listen
+ * marks the receiving ends.
+ */
+int declared_read(const char *path, const char *listen,
+		  struct declared_set *out, char *err, size_t cap);
+
+void declared_set_free(struct declared_set *s);
+
+/*
+ * Apply next over what was applied (d->cur, empty at start); d->cur
+ * becomes what is declared now (a refused change keeps the old
+ * declaration).  Takes next's contents.
+ */
+void declared_apply(struct declared *d, struct declared_set *next,
+		    struct declared_report *r);
+
+/* Read the file again and apply it.  0, or -EINVAL (nothing changed) /
+ * -ENOENT (started without --config) with why in err. */
+int declared_reload(struct declared *d, struct declared_report *r,
+		    char *err, size_t cap);
+
+/* Is f declared here (flow show)? */
+bool declared_has(const struct declared *d, const char *name);
+
+/*
+ * How an existing flow differs from a create request: NULL if it does
+ * not (same ring size and max record after defaults, same peer, same
+ * allowed ids as sets), else the first parameter that differs, with both
+ * values, in why.
+ */
+const char *declared_differs(const struct flow_table *t, const struct flow *f,
+			     const struct flow_spec *s, char *why, size_t cap);
+
+/* A receiving end's grants, on a receiver flow that has come (at
+ * attach: the sender's moverd may open it at any time). */
+void declared_grant(struct declared *d, struct flow *f);
+
+#endif

@@ -1,0 +1,481 @@
+/*
+ * tests/test_config.c - flows declared in moverd's config file (issue 10):
+ * real moverd daemons started with --config, moverctl against them, real
+ * producers and consumers (flowcheck).  FM_CONFIG_CASES=1,3 runs only
+ * those cases.
+ *
+ *   usage: test_config MOVERD MOVERCTL FLOWCHECK
+ *
+ *   1  declared at start: the flows exist with the declared sizes and
+ *      allowed ids, owned by moverd's user, shown as declared; a moverd
+ *      killed and started again has them again, as declared
+ *   2  flow create of a declared flow (and of a moverctl-created one) with
+ *      the same parameters: exit 0, "exists"; with a different ring size,
+ *      max record, peer or allowed uid: exit 1 and the parameter named
+ *   3  moverctl reload: an added flow is created, a removed one destroyed,
+ *      an unchanged one untouched while a producer and a consumer move
+ *      records through it across the reload (every record exactly once,
+ *      same creation time), a moverctl-created flow untouched; a changed
+ *      declaration of a flow in use is refused (exit 1, "in use"), of an
+ *      idle flow applied (re-created); a change of allowed ids only is
+ *      applied in place, in use or not, keeping ids granted by hand
+ *   4  SIGHUP applies the file the same way
+ *   5  a malformed flow line: moverd refuses to start naming FILE:LINE;
+ *      at a reload it is refused with FILE:LINE and nothing changes
+ *   6  two hosts declare the same line `flow = NAME peer=B:PORT
+ *      allow-uid=65534`: A (sender) creates it, B (its --listen is the
+ *      peer) grants uid 65534, whose consumer gets every record of A's
+ *      producer exactly once
+ */
+#include "harness.h"
+
+#include <limits.h>
+
+#define NOBODY 65534u
+
+static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+
+/* ---- a moverd with a config file of the test's own ------------------------ */
+
+static void conf_path(const struct hd *d, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/moverd.conf", d->dir);
+}
+
+static void write_conf(const struct hd *d, const char *text)
+{
+	char path[160], tmp[170];
+	FILE *f;
+
+	conf_path(d, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	f = fopen(tmp, "we");
+	CHECK(f);
+	CHECK(fputs(text, f) >= 0);
+	CHECK(fclose(f) == 0);
+	CHECK(rename(tmp, path) == 0); /* a reload never sees half a file */
+}
+
+/* d's directory and config (port: its --listen, 0 = none), then moverd. */
+static void start_conf(struct hd *d, const char *tag, int port,
+		       const char *text)
+{
+	static char path[160];
+	const char *extra[] = { "--config", path, NULL };
+
+	snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag, (int)getpid());
+	snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
+	CHECK(mkdir(d->dir, 0755) == 0 || errno == EEXIST);
+	d->port = port;
+	write_conf(d, text);
+	conf_path(d, path, sizeof(path));
+	hd_exec(d, moverd_bin, extra);
+}
+
+/*
+ * After a kill -9: the killed moverd's listening socket can accept for a
+ * moment after it is gone (its io_uring goes after the process), so
+ * hd_exec's connect may have reached the old one: wait until the new
+ * moverd answers.
+ */
+static void restart_conf(struct hd *d)
+{
+	static char path[160];
+	const char *extra[] = { "--config", path, NULL };
+	char out[4096];
+
+	conf_path(d, path, sizeof(path));
+	hd_restart(d, moverd_bin, extra);
+	for (int i = 0; i < 500; i++) {
+		if (!hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") &&
+		    hj_u64(out, "pid") == (uint64_t)d->pid)
+			return;
+		usleep(10000);
+	}
+	CHECK(!"the restarted moverd does not answer");
+}
+
+static int ctl(const struct hd *d, char *out, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int tu_vmoverctl_args(const char *bin, const char *sock, char *out,
+			     size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static int tu_vmoverctl_args(const char *bin, const char *sock, char *out,
+			     size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = tu_vmoverctl(bin, sock, out, cap, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static int ctl(const struct hd *d, char *out, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = tu_vmoverctl(moverctl_bin, d->sock, out, cap, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* moverctl reload as uid NOBODY. */
+static int nobody_reload(const struct hd *d, char *out, size_t cap)
+{
+	char bin[PATH_MAX + 96];
+
+	snprintf(bin, sizeof(bin), "setpriv --reuid %u --regid %u "
+		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
+	return tu_vmoverctl_args(bin, d->sock, out, cap, "reload");
+}
+
+static bool flow_exists(const struct hd *d, const char *name)
+{
+	char out[4096];
+
+	return hd_flow_json(d, moverctl_bin, name, out, sizeof(out));
+}
+
+/* A field of `flow show NAME --json`; the flow must exist. */
+static uint64_t flow_u64(const struct hd *d, const char *name, const char *key)
+{
+	char out[4096];
+
+	CHECK(hd_flow_json(d, moverctl_bin, name, out, sizeof(out)));
+	return hj_u64(out, key);
+}
+
+static void expect_out(const char *out, const char *want)
+{
+	if (!strstr(out, want)) {
+		fprintf(stderr, "expected '%s' in:\n%s\n", want, out);
+		exit(1);
+	}
+}
+
+/* ---- producers and consumers ---------------------------------------------- */
+
+static pid_t fc(const struct hd *d, uid_t uid, const char *what,
+		const char *flow, unsigned long count)
+{
+	char n[24];
+
+	snprintf(n, sizeof(n), "%lu", count);
+	if (!strcmp(what, "produce"))
+		return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+				"produce", flow, "--id", "1", "--count", n,
+				"--max-size", "500", NULL });
+	return hx_spawn(d, uid, (const char *const[]){ flowcheck_bin,
+			"consume", flow, "--producers", "1", "--count", n,
+			"--max-size", "500", NULL });
+}
+
+static void fc_done(pid_t pid, const char *what)
+{
+	int rc = hx_wait(pid, 120000);
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s (exit %d)\n", what, rc < 0 ?
+			"did not finish in time (killed)" : "failed", rc);
+		exit(1);
+	}
+}
+
+/* Wait until flow name on d has `want` producers and consumers. */
+static void wait_attached(const struct hd *d, const char *name, unsigned want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (flow_u64(d, name, "producers") + flow_u64(d, name, "consumers")
+		    == want)
+			return;
+		usleep(10000);
+	}
+	CHECK(!"the clients did not attach");
+}
+
+/* ---- cases ------------------------------------------------------------------ */
+
+static const char conf1[] =
+	"# declared flows\n"
+	"log-level = debug\n"
+	"flow = orders ring-size=64K max-record=1K allow-uid=65534,4000 "
+	"allow-gid=4242\n"
+	"flow events\n";
+
+static void case_declared_at_start(void)
+{
+	struct hd d;
+	char out[4096], val[64];
+
+	start_conf(&d, "cfg1", 0, conf1);
+	CHECK(hd_flow_json(&d, moverctl_bin, "orders", out, sizeof(out)));
+	CHECK(hj_u64(out, "ring_size") == 64 << 10);
+	CHECK(hj_u64(out, "max_record") == 1 << 10);
+	CHECK(hj_u64(out, "owner_uid") == getuid());
+	expect_out(out, "\"allow_uids\": [65534, 4000]");
+	expect_out(out, "\"allow_gids\": [4242]");
+	CHECK(hj_get(out, "declared", val, sizeof(val)) && !strcmp(val, "true"));
+	CHECK(hd_flow_json(&d, moverctl_bin, "events", out, sizeof(out)));
+	CHECK(hj_u64(out, "ring_size") == 4 << 20); /* the default */
+	/* moverctl's own flows are not declared */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine"), 0);
+	CHECK(hd_flow_json(&d, moverctl_bin, "mine", out, sizeof(out)));
+	CHECK(hj_get(out, "declared", val, sizeof(val)) && !strcmp(val, "false"));
+	/* kill -9 and start again: declared again, as declared */
+	hd_kill(&d);
+	restart_conf(&d);
+	CHECK(flow_u64(&d, "orders", "ring_size") == 64 << 10);
+	CHECK(flow_exists(&d, "events"));
+	hd_stop(&d);
+}
+
+static void case_idempotent_create(void)
+{
+	struct hd d;
+	char out[4096];
+
+	start_conf(&d, "cfg2", 0, conf1);
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create orders --ring-size 64K "
+		     "--max-record 1K --allow-uid 4000 --allow-uid 65534 "
+		     "--allow-gid 4242"), 0);
+	expect_out(out, "exists");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create events"), 0);
+	expect_out(out, "exists");
+	/* the defaults count as asked: 4M is the default ring */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create events --ring-size 4M"), 0);
+	expect_out(out, "exists");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create orders --ring-size 128K "
+		     "--max-record 1K --allow-uid 4000 --allow-uid 65534 "
+		     "--allow-gid 4242"), 1);
+	expect_out(out, "different ring-size (the flow has 65536, asked 131072)");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create orders --ring-size 64K "
+		     "--max-record 2K --allow-uid 4000 --allow-uid 65534 "
+		     "--allow-gid 4242"), 1);
+	expect_out(out, "different max-record");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create orders --ring-size 64K "
+		     "--max-record 1K --allow-uid 65534 --allow-gid 4242"), 1);
+	expect_out(out, "different allow-uid (the flow has 65534,4000, asked "
+		   "65534)");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create events "
+		     "--peer 127.0.0.1:9"), 1);
+	expect_out(out, "different peer");
+	/* a moverctl-created flow, the same way */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 8K"), 0);
+	expect_out(out, "created");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 8K"), 0);
+	expect_out(out, "exists");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 16K"), 1);
+	expect_out(out, "ring-size");
+	/* JSON says which */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 8K "
+		     "--json"), 0);
+	expect_out(out, "\"existed\": true");
+	hd_stop(&d);
+}
+
+static const char conf3[] =
+	"log-level = debug\n"
+	"flow = steady ring-size=64K max-record=1K\n"
+	"flow = going ring-size=8K\n"
+	"flow = busy ring-size=64K\n"
+	"flow = quiet ring-size=8K\n"
+	"flow = grant ring-size=8K allow-uid=4000\n";
+
+static const char conf3b[] =
+	"log-level = debug\n"
+	"flow = steady ring-size=64K max-record=1K\n"
+	"flow = coming ring-size=16K\n"
+	"flow = busy ring-size=128K\n"
+	"flow = quiet ring-size=16K\n"
+	"flow = grant ring-size=8K allow-uid=65534\n";
+
+static void case_reload(void)
+{
+	struct hd d;
+	char out[8192];
+	uint64_t created, busy_created;
+	unsigned long n = 300000;
+	pid_t prod, cons, busy_cons, grant_cons;
+
+	start_conf(&d, "cfg3", 0, conf3);
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create mine --ring-size 8K"), 0);
+	created = flow_u64(&d, "steady", "created_unix_ms");
+	busy_created = flow_u64(&d, "busy", "created_unix_ms");
+	/* records through steady across the reload; busy has a consumer */
+	cons = fc(&d, 0, "consume", "steady", n);
+	prod = fc(&d, 0, "produce", "steady", n);
+	busy_cons = fc(&d, 0, "consume", "busy", 1);
+	grant_cons = fc(&d, 0, "consume", "grant", 1);
+	wait_attached(&d, "steady", 2);
+	wait_attached(&d, "busy", 1);
+	wait_attached(&d, "grant", 1);
+	/* granted by hand: a reload keeps it */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow allow grant --uid 4001"), 0);
+	write_conf(&d, conf3b);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1); /* busy: refused */
+	printf("%s", out);
+	expect_out(out, "flow coming (line 3): created");
+	expect_out(out, "flow going: no longer declared: destroyed");
+	expect_out(out, "flow busy (line 4): declaration changed, ring-size "
+		   "(the flow has 65536, asked 131072), but the flow is in use");
+	expect_out(out, "flow quiet (line 5): re-created: its declaration "
+		   "changed");
+	expect_out(out, "flow grant (line 6): allowed ids changed in place");
+	expect_out(out, "reloaded: 1 added, 1 removed, 2 changed, 1 unchanged, "
+		   "1 refused");
+	/* grant, in use, kept its ring; 4000 went, 65534 came, 4001 stayed */
+	CHECK(hd_flow_json(&d, moverctl_bin, "grant", out, sizeof(out)));
+	expect_out(out, "\"allow_uids\": [4001, 65534]");
+	CHECK(hj_u64(out, "consumers") == 1);
+	CHECK(flow_exists(&d, "coming"));
+	CHECK(!flow_exists(&d, "going"));
+	CHECK(flow_exists(&d, "mine"));          /* never touched */
+	CHECK(flow_u64(&d, "quiet", "ring_size") == 16 << 10);
+	CHECK(flow_u64(&d, "busy", "ring_size") == 64 << 10);
+	CHECK(flow_u64(&d, "busy", "created_unix_ms") == busy_created);
+	CHECK(flow_u64(&d, "steady", "created_unix_ms") == created);
+	/* the records were moving across the reload: both still attached
+	 * (300000 records of up to 500 bytes through a 64K ring) */
+	CHECK(flow_u64(&d, "steady", "producers") == 1);
+	CHECK(flow_u64(&d, "steady", "consumers") == 1);
+	/* a second reload of the same file: only busy is still refused */
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, "0 added, 0 removed, 0 changed, 4 unchanged, 1 refused");
+	fc_done(prod, "producer of steady");
+	fc_done(cons, "consumer of steady (every record exactly once)");
+	/* busy's consumer goes: the change applies now */
+	kill(busy_cons, SIGKILL);
+	hx_wait(busy_cons, 5000);
+	kill(grant_cons, SIGKILL);
+	hx_wait(grant_cons, 5000);
+	wait_attached(&d, "busy", 0);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	expect_out(out, "flow busy (line 4): re-created");
+	CHECK(flow_u64(&d, "busy", "ring_size") == 128 << 10);
+	CHECK(flow_u64(&d, "steady", "created_unix_ms") == created);
+	/* only root (or moverd's user) reloads */
+	CHECK_RC(nobody_reload(&d, out, sizeof(out)), 4);
+	expect_out(out, "only root");
+	hd_stop(&d);
+}
+
+static void case_sighup(void)
+{
+	struct hd d;
+
+	start_conf(&d, "cfg4", 0, "flow = one\nflow = two\n");
+	CHECK(flow_exists(&d, "one") && flow_exists(&d, "two"));
+	write_conf(&d, "flow = two\nflow = three ring-size=8K\n");
+	kill(d.pid, SIGHUP);
+	for (int i = 0; i < 500 && !flow_exists(&d, "three"); i++)
+		usleep(10000);
+	CHECK(flow_exists(&d, "three"));
+	CHECK(!flow_exists(&d, "one"));
+	CHECK(flow_exists(&d, "two"));
+	CHECK(hd_log_count(&d, "SIGHUP: reloading") == 1);
+	hd_stop(&d);
+}
+
+static void case_malformed(void)
+{
+	struct hd d = { 0 };
+	char cmd[512], out[4096], path[160];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(d.dir, sizeof(d.dir), "/tmp/fm-cfg5-%d", (int)getpid());
+	CHECK(mkdir(d.dir, 0755) == 0 || errno == EEXIST);
+	write_conf(&d, "flow = fine\n# a comment\nflow = bad ring=1M\n");
+	conf_path(&d, path, sizeof(path));
+	snprintf(cmd, sizeof(cmd), "%s --foreground --socket %s/moverd.sock "
+		 "--config %s 2>&1", moverd_bin, d.dir, path);
+	p = popen(cmd, "r");
+	CHECK(p);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	st = pclose(p);
+	printf("    %s", out);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	snprintf(cmd, sizeof(cmd), "%s:3: flow bad: unknown parameter 'ring'",
+		 path);
+	expect_out(out, cmd);
+
+	/* at a reload: refused, nothing changes */
+	start_conf(&d, "cfg5", 0, "flow = fine\nflow = other\n");
+	write_conf(&d, "flow = fine\n\nflow = x ring-size=3000\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	snprintf(cmd, sizeof(cmd), "%s:3: flow x: ring-size '3000'", path);
+	expect_out(out, cmd);
+	CHECK(flow_exists(&d, "other")); /* not removed: nothing applied */
+	CHECK(!flow_exists(&d, "x"));
+	write_conf(&d, "flow = a\nflow = a\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, ":2: flow a is declared twice (first on line 1)");
+	hd_stop(&d);
+}
+
+static void case_two_hosts(void)
+{
+	struct hd a, b;
+	char line[256], out[4096];
+	unsigned long n = 200000;
+	int port = hd_free_port();
+	pid_t prod, cons;
+
+	/* the same line on both hosts */
+	snprintf(line, sizeof(line), "log-level = debug\n"
+		 "flow = fleet ring-size=256K max-record=4K peer=127.0.0.1:%d "
+		 "allow-uid=%u\n", port, NOBODY);
+	start_conf(&b, "cfg6b", port, line);
+	start_conf(&a, "cfg6a", 0, line);
+	CHECK(hd_wait_state(&a, moverctl_bin, "fleet", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&b, moverctl_bin, "fleet", "open", 10000, NULL, 0));
+	CHECK(hd_flow_json(&b, moverctl_bin, "fleet", out, sizeof(out)));
+	expect_out(out, "\"role\": \"receiver\"");
+	cons = fc(&b, NOBODY, "consume", "fleet", n);
+	prod = fc(&a, NOBODY, "produce", "fleet", n);
+	fc_done(prod, "producer on A (uid 65534)");
+	fc_done(cons, "consumer on B (uid 65534, granted by B's declaration)");
+	CHECK(hd_log_count(&b, "declared ids granted") == 1);
+	/* A's reload with the same file touches nothing */
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 0 changed, 1 unchanged, 0 refused");
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_declared_at_start, "declared at start, again after "
+		  "kill -9" },
+		{ 2, case_idempotent_create, "flow create of an existing flow: "
+		  "same parameters exist, different ones named" },
+		{ 3, case_reload, "moverctl reload: added, removed, unchanged "
+		  "(records through it exactly once), changed busy/idle" },
+		{ 4, case_sighup, "SIGHUP reloads" },
+		{ 5, case_malformed, "a malformed flow line, at start and at "
+		  "reload" },
+		{ 6, case_two_hosts, "two hosts declare the same flow; records "
+		  "move" },
+	};
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	flowcheck_bin = argv[3];
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		      "FM_CONFIG_CASES");
+}
