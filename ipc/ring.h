@@ -63,8 +63,14 @@
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
  * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), whenever producers are
- * sleeping (producers_waiting != 0, checked after each release with the
- * fence below), before it sleeps, and when it detaches.
+ * sleeping or found the ring full (producers_waiting != 0, checked after
+ * each release with the fence below), before it sleeps, when it finds
+ * nothing to read, and when it detaches.  (Implementation note: a
+ * producer that finds the ring full without sleeping - a try-once send -
+ * sets FR_SPACE_WANTED in producers_waiting; without it such a producer
+ * would see no space until the consumer's next ring_bytes/8, which
+ * surprised callers that alternate one recv and one try-once send.  The
+ * publisher clears it.)
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -194,6 +200,11 @@ struct fr_bell; /* ipc/bell.h */
 #define FR_SEAL_CLAIMED   1ull
 #define FR_SEAL_COMMITTED 2ull
 #define FR_SEAL_STATE     7ull /* positions are 16-aligned: low bits are free */
+/* Format 2: a subscriber is turning this record into padding (recovery).
+ * Recovery takes the seal with a CAS to this state first, so that of
+ * several subscribers recovering at once only one writes len and info
+ * (their gap lengths may differ); the others wait for the COMMITTED pad. */
+#define FR_SEAL_RECOVERING 3ull
 
 #define FR_INFO_PAD      0x80000000u
 #define FR_INFO_CTRL     0x40000000u
@@ -208,6 +219,21 @@ struct fr_bell; /* ipc/bell.h */
 				of what it read in this ring: -EPROTO */
 #define FR_FLAG_ENDED    4u  /* the END record is written: producers get
 				-EPIPE, consumers -ENODATA once they reach it */
+#define FR_FLAG_ENDING   8u  /* fr_write_end began: producers get -EPIPE
+				already (set before the END record is claimed,
+				so no data record lands after it; see
+				fr_write_end), ENDED follows once it is written */
+
+/* consumers_waiting: sleeping client subscribers are counted in the low
+ * bits; moverd (which sleeps on many rings at once and may give up a sleep
+ * half-armed) sets this bit instead, so its mark is idempotent and never
+ * unbalances the clients' count. */
+#define FR_WAITING_MOVERD 0x80000000u
+
+/* producers_waiting: sleeping producers are counted in the low bits; this
+ * bit says "a producer found the ring full": subscribers publish their
+ * position on their next release (see Subscribers), nobody is woken. */
+#define FR_SPACE_WANTED  0x80000000u
 
 enum fr_mode {
 	FR_MODE_LOCAL = 0,   /* producers commit by sealing each record */
@@ -476,6 +502,15 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen);
 
 /* Publish our private head to our slot now (lazy publishing otherwise). */
 void fr_sub_publish(struct fr_ring *r);
+
+/* Was our slot cut off by max_lag (or taken from us)?  A consumer that
+ * copied a record checks this after the copy: -ESTALE if true. */
+bool fr_sub_lost(const struct fr_ring *r);
+
+/* moverd re-adopting a ring after a restart: give back every slot (but
+ * `keep`, FR_MAX_SUBS = none) whose holder pid is dead; returns how many.
+ * The clients that held them connected to the moverd that died. */
+unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep);
 
 /* --- status (ring.c): moverd writes, clients read ------------------------ */
 

@@ -5,6 +5,7 @@
  */
 #include "flowshm.h"
 #include "flowshm_internal.h"
+#include "../ipc/bell.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -189,7 +190,8 @@ int flowshm_ring_create(const struct flowshm_ring_params *params,
 	return flowshm_ring_create_keyed(params, path, 0, 0, fd);
 }
 
-int flowshm_open_fd(int fd, enum flowshm_role role,
+/* Map the ring behind fd and open an end of it, without a subscriber slot. */
+static int open_map(int fd, enum flowshm_role role,
 		    const struct flowshm_opts *opts, flowshm_t **out)
 {
 	struct stat st;
@@ -226,7 +228,71 @@ int flowshm_open_fd(int fd, enum flowshm_role role,
 	if (opts && opts->recover_ns)
 		f->ring.recover_ns = opts->recover_ns == UINT64_MAX ?
 					     0 : opts->recover_ns;
+	/* a producer's records carry its identity: pid and attach number */
+	if (role == FLOWSHM_PRODUCER)
+		fr_producer_number(&f->ring);
 	*out = f;
+	return 0;
+}
+
+static void unmap(flowshm_t *f)
+{
+	munmap(f->ring.sh, f->ring.map_bytes);
+	if (f->ring.bell)
+		munmap(f->ring.bell, FB_BYTES);
+	free(f);
+}
+
+int flowshm_open_attached(int fd, enum flowshm_role role,
+			  const struct flowshm_opts *opts, int slot,
+			  uint64_t gen, flowshm_t **out)
+{
+	unsigned mine;
+	int rc = open_map(fd, role, opts, out);
+
+	if (rc || role != FLOWSHM_CONSUMER)
+		return rc;
+	if (slot >= 0) {
+		/* moverd took the slot for us (and gives it back when our
+		 * control connection closes) */
+		rc = fr_sub_adopt(&(*out)->ring, (unsigned)slot, gen);
+	} else {
+		/* no moverd: this handle is the subscriber's only owner */
+		rc = fr_sub_take(&(*out)->ring, (uint32_t)getpid() & FR_INFO_PID,
+				 &mine, &gen);
+		if (!rc)
+			rc = fr_sub_adopt(&(*out)->ring, mine, gen);
+	}
+	if (rc) {
+		unmap(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+int flowshm_open_fd(int fd, enum flowshm_role role,
+		    const struct flowshm_opts *opts, flowshm_t **out)
+{
+	return flowshm_open_attached(fd, role, opts, -1, 0, out);
+}
+
+int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index)
+{
+	struct fr_bell *b;
+
+	if (index >= FB_BITS)
+		return -EPROTO;
+	b = mmap(NULL, FB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, bell_fd, 0);
+	if (b == MAP_FAILED)
+		return -errno;
+	if (fb_check(b, FB_BYTES)) {
+		munmap(b, FB_BYTES);
+		return -EPROTO;
+	}
+	if (f->ring.bell)
+		munmap(f->ring.bell, FB_BYTES);
+	f->ring.bell = b;
+	f->ring.bell_index = index;
 	return 0;
 }
 
@@ -234,10 +300,13 @@ void flowshm_close(flowshm_t *f)
 {
 	if (!f)
 		return;
-	munmap(f->ring.sh, f->ring.map_bytes);
+	/* our slot goes back (the last reads published first); moverd's
+	 * own leave at our disconnect is then a no-op (same gen) */
+	if (f->ring.sub < FR_MAX_SUBS)
+		fr_sub_leave(&f->ring, f->ring.sub, f->ring.sub_gen);
 	if (f->ctl_fd >= 0)
 		close(f->ctl_fd);
-	free(f);
+	unmap(f);
 }
 
 void flowshm_shutdown(flowshm_t *f)
@@ -257,7 +326,8 @@ int flowshm_info(flowshm_t *f, struct flowshm_info *out)
 		.ring_size = f->ring.size,
 		.max_record = f->ring.max_record,
 		.flags = f->ring.mode == FR_MODE_DEPOSIT ? FLOWSHM_RING_DEPOSIT : 0,
-		.head = atomic_load_explicit(&sh->head, memory_order_acquire),
+		.head = f->ring.sub < FR_MAX_SUBS ? f->ring.head :
+						    fr_min_pos(&f->ring),
 		.tail = atomic_load_explicit(&sh->tail, memory_order_acquire),
 		.closed = fr_closed(&f->ring),
 		.recovered = atomic_load_explicit(&sh->recovered,
@@ -429,6 +499,10 @@ int flowshm_recv(flowshm_t *f, void *buf, size_t cap, size_t *len,
 	if (l > cap)
 		return -EMSGSIZE;
 	memcpy(buf, rec + 1, l);
+	/* cut off (max_lag) while copying: what we copied may be torn */
+	if (fr_sub_lost(&f->ring))
+		return -ESTALE;
+	f->ring.records++;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(l));
 	return 0;
 }
@@ -464,10 +538,13 @@ int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
 		used += (l + 7u) & ~(size_t)7u;
 		if (used > cap)
 			used = cap;
-		/* consume privately; the shared head is stored once below */
+		/* consume privately; released once below */
 		f->ring.head += fr_record_bytes(l);
+		f->ring.records++;
 		w.timeout_ns = 0;
 	}
+	if (n && fr_sub_lost(&f->ring))
+		return -ESTALE; /* cut off while copying */
 	if (n)
 		fr_release(&f->ring, f->ring.head);
 	*got = n;
@@ -499,6 +576,7 @@ int flowshm_release(flowshm_t *f)
 		return -EINVAL;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
 	f->peeked = 0;
+	f->ring.records++;
 	return 0;
 }
 

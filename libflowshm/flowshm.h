@@ -14,6 +14,10 @@
  *               than your buffer (recv: *len says how large; nothing lost)
  *   -EPIPE      the flow is closed (recv: and fully drained)
  *   -EPROTO     the ring is corrupt or of another version: stop using it
+ *   -ENODATA    recv: the end of the stream (every record before it was
+ *               received); from then on
+ *   -ESTALE     recv: this consumer fell more than the flow's max lag
+ *               behind and was cut off; close and attach again
  *   -EINVAL     bad argument (zero length, wrong role, misuse of reserve)
  *
  * Timeouts are in nanoseconds: 0 = try once, negative = wait forever.
@@ -83,7 +87,7 @@ struct flowshm_info {
  *   -ECONNREFUSED  moverd is not running
  *   -ETIMEDOUT     moverd did not answer in time
  *   -EPROTO        moverd's answer made no sense
- *   -EBUSY         the flow already has a consumer
+ *   -EBUSY         all 16 subscriber slots (consumers) of the flow taken
  *   -EINVAL        bad name or role
  * flowshm_attach_error() then says why in words.
  */

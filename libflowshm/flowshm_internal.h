@@ -38,4 +38,17 @@ int flowshm_ring_create_at(const struct flowshm_ring_params *params,
 			   int dirfd, const char *name, uint64_t seal_key,
 			   uint64_t start, int *fd);
 
+/*
+ * flowshm_open_fd for an attach through moverd: a consumer adopts the
+ * subscriber slot moverd took for it (slot >= 0, with its gen), or takes
+ * one itself (slot < 0).  -ESTALE if the slot is no longer ours.
+ */
+int flowshm_open_attached(int fd, enum flowshm_role role,
+			  const struct flowshm_opts *opts, int slot,
+			  uint64_t gen, flowshm_t **out);
+
+/* Map moverd's doorbell page (ipc/bell.h) from bell_fd and ring bit index
+ * after commits when moverd armed the ring; 0 or -EPROTO / -errno. */
+int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index);
+
 #endif

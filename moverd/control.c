@@ -31,6 +31,8 @@
 struct attachment {
 	struct flow *flow;
 	enum flowshm_role role;
+	unsigned slot;  /* consumer: the subscriber slot taken for it */
+	uint64_t gen;   /* ... and its generation (fr_sub_take) */
 };
 
 struct ctl_client {
@@ -67,9 +69,14 @@ static void detach_all(struct ctl_client *c)
 	for (unsigned i = 0; i < c->n_att; i++) {
 		struct flow *f = c->att[i].flow;
 
-		if (c->att[i].role == FLOWSHM_CONSUMER)
+		if (c->att[i].role == FLOWSHM_CONSUMER) {
 			f->consumers--;
-		else
+			/* its slot goes back: producers held by it are free at
+			 * once (a no-op if the client already left cleanly) */
+			if (f->view)
+				fr_sub_leave(&f->view->ring, c->att[i].slot,
+					     c->att[i].gen);
+		} else
 			f->producers--;
 		log_debug("flow %s: pid %d detached", f->name, (int)c->pid);
 	}
@@ -455,12 +462,48 @@ out:
 	free(ptrs);
 }
 
+/* A consumer is a subscriber of the ring (ring format 2): take a slot for
+ * it in the client's pid; false (answered) if none is free. */
+static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
+		      struct attachment *att)
+{
+	int rc = f->view ? fr_sub_take(&f->view->ring, (uint32_t)c->pid &
+				       FR_INFO_PID, &att->slot, &att->gen) :
+			   -EPIPE;
+
+	if (rc == -EBUSY)
+		respond_error(c, id, -EBUSY, "flow '%s': all %u subscriber "
+			      "slots taken", f->name, FR_MAX_SUBS);
+	else if (rc)
+		respond_error(c, id, rc, "flow '%s': no subscriber slot: %s",
+			      f->name, strerror(-rc));
+	return rc == 0;
+}
+
+/* The attach answer: the flow, its ring fd, and a consumer's slot. */
+static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
+			   const struct attachment *att)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+
+	fill_info(f, &fi);
+	if (att->role == FLOWSHM_CONSUMER) {
+		fi.sub_slot = att->slot + 1;
+		fi.sub_gen = att->gen;
+	}
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+	resp.flow = &fi;
+	respond(c, &resp, id, f);
+}
+
 static void do_attach(struct ctl_client *c, uint64_t id,
 		      const Flowmover__Attach *a)
 {
 	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
 					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
 	struct flow *f = find_or_fail(c, id, a->name);
+	struct attachment att;
 
 	if (!f)
 		return;
@@ -470,24 +513,22 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 			      "attach to flow '%s'", (unsigned)c->uid, f->name);
 		return;
 	}
-	if (role == FLOWSHM_CONSUMER && f->consumers) {
-		respond_error(c, id, -EBUSY, "flow '%s' already has a consumer",
-			      f->name);
-		return;
-	}
 	if (c->n_att == ATTACH_MAX) {
 		respond_error(c, id, -ENOSPC, "too many attachments on one "
 			      "connection (limit %d)", ATTACH_MAX);
 		return;
 	}
-	c->att[c->n_att++] = (struct attachment){ f, role };
+	att = (struct attachment){ .flow = f, .role = role };
+	if (role == FLOWSHM_CONSUMER && !take_slot(c, id, f, &att))
+		return;
+	c->att[c->n_att++] = att;
 	if (role == FLOWSHM_CONSUMER)
 		f->consumers++;
 	else
 		f->producers++;
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
-	respond_flow(c, id, f, f);
+	respond_attach(c, id, f, &att);
 }
 
 static void do_status(struct ctl_client *c, uint64_t id)
