@@ -95,8 +95,12 @@ int flowshm_attach(const char *flow_name, enum flowshm_role role,
 				   resp->flow->sub_gen, out);
 	if (rc)
 		open_error(fd, flow_name, rc);
-	else
+	else {
 		(*out)->ctl_fd = sock; /* held until detach: our liveness */
+		snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
+		/* the moverd start that owns the ring now (flowshm_state) */
+		(*out)->epoch = fsi_epoch(*out);
+	}
 out:
 	ctl_response_free(resp);
 	if (fd >= 0)

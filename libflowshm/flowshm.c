@@ -366,6 +366,9 @@ static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
 		if (rc != -EAGAIN)
 			return rc;
 		rc = backoff(f, w, WAIT_SPACE);
+		/* a timed-out producer is told why it was held back */
+		if (rc == -ETIMEDOUT)
+			return fsi_why_timeout(f);
 		if (rc)
 			return rc;
 	}
@@ -465,15 +468,18 @@ int flowshm_commit(flowshm_t *f)
 
 /* ---- consumer ------------------------------------------------------------ */
 
-/* Wait (per w) for the next record; on 0 *rec and *len describe it. */
+/* Wait (per w) for the next record; on 0 *rec and *len describe it.
+ * -EINVAL while a peek_batch is held: its records are not released. */
 static int next_record(flowshm_t *f, const struct fr_rec **rec, uint32_t *len,
 		       struct waiter *w)
 {
-	if (!f || f->role != FLOWSHM_CONSUMER)
+	if (!f || f->role != FLOWSHM_CONSUMER || f->batch_n)
 		return -EINVAL;
 	for (;;) {
 		int rc = fr_peek(&f->ring, rec, len);
 
+		if (rc == 0)
+			f->last_producer = fr_rec_producer(*rec);
 		if (rc != -EAGAIN)
 			return rc;
 		rc = backoff(f, w, WAIT_DATA);
@@ -572,6 +578,8 @@ int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 
 int flowshm_release(flowshm_t *f)
 {
+	if (f && f->batch_n)
+		return flowshm_release_batch(f);
 	if (!f || f->role != FLOWSHM_CONSUMER || !f->peeked)
 		return -EINVAL;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
@@ -580,19 +588,134 @@ int flowshm_release(flowshm_t *f)
 	return 0;
 }
 
+/*
+ * The next record of a held batch at pos, without waiting and without
+ * releasing anything: only a committed data record lying wholly below
+ * what is published (avail, deposit rings).  Anything else (the pad at
+ * the end of a lap, the end record, a record not committed yet, a header
+ * that makes no sense) ends the batch here; the next read call meets it
+ * through fr_peek, which skips, recovers or reports it.  fr_peek itself
+ * is not used past the first record: skipping a pad releases it, and
+ * that could publish our position past records the caller still reads.
+ */
+static bool batch_next(const struct fr_ring *r, uint64_t pos, uint64_t avail,
+		       const struct fr_rec **rec, uint32_t *len)
+{
+	struct fr_rec *h = fr_rec_at(r, pos);
+	uint32_t l, info;
+
+	if (r->mode == FR_MODE_DEPOSIT && (pos >= avail ||
+					   avail - pos < FR_REC_HDR))
+		return false;
+	/* acquire: pairs with the producer's release of COMMITTED, so the
+	 * len, info and payload read after it are the committed ones */
+	if (atomic_load_explicit(&h->seal, memory_order_acquire) !=
+	    fr_seal(r, pos, FR_SEAL_COMMITTED))
+		return false;
+	l = atomic_load_explicit(&h->len, memory_order_relaxed);
+	info = atomic_load_explicit(&h->info, memory_order_relaxed);
+	if (info & (FR_INFO_PAD | FR_INFO_CTRL))
+		return false;
+	if (l == 0 || l > r->max_record ||
+	    fr_record_bytes(l) > fr_lap_rest(r, pos))
+		return false;
+	if (r->mode == FR_MODE_DEPOSIT && fr_record_bytes(l) > avail - pos)
+		return false;
+	*rec = h;
+	*len = l;
+	return true;
+}
+
+int flowshm_peek_batch(flowshm_t *f, struct flowshm_rec *recs, unsigned max,
+		       unsigned *got, int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	const struct fr_rec *rec;
+	uint64_t pos, avail = 0;
+	unsigned n = 0;
+	uint32_t l;
+	int rc;
+
+	if (!recs || !got || max == 0 || (f && f->peeked))
+		return -EINVAL;
+	rc = next_record(f, &rec, &l, &w);
+	if (rc)
+		return rc;
+	/* the one synchronisation of the batch: what moverd has published
+	 * (acquire: the deposited bytes below it are visible); local rings
+	 * need none beyond each record's seal */
+	if (f->ring.mode == FR_MODE_DEPOSIT)
+		avail = atomic_load_explicit(&f->ring.sh->published,
+					     memory_order_acquire);
+	pos = f->ring.head;
+	do {
+		recs[n++] = (struct flowshm_rec){ .data = rec + 1, .len = l,
+						  .producer = fr_rec_producer(rec) };
+		pos += fr_record_bytes(l);
+	} while (n < max && batch_next(&f->ring, pos, avail, &rec, &l));
+	/* the private head stays at the first record until the release:
+	 * nothing publishes a position past records still in use */
+	f->last_producer = recs[n - 1].producer;
+	f->batch_n = n;
+	f->batch_end = pos;
+	*got = n;
+	return 0;
+}
+
+int flowshm_release_batch(flowshm_t *f)
+{
+	if (!f || f->role != FLOWSHM_CONSUMER || !f->batch_n)
+		return -EINVAL;
+	fr_release(&f->ring, f->batch_end);
+	f->batch_n = 0;
+	return 0;
+}
+
+uint32_t flowshm_last_producer(const flowshm_t *f)
+{
+	return f ? f->last_producer : 0;
+}
+
+bool fsi_ready(flowshm_t *f)
+{
+	const struct fr_rec *rec;
+	uint32_t len;
+
+	if (f->batch_n || f->peeked)
+		return true;
+	return fr_peek(&f->ring, &rec, &len) != -EAGAIN;
+}
+
 const char *flowshm_strerror(int rc)
 {
 	switch (rc) {
 	case 0: return "success";
 	case -EAGAIN: return "ring full or empty, try again";
-	case -ETIMEDOUT: return "timed out";
+	case -ETIMEDOUT: return "timed out: back-pressured by a slow consumer "
+				"(producer), or nothing arrived (consumer)";
+	case -ENOTCONN: return "the flow's link to its peer host is down or "
+			       "not connected yet";
+	case -EHOSTDOWN: return "moverd is gone (its control connection hung "
+				"up) and the ring is full";
 	case -EMSGSIZE: return "record too large";
-	case -EPIPE: return "flow closed";
+	case -EPIPE: return "flow closed (or its stream ended: no more sends)";
+	case -ENODATA: return "end of stream: every record was delivered";
+	case -ESTALE: return "this consumer fell further behind than the "
+			     "flow's max lag and was cut off: attach again";
 	case -EPROTO: return "ring corrupt or incompatible version";
 	case -EINVAL: return "invalid argument";
 	case -ENOENT: return "no such flow";
 	case -EACCES: return "permission denied";
 	case -ECONNREFUSED: return "moverd is not running";
+	case -EBUSY: return "every subscriber slot of the flow is taken";
+	case -ENOSPC: return "a limit of moverd's is reached (flows, "
+			     "attachments or memory for rings)";
+	case -EDQUOT: return "over your quota of flows or ring bytes";
+	case -ENOMEM: return "out of memory";
+	case -EEXIST: return "a flow of that name exists (or the handle is "
+			     "already in the set)";
+	case -ECONNRESET: return "moverd closed the control connection";
+	case -ENOSYS: return "the kernel lacks futex_waitv (Linux 5.16)";
 	default: return strerror(-rc);
 	}
 }
