@@ -9,6 +9,7 @@
  */
 #include "control.h"
 #include "ctl_frame.h"
+#include "eos.h"
 #include "log.h"
 #include "mover.h"
 
@@ -33,6 +34,7 @@ struct attachment {
 	enum flowshm_role role;
 	unsigned slot;  /* consumer: the subscriber slot taken for it */
 	uint64_t gen;   /* ... and its generation (fr_sub_take) */
+	bool ended;  /* a producer that ended its stream (flowshm_end) */
 };
 
 struct ctl_client {
@@ -78,7 +80,13 @@ static void detach_all(struct ctl_client *c)
 					     c->att[i].gen);
 		} else
 			f->producers--;
+		if (c->att[i].ended)
+			f->producers_ended--;
 		log_debug("flow %s: pid %d detached", f->name, (int)c->pid);
+		/* a producer gone without ending may leave only ended ones */
+		if (c->att[i].role == FLOWSHM_PRODUCER)
+			eos_update(f);
+		ctl_status_sync(f);
 	}
 	c->n_att = 0;
 }
@@ -528,7 +536,58 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 		f->producers++;
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
+	ctl_status_sync(f);
 	respond_attach(c, id, f, &att);
+}
+
+/* A producer attached on this connection ends its stream. */
+static void do_end_stream(struct ctl_client *c, uint64_t id,
+			  const Flowmover__EndStream *e)
+{
+	struct attachment *a = NULL;
+
+	for (unsigned i = 0; i < c->n_att && !a; i++) {
+		if (c->att[i].role == FLOWSHM_PRODUCER &&
+		    !strcmp(c->att[i].flow->name, e->name))
+			a = &c->att[i];
+	}
+	if (!a) {
+		respond_error(c, id, -EINVAL, "no producer of flow '%.80s' is "
+			      "attached on this connection", e->name);
+		return;
+	}
+	if (!a->ended) {
+		a->ended = true;
+		a->flow->producers_ended++;
+		a->flow->producers_ended_ever = true;
+		log_debug("flow %s: pid %d ended its stream", a->flow->name,
+			  (int)c->pid);
+		eos_update(a->flow);
+	}
+	respond_ok(c, id);
+}
+
+/* moverctl flow end: the owner (or root) ends the stream now. */
+static void do_end_flow(struct ctl_client *c, uint64_t id,
+			const Flowmover__EndFlow *e)
+{
+	struct flow *f = find_or_fail(c, id, e->name);
+
+	if (!f)
+		return;
+	if (!flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
+		return;
+	}
+	if (f->role == FLOW_RECEIVER) {
+		respond_error(c, id, -EINVAL, "flow '%s' is fed from %s: end "
+			      "it on that host", f->name,
+			      f->origin[0] ? f->origin : "its sending host");
+		return;
+	}
+	eos_force(f);
+	respond_ok(c, id);
 }
 
 static void do_status(struct ctl_client *c, uint64_t id)
@@ -606,6 +665,12 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		break;
 	case FLOWMOVER__REQUEST__BODY_ALLOW:
 		do_allow(c, id, req->allow);
+		break;
+	case FLOWMOVER__REQUEST__BODY_END_STREAM:
+		do_end_stream(c, id, req->end_stream);
+		break;
+	case FLOWMOVER__REQUEST__BODY_END_FLOW:
+		do_end_flow(c, id, req->end_flow);
 		break;
 	default:
 		respond_error(c, id, -EPROTO, "request has no known body");
@@ -916,4 +981,37 @@ void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
 				i++;
 		}
 	}
+}
+
+/*
+ * The flow's state and attach counts into its ring's status (struct
+ * fr_status) when they differ from what is there: the minimum for
+ * flowshm_state and a producer's -ENOTCONN, called at attach, detach and
+ * on the timer.  (Branch life writes the status at each state change.)
+ */
+static enum fr_flow_state status_of(const struct flow *f)
+{
+	if (f->end_written)
+		return FR_STATE_ENDED;
+	switch (f->state) {
+	case FLOW_OPEN: return FR_STATE_OPEN;
+	case FLOW_CONNECTING: return FR_STATE_CONNECTING;
+	case FLOW_RECONNECTING: return FR_STATE_PEER_DOWN;
+	case FLOW_FAILED: return FR_STATE_FAILED;
+	case FLOW_CLOSING: return FR_STATE_CLOSED;
+	}
+	return FR_STATE_UNKNOWN;
+}
+
+void ctl_status_sync(struct flow *f)
+{
+	struct fr_ring *r = &f->view->ring;
+	enum fr_flow_state st = status_of(f);
+	struct fr_status_view v;
+
+	if (fr_status_read(r, &v) || v.state != (uint32_t)st)
+		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
+	if (fr_status_read(r, &v) || v.producers != f->producers ||
+	    v.consumers != f->consumers)
+		fr_status_counts(r, f->producers, f->consumers);
 }

@@ -18,6 +18,8 @@
  */
 #include "peer_impl.h"
 #include "bell_thread.h"
+#include "control.h"
+#include "eos.h"
 #include "log.h"
 #include "peer_allow.h"
 
@@ -1229,6 +1231,8 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 		} else if (flows_ring_tampered(f, why, sizeof(why)) ||
 			   ring_marked_failed(f, why, sizeof(why))) {
 			fail_tampered(f, why);
+		} else {
+			ctl_status_sync(f);
 		}
 	}
 	flows_reap_remains(m->flows, now);
@@ -1285,6 +1289,7 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (m->rdma)
 		rdma_tick(m, now);
+	eos_retry(m->flows);
 	if (now - m->police_ns >= POLICE_NS) {
 		m->police_ns = now;
 		police_flows(m, now);
