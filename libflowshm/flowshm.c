@@ -664,10 +664,18 @@ int flowshm_peek_batch(flowshm_t *f, struct flowshm_rec *recs, unsigned max,
 
 int flowshm_release_batch(flowshm_t *f)
 {
+	unsigned n;
+
 	if (!f || f->role != FLOWSHM_CONSUMER || !f->batch_n)
 		return -EINVAL;
-	fr_release(&f->ring, f->batch_end);
+	n = f->batch_n;
 	f->batch_n = 0;
+	/* cut off (max_lag) while the caller read in place: what it read
+	 * may have been overwritten; nothing of ours is left to release */
+	if (fr_sub_lost(&f->ring))
+		return -ESTALE;
+	f->ring.records += n;
+	fr_release(&f->ring, f->batch_end);
 	return 0;
 }
 

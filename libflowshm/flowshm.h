@@ -184,8 +184,10 @@ int flowshm_release(flowshm_t *f);
  * record; *got >= 1 on 0.  A batch stops early at the end of a lap of the
  * ring, at the end of the stream, or at a record not yet committed.
  * While a batch is held, the other read calls return -EINVAL;
- * flowshm_release_batch (or flowshm_release) releases all of it.  Held
- * records hold producers back: release promptly.
+ * flowshm_release_batch (or flowshm_release) releases all of it: 0, or
+ * -ESTALE if this consumer was cut off meanwhile (max lag): what was
+ * read in place may have been overwritten.  Held records hold producers
+ * back: release promptly.
  */
 struct flowshm_rec {
 	const void *data;

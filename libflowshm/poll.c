@@ -133,6 +133,35 @@ static unsigned scan(flowshm_t *const *flows, unsigned n, unsigned start,
 	return k;
 }
 
+/*
+ * A consumer stuck behind a claimed record must wake up to run recovery
+ * (fr_peek pads a dead producer's claim once it stayed claimed for
+ * recover_ns), so, as fr_wait_data, sleep at most a quarter of that
+ * while a local ring has claims beyond our position.
+ */
+static uint64_t recovery_cap(flowshm_t *const *flows, unsigned n,
+			     uint64_t deadline)
+{
+	uint64_t now = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		const struct fr_ring *r = &flows[i]->ring;
+		uint64_t cap;
+
+		/* relaxed: only a hint of whether anything is claimed */
+		if (r->mode == FR_MODE_DEPOSIT || !r->recover_ns ||
+		    atomic_load_explicit(&r->sh->tail, memory_order_relaxed) ==
+			    r->head)
+			continue;
+		if (!now)
+			now = fr_now_ns();
+		cap = now + r->recover_ns / 4 + 1;
+		if (cap < deadline)
+			deadline = cap;
+	}
+	return deadline;
+}
+
 /* Sleep until a ring may have data or the deadline: returns when the
  * caller should scan again. */
 static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
@@ -144,7 +173,8 @@ static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
 	if (n <= FUTEX_WAITV_MAX &&
 	    !atomic_load_explicit(&no_waitv, memory_order_relaxed)) {
 		arm(flows, n, w);
-		rc = any_ready(flows, n) ? 0 : waitv(w, n, deadline);
+		rc = any_ready(flows, n) ? 0 :
+			waitv(w, n, recovery_cap(flows, n, deadline));
 		disarm(flows, n);
 		if (rc != -ENOSYS)
 			return;
@@ -223,6 +253,7 @@ struct flowshm_set {
 	bool armed;               /* the helper holds counts on armed_sh */
 	bool quit;
 	unsigned armed_n;
+	uint64_t armed_until;     /* wake then even if no word moved */
 	struct fr_shared *armed_sh[FLOWSHM_SET_MAX];
 	struct futex_waitv w[FLOWSHM_SET_MAX + 1];
 	_Atomic uint32_t call;    /* bumped to call the helper back */
@@ -262,6 +293,7 @@ static void *helper(void *arg)
 	pthread_mutex_lock(&s->mu);
 	while (!s->quit) {
 		struct futex_waitv w[FLOWSHM_SET_MAX + 1];
+		uint64_t until;
 		unsigned n;
 
 		if (!s->armed) {
@@ -269,9 +301,11 @@ static void *helper(void *arg)
 			continue;
 		}
 		n = s->armed_n;
+		until = s->armed_until;
 		memcpy(w, s->w, (n + 1) * sizeof(w[0]));
 		pthread_mutex_unlock(&s->mu);
-		waitv(w, n + 1, UINT64_MAX);
+		/* a timeout (recovery) also makes the caller poll again */
+		waitv(w, n + 1, until);
 		pthread_mutex_lock(&s->mu);
 		disarm_shared(s->armed_sh, n);
 		s->armed = false;
@@ -437,6 +471,7 @@ static unsigned arm_helper(flowshm_set_t *s, unsigned start, unsigned *idx)
 		.flags = FUTEX_32,
 	};
 	s->armed_n = s->n;
+	s->armed_until = recovery_cap(s->flows, s->n, UINT64_MAX);
 	s->armed = true;
 	pthread_cond_broadcast(&s->cv);
 	return 0;

@@ -1005,10 +1005,13 @@ static enum fr_flow_state status_of(const struct flow *f)
 
 void ctl_status_sync(struct flow *f)
 {
-	struct fr_ring *r = &f->view->ring;
 	enum fr_flow_state st = status_of(f);
 	struct fr_status_view v;
+	struct fr_ring *r;
 
+	if (!f->view)
+		return;
+	r = &f->view->ring;
 	if (fr_status_read(r, &v) || v.state != (uint32_t)st)
 		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
 	if (fr_status_read(r, &v) || v.producers != f->producers ||

@@ -13,7 +13,7 @@ static void write_end(struct flow *f)
 {
 	int rc;
 
-	if (f->end_written || f->dead)
+	if (f->end_written || f->dead || !f->view)
 		return;
 	rc = fr_write_end(&f->view->ring);
 	if (rc == -EAGAIN) {
