@@ -222,7 +222,8 @@ uint32_t flowshm_last_producer(const flowshm_t *f);
  * -ENODATA from every read call.  Later sends of any producer get -EPIPE.
  * timeout_ns matters only for a ring opened with flowshm_open_fd (no
  * moverd): the end record is written at once, waiting for room in a full
- * ring like a send.  Returns 0 (also when already ended), -EINVAL (not a
+ * ring like a send; from the first try on, other producers' sends get
+ * -EPIPE (no record may follow the end).  Returns 0 (also when already ended), -EINVAL (not a
  * producer, a reserve pending), -EPIPE (flow closed), -EAGAIN/-ETIMEDOUT
  * (open_fd: no room), or moverd's error (-ECONNRESET: moverd is gone).
  */

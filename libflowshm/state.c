@@ -8,6 +8,7 @@
 #include "flowshm_internal.h"
 
 #include "ctl_client.h"
+#include "../ipc/futex.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -139,8 +140,35 @@ int fsi_why_timeout(flowshm_t *f)
 
 /* ---- end of stream ------------------------------------------------------ */
 
-/* No moverd: write the end record ourselves, waiting for room as a send
- * does (the ring's space wake). */
+/*
+ * Sleep until a subscriber publishes a new position (room), or deadline.
+ * Not fr_wait_space: once the end began (ENDING) it returns at once, for
+ * the producers it turns away.  The same protocol: read the futex word,
+ * count ourselves, full fence, re-check, sleep.
+ */
+static int wait_room(struct fr_ring *r, uint64_t deadline)
+{
+	struct fr_shared *sh = r->sh;
+	/* acquire: the word before the re-check, so a wake in between
+	 * changes it and the wait returns at once */
+	uint32_t v = atomic_load_explicit(&sh->space_futex,
+					  memory_order_acquire);
+	uint64_t seen = fr_min_pos(r);
+	int rc = 0;
+
+	atomic_fetch_add_explicit(&sh->producers_waiting, 1,
+				  memory_order_relaxed);
+	/* full fence: our count before the re-check; a consumer publishes,
+	 * fences and reads the count (fr_release), so one sees the other */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!fr_closed(r) && fr_min_pos(r) == seen)
+		rc = fm_futex_wait(&sh->space_futex, v, deadline);
+	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
+				  memory_order_relaxed);
+	return rc;
+}
+
+/* No moverd: write the end record ourselves, waiting for room. */
 static int end_alone(flowshm_t *f, int64_t timeout_ns)
 {
 	uint64_t deadline = timeout_ns < 0 ? UINT64_MAX :
@@ -153,7 +181,8 @@ static int end_alone(flowshm_t *f, int64_t timeout_ns)
 			return rc;
 		if (timeout_ns == 0)
 			return -EAGAIN;
-		if (fr_wait_space(&f->ring, deadline) == -ETIMEDOUT)
+		if (fr_now_ns() >= deadline ||
+		    wait_room(&f->ring, deadline) == -ETIMEDOUT)
 			return fsi_why_timeout(f);
 	}
 }
