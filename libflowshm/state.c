@@ -69,6 +69,35 @@ static uint64_t lag_of(const flowshm_t *f)
 	return lag_from(f, fr_min_pos(&f->ring));
 }
 
+/*
+ * Is the consumer's next record the END?  On the receiving host the END
+ * arrived as data and no flag says so; the read calls say -ENODATA there.
+ * Only looks: a committed CTRL header at our position (acquire on the
+ * seal, as fr_peek), below what is published in a deposit ring.
+ */
+static bool consumer_at_end(const flowshm_t *f)
+{
+	const struct fr_ring *r = &f->ring;
+	struct fr_rec *h = fr_rec_at(r, r->head);
+	uint64_t kind;
+
+	if (f->role != FLOWSHM_CONSUMER || f->batch_n || f->peeked)
+		return false;
+	if (r->mode == FR_MODE_DEPOSIT &&
+	    atomic_load_explicit(&r->sh->published, memory_order_acquire) <=
+		    r->head)
+		return false;
+	if (atomic_load_explicit(&h->seal, memory_order_acquire) !=
+	    fr_seal(r, r->head, FR_SEAL_COMMITTED))
+		return false;
+	if (!(atomic_load_explicit(&h->info, memory_order_relaxed) &
+	      FR_INFO_CTRL) ||
+	    atomic_load_explicit(&h->len, memory_order_relaxed) != sizeof(kind))
+		return false;
+	memcpy(&kind, h + 1, sizeof(kind));
+	return kind == FR_CTRL_END;
+}
+
 /* The ring's own flags override moverd's word: they are the truth the
  * read and send calls act on. */
 static void ring_override(const flowshm_t *f, struct flowshm_state *out)
@@ -81,7 +110,7 @@ static void ring_override(const flowshm_t *f, struct flowshm_state *out)
 		out->reason = -EPROTO;
 	} else if (flags & FR_FLAG_CLOSED) {
 		out->state = FLOWSHM_STATE_CLOSED;
-	} else if (flags & FR_FLAG_ENDED) {
+	} else if ((flags & FR_FLAG_ENDED) || consumer_at_end(f)) {
 		out->state = FLOWSHM_STATE_ENDED;
 	}
 }

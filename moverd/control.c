@@ -1012,7 +1012,8 @@ void ctl_status_sync(struct flow *f)
 	if (!f->view)
 		return;
 	r = &f->view->ring;
-	if (fr_status_read(r, &v) || v.state != (uint32_t)st)
+	if (st != FR_STATE_UNKNOWN &&
+	    (fr_status_read(r, &v) || v.state != (uint32_t)st))
 		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
 	if (fr_status_read(r, &v) || v.producers != f->producers ||
 	    v.consumers != f->consumers)

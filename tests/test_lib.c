@@ -748,6 +748,7 @@ static void case_end_remote(void)
 {
 	struct hd a, b;
 	flowshm_t *p, *c;
+	struct flowshm_state st;
 
 	two_daemons(&a, &b, "lib15", "r1");
 	p = attach(&a, "r1", FLOWSHM_PRODUCER);
@@ -757,7 +758,10 @@ static void case_end_remote(void)
 	for (uint64_t s = 0; s < 500; s++)
 		recv_one(c, 1, s);
 	check_at_end(c);
-	printf("  B: 500 records then end of stream\n");
+	CHECK_RC(flowshm_state(c, &st), 0);
+	printf("  B: 500 records then end of stream; state %s\n",
+	       flowshm_state_name(st.state));
+	CHECK(st.state == FLOWSHM_STATE_ENDED);
 	flowshm_detach(c);
 	flowshm_detach(p);
 	hd_stop(&a);
