@@ -75,6 +75,29 @@ static void recv_one(flowshm_t *c, uint32_t want_id, uint64_t want_seq)
 	CHECK(id == want_id && seq == want_seq);
 }
 
+/* Read records first..first+count-1 of producer id in place, in batches. */
+static void peek_seq(flowshm_t *c, uint32_t want_id, uint64_t first,
+		     uint64_t count)
+{
+	struct flowshm_rec recs[32];
+	uint64_t s = first;
+
+	while (s < first + count) {
+		unsigned got, want = first + count - s < 32 ?
+				     (unsigned)(first + count - s) : 32;
+
+		CHECK_RC(flowshm_peek_batch(c, recs, want, &got, 10 * SEC), 0);
+		for (unsigned k = 0; k < got; k++, s++) {
+			uint32_t id;
+			uint64_t seq;
+
+			CHECK(tu_verify(recs[k].data, recs[k].len, &id, &seq));
+			CHECK(id == want_id && seq == s);
+		}
+		CHECK_RC(flowshm_release_batch(c), 0);
+	}
+}
+
 /* Every read call says end of stream, again and again. */
 static void check_at_end(flowshm_t *c)
 {
@@ -511,6 +534,41 @@ static void case_state_alone(void)
 	close(fd);
 }
 
+/* ---- case 8: more flows than one futex_waitv takes: the sleep loop ------ */
+
+#define MANY 130
+
+static void case_poll_many(void)
+{
+	static flowshm_t *c[MANY];
+	static unsigned ready[MANY];
+	static int fds[MANY];
+	unsigned n;
+	pid_t pid;
+
+	for (int i = 0; i < MANY; i++) {
+		fds[i] = tu_ring(4096, 64, 0);
+		c[i] = tu_open(fds[i], FLOWSHM_CONSUMER, 0);
+	}
+	CHECK_RC(flowshm_poll(c, MANY, ready, &n, 20 * MS), -ETIMEDOUT);
+	pid = child();
+	if (pid == 0) {
+		flowshm_t *p = tu_open(fds[MANY - 1], FLOWSHM_PRODUCER, 0);
+
+		usleep(100000);
+		send_seq(p, 1, 0, 1, 32);
+		_exit(0);
+	}
+	CHECK_RC(flowshm_poll(c, MANY, ready, &n, 10 * SEC), 0);
+	reap(pid);
+	CHECK(n == 1 && ready[0] == MANY - 1);
+	recv_one(c[MANY - 1], 1, 0);
+	for (int i = 0; i < MANY; i++) {
+		flowshm_close(c[i]);
+		close(fds[i]);
+	}
+}
+
 /* ---- daemons ----------------------------------------------------------------- */
 
 static flowshm_t *attach(const struct hd *d, const char *name,
@@ -755,8 +813,10 @@ static void case_end_remote(void)
 	c = attach(&b, "r1", FLOWSHM_CONSUMER);
 	send_seq(p, 1, 0, 500, 1000);
 	CHECK_RC(flowshm_end(p, 0), 0);
-	for (uint64_t s = 0; s < 500; s++)
+	/* half one by one, half in place in batches (a deposit ring) */
+	for (uint64_t s = 0; s < 250; s++)
 		recv_one(c, 1, s);
+	peek_seq(c, 1, 250, 250);
 	check_at_end(c);
 	CHECK_RC(flowshm_state(c, &st), 0);
 	printf("  B: 500 records then end of stream; state %s\n",
@@ -804,6 +864,8 @@ int main(int argc, char **argv)
 		{ 5, case_fair, "fan-in fairness: a flooded and a sparse flow" },
 		{ 6, case_set_epoll, "a set's descriptor under epoll" },
 		{ 7, case_state_alone, "state and lag without moverd" },
+		{ 8, case_poll_many, "poll over 130 flows (beyond futex_waitv: "
+		  "the sleep loop)" },
 		{ 10, case_end_moverd, "end of stream through moverd: two "
 		  "producers" },
 		{ 11, case_end_gone, "a producer killed without ending is gone" },
