@@ -16,6 +16,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -406,6 +407,20 @@ static bool have_waitv(void)
 	return true;
 }
 
+/* The helper takes no signals: the application's handlers run in its
+ * own threads, as they would without the library. */
+static int start_helper(flowshm_set_t *s)
+{
+	sigset_t all, old;
+	int rc;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&s->thread, NULL, helper, s);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -rc;
+}
+
 int flowshm_set_fd(flowshm_set_t *s)
 {
 	int rc = 0;
@@ -424,7 +439,7 @@ int flowshm_set_fd(flowshm_set_t *s)
 		rc = -errno;
 		goto out;
 	}
-	rc = -pthread_create(&s->thread, NULL, helper, s);
+	rc = start_helper(s);
 	if (rc) {
 		close(s->efd);
 		s->efd = -1;
