@@ -223,9 +223,10 @@ uint32_t flowshm_last_producer(const flowshm_t *f);
  * timeout_ns matters only for a ring opened with flowshm_open_fd (no
  * moverd): the end record is written at once, waiting for room in a full
  * ring like a send; from the first try on, other producers' sends get
- * -EPIPE (no record may follow the end).  Returns 0 (also when already ended), -EINVAL (not a
- * producer, a reserve pending), -EPIPE (flow closed), -EAGAIN/-ETIMEDOUT
- * (open_fd: no room), or moverd's error (-ECONNRESET: moverd is gone).
+ * -EPIPE (no record may follow the end).  Returns 0 (also when already
+ * ended), -EINVAL (not a producer, a reserve pending), -EPIPE (flow
+ * closed), -EAGAIN/-ETIMEDOUT (open_fd: no room), or moverd's error
+ * (-ECONNRESET, -EPIPE: moverd is gone).
  */
 int flowshm_end(flowshm_t *f, int64_t timeout_ns);
 
@@ -297,8 +298,9 @@ int flowshm_poll(flowshm_t *const *flows, unsigned n, unsigned *ready,
 /*
  * A set of consumer handles with a file descriptor for event loops
  * (epoll, io_uring, asyncio's add_reader).  At most FLOWSHM_SET_MAX
- * flows (futex_waitv's 128 words, one of them the set's own).  The set does not own the handles; remove a handle before
- * closing it.  All calls on one set from one thread at a time.
+ * flows (futex_waitv's 128 words, one of them the set's own).  The set
+ * does not own the handles; remove a handle before closing it.  All calls
+ * on one set from one thread at a time.
  */
 #define FLOWSHM_SET_MAX 127u
 typedef struct flowshm_set flowshm_set_t;
@@ -312,7 +314,8 @@ void flowshm_set_destroy(flowshm_set_t *s);
 
 /*
  * flowshm_poll over the set: ready[0..*nready) are the ready handles
- * (ready has room for max), in turn as flowshm_poll.
+ * (ready has room for max), in turn as flowshm_poll.  -EINVAL for an
+ * empty set.
  */
 int flowshm_set_poll(flowshm_set_t *s, flowshm_t **ready, unsigned max,
 		     unsigned *nready, int64_t timeout_ns);
@@ -325,8 +328,9 @@ int flowshm_set_poll(flowshm_set_t *s, flowshm_t **ready, unsigned max,
  * until it returns -EAGAIN; that -EAGAIN arms the descriptor again (a
  * helper thread sleeps in futex_waitv for the set, and writes the
  * eventfd when a producer wakes it).  flowshm_set_poll reads (clears)
- * the descriptor itself.  It may be readable with nothing ready (the
- * record was taken meanwhile): poll again, get -EAGAIN, wait again.
+ * the descriptor itself.  It is readable at first, and may be readable
+ * with nothing ready (a record was taken meanwhile, a flow was added or
+ * removed): poll, get -EAGAIN, wait again.
  * Returns the fd, or a negative errno (-ENOSYS: the kernel has no
  * futex_waitv; -EMFILE...).
  */
