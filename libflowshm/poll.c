@@ -36,7 +36,7 @@ static _Atomic bool no_waitv;
 /* Where the next flowshm_poll of this thread starts its scan. */
 static _Thread_local unsigned poll_turn;
 
-/* ---- the wake protocol over many rings ----------------------------------- */
+/* ---- the wake protocol over many rings ---------------------------------- */
 
 /*
  * Count ourselves as a sleeping consumer on each ring and take each wake
@@ -108,7 +108,7 @@ static void sleep_ns(uint64_t ns)
 	nanosleep(&ts, NULL);
 }
 
-/* ---- polling -------------------------------------------------------------- */
+/* ---- polling ------------------------------------------------------------ */
 
 static bool any_ready(flowshm_t *const *flows, unsigned n)
 {
@@ -231,7 +231,7 @@ int flowshm_poll(flowshm_t *const *flows, unsigned n, unsigned *ready,
 			  timeout_ns);
 }
 
-/* ---- sets with a descriptor ------------------------------------------------ */
+/* ---- sets with a descriptor --------------------------------------------- */
 
 /*
  * The helper thread holds the wait the application armed: the app, in

@@ -21,7 +21,7 @@
 
 static const char *moverd_bin, *moverctl_bin;
 
-/* ---- helpers ----------------------------------------------------------- */
+/* ---- helpers ------------------------------------------------------------ */
 
 /* A child process; it dies with the test. */
 static pid_t child(void)
@@ -130,7 +130,7 @@ static unsigned fill(flowshm_t *p, size_t len)
 	return n;
 }
 
-/* ---- case 1: strerror ------------------------------------------------------ */
+/* ---- case 1: strerror --------------------------------------------------- */
 
 static void case_strerror(void)
 {
@@ -155,7 +155,7 @@ static void case_strerror(void)
 	CHECK(!strcmp(flowshm_strerror(0), "success"));
 }
 
-/* ---- case 2: batch reads in place, producer identity ---------------------- */
+/* ---- case 2: batch reads in place, producer identity -------------------- */
 
 #define NPROD 3
 #define PER_PROD 3000u
@@ -245,7 +245,7 @@ static void case_batch_identity(void)
 	close(fd);
 }
 
-/* ---- case 3: end of stream without moverd ---------------------------------- */
+/* ---- case 3: end of stream without moverd ------------------------------- */
 
 static void *recv_three(void *arg)
 {
@@ -301,7 +301,7 @@ static void case_end_alone(void)
 	close(fd);
 }
 
-/* ---- case 4: flowshm_poll ---------------------------------------------------- */
+/* ---- case 4: flowshm_poll ----------------------------------------------- */
 
 static void case_poll(void)
 {
@@ -508,7 +508,7 @@ static void case_set_epoll(void)
 	}
 }
 
-/* ---- case 7: state of a ring without moverd ------------------------------- */
+/* ---- case 7: state of a ring without moverd ----------------------------- */
 
 static void case_state_alone(void)
 {
@@ -569,7 +569,7 @@ static void case_poll_many(void)
 	}
 }
 
-/* ---- daemons ----------------------------------------------------------------- */
+/* ---- daemons ------------------------------------------------------------ */
 
 static flowshm_t *attach(const struct hd *d, const char *name,
 			 enum flowshm_role role)
@@ -596,7 +596,7 @@ static void create(const struct hd *d, const char *name, const char *flags)
 	CHECK(rc == 0);
 }
 
-/* ---- case 10: end of stream through moverd, two producers ----------------- */
+/* ---- case 10: end of stream through moverd, two producers --------------- */
 
 static void case_end_moverd(void)
 {
@@ -636,7 +636,7 @@ static void case_end_moverd(void)
 	hd_stop(&d);
 }
 
-/* ---- case 11: a producer that dies without ending counts as gone ---------- */
+/* ---- case 11: a producer that dies without ending counts as gone -------- */
 
 static void case_end_gone(void)
 {
@@ -677,7 +677,7 @@ static void case_end_gone(void)
 	hd_stop(&d);
 }
 
-/* ---- case 12: moverctl flow end, also into a full ring -------------------- */
+/* ---- case 12: moverctl flow end, also into a full ring ------------------ */
 
 static void case_flow_end(void)
 {
@@ -709,7 +709,7 @@ static void case_flow_end(void)
 	hd_stop(&d);
 }
 
-/* ---- case 13: state through moverd; moverd gone: -EHOSTDOWN --------------- */
+/* ---- case 13: state through moverd; moverd gone: -EHOSTDOWN ------------- */
 
 static void case_state_daemon(void)
 {
@@ -757,7 +757,7 @@ static void case_state_daemon(void)
 	hd_cleanup(&d);
 }
 
-/* ---- case 14: a sender flow whose peer is not there: -ENOTCONN ----------- */
+/* ---- case 14: a sender flow whose peer is not there: -ENOTCONN ---------- */
 
 static void case_notconn(void)
 {
@@ -783,7 +783,7 @@ static void case_notconn(void)
 	hd_stop(&a);
 }
 
-/* ---- case 15: end of stream across two daemons, and a kill -9 of B ------- */
+/* ---- case 15: end of stream across two daemons, and a kill -9 of B ------ */
 
 static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 			const char *name)
