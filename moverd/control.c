@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ATTACH_MAX 16
@@ -63,6 +64,18 @@ struct ctl_client {
 
 static void arm_accept(struct ctl_server *s);
 static void serve(struct ctl_client *c);
+
+/* This start of moverd, as rings' status epoch (ctl_status_sync): the
+ * wall clock at start, different for every start. */
+static uint64_t status_epoch;
+
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- client lifetime ---------------------------------------------------- */
 
@@ -930,6 +943,7 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 				  .max_per_uid = CTL_DEFAULT_PER_UID,
 				  .socket_path = path,
 				  .started_ns = fr_now_ns() };
+	status_epoch = wall_ns();
 	if (strlen(path) >= sizeof(addr.sun_path)) {
 		log_error("socket path too long: %s", path);
 		return -ENAMETOOLONG;
@@ -984,10 +998,12 @@ void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
 }
 
 /*
- * The flow's state and attach counts into its ring's status (struct
- * fr_status) when they differ from what is there: the minimum for
- * flowshm_state and a producer's -ENOTCONN, called at attach, detach and
- * on the timer.  (Branch life writes the status at each state change.)
+ * The flow's state, attach counts and moverd's start (epoch) into its
+ * ring's status (struct fr_status) when they differ from what is there:
+ * the minimum for flowshm_state, a producer's -ENOTCONN and a client's
+ * "moverd restarted", called at attach, detach and on the timer (so a
+ * re-adopted ring gets the new epoch within a second).  (Branch life
+ * writes the status at each state change.)
  */
 static enum fr_flow_state status_of(const struct flow *f)
 {
@@ -1018,4 +1034,6 @@ void ctl_status_sync(struct flow *f)
 	if (fr_status_read(r, &v) || v.producers != f->producers ||
 	    v.consumers != f->consumers)
 		fr_status_counts(r, f->producers, f->consumers);
+	if (fr_status_read(r, &v) || v.epoch != status_epoch)
+		fr_status_epoch(r, status_epoch);
 }

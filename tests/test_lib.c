@@ -853,6 +853,39 @@ static void case_end_remote_restart(void)
 	hd_stop(&b);
 }
 
+/* ---- case 17: a consumer learns that moverd restarted -------------------- */
+
+static void case_restarted(void)
+{
+	struct hd a, b;
+	flowshm_t *c;
+	struct flowshm_state st;
+
+	two_daemons(&a, &b, "lib17", "r3");
+	c = attach(&b, "r3", FLOWSHM_CONSUMER);
+	CHECK_RC(flowshm_state(c, &st), 0);
+	CHECK(st.daemon == FLOWSHM_DAEMON_UP);
+	hd_kill(&b);
+	for (int i = 0; i < 500 && st.daemon == FLOWSHM_DAEMON_UP; i++) {
+		usleep(10000);
+		CHECK_RC(flowshm_state(c, &st), 0);
+	}
+	printf("  B killed: daemon %d\n", st.daemon);
+	CHECK(st.daemon == FLOWSHM_DAEMON_DOWN);
+	hd_restart(&b, moverd_bin, NULL);
+	/* the new moverd re-adopts the ring and stamps its own start */
+	for (int i = 0; i < 1000 && st.daemon != FLOWSHM_DAEMON_RESTARTED;
+	     i++) {
+		usleep(10000);
+		CHECK_RC(flowshm_state(c, &st), 0);
+	}
+	printf("  B restarted: daemon %d\n", st.daemon);
+	CHECK(st.daemon == FLOWSHM_DAEMON_RESTARTED);
+	flowshm_detach(c);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -876,6 +909,7 @@ int main(int argc, char **argv)
 		{ 15, case_end_remote, "end of stream from A to B over TCP" },
 		{ 16, case_end_remote_restart, "... with B killed and "
 		  "restarted mid-stream" },
+		{ 17, case_restarted, "state: moverd down, then restarted" },
 	};
 
 	if (argc < 3) {
