@@ -384,8 +384,9 @@ static pid_t honest_start(const struct hd *d, const char *flow,
 			rc = flowshm_recv(f, buf, sizeof(buf), &len, 20000000);
 		if (rc == 0)
 			ok++;
-		else if (rc == -EAGAIN || rc == -ETIMEDOUT || rc == -EMSGSIZE)
-			again++;
+		else if (rc == -EAGAIN || rc == -ETIMEDOUT || rc == -ENOTCONN ||
+			 rc == -EHOSTDOWN || rc == -EMSGSIZE)
+			again++; /* a timed-out send says why it waited */
 		else
 			break;
 	}
@@ -397,7 +398,7 @@ static pid_t honest_start(const struct hd *d, const char *flow,
 	flowshm_detach(f);
 	_exit(rc == -EPROTO ? 0 : rc == -EPIPE ? 3 :
 	      (rc == 0 || rc == -EAGAIN || rc == -ETIMEDOUT ||
-	       rc == -EMSGSIZE) ? 4 : 5);
+	       rc == -ENOTCONN || rc == -EHOSTDOWN || rc == -EMSGSIZE) ? 4 : 5);
 }
 
 /* The attacker must finish within 60 s (it is bounded: a hang is a bug). */
