@@ -202,6 +202,11 @@ static int check_request(const Flowmover__Request *r, char *err,
 		return check_name("attach", r->attach->name, err, errlen);
 	case FLOWMOVER__REQUEST__BODY_ALLOW:
 		return check_name("allow", r->allow->name, err, errlen);
+	case FLOWMOVER__REQUEST__BODY_END_STREAM:
+		return check_name("end stream", r->end_stream->name, err,
+				  errlen);
+	case FLOWMOVER__REQUEST__BODY_END_FLOW:
+		return check_name("end", r->end_flow->name, err, errlen);
 	case FLOWMOVER__REQUEST__BODY_LIST:
 	case FLOWMOVER__REQUEST__BODY_STATUS:
 	case FLOWMOVER__REQUEST__BODY_RELOAD:
@@ -355,6 +360,8 @@ const char *ctl_request_kind(const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_STATUS:   return "status";
 	case FLOWMOVER__REQUEST__BODY_ALLOW:    return "allow";
 	case FLOWMOVER__REQUEST__BODY_RELOAD:   return "reload";
+	case FLOWMOVER__REQUEST__BODY_END_STREAM: return "end stream";
+	case FLOWMOVER__REQUEST__BODY_END_FLOW: return "end";
 	default:                                return "none";
 	}
 }

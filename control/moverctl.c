@@ -43,6 +43,8 @@ static const char usage_text[] =
 "  flow create NAME [--ring-size BYTES] [--max-record BYTES]\n"
 "                   [--peer HOST:PORT] [--allow-uid UID]... [--allow-gid GID]...\n"
 "  flow destroy NAME\n"
+"  flow end NAME     end the flow's stream now: its consumers get every\n"
+"                    record, then end of stream (on the producers' host)\n"
 "  flow allow NAME [--uid USER]... [--gid GROUP]...\n"
 "  flow disallow NAME [--uid USER]... [--gid GROUP]...\n"
 "  flow list\n"
@@ -801,6 +803,32 @@ static int cmd_create(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
+static int cmd_end(const struct opts *o, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__EndFlow e = FLOWMOVER__END_FLOW__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	e.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_END_FLOW;
+	req.end_flow = &e;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
+	if (ex)
+		return ex;
+	if (o->json) {
+		struct json j = { 0 };
+
+		j_open(&j, '{');
+		j_str(&j, "ended", name);
+		j_close(&j, '}');
+	} else {
+		printf("ended the stream of flow '%s'\n", name);
+	}
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
 static int cmd_destroy(const struct opts *o, const char *name)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
@@ -1249,7 +1277,7 @@ int main(int argc, char **argv)
 		return usage_error("unknown command '%s'", args[0]);
 	if (n < 2)
 		return usage_error("flow: missing subcommand (create, destroy, "
-				   "list, show, allow, disallow)");
+				   "end, list, show, allow, disallow)");
 	if (!strcmp(args[1], "list")) {
 		if (n > 2)
 			return usage_error("flow list: unexpected argument "
@@ -1267,6 +1295,12 @@ int main(int argc, char **argv)
 		    (rc = check_name_arg(args[2])))
 			return rc;
 		return cmd_destroy(&o, args[2]);
+	}
+	if (!strcmp(args[1], "end")) {
+		if ((rc = need_args(n, 3, "flow end")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_end(&o, args[2]);
 	}
 	if (!strcmp(args[1], "show")) {
 		if ((rc = need_args(n, 3, "flow show")) ||

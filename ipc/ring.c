@@ -5,6 +5,7 @@
  */
 #include "ring.h"
 #include "futex.h"
+#include "bell.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -65,7 +66,7 @@ void fr_format(void *map, const struct fr_params *p)
 	sh->geo.created_ns = (uint64_t)ts.tv_sec * 1000000000ull +
 			     (uint64_t)ts.tv_nsec;
 	atomic_store_explicit(&sh->tail, p->start, memory_order_relaxed);
-	atomic_store_explicit(&sh->head, p->start, memory_order_relaxed);
+	atomic_store_explicit(&sh->floor, p->start, memory_order_relaxed);
 	atomic_store_explicit(&sh->published, p->start, memory_order_relaxed);
 	/*
 	 * The magic goes last, with release: whoever attaches and sees it
@@ -75,11 +76,11 @@ void fr_format(void *map, const struct fr_params *p)
 			      memory_order_release);
 }
 
-static int check_positions(uint64_t head, uint64_t tail, uint64_t size)
+static uint64_t attach_bound(struct fr_shared *sh, uint32_t mode)
 {
-	if (head > tail || tail - head > size || (head | tail) % FR_ALIGN)
-		return -EPROTO;
-	return 0;
+	return mode == FR_MODE_DEPOSIT ?
+		       atomic_load_explicit(&sh->published, memory_order_acquire) :
+		       atomic_load_explicit(&sh->tail, memory_order_acquire);
 }
 
 int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
@@ -87,7 +88,7 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
 	struct fr_shared *sh = map;
 	struct fr_geometry g;
 	struct fr_params p;
-	uint64_t head, tail;
+	uint64_t floor, tail, before;
 
 	if (map_bytes < FR_CTRL_BYTES + FR_MIN_RING)
 		return -EPROTO;
@@ -105,11 +106,13 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
 	if (fr_params_check(&p) || map_bytes != fr_map_bytes(g.ring_bytes))
 		return -EPROTO;
 
-	head = atomic_load_explicit(&sh->head, memory_order_acquire);
-	tail = g.mode == FR_MODE_DEPOSIT ?
-		       atomic_load_explicit(&sh->published, memory_order_acquire) :
-		       atomic_load_explicit(&sh->tail, memory_order_acquire);
-	if (check_positions(head, tail, g.ring_bytes))
+	/* the bound before and after the floor, as in refresh_min (acquire:
+	 * the positions written before them) */
+	before = attach_bound(sh, g.mode);
+	floor = atomic_load_explicit(&sh->floor, memory_order_acquire);
+	tail = attach_bound(sh, g.mode);
+	if (floor > tail || (before > floor && before - floor > g.ring_bytes) ||
+	    (floor | tail) % FR_ALIGN)
 		return -EPROTO;
 
 	*r = (struct fr_ring){
@@ -121,10 +124,16 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
 		.max_record = g.max_record,
 		.mode = g.mode,
 		.map_bytes = map_bytes,
-		.head = head,
+		.head = floor,
+		.head_pub = floor,
+		.pub_every = g.ring_bytes / 8 < FR_PUBLISH_BYTES ?
+				     g.ring_bytes / 8 : FR_PUBLISH_BYTES,
 		.tail_cache = tail,
 		.stuck_pos = UINT64_MAX,
-		.head_cache = head,
+		.sub = FR_MAX_SUBS,
+		/* the floor is never above what a producer may rely on
+		 * (see refresh_min): a safe first head cache */
+		.head_cache = floor,
 		.pid = (uint32_t)getpid() & FR_INFO_PID,
 	};
 	return 0;
@@ -157,20 +166,40 @@ void fr_fail(struct fr_ring *r)
 
 /* ---- producer ----------------------------------------------------------- */
 
+void fr_bell_arm(struct fr_ring *r)
+{
+	atomic_store_explicit(&r->sh->bell_armed, 1, memory_order_relaxed);
+	/* full fence: the arm is visible before moverd re-checks the ring;
+	 * a producer does the mirror image (seal release, fence, read of
+	 * bell_armed in wake_consumer), so one of the two sees the other */
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
 static void wake_consumer(struct fr_ring *r)
 {
 	/*
 	 * Full fence between our release store of a seal (or of `published`)
-	 * and the read of the sleeper flag; the consumer does the mirror
-	 * image (flag store, fence, ring re-check), so one of us sees the
-	 * other.
+	 * and the read of the sleeper count; the consumer does the mirror
+	 * image (count, fence, ring re-check), so one of us sees the other.
 	 */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&r->sh->consumer_waiting, memory_order_relaxed))
+	if (atomic_load_explicit(&r->sh->consumers_waiting,
+				 memory_order_relaxed))
 		wake_all(&r->sh->data_futex);
+	/*
+	 * The doorbell: only a handle that got the page from moverd rings
+	 * it.  The exchange makes one of several producers ring; relaxed is
+	 * enough, the fence above already orders our commit before it and
+	 * fb_ring fences again before it reads moverd's sleeping flag.
+	 */
+	if (r->bell &&
+	    atomic_load_explicit(&r->sh->bell_armed, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&r->sh->bell_armed, 0,
+				     memory_order_relaxed))
+		fb_ring(r->bell, r->bell_index);
 }
 
-static void write_pad(struct fr_ring *r, uint64_t pos, uint64_t bytes)
+static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
 {
 	struct fr_rec *h = fr_rec_at(r, pos);
 
@@ -183,23 +212,149 @@ static void write_pad(struct fr_ring *r, uint64_t pos, uint64_t bytes)
 			      memory_order_release);
 }
 
+/* ---- subscriber positions, as producers see them ------------------------- */
+
+#define SUB_ALL ((1u << FR_MAX_SUBS) - 1u)
+
+static uint32_t sub_mask(const struct fr_ring *r)
+{
+	/* seq_cst: the mask is the pivot of the join protocol (fr_sub_take
+	 * and refresh_min); see refresh_min */
+	return atomic_load(&((struct fr_shared *)r->sh)->sub_mask) & SUB_ALL;
+}
+
+static uint64_t min_of(const struct fr_ring *r, uint32_t mask)
+{
+	uint64_t m = UINT64_MAX;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		uint64_t p;
+
+		if (!(mask & (1u << i)))
+			continue;
+		/* acquire: pairs with the subscriber's release of pos, so its
+		 * reads of the records below pos happen before we overwrite */
+		p = atomic_load_explicit(&r->sh->subs[i].pos,
+					 memory_order_acquire);
+		if (p < m)
+			m = p;
+	}
+	return m;
+}
+
+uint64_t fr_min_pos(const struct fr_ring *r)
+{
+	uint32_t mask = sub_mask(r);
+
+	if (mask)
+		return min_of(r, mask);
+	/* acquire: the last leaver's position and its reads */
+	return atomic_load_explicit(&r->sh->floor, memory_order_acquire);
+}
+
+static void fetch_max(_Atomic uint64_t *w, uint64_t v)
+{
+	uint64_t cur = atomic_load(w);
+
+	/* seq_cst: see refresh_min (a joiner reads the floor after its mask
+	 * bit; one of the two sees the other) */
+	while (cur < v && !atomic_compare_exchange_weak(w, &cur, v))
+		;
+}
+
+static uint64_t bound_pos(const struct fr_ring *r)
+{
+	/* acquire: read after the subscriber positions, so an honest
+	 * position is never above it */
+	return r->mode == FR_MODE_DEPOSIT ?
+		       atomic_load_explicit(&r->sh->published,
+					    memory_order_acquire) :
+		       atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+}
+
+/*
+ * The producers' view of the minimum position, made safe against a
+ * subscriber joining meanwhile.  A joiner stores its pos, sets its mask bit
+ * and then reads the floor and moves its pos up to it (fr_sub_take); a
+ * producer computes the minimum, raises the floor to it (seq_cst) and
+ * re-reads the mask: either it sees the joiner's bit and computes again
+ * (with the joiner's pos), or the joiner sees the raised floor and moves up
+ * past it.  The value kept in head_cache never decreases: a lower minimum
+ * comes only from a joiner that is about to move up past the floor, or
+ * from a client lowering its own word, and neither may hold producers back
+ * below what they already relied on.
+ */
+static int refresh_min(struct fr_ring *r)
+{
+	for (int tries = 0; tries < 8; tries++) {
+		/* the bound read before the positions: a position read later
+		 * is never more than a ring behind it (positions only grow);
+		 * the bound read after: never below an honest position */
+		uint64_t before = bound_pos(r);
+		uint32_t mask = sub_mask(r);
+		uint64_t m = mask ? min_of(r, mask) :
+				    atomic_load(&r->sh->floor);
+		uint64_t after = bound_pos(r);
+
+		if (m < r->head_cache)
+			m = r->head_cache;
+		if (m > after || (before > m && before - m > r->size) ||
+		    m % FR_ALIGN)
+			return -EPROTO;
+		fetch_max(&r->sh->floor, m);
+		if (sub_mask(r) == mask) {
+			r->head_cache = m;
+			return 0;
+		}
+	}
+	return 0; /* the mask keeps changing: keep the old cache (safe) */
+}
+
 int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes)
 {
-	/*
-	 * acquire: pairs with the consumer's release of head, so its reads of
-	 * the records before head happen before we overwrite that space.
-	 * head is read before tail, so an honest head is <= the tail we read;
-	 * it never moves backwards.
-	 */
-	uint64_t head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
-	uint64_t tail = atomic_load_explicit(&r->sh->tail, memory_order_relaxed);
+	uint64_t tail;
+	int rc = refresh_min(r);
 
-	if (head > tail || head < r->head_cache || head % FR_ALIGN)
-		return -EPROTO;
-	r->head_cache = head;
+	if (rc)
+		return rc;
+	tail = bound_pos(r);
 	if (free_bytes)
-		*free_bytes = tail - head > r->size ? 0 : r->size - (tail - head);
+		*free_bytes = tail < r->head_cache ||
+					      tail - r->head_cache > r->size ?
+				      0 :
+				      r->size - (tail - r->head_cache);
 	return 0;
+}
+
+/* max_lag: cut off the subscribers more than max_lag behind tail.  True if
+ * one was cut (the minimum may have moved). */
+static bool cut_laggards(struct fr_ring *r, uint64_t tail)
+{
+	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
+					    memory_order_relaxed);
+	uint32_t mask;
+	bool cut = false;
+
+	if (!lag)
+		return false;
+	mask = sub_mask(r);
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &r->sh->subs[i];
+		uint32_t st = FR_SUB_ACTIVE;
+		uint64_t p;
+
+		if (!(mask & (1u << i)))
+			continue;
+		p = atomic_load_explicit(&s->pos, memory_order_relaxed);
+		if (p >= tail || tail - p <= lag)
+			continue;
+		/* CAS: of several producers (or a leave) one decides */
+		if (atomic_compare_exchange_strong(&s->state, &st, FR_SUB_CUT)) {
+			atomic_fetch_and(&r->sh->sub_mask, ~(1u << i));
+			cut = true;
+		}
+	}
+	return cut;
 }
 
 /* How many of lens[] fit back to back from start, within its lap and limit. */
@@ -235,8 +390,64 @@ static void write_claims(struct fr_ring *r, const uint32_t *lens,
 	}
 }
 
-int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
-	     struct fr_claim *c)
+/* Full: ask the subscribers to publish on their next release (lazy head). */
+static int want_space(struct fr_ring *r)
+{
+	_Atomic uint32_t *w = &r->sh->producers_waiting;
+
+	/* relaxed: a hint; the subscriber's fence orders its read.  Read
+	 * first, so producers spinning on a full ring do not keep taking
+	 * the line from the subscriber */
+	if (!(atomic_load_explicit(w, memory_order_relaxed) & FR_SPACE_WANTED))
+		atomic_fetch_or_explicit(w, FR_SPACE_WANTED,
+					 memory_order_relaxed);
+	return -EAGAIN;
+}
+
+static bool ending(const struct fr_ring *r)
+{
+	/* seq_cst: after our tail CAS, against fr_write_end's fetch_or of
+	 * ENDING before its own claim: either we see ENDING, or our claim
+	 * comes before the END record's in tail's order */
+	return atomic_load(&((struct fr_shared *)r->sh)->flags) &
+	       (FR_FLAG_ENDING | FR_FLAG_ENDED);
+}
+
+/* A claim won after the stream ended: give the space back as padding. */
+static int refuse_claim(struct fr_ring *r, uint64_t t, uint64_t pad,
+			uint64_t end)
+{
+	if (pad)
+		pad_at(r, t, pad);
+	if (end > t + pad)
+		pad_at(r, t + pad, end - t - pad);
+	wake_consumer(r);
+	return -EPIPE;
+}
+
+/* Room from t for the claim, refreshing the minimum (and cutting
+ * laggards) when the cache says full. */
+static unsigned fit_or_refresh(struct fr_ring *r, const uint32_t *lens,
+			       unsigned n, uint64_t t, uint64_t pad,
+			       uint64_t *end, int *rc)
+{
+	unsigned k = fit(r, lens, n, t + pad, r->head_cache + r->size, end);
+
+	*rc = 0;
+	if (k)
+		return k;
+	if ((*rc = refresh_min(r)))
+		return 0;
+	k = fit(r, lens, n, t + pad, r->head_cache + r->size, end);
+	if (k || !cut_laggards(r, t))
+		return k;
+	if ((*rc = refresh_min(r)))
+		return 0;
+	return fit(r, lens, n, t + pad, r->head_cache + r->size, end);
+}
+
+static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
+			 struct fr_claim *c, bool end_record)
 {
 	/* relaxed: the CAS below validates the value we start from */
 	uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_relaxed);
@@ -248,9 +459,11 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 
 		if (fr_closed(r))
 			return fr_closed_rc(r);
+		if (!end_record && ending(r))
+			return -EPIPE;
 		if (t < r->head_cache || t - r->head_cache > r->size) {
-			/* our head is a lap behind, or t is older than it */
-			rc = fr_refresh_head(r, NULL);
+			/* our cache is a lap behind, or t is older than it */
+			rc = refresh_min(r);
 			if (rc)
 				return rc;
 			if (t < r->head_cache) {
@@ -258,38 +471,35 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 							 memory_order_relaxed);
 				continue;
 			}
-			/* t was read before head: more than a lap apart
-			 * means a corrupt head or tail */
 			if (t - r->head_cache > r->size)
 				return -EPROTO;
 		}
 		rest = fr_lap_rest(r, t);
 		pad = fr_record_bytes(lens[0]) > rest ? rest : 0;
-		k = fit(r, lens, n, t + pad, r->head_cache + r->size, &end);
-		if (k == 0) {
-			rc = fr_refresh_head(r, NULL);
-			if (rc)
-				return rc;
-			k = fit(r, lens, n, t + pad, r->head_cache + r->size,
-				&end);
-		}
+		k = fit_or_refresh(r, lens, n, t, pad, &end, &rc);
+		if (rc)
+			return rc;
 		if (k == 0) {
 			/* Not even one record: claim the padding alone if it
 			 * fits, so the record can start the next lap. */
 			if (!pad || t + pad > r->head_cache + r->size)
-				return -EAGAIN;
+				return want_space(r);
 			end = t + pad;
 		}
 		/*
-		 * acquire on success: our writes into the claimed space stay
-		 * after the claim.  On failure t is reloaded and we retry.
+		 * seq_cst on success: our writes into the claimed space stay
+		 * after the claim (acquire), and the claim is ordered before
+		 * our read of ENDING (see ending()).  On failure t is
+		 * reloaded and we retry.
 		 */
 		if (!atomic_compare_exchange_weak_explicit(
-			    &r->sh->tail, &t, end, memory_order_acquire,
+			    &r->sh->tail, &t, end, memory_order_seq_cst,
 			    memory_order_relaxed))
 			continue;
+		if (!end_record && ending(r))
+			return refuse_claim(r, t, pad, end);
 		if (pad) {
-			write_pad(r, t, pad);
+			pad_at(r, t, pad);
 			/* a consumer asleep at the pad must move past it */
 			wake_consumer(r);
 		}
@@ -301,6 +511,12 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 		write_claims(r, lens, c);
 		return 0;
 	}
+}
+
+int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
+	     struct fr_claim *c)
+{
+	return claim_records(r, lens, n, c, false);
 }
 
 void fr_commit(struct fr_ring *r, const struct fr_claim *c)
@@ -320,24 +536,367 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c)
 	wake_consumer(r);
 }
 
-/* ---- consumer ----------------------------------------------------------- */
+void fr_producer_number(struct fr_ring *r)
+{
+	/* relaxed: the number only has to differ between attaches */
+	uint32_t n = atomic_fetch_add_explicit(&r->sh->producer_seq, 1,
+					       memory_order_relaxed);
+
+	r->pid = ((uint32_t)getpid() & FR_INFO_PID) |
+		 ((n & 0xffu) << FR_INFO_ATTACH_SHIFT);
+}
+
+/*
+ * ENDING first (seq_cst), then the END record's claim: a producer whose
+ * claim comes after ours in tail's order sees ENDING and pads its claim
+ * (claim_records), so no data record follows END.  One caller at a time
+ * (moverd, or the lone producer of a ring without moverd).
+ */
+int fr_write_end(struct fr_ring *r)
+{
+	uint32_t len = sizeof(uint64_t), old;
+	uint64_t kind = FR_CTRL_END;
+	struct fr_claim c;
+	int rc;
+
+	old = atomic_fetch_or(&r->sh->flags, FR_FLAG_ENDING);
+	if (old & FR_FLAG_ENDED)
+		return 0;
+	if (old & FR_FLAG_CLOSED)
+		return fr_closed_rc(r);
+	rc = claim_records(r, &len, 1, &c, true);
+	if (rc)
+		return rc; /* -EAGAIN: ENDING stays, call again */
+	memcpy(fr_rec_at(r, c.pos) + 1, &kind, sizeof(kind));
+	atomic_store_explicit(&fr_rec_at(r, c.pos)->info, FR_INFO_CTRL | r->pid,
+			      memory_order_relaxed);
+	fr_commit(r, &c); /* release: the kind and info with the seal */
+	/* release: who sees ENDED sees the END record committed */
+	atomic_fetch_or_explicit(&r->sh->flags, FR_FLAG_ENDED,
+				 memory_order_release);
+	/* producers asleep for space must learn the stream is over */
+	wake_all(&r->sh->space_futex);
+	return 0;
+}
+
+/* ---- subscribers -------------------------------------------------------- */
 
 static void wake_producers(struct fr_ring *r)
 {
 	/* Same Dekker pairing as wake_consumer, for the space side. */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&r->sh->producers_waiting,
-				 memory_order_relaxed))
+				 memory_order_relaxed) & ~FR_SPACE_WANTED)
 		wake_all(&r->sh->space_futex);
 }
+
+/* Where a subscriber joining at slot self may start: the minimum of the
+ * other active ones, never below the floor (producers may have relied on
+ * everything below the floor, see refresh_min). */
+static uint64_t join_pos(const struct fr_ring *r, unsigned self)
+{
+	uint32_t others = sub_mask(r) & ~(1u << self);
+	uint64_t floor = atomic_load(&r->sh->floor); /* seq_cst: refresh_min */
+	uint64_t m = others ? min_of(r, others) : floor;
+
+	return m > floor ? m : floor;
+}
+
+/* An honest subscriber position: `before` is the bound (tail, or published)
+ * read before pos was read, and the bound is read again now (see
+ * refresh_min: positions and the bound both move while we read). */
+static bool pos_valid(const struct fr_ring *r, uint64_t pos, uint64_t before)
+{
+	return pos <= bound_pos(r) && (before <= pos || before - pos <= r->size) &&
+	       !(pos % FR_ALIGN);
+}
+
+int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
+		uint64_t *gen)
+{
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &r->sh->subs[i];
+		uint32_t st = FR_SUB_FREE;
+		uint64_t g, x, y, before;
+
+		if (atomic_load_explicit(&s->state, memory_order_relaxed) !=
+		    FR_SUB_FREE)
+			continue;
+		/* acquire: after the previous holder's release of FREE */
+		if (!atomic_compare_exchange_strong_explicit(
+			    &s->state, &st, FR_SUB_ACTIVE,
+			    memory_order_acquire, memory_order_relaxed))
+			continue;
+		/* the slot's new holder: a stale leave (old gen) fails */
+		g = atomic_fetch_add_explicit(&s->gen, 1,
+					      memory_order_relaxed) + 1;
+		atomic_store_explicit(&s->pid, pid, memory_order_relaxed);
+		atomic_store_explicit(&s->records, 0, memory_order_relaxed);
+		x = join_pos(r, i);
+		/* release: our pos is complete before producers see our bit */
+		atomic_store_explicit(&s->pos, x, memory_order_release);
+		/* seq_cst: the bit before our floor re-read (refresh_min) */
+		atomic_fetch_or(&r->sh->sub_mask, 1u << i);
+		before = bound_pos(r);
+		y = join_pos(r, i);
+		if (y > x) {
+			atomic_store_explicit(&s->pos, y, memory_order_release);
+			x = y;
+		}
+		if (!pos_valid(r, x, before)) {
+			fr_sub_leave(r, i, g);
+			return -EPROTO;
+		}
+		*slot = i;
+		*gen = g;
+		return 0;
+	}
+	return -EBUSY;
+}
+
+int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen)
+{
+	struct fr_sub *s;
+	uint64_t pos, before;
+
+	if (slot >= FR_MAX_SUBS)
+		return -EINVAL;
+	s = &r->sh->subs[slot];
+	before = bound_pos(r);
+	/* acquire: the holder's (moverd's) stores of pos come with them */
+	if (atomic_load_explicit(&s->gen, memory_order_acquire) != gen ||
+	    atomic_load_explicit(&s->state, memory_order_acquire) !=
+		    FR_SUB_ACTIVE)
+		return -ESTALE;
+	pos = atomic_load_explicit(&s->pos, memory_order_acquire);
+	if (!pos_valid(r, pos, before))
+		return -EPROTO;
+	r->sub = slot;
+	r->sub_gen = gen;
+	r->head = r->head_pub = pos;
+	r->records = atomic_load_explicit(&s->records, memory_order_relaxed);
+	r->stuck_pos = UINT64_MAX;
+	return 0;
+}
+
+void fr_sub_publish(struct fr_ring *r)
+{
+	struct fr_sub *s;
+
+	if (r->sub >= FR_MAX_SUBS)
+		return;
+	s = &r->sh->subs[r->sub];
+	/* the hint is answered by this publication (relaxed: a hint; a
+	 * producer that sets it again after our store only makes the next
+	 * release publish too) */
+	if (atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed) & FR_SPACE_WANTED)
+		atomic_fetch_and_explicit(&r->sh->producers_waiting,
+					  ~FR_SPACE_WANTED,
+					  memory_order_relaxed);
+	atomic_store_explicit(&s->records, r->records, memory_order_relaxed);
+	/* release: our reads of the records before head happen before any
+	 * producer that acquires this position overwrites them */
+	atomic_store_explicit(&s->pos, r->head, memory_order_release);
+	r->head_pub = r->head;
+	wake_producers(r);
+}
+
+bool fr_sub_lost(const struct fr_ring *r)
+{
+	const struct fr_sub *s;
+
+	if (r->sub >= FR_MAX_SUBS)
+		return false;
+	s = &r->sh->subs[r->sub];
+	/* acquire: a cut seen here is seen after the records we copied */
+	return atomic_load_explicit(&((struct fr_sub *)s)->state,
+				    memory_order_acquire) != FR_SUB_ACTIVE ||
+	       atomic_load_explicit(&((struct fr_sub *)s)->gen,
+				    memory_order_relaxed) != r->sub_gen;
+}
+
+void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
+{
+	struct fr_sub *s;
+	uint64_t g = gen, pos, before;
+	uint32_t left;
+
+	if (slot >= FR_MAX_SUBS)
+		return;
+	s = &r->sh->subs[slot];
+	if (r->sub == slot && r->sub_gen == gen) {
+		fr_sub_publish(r); /* our last reads count */
+		r->sub = FR_MAX_SUBS;
+	}
+	/* the gen is the key: of the client and moverd leaving the same
+	 * slot at once (or a leave after the slot was taken again) one
+	 * CAS wins; the losers do nothing */
+	if (!atomic_compare_exchange_strong(&s->gen, &g, gen + 1))
+		return;
+	before = bound_pos(r);
+	pos = atomic_load_explicit(&s->pos, memory_order_acquire);
+	/* seq_cst: against a joiner's bit and the producers' re-read */
+	left = atomic_fetch_and(&r->sh->sub_mask, ~(1u << slot)) &
+	       ~(1u << slot) & SUB_ALL;
+	/* the last one keeps what nobody has read yet (an impossible
+	 * position from a scribbling client is not kept) */
+	if (!left && pos_valid(r, pos, before))
+		fetch_max(&r->sh->floor, pos);
+	atomic_store_explicit(&s->pid, 0, memory_order_relaxed);
+	/* release: everything above is done before the slot is free */
+	atomic_store_explicit(&s->state, FR_SUB_FREE, memory_order_release);
+	wake_producers(r);
+}
+
+static bool pid_alive(uint32_t pid);
+
+unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &r->sh->subs[i];
+
+		if (i == keep || atomic_load_explicit(&s->state,
+					memory_order_acquire) == FR_SUB_FREE)
+			continue;
+		if (pid_alive(atomic_load_explicit(&s->pid,
+						   memory_order_relaxed)))
+			continue;
+		fr_sub_leave(r, i, atomic_load_explicit(&s->gen,
+							memory_order_relaxed));
+		n++;
+	}
+	return n;
+}
+
+/* ---- status (moverd writes, clients read) ------------------------------- */
+
+static void status_begin(struct fr_status *st)
+{
+	uint32_t s = atomic_load_explicit(&st->seq, memory_order_relaxed);
+
+	atomic_store_explicit(&st->seq, (s | 1u), memory_order_relaxed);
+	/* release fence: the odd seq is ordered before the field stores, so a
+	 * reader that sees a new field sees the odd seq on its re-read */
+	atomic_thread_fence(memory_order_release);
+}
+
+static void status_end(struct fr_status *st)
+{
+	uint32_t s = atomic_load_explicit(&st->seq, memory_order_relaxed);
+
+	/* release: the fields before the even seq */
+	atomic_store_explicit(&st->seq, (s | 1u) + 1u, memory_order_release);
+}
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void fr_status_set(struct fr_ring *r, enum fr_flow_state state,
+		   uint32_t reason)
+{
+	struct fr_status *st = &r->sh->status;
+
+	status_begin(st);
+	atomic_store_explicit(&st->state, (uint32_t)state, memory_order_relaxed);
+	atomic_store_explicit(&st->reason, reason, memory_order_relaxed);
+	atomic_store_explicit(&st->since_ns, realtime_ns(),
+			      memory_order_relaxed);
+	status_end(st);
+}
+
+void fr_status_counts(struct fr_ring *r, uint32_t producers,
+		      uint32_t consumers)
+{
+	struct fr_status *st = &r->sh->status;
+
+	status_begin(st);
+	atomic_store_explicit(&st->producers, producers, memory_order_relaxed);
+	atomic_store_explicit(&st->consumers, consumers, memory_order_relaxed);
+	status_end(st);
+}
+
+void fr_status_epoch(struct fr_ring *r, uint64_t epoch)
+{
+	struct fr_status *st = &r->sh->status;
+
+	status_begin(st);
+	atomic_store_explicit(&st->epoch, epoch, memory_order_relaxed);
+	status_end(st);
+}
+
+int fr_status_read(const struct fr_ring *r, struct fr_status_view *out)
+{
+	struct fr_status *st = &((struct fr_shared *)r->sh)->status;
+
+	for (int tries = 0; tries < 64; tries++) {
+		/* acquire: the fields of the write that made seq even */
+		uint32_t s1 = atomic_load_explicit(&st->seq,
+						   memory_order_acquire);
+
+		if (s1 & 1u)
+			continue;
+		out->state = atomic_load_explicit(&st->state,
+						  memory_order_relaxed);
+		out->reason = atomic_load_explicit(&st->reason,
+						   memory_order_relaxed);
+		out->producers = atomic_load_explicit(&st->producers,
+						      memory_order_relaxed);
+		out->consumers = atomic_load_explicit(&st->consumers,
+						      memory_order_relaxed);
+		out->since_ns = atomic_load_explicit(&st->since_ns,
+						     memory_order_relaxed);
+		out->epoch = atomic_load_explicit(&st->epoch,
+						  memory_order_relaxed);
+		/* acquire fence: the field reads before the seq re-read
+		 * (pairs with the writer's release fence) */
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&st->seq, memory_order_relaxed) == s1)
+			return 0;
+	}
+	return -EAGAIN; /* moverd mid-write for long, or a scribbling client */
+}
+
+/* ---- consumer ----------------------------------------------------------- */
 
 void fr_release(struct fr_ring *r, uint64_t pos)
 {
 	r->head = pos;
-	/* release: our reads of the released records happen before any
-	 * producer that acquires this head overwrites them */
-	atomic_store_explicit(&r->sh->head, pos, memory_order_release);
-	wake_producers(r);
+	if (r->sub >= FR_MAX_SUBS)
+		return;
+	/* lazy head (issue 12): store our slot's pos only every pub_every
+	 * bytes, or when producers sleep for space */
+	if (pos - r->head_pub >= r->pub_every) {
+		fr_sub_publish(r);
+		return;
+	}
+	/*
+	 * full fence, then the sleeper count: a producer counts itself,
+	 * fences and re-checks the published minimum before it sleeps.  If
+	 * we miss its count here, it has not counted yet; it then sleeps
+	 * (nothing was published) and the next release or the idle publish
+	 * (publish_idle) sees the count, so it waits for one record at most,
+	 * never for good.
+	 */
+	if (atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed))
+		fr_sub_publish(r);
+}
+
+/* Nothing to read: hand the space we are done with back now, or a producer
+ * (or a peer waiting for credit) would wait for our next lazy publication
+ * while we wait for it. */
+static void publish_idle(struct fr_ring *r)
+{
+	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
+		fr_sub_publish(r);
 }
 
 static bool pid_alive(uint32_t pid)
@@ -428,6 +987,25 @@ static uint64_t lap_limit(const struct fr_ring *r, uint64_t pos, uint64_t tail)
 }
 
 /*
+ * Pad the record at pos whose seal we read as `old`: CAS the seal to
+ * RECOVERING first, so that of several subscribers recovering at once one
+ * writes len and info; then COMMITTED.  False if the seal changed.
+ */
+static bool recover_pad(struct fr_ring *r, uint64_t pos, uint64_t old,
+			uint64_t bytes)
+{
+	struct fr_rec *h = fr_rec_at(r, pos);
+
+	/* acquire on success: our len/info stores stay after the CAS */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &h->seal, &old, fr_seal(r, pos, FR_SEAL_RECOVERING),
+		    memory_order_acquire, memory_order_relaxed))
+		return false;
+	pad_at(r, pos, bytes);
+	return true;
+}
+
+/*
  * The record at pos was claimed but not committed for recover_ns.  Turn
  * it into padding if its producer is dead, or if no header was ever
  * written (killed between the claim and the header).  Further records
@@ -451,10 +1029,12 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		bytes = next_sealed(r, pos, limit) - pos;
 	}
 	for (;;) {
-		write_pad(r, pos, bytes);
+		if (!recover_pad(r, pos, seal, bytes))
+			break; /* another subscriber got there first */
 		atomic_fetch_add_explicit(&r->sh->recovered, 1,
 					  memory_order_relaxed);
 		pos += bytes;
+		seal = fr_seal(r, pos, FR_SEAL_CLAIMED);
 		if (pos >= tail || !pid)
 			break;
 		bytes = dead_claim_bytes(r, pos, lap_limit(r, pos, tail),
@@ -535,22 +1115,42 @@ static int deposit_ready(struct fr_ring *r, uint64_t pos)
 	return 0;
 }
 
+/* A CTRL record at pos (len l): -ENODATA at END (the consumer stays
+ * there), 1 = skip it, -EPROTO if malformed. */
+static int ctrl_record(const struct fr_rec *h, uint32_t l)
+{
+	uint64_t kind;
+
+	if (l != sizeof(kind))
+		return -EPROTO;
+	/* the payload is covered by the seal's acquire in fr_peek */
+	memcpy(&kind, h + 1, sizeof(kind));
+	return kind == FR_CTRL_END ? -ENODATA : 1;
+}
+
 int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 {
+	if (fr_sub_lost(r))
+		return -ESTALE;
 	for (;;) {
 		uint64_t pos = r->head, seal, rest;
 		struct fr_rec *h = fr_rec_at(r, pos);
 		uint32_t l, info;
 		int rc;
 
-		if (r->mode == FR_MODE_DEPOSIT && (rc = deposit_ready(r, pos)))
+		if (r->mode == FR_MODE_DEPOSIT && (rc = deposit_ready(r, pos))) {
+			if (rc == -EAGAIN)
+				publish_idle(r);
 			return rc;
+		}
 		/* acquire: pairs with the producer's release of the seal */
 		seal = atomic_load_explicit(&h->seal, memory_order_acquire);
 		if (seal != fr_seal(r, pos, FR_SEAL_COMMITTED)) {
 			if (r->mode == FR_MODE_DEPOSIT)
 				return -EPROTO;
 			rc = not_committed(r, pos, seal);
+			if (rc == -EAGAIN)
+				publish_idle(r);
 			if (rc)
 				return rc;
 			continue;
@@ -571,6 +1171,13 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 		if (r->mode == FR_MODE_DEPOSIT &&
 		    fr_record_bytes(l) > r->tail_cache - pos)
 			return -EPROTO;
+		if (info & FR_INFO_CTRL) {
+			rc = ctrl_record(h, l);
+			if (rc < 0)
+				return rc;
+			fr_release(r, pos + fr_record_bytes(l));
+			continue;
+		}
 		*rec = h;
 		*len = l;
 		return 0;
@@ -589,6 +1196,8 @@ static uint64_t committed_bytes(const struct fr_ring *r, const struct fr_rec *h,
 		return l % FR_ALIGN || (uint64_t)l + FR_REC_HDR > rest ?
 			       0 : FR_REC_HDR + (uint64_t)l;
 	if (l == 0 || l > r->max_record || fr_record_bytes(l) > rest)
+		return 0;
+	if ((info & FR_INFO_CTRL) && l != sizeof(uint64_t))
 		return 0;
 	return fr_record_bytes(l);
 }
@@ -668,12 +1277,15 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 	uint64_t until = recovery_deadline(r, deadline_ns);
 	int rc = 0;
 
-	atomic_store_explicit(&sh->consumer_waiting, 1, memory_order_relaxed);
-	/* full fence: flag store before the re-check (pairs with wake_consumer) */
+	publish_idle(r); /* producers must not wait for us while we sleep */
+	atomic_fetch_add_explicit(&sh->consumers_waiting, 1,
+				  memory_order_relaxed);
+	/* full fence: count before the re-check (pairs with wake_consumer) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!data_maybe_ready(r))
 		rc = fm_futex_wait(&sh->data_futex, v, until);
-	atomic_store_explicit(&sh->consumer_waiting, 0, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&sh->consumers_waiting, 1,
+				  memory_order_relaxed);
 	if (rc == -ETIMEDOUT && until != deadline_ns)
 		rc = 0;
 	return rc;
@@ -683,16 +1295,20 @@ int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
 {
 	struct fr_shared *sh = r->sh;
 	uint32_t v = atomic_load_explicit(&sh->space_futex, memory_order_acquire);
-	uint64_t seen = r->head_cache;
+	uint64_t seen = r->head_cache, t0 = fr_now_ns();
 	int rc = 0;
 
 	atomic_fetch_add_explicit(&sh->producers_waiting, 1, memory_order_relaxed);
-	/* full fence: count before the re-check (pairs with wake_producers) */
+	/* full fence: count before the re-check (pairs with wake_producers
+	 * and with fr_release's read of the count) */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!fr_closed(r) &&
-	    atomic_load_explicit(&sh->head, memory_order_acquire) == seen)
+	if (!fr_closed(r) && !ending(r) && fr_min_pos(r) <= seen)
 		rc = fm_futex_wait(&sh->space_futex, v, deadline_ns);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
+				  memory_order_relaxed);
+	/* back-pressure counters, for operators: written only when full */
+	atomic_fetch_add_explicit(&sh->full_events, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sh->full_ns, fr_now_ns() - t0,
 				  memory_order_relaxed);
 	return rc;
 }

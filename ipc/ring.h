@@ -16,16 +16,86 @@
  *
  * The control page is split into 128-byte lines so that the words written
  * by one side never share a cache line (or an adjacent-line prefetch pair)
- * with the words written by the other side:
+ * with the words written by the other side (format version 2):
  *
- *   line 0  geometry       written once at creation, read-only afterwards
- *   line 1  state          flags (CLOSED), recovery counter: rarely written
- *   line 2  producer side  tail: the claim position (all producers CAS it)
- *   line 3  consumer side  head: everything before it may be overwritten
- *   line 4  deposit side   published: deposit rings only (see below)
- *   line 5  data wake      futex word + "consumer is sleeping" flag
- *   line 6  space wake     futex word + "producers sleeping" count
+ *   line 0      geometry     written once at creation, read-only afterwards
+ *   line 1      state        flags (CLOSED, FAILED, ENDED), recovery counter,
+ *                            producer attach numbers: rarely written
+ *   line 2      producer     tail: the claim position (all producers CAS it);
+ *                            back-pressure counters (written only when full)
+ *   line 3      subscribers  mask of ACTIVE subscriber slots, the floor
+ *                            (position kept when no subscriber is active),
+ *                            max_lag: written at attach/detach only
+ *   line 4      deposit      published: deposit rings only (see below)
+ *   line 5      data wake    futex word, count of sleeping consumers, and
+ *                            the doorbell arm word (moverd wants a ring)
+ *   line 6      space wake   futex word + "producers sleeping" count
+ *   line 7      status       written by moverd only: the flow's state as
+ *                            clients see it (struct fr_status)
+ *   lines 8-23  subscriber slots 0..FR_MAX_SUBS-1, one line each
  *
+ * ---------------------------------------------------------------------------
+ * Subscribers (format 2): several consumers, each at its own position
+ * ---------------------------------------------------------------------------
+ *
+ * A ring has up to FR_MAX_SUBS subscribers.  Each owns one slot: its own
+ * position `pos` (everything before it this subscriber is done with), the
+ * records it consumed, and its state (FREE, ACTIVE, CUT).  Every subscriber
+ * sees every record, in order.  Subscribers are local consumer processes
+ * and, on a sending host, moverd itself (one slot per peer host it sends
+ * the flow to).  A slot is taken with a CAS FREE -> ACTIVE; moverd frees the
+ * slot of a client whose control connection closes (crash) and the slot of
+ * a client that detaches.  Producers may overwrite space only below the
+ * minimum `pos` of the ACTIVE slots (or below `floor` when none is active):
+ * the slowest attached subscriber holds producers back, as Aeron's min flow
+ * control.  With max_lag != 0, a producer that finds the ring full because
+ * one subscriber is more than max_lag bytes behind the tail cuts it off
+ * (CAS ACTIVE -> CUT, clear its mask bit); that subscriber then gets
+ * -ESTALE and may re-attach at the current position.
+ *
+ * A new subscriber joins at the minimum position of the active ones (or at
+ * `floor`): set pos, publish the slot (CAS state, then set the mask bit,
+ * seq_cst), then re-read the minimum of the others and move pos up to it if
+ * it moved meanwhile (nothing has been read yet, so moving up loses nothing
+ * this subscriber had a right to).  When the last active subscriber leaves,
+ * its position becomes the floor, so records nobody has read are kept.
+ *
+ * A subscriber publishes its position lazily (issue 12): its private head
+ * advances per record; `pos` (and `records`) are stored every
+ * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), whenever producers are
+ * sleeping or found the ring full (producers_waiting != 0, checked after
+ * each release with the fence below), before it sleeps, when it finds
+ * nothing to read, and when it detaches.  (Implementation note: a
+ * producer that finds the ring full without sleeping - a try-once send -
+ * sets FR_SPACE_WANTED in producers_waiting; without it such a producer
+ * would see no space until the consumer's next ring_bytes/8, which
+ * surprised callers that alternate one recv and one try-once send.  The
+ * publisher clears it.)
+ *
+ * ---------------------------------------------------------------------------
+ * Doorbell (format 2)
+ * ---------------------------------------------------------------------------
+ *
+ * moverd does not sleep on one futex per ring: it shares a doorbell page
+ * (ipc/bell.h) with its clients, one bit per flow plus one futex word.  When
+ * moverd has drained a sender ring and wants to be told of the next record
+ * it stores `bell_armed` = 1 (then fence, then re-checks the ring).  A
+ * producer, after committing (release) and the fence of the wake protocol,
+ * reads `bell_armed`; only when it is set does it clear it (exchange, so one
+ * producer rings) and ring the flow's bit in the doorbell page.  The bell
+ * index and page come from moverd's attach answer, never from the ring.
+ *
+ * ---------------------------------------------------------------------------
+ * Status (format 2)
+ * ---------------------------------------------------------------------------
+ *
+ * moverd writes struct fr_status (line 7) when the flow's state changes:
+ * open, waiting for its peer, peer down since, draining, ended, failed with
+ * a reason.  Clients only read it (flowshm_state): a producer that timed
+ * out can tell a slow consumer from a link that is down.  `epoch` is the
+ * start count of the moverd that owns the ring now: a client that sees it
+ * change knows the daemon restarted (and re-adopted the ring).
+
  * Positions are 64-bit byte counts that only grow ("free running"); the
  * offset of a position in the data area is pos & (ring_bytes - 1).  A
  * position never wraps in practice (2^64 bytes), so no ABA on positions.
@@ -43,7 +113,18 @@
  *
  *   seal   (pos ^ seal_key) | state     state = CLAIMED (1) or COMMITTED (2)
  *   len    payload bytes (DATA) or bytes after the header (PAD)
- *   info   bit 31 = PAD; bits 0..30 = pid of the producer that claimed it
+ *   info   bit 31 = PAD; bit 30 = CTRL (a control record: len 8, payload a
+ *          uint64_t FR_CTRL_* kind; consumers never see it as data);
+ *          bits 22..29 = the producer's attach number (mod 256) and bits
+ *          0..21 = its pid (pids are < 2^22 on Linux): together, a stable
+ *          identity of the producer that wrote the record
+ *
+ * End of stream: when every producer of a flow has declared the end of its
+ * stream (flowshm_end), or the flow's owner closes its input, the flow gets
+ * one CTRL record of kind FR_CTRL_END after every data record, and the
+ * ENDED flag.  It travels between hosts byte for byte like data, so it
+ * survives restarts and link cuts exactly as data does.  A consumer that
+ * reaches it gets -ENODATA (end of stream) from then on, never the record.
  *
  * The seal binds a header to its absolute position: a header left over from
  * an earlier lap at the same offset carries another position and never
@@ -60,11 +141,14 @@
  *   4. commit: seal = COMMITTED (release): publishes header and payload.
  *   5. fence, then wake the consumer only if its sleeping flag is set.
  *
- * Consumer protocol (one consumer: an application or moverd):
- *   read the seal at head (acquire).  COMMITTED for this position: validate
- *   len against the geometry the consumer copied at attach time (never the
- *   shared copy), use the payload, then store head (release) to hand the
- *   space back, fence, and wake producers only if any is sleeping.
+ * Consumer protocol (each subscriber: an application or moverd):
+ *   read the seal at its private head (acquire).  COMMITTED for this
+ *   position: validate len against the geometry the consumer copied at
+ *   attach time (never the shared copy), use the payload, advance the
+ *   private head; publish it to its slot's pos (release) lazily (see
+ *   Subscribers), fence, and wake producers only if any is sleeping.
+ *   Recovery (below) pads a dead producer's record with a CAS on the seal,
+ *   so several subscribers may run it at once.
  *
  * Recovery of a producer killed between claim and commit: the consumer finds
  * head < tail and the seal at head not COMMITTED for longer than the
@@ -100,29 +184,78 @@
 #include <errno.h>
 #include <stdint.h>
 
+struct fr_bell; /* ipc/bell.h */
+
 #define FR_MAGIC         0x474e49524d574c46ULL /* "FLWMRING" in memory */
-#define FR_VERSION       1u
+#define FR_VERSION       2u   /* 2: subscribers, status, doorbell arm, CTRL */
 #define FR_CTRL_BYTES    4096u
 #define FR_LINE          128u
 #define FR_ALIGN         16u
 #define FR_REC_HDR       16u
 #define FR_MIN_RING      4096ull
 #define FR_MAX_RING      (1ull << 34) /* 16 GiB */
+#define FR_MAX_SUBS      16u
+#define FR_PUBLISH_BYTES (64u * 1024u) /* lazy head: publish at least this often */
 
 #define FR_SEAL_CLAIMED   1ull
 #define FR_SEAL_COMMITTED 2ull
 #define FR_SEAL_STATE     7ull /* positions are 16-aligned: low bits are free */
+/* Format 2: a subscriber is turning this record into padding (recovery).
+ * Recovery takes the seal with a CAS to this state first, so that of
+ * several subscribers recovering at once only one writes len and info
+ * (their gap lengths may differ); the others wait for the COMMITTED pad. */
+#define FR_SEAL_RECOVERING 3ull
 
 #define FR_INFO_PAD      0x80000000u
-#define FR_INFO_PID      0x7fffffffu
+#define FR_INFO_CTRL     0x40000000u
+#define FR_INFO_PRODUCER 0x3fffffffu /* attach number << 22 | pid */
+#define FR_INFO_PID      0x003fffffu
+#define FR_INFO_ATTACH_SHIFT 22
+
+#define FR_CTRL_END      1ull /* payload of a CTRL record: end of stream */
 
 #define FR_FLAG_CLOSED   1u
 #define FR_FLAG_FAILED   2u  /* with CLOSED: moverd failed the flow because
 				of what it read in this ring: -EPROTO */
+#define FR_FLAG_ENDED    4u  /* the END record is written: producers get
+				-EPIPE, consumers -ENODATA once they reach it */
+#define FR_FLAG_ENDING   8u  /* fr_write_end began: producers get -EPIPE
+				already (set before the END record is claimed,
+				so no data record lands after it; see
+				fr_write_end), ENDED follows once it is written */
+
+/* consumers_waiting: sleeping client subscribers are counted in the low
+ * bits; moverd (which sleeps on many rings at once and may give up a sleep
+ * half-armed) sets this bit instead, so its mark is idempotent and never
+ * unbalances the clients' count. */
+#define FR_WAITING_MOVERD 0x80000000u
+
+/* producers_waiting: sleeping producers are counted in the low bits; this
+ * bit says "a producer found the ring full": subscribers publish their
+ * position on their next release (see Subscribers), nobody is woken. */
+#define FR_SPACE_WANTED  0x80000000u
 
 enum fr_mode {
 	FR_MODE_LOCAL = 0,   /* producers commit by sealing each record */
 	FR_MODE_DEPOSIT = 1, /* moverd deposits spans and stores `published` */
+};
+
+enum fr_sub_state {
+	FR_SUB_FREE = 0,
+	FR_SUB_ACTIVE = 1,
+	FR_SUB_CUT = 2,      /* cut off by max_lag: -ESTALE until it leaves */
+};
+
+/* The flow's state as moverd last wrote it (struct fr_status.state). */
+enum fr_flow_state {
+	FR_STATE_UNKNOWN = 0,    /* no moverd status (ring from open_fd) */
+	FR_STATE_OPEN = 1,       /* moving: the peer (if any) is connected */
+	FR_STATE_CONNECTING = 2, /* the peer was never reached yet */
+	FR_STATE_PEER_DOWN = 3,  /* the peer link is down since since_ns */
+	FR_STATE_DRAINING = 4,   /* destroy --drain: no new sends */
+	FR_STATE_ENDED = 5,      /* end of stream written */
+	FR_STATE_FAILED = 6,     /* failed: reason is an errno */
+	FR_STATE_CLOSED = 7,     /* destroyed */
 };
 
 struct fr_rec {
@@ -142,17 +275,47 @@ struct fr_geometry {
 	uint64_t created_ns; /* CLOCK_REALTIME, for operators */
 };
 
+/* One subscriber's line. */
+struct fr_sub {
+	_Alignas(FR_LINE) _Atomic uint64_t pos; /* published lazily (release) */
+	_Atomic uint64_t records;  /* records consumed, published with pos */
+	_Atomic uint32_t state;    /* enum fr_sub_state */
+	_Atomic uint32_t pid;      /* holder, for operators and recovery */
+	_Atomic uint64_t gen;      /* bumped at each take: who holds it now */
+};
+
+/* moverd's view of the flow, for clients (line 7); moverd is its only writer. */
+struct fr_status {
+	_Atomic uint32_t seq;       /* odd while moverd writes (seqlock) */
+	_Atomic uint32_t state;     /* enum fr_flow_state */
+	_Atomic uint32_t reason;    /* errno when FAILED, else 0 */
+	_Atomic uint32_t producers; /* producers attached through moverd */
+	_Atomic uint32_t consumers; /* consumers attached through moverd */
+	_Atomic uint32_t pad_;
+	_Atomic uint64_t since_ns;  /* CLOCK_REALTIME of the last state change */
+	_Atomic uint64_t epoch;     /* start count of the moverd owning the ring */
+};
+
 struct fr_shared {
 	_Alignas(FR_LINE) struct fr_geometry geo;
 	_Alignas(FR_LINE) _Atomic uint32_t flags;
-	_Atomic uint32_t recovered; /* records turned into padding */
+	_Atomic uint32_t recovered;     /* records turned into padding */
+	_Atomic uint32_t producer_seq;  /* attach numbers handed to producers */
 	_Alignas(FR_LINE) _Atomic uint64_t tail;
-	_Alignas(FR_LINE) _Atomic uint64_t head;
+	_Atomic uint64_t full_events;   /* a producer found the ring full */
+	_Atomic uint64_t full_ns;       /* time producers spent waiting for space */
+	_Alignas(FR_LINE) _Atomic uint32_t sub_mask; /* bit i: slot i ACTIVE */
+	_Atomic uint32_t pad_;
+	_Atomic uint64_t floor;         /* kept position when no slot is active */
+	_Atomic uint64_t max_lag;       /* 0 = lossless; else cut laggards */
 	_Alignas(FR_LINE) _Atomic uint64_t published;
 	_Alignas(FR_LINE) _Atomic uint32_t data_futex;
-	_Atomic uint32_t consumer_waiting;
+	_Atomic uint32_t consumers_waiting; /* count of sleeping subscribers */
+	_Atomic uint32_t bell_armed;    /* moverd wants a doorbell ring */
 	_Alignas(FR_LINE) _Atomic uint32_t space_futex;
 	_Atomic uint32_t producers_waiting;
+	_Alignas(FR_LINE) struct fr_status status;
+	struct fr_sub subs[FR_MAX_SUBS];
 };
 
 _Static_assert(sizeof(struct fr_shared) <= FR_CTRL_BYTES, "control page");
@@ -183,16 +346,23 @@ struct fr_ring {
 	uint32_t mode;
 	size_t map_bytes;
 
-	/* consumer side */
-	uint64_t head;       /* private copy; the consumer is head's only writer */
+	/* consumer side: one subscriber slot */
+	uint64_t head;       /* private position; published lazily to subs[sub] */
+	uint64_t head_pub;   /* last head stored in subs[sub].pos */
+	uint64_t records;    /* records consumed (private count) */
+	uint64_t pub_every;  /* publish after this many bytes */
 	uint64_t tail_cache; /* last tail seen (deposit: last published seen) */
 	uint64_t stuck_pos;  /* recovery: position we found not committed */
 	uint64_t stuck_since_ns;
 	uint64_t recover_ns; /* recovery timeout, 0 = never */
+	uint64_t sub_gen;    /* gen of our slot when we took it */
+	unsigned sub;        /* our slot, FR_MAX_SUBS = none */
 
 	/* producer side */
-	uint64_t head_cache; /* last head seen; refreshed only when full */
-	uint32_t pid;
+	uint64_t head_cache; /* last minimum subscriber position seen */
+	uint32_t pid;        /* info word: attach number << 22 | pid */
+	struct fr_bell *bell; /* moverd's doorbell page (attach), or NULL */
+	uint32_t bell_index; /* this flow's bit in it (checked < its size) */
 };
 
 /* Sizes. */
@@ -289,8 +459,79 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 /* Commit every record of a claim, then wake the consumer if it sleeps. */
 void fr_commit(struct fr_ring *r, const struct fr_claim *c);
 
-/* Free bytes right now as seen by a producer (refreshes the head cache). */
+/* Free bytes right now as seen by a producer (refreshes the head cache
+ * from the minimum subscriber position). */
 int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes);
+
+/* Take this producer's attach number (fetch_add of producer_seq) into the
+ * info word of every record it writes. */
+void fr_producer_number(struct fr_ring *r);
+
+/* The producer identity in a record header (attach number << 22 | pid). */
+static inline uint32_t fr_rec_producer(const struct fr_rec *h)
+{
+	return atomic_load_explicit(&((struct fr_rec *)h)->info,
+				    memory_order_relaxed) & FR_INFO_PRODUCER;
+}
+
+/* Write the END control record after everything committed so far and set
+ * ENDED (moverd, or a lone producer of a ring without moverd).  -EAGAIN if
+ * it does not fit yet, -EPIPE if closed, 0 if written or already ended. */
+int fr_write_end(struct fr_ring *r);
+
+/* --- subscribers (ring.c) ------------------------------------------------ */
+
+/* The minimum position of the active subscribers, or the floor (acquire:
+ * a producer overwrites below it only after their reads are done). */
+uint64_t fr_min_pos(const struct fr_ring *r);
+
+/* Take a free slot for a new subscriber (moverd at attach, or a client of
+ * a ring without moverd) at the minimum position; *slot and *gen say which.
+ * -EBUSY if every slot is taken, -EPROTO if the words are corrupt. */
+int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
+		uint64_t *gen);
+
+/* Become the subscriber of slot (taken for us by moverd): -ESTALE if the
+ * slot is not ACTIVE with this gen any more. */
+int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen);
+
+/* Give a slot back (the client detached, or moverd saw it die): producers
+ * waiting on it are released at once.  The last one leaves its position
+ * as the floor. */
+void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen);
+
+/* Publish our private head to our slot now (lazy publishing otherwise). */
+void fr_sub_publish(struct fr_ring *r);
+
+/* Was our slot cut off by max_lag (or taken from us)?  A consumer that
+ * copied a record checks this after the copy: -ESTALE if true. */
+bool fr_sub_lost(const struct fr_ring *r);
+
+/* moverd re-adopting a ring after a restart: give back every slot (but
+ * `keep`, FR_MAX_SUBS = none) whose holder pid is dead; returns how many.
+ * The clients that held them connected to the moverd that died. */
+unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep);
+
+/* --- status (ring.c): moverd writes, clients read ------------------------ */
+
+struct fr_status_view {
+	uint32_t state, reason, producers, consumers;
+	uint64_t since_ns, epoch;
+};
+
+void fr_status_set(struct fr_ring *r, enum fr_flow_state state,
+		   uint32_t reason);
+void fr_status_counts(struct fr_ring *r, uint32_t producers,
+		      uint32_t consumers);
+void fr_status_epoch(struct fr_ring *r, uint64_t epoch);
+/* A consistent copy (seqlock; gives up after a few tries: -EAGAIN). */
+int fr_status_read(const struct fr_ring *r, struct fr_status_view *out);
+
+/* --- doorbell (ring.c, ipc/bell.h) ---------------------------------------- */
+
+/* moverd: ask the producers of this ring to ring the doorbell on their
+ * next commit (store, fence; the caller then re-checks the ring). */
+void fr_bell_arm(struct fr_ring *r);
 
 /* --- consumer (ring.c) --------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include "ctl_client.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +17,29 @@ static _Thread_local char attach_err[CTL_ERR_MAX + 128];
 const char *flowshm_attach_error(void)
 {
 	return attach_err;
+}
+
+/* Why the ring moverd handed us does not open, in words: an old or newer
+ * format names its version. */
+static void open_error(int fd, const char *flow_name, int rc)
+{
+	uint32_t version = 0;
+
+	if (rc == -EPROTO &&
+	    pread(fd, &version, sizeof(version),
+		  offsetof(struct fr_geometry, version)) ==
+		    (ssize_t)sizeof(version) &&
+	    version != FR_VERSION) {
+		snprintf(attach_err, sizeof(attach_err),
+			 "ring of flow '%s' from moverd: ring format %u, this "
+			 "library speaks %u", flow_name, (unsigned)version,
+			 FR_VERSION);
+		return;
+	}
+	snprintf(attach_err, sizeof(attach_err),
+		 "ring of flow '%s' from moverd: %s", flow_name,
+		 rc == -ESTALE ? "the subscriber slot moverd took for us is "
+				 "gone" : flowshm_strerror(rc));
 }
 
 int flowshm_attach(const char *flow_name, enum flowshm_role role,
@@ -65,13 +89,18 @@ int flowshm_attach(const char *flow_name, enum flowshm_role role,
 		rc = -EPROTO;
 		goto out;
 	}
-	rc = flowshm_open_fd(fd, role, opts, out);
+	rc = flowshm_open_attached(fd, role, opts,
+				   resp->flow->sub_slot ?
+					   (int)resp->flow->sub_slot - 1 : -1,
+				   resp->flow->sub_gen, out);
 	if (rc)
-		snprintf(attach_err, sizeof(attach_err),
-			 "ring of flow '%s' from moverd: %s", flow_name,
-			 flowshm_strerror(rc));
-	else
+		open_error(fd, flow_name, rc);
+	else {
 		(*out)->ctl_fd = sock; /* held until detach: our liveness */
+		snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
+		/* the moverd start that owns the ring now (flowshm_state) */
+		(*out)->epoch = fsi_epoch(*out);
+	}
 out:
 	ctl_response_free(resp);
 	if (fd >= 0)

@@ -5,6 +5,7 @@
  */
 #include "flowshm.h"
 #include "flowshm_internal.h"
+#include "../ipc/bell.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -189,7 +190,8 @@ int flowshm_ring_create(const struct flowshm_ring_params *params,
 	return flowshm_ring_create_keyed(params, path, 0, 0, fd);
 }
 
-int flowshm_open_fd(int fd, enum flowshm_role role,
+/* Map the ring behind fd and open an end of it, without a subscriber slot. */
+static int open_map(int fd, enum flowshm_role role,
 		    const struct flowshm_opts *opts, flowshm_t **out)
 {
 	struct stat st;
@@ -226,7 +228,71 @@ int flowshm_open_fd(int fd, enum flowshm_role role,
 	if (opts && opts->recover_ns)
 		f->ring.recover_ns = opts->recover_ns == UINT64_MAX ?
 					     0 : opts->recover_ns;
+	/* a producer's records carry its identity: pid and attach number */
+	if (role == FLOWSHM_PRODUCER)
+		fr_producer_number(&f->ring);
 	*out = f;
+	return 0;
+}
+
+static void unmap(flowshm_t *f)
+{
+	munmap(f->ring.sh, f->ring.map_bytes);
+	if (f->ring.bell)
+		munmap(f->ring.bell, FB_BYTES);
+	free(f);
+}
+
+int flowshm_open_attached(int fd, enum flowshm_role role,
+			  const struct flowshm_opts *opts, int slot,
+			  uint64_t gen, flowshm_t **out)
+{
+	unsigned mine;
+	int rc = open_map(fd, role, opts, out);
+
+	if (rc || role != FLOWSHM_CONSUMER)
+		return rc;
+	if (slot >= 0) {
+		/* moverd took the slot for us (and gives it back when our
+		 * control connection closes) */
+		rc = fr_sub_adopt(&(*out)->ring, (unsigned)slot, gen);
+	} else {
+		/* no moverd: this handle is the subscriber's only owner */
+		rc = fr_sub_take(&(*out)->ring, (uint32_t)getpid() & FR_INFO_PID,
+				 &mine, &gen);
+		if (!rc)
+			rc = fr_sub_adopt(&(*out)->ring, mine, gen);
+	}
+	if (rc) {
+		unmap(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+int flowshm_open_fd(int fd, enum flowshm_role role,
+		    const struct flowshm_opts *opts, flowshm_t **out)
+{
+	return flowshm_open_attached(fd, role, opts, -1, 0, out);
+}
+
+int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index)
+{
+	struct fr_bell *b;
+
+	if (index >= FB_BITS)
+		return -EPROTO;
+	b = mmap(NULL, FB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, bell_fd, 0);
+	if (b == MAP_FAILED)
+		return -errno;
+	if (fb_check(b, FB_BYTES)) {
+		munmap(b, FB_BYTES);
+		return -EPROTO;
+	}
+	if (f->ring.bell)
+		munmap(f->ring.bell, FB_BYTES);
+	f->ring.bell = b;
+	f->ring.bell_index = index;
 	return 0;
 }
 
@@ -234,10 +300,13 @@ void flowshm_close(flowshm_t *f)
 {
 	if (!f)
 		return;
-	munmap(f->ring.sh, f->ring.map_bytes);
+	/* our slot goes back (the last reads published first); moverd's
+	 * own leave at our disconnect is then a no-op (same gen) */
+	if (f->ring.sub < FR_MAX_SUBS)
+		fr_sub_leave(&f->ring, f->ring.sub, f->ring.sub_gen);
 	if (f->ctl_fd >= 0)
 		close(f->ctl_fd);
-	free(f);
+	unmap(f);
 }
 
 void flowshm_shutdown(flowshm_t *f)
@@ -257,7 +326,8 @@ int flowshm_info(flowshm_t *f, struct flowshm_info *out)
 		.ring_size = f->ring.size,
 		.max_record = f->ring.max_record,
 		.flags = f->ring.mode == FR_MODE_DEPOSIT ? FLOWSHM_RING_DEPOSIT : 0,
-		.head = atomic_load_explicit(&sh->head, memory_order_acquire),
+		.head = f->ring.sub < FR_MAX_SUBS ? f->ring.head :
+						    fr_min_pos(&f->ring),
 		.tail = atomic_load_explicit(&sh->tail, memory_order_acquire),
 		.closed = fr_closed(&f->ring),
 		.recovered = atomic_load_explicit(&sh->recovered,
@@ -296,6 +366,9 @@ static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
 		if (rc != -EAGAIN)
 			return rc;
 		rc = backoff(f, w, WAIT_SPACE);
+		/* a timed-out producer is told why it was held back */
+		if (rc == -ETIMEDOUT)
+			return fsi_why_timeout(f);
 		if (rc)
 			return rc;
 	}
@@ -395,15 +468,18 @@ int flowshm_commit(flowshm_t *f)
 
 /* ---- consumer ------------------------------------------------------------ */
 
-/* Wait (per w) for the next record; on 0 *rec and *len describe it. */
+/* Wait (per w) for the next record; on 0 *rec and *len describe it.
+ * -EINVAL while a peek_batch is held: its records are not released. */
 static int next_record(flowshm_t *f, const struct fr_rec **rec, uint32_t *len,
 		       struct waiter *w)
 {
-	if (!f || f->role != FLOWSHM_CONSUMER)
+	if (!f || f->role != FLOWSHM_CONSUMER || f->batch_n)
 		return -EINVAL;
 	for (;;) {
 		int rc = fr_peek(&f->ring, rec, len);
 
+		if (rc == 0)
+			f->last_producer = fr_rec_producer(*rec);
 		if (rc != -EAGAIN)
 			return rc;
 		rc = backoff(f, w, WAIT_DATA);
@@ -429,6 +505,10 @@ int flowshm_recv(flowshm_t *f, void *buf, size_t cap, size_t *len,
 	if (l > cap)
 		return -EMSGSIZE;
 	memcpy(buf, rec + 1, l);
+	/* cut off (max_lag) while copying: what we copied may be torn */
+	if (fr_sub_lost(&f->ring))
+		return -ESTALE;
+	f->ring.records++;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(l));
 	return 0;
 }
@@ -464,10 +544,13 @@ int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
 		used += (l + 7u) & ~(size_t)7u;
 		if (used > cap)
 			used = cap;
-		/* consume privately; the shared head is stored once below */
+		/* consume privately; released once below */
 		f->ring.head += fr_record_bytes(l);
+		f->ring.records++;
 		w.timeout_ns = 0;
 	}
+	if (n && fr_sub_lost(&f->ring))
+		return -ESTALE; /* cut off while copying */
 	if (n)
 		fr_release(&f->ring, f->ring.head);
 	*got = n;
@@ -495,11 +578,120 @@ int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 
 int flowshm_release(flowshm_t *f)
 {
+	if (f && f->batch_n)
+		return flowshm_release_batch(f);
 	if (!f || f->role != FLOWSHM_CONSUMER || !f->peeked)
 		return -EINVAL;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
 	f->peeked = 0;
+	f->ring.records++;
 	return 0;
+}
+
+/*
+ * The next record of a held batch at pos, without waiting and without
+ * releasing anything: only a committed data record lying wholly below
+ * what is published (avail, deposit rings).  Anything else (the pad at
+ * the end of a lap, the end record, a record not committed yet, a header
+ * that makes no sense) ends the batch here; the next read call meets it
+ * through fr_peek, which skips, recovers or reports it.  fr_peek itself
+ * is not used past the first record: skipping a pad releases it, and
+ * that could publish our position past records the caller still reads.
+ */
+static bool batch_next(const struct fr_ring *r, uint64_t pos, uint64_t avail,
+		       const struct fr_rec **rec, uint32_t *len)
+{
+	struct fr_rec *h = fr_rec_at(r, pos);
+	uint32_t l, info;
+
+	if (r->mode == FR_MODE_DEPOSIT && (pos >= avail ||
+					   avail - pos < FR_REC_HDR))
+		return false;
+	/* acquire: pairs with the producer's release of COMMITTED, so the
+	 * len, info and payload read after it are the committed ones */
+	if (atomic_load_explicit(&h->seal, memory_order_acquire) !=
+	    fr_seal(r, pos, FR_SEAL_COMMITTED))
+		return false;
+	l = atomic_load_explicit(&h->len, memory_order_relaxed);
+	info = atomic_load_explicit(&h->info, memory_order_relaxed);
+	if (info & (FR_INFO_PAD | FR_INFO_CTRL))
+		return false;
+	if (l == 0 || l > r->max_record ||
+	    fr_record_bytes(l) > fr_lap_rest(r, pos))
+		return false;
+	if (r->mode == FR_MODE_DEPOSIT && fr_record_bytes(l) > avail - pos)
+		return false;
+	*rec = h;
+	*len = l;
+	return true;
+}
+
+int flowshm_peek_batch(flowshm_t *f, struct flowshm_rec *recs, unsigned max,
+		       unsigned *got, int64_t timeout_ns)
+{
+	struct waiter w = { .timeout_ns = timeout_ns };
+	const struct fr_rec *rec;
+	uint64_t pos, avail = 0;
+	unsigned n = 0;
+	uint32_t l;
+	int rc;
+
+	if (!recs || !got || max == 0 || (f && f->peeked))
+		return -EINVAL;
+	rc = next_record(f, &rec, &l, &w);
+	if (rc)
+		return rc;
+	/* the one synchronisation of the batch: what moverd has published
+	 * (acquire: the deposited bytes below it are visible); local rings
+	 * need none beyond each record's seal */
+	if (f->ring.mode == FR_MODE_DEPOSIT)
+		avail = atomic_load_explicit(&f->ring.sh->published,
+					     memory_order_acquire);
+	pos = f->ring.head;
+	do {
+		recs[n++] = (struct flowshm_rec){ .data = rec + 1, .len = l,
+						  .producer = fr_rec_producer(rec) };
+		pos += fr_record_bytes(l);
+	} while (n < max && batch_next(&f->ring, pos, avail, &rec, &l));
+	/* the private head stays at the first record until the release:
+	 * nothing publishes a position past records still in use */
+	f->last_producer = recs[n - 1].producer;
+	f->batch_n = n;
+	f->batch_end = pos;
+	*got = n;
+	return 0;
+}
+
+int flowshm_release_batch(flowshm_t *f)
+{
+	unsigned n;
+
+	if (!f || f->role != FLOWSHM_CONSUMER || !f->batch_n)
+		return -EINVAL;
+	n = f->batch_n;
+	f->batch_n = 0;
+	/* cut off (max_lag) while the caller read in place: what it read
+	 * may have been overwritten; nothing of ours is left to release */
+	if (fr_sub_lost(&f->ring))
+		return -ESTALE;
+	f->ring.records += n;
+	fr_release(&f->ring, f->batch_end);
+	return 0;
+}
+
+uint32_t flowshm_last_producer(const flowshm_t *f)
+{
+	return f ? f->last_producer : 0;
+}
+
+bool fsi_ready(flowshm_t *f)
+{
+	const struct fr_rec *rec;
+	uint32_t len;
+
+	if (f->batch_n || f->peeked)
+		return true;
+	return fr_peek(&f->ring, &rec, &len) != -EAGAIN;
 }
 
 const char *flowshm_strerror(int rc)
@@ -507,14 +699,31 @@ const char *flowshm_strerror(int rc)
 	switch (rc) {
 	case 0: return "success";
 	case -EAGAIN: return "ring full or empty, try again";
-	case -ETIMEDOUT: return "timed out";
+	case -ETIMEDOUT: return "timed out: back-pressured by a slow consumer "
+				"(producer), or nothing arrived (consumer)";
+	case -ENOTCONN: return "the flow's link to its peer host is down or "
+			       "not connected yet";
+	case -EHOSTDOWN: return "moverd is gone (its control connection hung "
+				"up) and the ring is full";
 	case -EMSGSIZE: return "record too large";
-	case -EPIPE: return "flow closed";
+	case -EPIPE: return "flow closed (or its stream ended: no more sends)";
+	case -ENODATA: return "end of stream: every record was delivered";
+	case -ESTALE: return "this consumer fell further behind than the "
+			     "flow's max lag and was cut off: attach again";
 	case -EPROTO: return "ring corrupt or incompatible version";
 	case -EINVAL: return "invalid argument";
 	case -ENOENT: return "no such flow";
 	case -EACCES: return "permission denied";
 	case -ECONNREFUSED: return "moverd is not running";
+	case -EBUSY: return "every subscriber slot of the flow is taken";
+	case -ENOSPC: return "a limit of moverd's is reached (flows, "
+			     "attachments or memory for rings)";
+	case -EDQUOT: return "over your quota of flows or ring bytes";
+	case -ENOMEM: return "out of memory";
+	case -EEXIST: return "a flow of that name exists (or the handle is "
+			     "already in the set)";
+	case -ECONNRESET: return "moverd closed the control connection";
+	case -ENOSYS: return "the kernel lacks futex_waitv (Linux 5.16)";
 	default: return strerror(-rc);
 	}
 }

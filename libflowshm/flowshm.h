@@ -7,14 +7,34 @@
  * futex only when asked to wait and the ring stays full (or empty).
  *
  * Every function returns 0 on success or a negative errno that tells the
- * caller what to do next:
+ * caller what to do next (flowshm_strerror gives each one in words):
  *   -EAGAIN     ring full (send) or empty (recv): try again later
- *   -ETIMEDOUT  the wait you asked for ran out
+ *   -ETIMEDOUT  the wait you asked for ran out.  For a producer (send,
+ *               send_batch, reserve, end): back-pressured by a slow
+ *               consumer; the two codes below say when it was something
+ *               else
+ *   -ENOTCONN   (timed-out producer) the flow's link to its peer host is
+ *               down or was never up (flowshm_state: PEER_DOWN or
+ *               CONNECTING): nothing drains the ring until it is back
+ *   -EHOSTDOWN  (timed-out producer) moverd is gone (our control
+ *               connection hung up) and the ring is full
  *   -EMSGSIZE   record larger than the flow's maximum (send), or larger
  *               than your buffer (recv: *len says how large; nothing lost)
- *   -EPIPE      the flow is closed (recv: and fully drained)
+ *   -EPIPE      the flow is closed (recv: and fully drained); for a
+ *               producer also: the flow's stream has ended (flowshm_end)
+ *   -ENODATA    end of stream (consumer): every record of the flow was
+ *               delivered and its producers ended it; every read call
+ *               returns it from then on.  Not an error of the flow.
+ *   -ESTALE     this consumer fell more than the flow's max lag behind and
+ *               was cut off; detach and attach again (at the current
+ *               position)
  *   -EPROTO     the ring is corrupt or of another version: stop using it
- *   -EINVAL     bad argument (zero length, wrong role, misuse of reserve)
+ *   -EINVAL     bad argument (zero length, wrong role, misuse of reserve
+ *               or peek)
+ *   -EBUSY      (attach) every subscriber slot of the flow is taken
+ *   -ENOSPC, -EDQUOT, -ENOMEM  (attach, end) a limit of moverd's
+ *   -ENOENT, -EACCES, -ECONNREFUSED  (attach) see flowshm_attach
+ * Which calls return which is said at each call.
  *
  * Timeouts are in nanoseconds: 0 = try once, negative = wait forever.
  *
@@ -83,7 +103,7 @@ struct flowshm_info {
  *   -ECONNREFUSED  moverd is not running
  *   -ETIMEDOUT     moverd did not answer in time
  *   -EPROTO        moverd's answer made no sense
- *   -EBUSY         the flow already has a consumer
+ *   -EBUSY         all 16 subscriber slots (consumers) of the flow taken
  *   -EINVAL        bad name or role
  * flowshm_attach_error() then says why in words.
  */
@@ -155,7 +175,169 @@ int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 		 int64_t timeout_ns);
 int flowshm_release(flowshm_t *f);
 
-/* A short English description of a flowshm return code. */
+/*
+ * Zero copy, many records: look at up to max records in place with one
+ * synchronisation with the producers, then release them together.
+ * recs[i].data points into the ring and stays valid until the release;
+ * recs[i].producer is the identity of the producer that wrote it (see
+ * flowshm_last_producer).  Waits (per timeout_ns) only for the first
+ * record; *got >= 1 on 0.  A batch stops early at the end of a lap of the
+ * ring, at the end of the stream, or at a record not yet committed.
+ * While a batch is held, the other read calls return -EINVAL;
+ * flowshm_release_batch (or flowshm_release) releases all of it: 0, or
+ * -ESTALE if this consumer was cut off meanwhile (max lag): what was
+ * read in place may have been overwritten.  Held records hold producers
+ * back: release promptly.
+ */
+struct flowshm_rec {
+	const void *data;
+	size_t len;
+	uint32_t producer;
+};
+
+int flowshm_peek_batch(flowshm_t *f, struct flowshm_rec *recs, unsigned max,
+		       unsigned *got, int64_t timeout_ns);
+int flowshm_release_batch(flowshm_t *f);
+
+/*
+ * The producer of the record the last recv, peek, recv_batch (its last
+ * record) or peek_batch (its last record) returned: a number that is the
+ * same for every record one producer handle wrote and differs between
+ * producer handles attached at the same time (its attach number and pid,
+ * 30 bits).  0 before any record.
+ */
+uint32_t flowshm_last_producer(const flowshm_t *f);
+
+/* ---- end of stream ------------------------------------------------------- */
+
+/*
+ * Producer: this producer's stream is complete (call it after its last
+ * send).  Attached through moverd: moverd is told on our control
+ * connection; once every producer attached to the flow through it has
+ * ended (at least one; a producer whose connection closes without ending
+ * counts as gone, not as ended), or the owner runs `moverctl flow end
+ * NAME`, moverd writes the end-of-stream record after every committed
+ * record.  Attach every producer before the first one ends.  Consumers
+ * (on this host or, across hosts, on the peer's) get every record, then
+ * -ENODATA from every read call.  Later sends of any producer get -EPIPE.
+ * timeout_ns matters only for a ring opened with flowshm_open_fd (no
+ * moverd): the end record is written at once, waiting for room in a full
+ * ring like a send; from the first try on, other producers' sends get
+ * -EPIPE (no record may follow the end).  Returns 0 (also when already
+ * ended), -EINVAL (not a producer, a reserve pending), -EPIPE (flow
+ * closed), -EAGAIN/-ETIMEDOUT (open_fd: no room), or moverd's error
+ * (-ECONNRESET, -EPIPE: moverd is gone).
+ */
+int flowshm_end(flowshm_t *f, int64_t timeout_ns);
+
+/* ---- why you wait: the flow's state ------------------------------------- */
+
+enum flowshm_flow_state {
+	FLOWSHM_STATE_UNKNOWN = 0,    /* no moverd status (open_fd ring) */
+	FLOWSHM_STATE_OPEN = 1,       /* moving; its peer (if any) connected */
+	FLOWSHM_STATE_CONNECTING = 2, /* its peer host was never reached yet */
+	FLOWSHM_STATE_PEER_DOWN = 3,  /* the link to its peer is down (since) */
+	FLOWSHM_STATE_DRAINING = 4,   /* being destroyed after delivery */
+	FLOWSHM_STATE_ENDED = 5,      /* end of stream written (or reached) */
+	FLOWSHM_STATE_FAILED = 6,     /* failed: reason */
+	FLOWSHM_STATE_CLOSED = 7,     /* destroyed */
+};
+
+enum flowshm_daemon {
+	FLOWSHM_DAEMON_NONE = 0,      /* no moverd: a ring from open_fd */
+	FLOWSHM_DAEMON_UP = 1,        /* our control connection is open */
+	FLOWSHM_DAEMON_DOWN = 2,      /* it hung up: moverd exited or died */
+	FLOWSHM_DAEMON_RESTARTED = 3, /* the ring is owned by another moverd
+	                                 start than at attach: re-attach */
+};
+
+struct flowshm_state {
+	enum flowshm_flow_state state;
+	int reason;           /* FAILED: a negative errno, else 0 */
+	uint64_t since_ns;    /* CLOCK_REALTIME ns of the last change, 0 if
+	                         unknown */
+	uint32_t producers;   /* attached through moverd */
+	uint32_t consumers;
+	uint64_t lag_bytes;   /* consumer: bytes committed it has not read;
+	                         producer: bytes the slowest consumer has not
+	                         read (what holds us back) */
+	enum flowshm_daemon daemon;
+};
+
+/*
+ * The flow's state as moverd last wrote it into the ring, corrected by
+ * what the ring itself says (closed, failed, ended), the lag, and whether
+ * moverd is still there.  Shared memory only, plus one poll(2) of the
+ * control connection.  0 or -EINVAL.
+ */
+int flowshm_state(flowshm_t *f, struct flowshm_state *out);
+
+/* A word for a state ("open", "connecting", "peer down", ...). */
+const char *flowshm_state_name(enum flowshm_flow_state s);
+
+/* ---- waiting on many flows (fan-in) -------------------------------------- */
+
+/*
+ * Wait until at least one of the consumer handles flows[0..n) has
+ * something for a read call (a record, or an end: -ENODATA, -EPIPE,
+ * -ESTALE, -EPROTO), and put the indexes of every such flow into
+ * ready[0..*nready) (ready has room for n).  The list starts at a flow
+ * that moves on by one each call, so a caller that serves only ready[0]
+ * still serves every busy flow in turn: a flooded flow cannot starve the
+ * others.  Sleeps in ONE system call however many flows: futex_waitv(2)
+ * over the rings' wake words (Linux >= 5.16, n <= 128); on older kernels
+ * or for more flows, it checks every 200 us instead (a short sleep loop).
+ * Remove a flow that returned -ENODATA or -EPIPE: it stays ready.
+ * Returns 0 (*nready >= 1), -EAGAIN (timeout 0, none ready), -ETIMEDOUT,
+ * -EINVAL (a producer handle, n == 0 or > FLOWSHM_POLL_MAX).
+ */
+#define FLOWSHM_POLL_MAX 1024u
+int flowshm_poll(flowshm_t *const *flows, unsigned n, unsigned *ready,
+		 unsigned *nready, int64_t timeout_ns);
+
+/*
+ * A set of consumer handles with a file descriptor for event loops
+ * (epoll, io_uring, asyncio's add_reader).  At most FLOWSHM_SET_MAX
+ * flows (futex_waitv's 128 words, one of them the set's own).  The set
+ * does not own the handles; remove a handle before closing it.  All calls
+ * on one set from one thread at a time.
+ */
+#define FLOWSHM_SET_MAX 127u
+typedef struct flowshm_set flowshm_set_t;
+
+int flowshm_set_create(flowshm_set_t **out);
+/* 0, -EINVAL (not a consumer), -EEXIST (already in), -ENOSPC (full). */
+int flowshm_set_add(flowshm_set_t *s, flowshm_t *f);
+/* 0 or -ENOENT. */
+int flowshm_set_remove(flowshm_set_t *s, flowshm_t *f);
+void flowshm_set_destroy(flowshm_set_t *s);
+
+/*
+ * flowshm_poll over the set: ready[0..*nready) are the ready handles
+ * (ready has room for max), in turn as flowshm_poll.  -EINVAL for an
+ * empty set.
+ */
+int flowshm_set_poll(flowshm_set_t *s, flowshm_t **ready, unsigned max,
+		     unsigned *nready, int64_t timeout_ns);
+
+/*
+ * The set's descriptor (an eventfd; the set owns it: do not close it).
+ * Edge semantics, as EPOLLET: it becomes readable when data may have
+ * arrived since a flowshm_set_poll found NO flow ready.  So: when it is
+ * readable, call flowshm_set_poll(s, ..., 0) and serve, again and again
+ * until it returns -EAGAIN; that -EAGAIN arms the descriptor again (a
+ * helper thread sleeps in futex_waitv for the set, and writes the
+ * eventfd when a producer wakes it).  flowshm_set_poll reads (clears)
+ * the descriptor itself.  It is readable at first, and may be readable
+ * with nothing ready (a record was taken meanwhile, a flow was added or
+ * removed): poll, get -EAGAIN, wait again.
+ * Returns the fd, or a negative errno (-ENOSYS: the kernel has no
+ * futex_waitv; -EMFILE...).
+ */
+int flowshm_set_fd(flowshm_set_t *s);
+
+/* A short English description of a flowshm return code (flowmover's own
+ * words for every code the API returns, else libc's). */
 const char *flowshm_strerror(int rc);
 
 #ifdef __cplusplus

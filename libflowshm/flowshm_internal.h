@@ -18,7 +18,26 @@ struct flowshm {
 	uint32_t peeked;        /* length of the peeked record, 0 if none */
 	int ctl_fd;             /* attached via moverd: the control connection,
 	                           open while attached so moverd sees us die */
+	char name[72];          /* the flow's name (attached via moverd) */
+	uint64_t epoch;         /* status epoch at attach: moverd's start */
+	uint32_t last_producer; /* of the last record read */
+	unsigned batch_n;       /* records of a held peek_batch, 0 if none */
+	uint64_t batch_end;     /* ... the position after them */
 };
+
+/* For the library's own modules (not exported: the map exports flowshm_*
+ * only). */
+
+/* Does the consumer f have something for a read call (a record, or an
+ * end or error)?  Runs fr_peek: the caller owns f (its thread). */
+bool fsi_ready(flowshm_t *f);
+
+/* A producer's timed-out wait: -ETIMEDOUT, -ENOTCONN or -EHOSTDOWN
+ * (state.c; see flowshm.h). */
+int fsi_why_timeout(flowshm_t *f);
+
+/* Read the status epoch the ring has now (0 if none): kept at attach. */
+uint64_t fsi_epoch(const flowshm_t *f);
 
 /*
  * Like flowshm_ring_create, with a given seal key (0 = random) and first
@@ -37,5 +56,18 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 int flowshm_ring_create_at(const struct flowshm_ring_params *params,
 			   int dirfd, const char *name, uint64_t seal_key,
 			   uint64_t start, int *fd);
+
+/*
+ * flowshm_open_fd for an attach through moverd: a consumer adopts the
+ * subscriber slot moverd took for it (slot >= 0, with its gen), or takes
+ * one itself (slot < 0).  -ESTALE if the slot is no longer ours.
+ */
+int flowshm_open_attached(int fd, enum flowshm_role role,
+			  const struct flowshm_opts *opts, int slot,
+			  uint64_t gen, flowshm_t **out);
+
+/* Map moverd's doorbell page (ipc/bell.h) from bell_fd and ring bit index
+ * after commits when moverd armed the ring; 0 or -EPROTO / -errno. */
+int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index);
 
 #endif

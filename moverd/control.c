@@ -10,6 +10,7 @@
 #include "control.h"
 #include "ctl_frame.h"
 #include "declared.h"
+#include "eos.h"
 #include "log.h"
 #include "mover.h"
 
@@ -24,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ATTACH_MAX 16
@@ -32,6 +34,9 @@
 struct attachment {
 	struct flow *flow;
 	enum flowshm_role role;
+	unsigned slot;  /* consumer: the subscriber slot taken for it */
+	uint64_t gen;   /* ... and its generation (fr_sub_take) */
+	bool ended;  /* a producer that ended its stream (flowshm_end) */
 };
 
 struct ctl_client {
@@ -61,6 +66,18 @@ struct ctl_client {
 static void arm_accept(struct ctl_server *s);
 static void serve(struct ctl_client *c);
 
+/* This start of moverd, as rings' status epoch (ctl_status_sync): the
+ * wall clock at start, different for every start. */
+static uint64_t status_epoch;
+
+static uint64_t wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- client lifetime ---------------------------------------------------- */
 
 static void detach_all(struct ctl_client *c)
@@ -68,11 +85,22 @@ static void detach_all(struct ctl_client *c)
 	for (unsigned i = 0; i < c->n_att; i++) {
 		struct flow *f = c->att[i].flow;
 
-		if (c->att[i].role == FLOWSHM_CONSUMER)
+		if (c->att[i].role == FLOWSHM_CONSUMER) {
 			f->consumers--;
-		else
+			/* its slot goes back: producers held by it are free at
+			 * once (a no-op if the client already left cleanly) */
+			if (f->view)
+				fr_sub_leave(&f->view->ring, c->att[i].slot,
+					     c->att[i].gen);
+		} else
 			f->producers--;
+		if (c->att[i].ended)
+			f->producers_ended--;
 		log_debug("flow %s: pid %d detached", f->name, (int)c->pid);
+		/* a producer gone without ending may leave only ended ones */
+		if (c->att[i].role == FLOWSHM_PRODUCER)
+			eos_update(f);
+		ctl_status_sync(f);
 	}
 	c->n_att = 0;
 }
@@ -547,12 +575,48 @@ out:
 	free(ptrs);
 }
 
+/* A consumer is a subscriber of the ring (ring format 2): take a slot for
+ * it in the client's pid; false (answered) if none is free. */
+static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
+		      struct attachment *att)
+{
+	int rc = f->view ? fr_sub_take(&f->view->ring, (uint32_t)c->pid &
+				       FR_INFO_PID, &att->slot, &att->gen) :
+			   -EPIPE;
+
+	if (rc == -EBUSY)
+		respond_error(c, id, -EBUSY, "flow '%s': all %u subscriber "
+			      "slots taken", f->name, FR_MAX_SUBS);
+	else if (rc)
+		respond_error(c, id, rc, "flow '%s': no subscriber slot: %s",
+			      f->name, strerror(-rc));
+	return rc == 0;
+}
+
+/* The attach answer: the flow, its ring fd, and a consumer's slot. */
+static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
+			   const struct attachment *att)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+
+	fill_info(f, &fi);
+	if (att->role == FLOWSHM_CONSUMER) {
+		fi.sub_slot = att->slot + 1;
+		fi.sub_gen = att->gen;
+	}
+	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+	resp.flow = &fi;
+	respond(c, &resp, id, f);
+}
+
 static void do_attach(struct ctl_client *c, uint64_t id,
 		      const Flowmover__Attach *a)
 {
 	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
 					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
 	struct flow *f = find_or_fail(c, id, a->name);
+	struct attachment att;
 
 	if (!f)
 		return;
@@ -563,24 +627,73 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 			      "attach to flow '%s'", (unsigned)c->uid, f->name);
 		return;
 	}
-	if (role == FLOWSHM_CONSUMER && f->consumers) {
-		respond_error(c, id, -EBUSY, "flow '%s' already has a consumer",
-			      f->name);
-		return;
-	}
 	if (c->n_att == ATTACH_MAX) {
 		respond_error(c, id, -ENOSPC, "too many attachments on one "
 			      "connection (limit %d)", ATTACH_MAX);
 		return;
 	}
-	c->att[c->n_att++] = (struct attachment){ f, role };
+	att = (struct attachment){ .flow = f, .role = role };
+	if (role == FLOWSHM_CONSUMER && !take_slot(c, id, f, &att))
+		return;
+	c->att[c->n_att++] = att;
 	if (role == FLOWSHM_CONSUMER)
 		f->consumers++;
 	else
 		f->producers++;
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
-	respond_flow(c, id, f, f);
+	ctl_status_sync(f);
+	respond_attach(c, id, f, &att);
+}
+
+/* A producer attached on this connection ends its stream. */
+static void do_end_stream(struct ctl_client *c, uint64_t id,
+			  const Flowmover__EndStream *e)
+{
+	struct attachment *a = NULL;
+
+	for (unsigned i = 0; i < c->n_att && !a; i++) {
+		if (c->att[i].role == FLOWSHM_PRODUCER &&
+		    !strcmp(c->att[i].flow->name, e->name))
+			a = &c->att[i];
+	}
+	if (!a) {
+		respond_error(c, id, -EINVAL, "no producer of flow '%.80s' is "
+			      "attached on this connection", e->name);
+		return;
+	}
+	if (!a->ended) {
+		a->ended = true;
+		a->flow->producers_ended++;
+		a->flow->producers_ended_ever = true;
+		log_debug("flow %s: pid %d ended its stream", a->flow->name,
+			  (int)c->pid);
+		eos_update(a->flow);
+	}
+	respond_ok(c, id);
+}
+
+/* moverctl flow end: the owner (or root) ends the stream now. */
+static void do_end_flow(struct ctl_client *c, uint64_t id,
+			const Flowmover__EndFlow *e)
+{
+	struct flow *f = find_or_fail(c, id, e->name);
+
+	if (!f)
+		return;
+	if (!flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
+		return;
+	}
+	if (f->role == FLOW_RECEIVER) {
+		respond_error(c, id, -EINVAL, "flow '%s' is fed from %s: end "
+			      "it on that host", f->name,
+			      f->origin[0] ? f->origin : "its sending host");
+		return;
+	}
+	eos_force(f);
+	respond_ok(c, id);
 }
 
 static void do_status(struct ctl_client *c, uint64_t id)
@@ -661,6 +774,12 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		break;
 	case FLOWMOVER__REQUEST__BODY_RELOAD:
 		do_reload(c, id);
+		break;
+	case FLOWMOVER__REQUEST__BODY_END_STREAM:
+		do_end_stream(c, id, req->end_stream);
+		break;
+	case FLOWMOVER__REQUEST__BODY_END_FLOW:
+		do_end_flow(c, id, req->end_flow);
 		break;
 	default:
 		respond_error(c, id, -EPROTO, "request has no known body");
@@ -920,6 +1039,7 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 				  .max_per_uid = CTL_DEFAULT_PER_UID,
 				  .socket_path = path,
 				  .started_ns = fr_now_ns() };
+	status_epoch = wall_ns();
 	if (strlen(path) >= sizeof(addr.sun_path)) {
 		log_error("socket path too long: %s", path);
 		return -ENAMETOOLONG;
@@ -971,4 +1091,45 @@ void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
 				i++;
 		}
 	}
+}
+
+/*
+ * The flow's state, attach counts and moverd's start (epoch) into its
+ * ring's status (struct fr_status) when they differ from what is there:
+ * the minimum for flowshm_state, a producer's -ENOTCONN and a client's
+ * "moverd restarted", called at attach, detach and on the timer (so a
+ * re-adopted ring gets the new epoch within a second).  (Branch life
+ * writes the status at each state change.)
+ */
+static enum fr_flow_state status_of(const struct flow *f)
+{
+	if (f->end_written)
+		return FR_STATE_ENDED;
+	switch (f->state) {
+	case FLOW_OPEN: return FR_STATE_OPEN;
+	case FLOW_CONNECTING: return FR_STATE_CONNECTING;
+	case FLOW_RECONNECTING: return FR_STATE_PEER_DOWN;
+	case FLOW_FAILED: return FR_STATE_FAILED;
+	case FLOW_CLOSING: return FR_STATE_CLOSED;
+	}
+	return FR_STATE_UNKNOWN;
+}
+
+void ctl_status_sync(struct flow *f)
+{
+	enum fr_flow_state st = status_of(f);
+	struct fr_status_view v;
+	struct fr_ring *r;
+
+	if (!f->view)
+		return;
+	r = &f->view->ring;
+	if (st != FR_STATE_UNKNOWN &&
+	    (fr_status_read(r, &v) || v.state != (uint32_t)st))
+		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
+	if (fr_status_read(r, &v) || v.producers != f->producers ||
+	    v.consumers != f->consumers)
+		fr_status_counts(r, f->producers, f->consumers);
+	if (fr_status_read(r, &v) || v.epoch != status_epoch)
+		fr_status_epoch(r, status_epoch);
 }

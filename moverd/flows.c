@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -316,9 +317,41 @@ static void guard_ring(struct flow *f)
 }
 
 /* Open the ring file of one flow named in the state directory. */
+/* Why a ring file does not open, in words: a ring of another format (a
+ * file written by an older moverd) names its version. */
+static void ring_open_error(int fd, int rc, char *why, size_t cap)
+{
+	uint32_t version = 0;
+
+	if (rc == -EPROTO &&
+	    pread(fd, &version, sizeof(version),
+		  offsetof(struct fr_geometry, version)) ==
+		    (ssize_t)sizeof(version) && version != FR_VERSION)
+		snprintf(why, cap, "ring format %u, this moverd speaks %u",
+			 (unsigned)version, FR_VERSION);
+	else
+		snprintf(why, cap, "%s", flowshm_strerror(rc));
+}
+
+/*
+ * moverd is a subscriber of a sender flow's ring (ring format 2): one slot,
+ * through which it publishes what the peer acknowledged.  Taken at the
+ * slowest subscriber's position, so nothing unsent is skipped.
+ */
+static int take_sender_slot(struct flow *f)
+{
+	struct fr_ring *r = &f->view->ring;
+	unsigned slot;
+	uint64_t gen;
+	int rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
+
+	return rc ? rc : fr_sub_adopt(r, slot, gen);
+}
+
 static struct flow *adopt_one(struct flow_table *t, const char *name)
 {
 	char file[FILE_NAME_MAX], why[200] = "";
+	unsigned n_dead;
 	struct flowshm_info in;
 	struct flow *fl = calloc(1, sizeof(*fl));
 	FILE *f;
@@ -351,16 +384,32 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		goto refuse;
 	rc = flowshm_open_fd(fl->ring_fd, FLOWSHM_PRODUCER, NULL, &fl->view);
 	if (rc) {
-		snprintf(why, sizeof(why), "%s", flowshm_strerror(rc));
+		ring_open_error(fl->ring_fd, rc, why, sizeof(why));
 		close(fl->ring_fd);
 		goto refuse;
 	}
 	guard_ring(fl); /* before moverd's first touch of the file */
+	if (fl->role == FLOW_SENDER && (rc = take_sender_slot(fl))) {
+		snprintf(why, sizeof(why), "no subscriber slot for moverd: %s",
+			 strerror(-rc));
+		ring_guard_remove(fl->guard);
+		flowshm_close(fl->view);
+		close(fl->ring_fd);
+		goto refuse;
+	}
+	/* the slots of clients (and of the moverd) that died while no
+	 * moverd watched them: theirs were the connections that closed */
+	n_dead = fr_sub_leave_dead(&fl->view->ring, fl->view->ring.sub);
 	flowshm_info(fl->view, &in);
 	fl->ring_bytes = in.ring_size;
-	/* sender: everything before head was acknowledged by the peer */
+	/* sender: everything before our slot's position (joined at the
+	 * slowest subscriber's, the dead moverd's among them) was
+	 * acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
+	if (n_dead)
+		log_info("flow %s: %u subscriber slot(s) of dead processes "
+			 "given back", name, n_dead);
 	fl->state = fl->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
@@ -670,6 +719,10 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	}
 	if (!rc)
 		rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &f->view);
+	if (!rc && spec->role == FLOW_SENDER && (rc = take_sender_slot(f))) {
+		flowshm_close(f->view);
+		f->view = NULL;
+	}
 	if (rc) {
 		snprintf(err, errlen, "cannot create the ring: %s",
 			 flowshm_strerror(rc));

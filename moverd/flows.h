@@ -121,6 +121,12 @@ struct flow {
 	/* RDMA sender: where the peer's consumer ring is */
 	uint64_t raddr;
 	uint32_t rkey;
+
+	/* end of stream (eos.h): attached producers that ended theirs */
+	unsigned producers_ended;
+	bool producers_ended_ever; /* one did, attached or gone since */
+	bool end_pending;        /* the END waits for room in the ring */
+	bool end_written;
 };
 
 struct flow_limits {

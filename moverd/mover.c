@@ -325,8 +325,11 @@ static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig, unsigned max)
 			.uaddr = (uintptr_t)&sh->data_futex,
 			.flags = FUTEX_32,
 		};
-		atomic_store_explicit(&sh->consumer_waiting, 1,
-				      memory_order_relaxed);
+		/* our own mark, apart from the clients' count of sleepers:
+		 * idempotent, and peer_woke clears it whatever we armed */
+		atomic_fetch_or_explicit(&sh->consumers_waiting,
+					 FR_WAITING_MOVERD,
+					 memory_order_relaxed);
 		*sig = *sig * 31 + (uintptr_t)sh;
 	}
 	return true;
@@ -461,8 +464,9 @@ void peer_woke(struct peer_mgr *m)
 	struct peer *p = m->peers;
 
 	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f))
-		atomic_store_explicit(&ring_of(f)->sh->consumer_waiting, 0,
-				      memory_order_relaxed);
+		atomic_fetch_and_explicit(&ring_of(f)->sh->consumers_waiting,
+					  ~FR_WAITING_MOVERD,
+					  memory_order_relaxed);
 }
 
 /* ---- the duty cycle -------------------------------------------------------- */

@@ -18,6 +18,8 @@
  */
 #include "peer_impl.h"
 #include "bell_thread.h"
+#include "control.h"
+#include "eos.h"
 #include "log.h"
 #include "peer_allow.h"
 
@@ -454,11 +456,15 @@ bool consumer_head(struct peer *p, struct flow *f, uint64_t *head)
 {
 	char why[160];
 
-	/* acquire: a consistent reading of the consumer's position */
-	*head = atomic_load_explicit(&ring_of(f)->sh->head,
-				     memory_order_acquire);
-	if (*head >= f->reported_head && *head <= f->sent)
-		return true;
+	/* the slowest consumer's position (ring format 2: the minimum of
+	 * the subscribers' slots), never below what we relied on before */
+	if (!fr_refresh_head(ring_of(f), NULL)) {
+		*head = ring_of(f)->head_cache;
+		if (*head >= f->reported_head && *head <= f->sent)
+			return true;
+	} else {
+		*head = fr_min_pos(ring_of(f));
+	}
 	snprintf(why, sizeof(why), "the consumer's position %llu is outside "
 		 "[%llu, %llu] (moved back, or past what was delivered)",
 		 (unsigned long long)*head, (unsigned long long)f->reported_head,
@@ -499,7 +505,9 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 	}
 	/* acquire: what moverd published (and the consumer's position) */
 	pub = atomic_load_explicit(&r->sh->published, memory_order_acquire);
-	head = atomic_load_explicit(&r->sh->head, memory_order_acquire);
+	head = fr_min_pos(r);
+	if (head < r->head_cache) /* a joining subscriber, see ring.h */
+		head = r->head_cache;
 	if (head > pub || pub - head > r->size || pub % FR_ALIGN) {
 		snprintf(err, cap, "the consumer ring of '%s' is corrupt "
 			 "(published %llu, consumer %llu)", f->name,
@@ -720,6 +728,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	f->raddr = op->raddr;
 	f->rkey = op->rkey;
 	fr_release(r, f->acked); /* delivered before the link broke */
+	fr_sub_publish(r);
 	flows_set_state(f, FLOW_OPEN, "");
 }
 
@@ -1008,6 +1017,8 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	f->remote_head = h->aux;
 	/* the consumer ring has it: producers may reuse the space */
 	fr_release(ring_of(f), f->acked);
+	/* per acknowledgement, not per record: publish our slot now */
+	fr_sub_publish(ring_of(f));
 }
 
 /*
@@ -1220,6 +1231,8 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 		} else if (flows_ring_tampered(f, why, sizeof(why)) ||
 			   ring_marked_failed(f, why, sizeof(why))) {
 			fail_tampered(f, why);
+		} else {
+			ctl_status_sync(f);
 		}
 	}
 	flows_reap_remains(m->flows, now);
@@ -1276,6 +1289,7 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (m->rdma)
 		rdma_tick(m, now);
+	eos_retry(m->flows);
 	if (now - m->police_ns >= POLICE_NS) {
 		m->police_ns = now;
 		police_flows(m, now);

@@ -7,7 +7,7 @@
  * Covers: status; refusing a second daemon on the same socket; flow
  * create/list/show/destroy with moverctl (human and --json); producers and a
  * consumer attached by name moving records; attach counts following client
- * death; -ENOENT, -EBUSY, -ECONNREFUSED, -EACCES (another uid); bad frames
+ * death; -ENOENT, -EBUSY (a 17th consumer), -ECONNREFUSED, -EACCES (another uid); bad frames
  * (zero, oversized, garbage, unknown fields, wrong wire types, truncated,
  * disconnect mid-request) and many clients at once, after which the daemon
  * still serves and holds no extra file descriptors; destroy while attached;
@@ -270,7 +270,18 @@ static void test_attach_and_move(void)
 	pid_t pids[3];
 	char out[8192];
 
-	attach("f1", FLOWSHM_CONSUMER, -EBUSY); /* one consumer per flow */
+	{
+		/* ring format 2: up to FR_MAX_SUBS consumers (subscribers),
+		 * then -EBUSY; detached, they hold nothing back */
+		flowshm_t *more[FR_MAX_SUBS];
+
+		for (unsigned i = 1; i < FR_MAX_SUBS; i++)
+			more[i] = attach("f1", FLOWSHM_CONSUMER, 0);
+		attach("f1", FLOWSHM_CONSUMER, -EBUSY);
+		CHECK(strstr(flowshm_attach_error(), "all 16 subscriber slots"));
+		for (unsigned i = 1; i < FR_MAX_SUBS; i++)
+			flowshm_detach(more[i]);
+	}
 	attach("nope", FLOWSHM_PRODUCER, -ENOENT);
 	for (uint32_t i = 0; i < producers; i++) {
 		pids[i] = fork();

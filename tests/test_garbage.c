@@ -244,7 +244,7 @@ static uint64_t hot_pos(const struct fr_ring *r)
 	uint64_t base;
 
 	switch (rnd() % 4) {
-	case 0: base = get64(&r->sh->head); break;
+	case 0: base = fr_min_pos(r); break;
 	case 1: base = get64(&r->sh->tail); break;
 	case 2: base = get64(&r->sh->published); break;
 	default: return rnd() & r->mask & ~(uint64_t)(FR_ALIGN - 1);
@@ -271,11 +271,18 @@ static void garbage_write(const struct fr_ring *r, unsigned cls)
 		break;
 	case 2: put32(&sh->recovered, (uint32_t)rnd()); break;
 	case 3: put64(&sh->tail, garbage_near(get64(&sh->tail))); break;
-	case 4: put64(&sh->head, garbage_near(get64(&sh->head))); break;
+	case 4: /* format 2: a subscriber's position, the floor, the mask */
+		if (rnd() % 4 == 0)
+			put32(&sh->sub_mask, (uint32_t)rnd());
+		else
+			put64(rnd() % 2 ? &sh->floor :
+					  &sh->subs[rnd() % FR_MAX_SUBS].pos,
+			      garbage_near(fr_min_pos(r)));
+		break;
 	case 5: put64(&sh->published, garbage_near(get64(&sh->published)));
 		break;
 	case 6: put32(&sh->data_futex, (uint32_t)rnd()); break;
-	case 7: put32(&sh->consumer_waiting, (uint32_t)(rnd() % 3)); break;
+	case 7: put32(&sh->consumers_waiting, (uint32_t)(rnd() % 3)); break;
 	case 8: put32(&sh->space_futex, (uint32_t)rnd()); break;
 	case 9: put32(&sh->producers_waiting, (uint32_t)rnd()); break;
 	case 10: put64(&h->seal, rnd() % 2 ? plausible_seal(r, pos) : rnd());
@@ -377,8 +384,9 @@ static pid_t honest_start(const struct hd *d, const char *flow,
 			rc = flowshm_recv(f, buf, sizeof(buf), &len, 20000000);
 		if (rc == 0)
 			ok++;
-		else if (rc == -EAGAIN || rc == -ETIMEDOUT || rc == -EMSGSIZE)
-			again++;
+		else if (rc == -EAGAIN || rc == -ETIMEDOUT || rc == -ENOTCONN ||
+			 rc == -EHOSTDOWN || rc == -EMSGSIZE)
+			again++; /* a timed-out send says why it waited */
 		else
 			break;
 	}
@@ -390,7 +398,7 @@ static pid_t honest_start(const struct hd *d, const char *flow,
 	flowshm_detach(f);
 	_exit(rc == -EPROTO ? 0 : rc == -EPIPE ? 3 :
 	      (rc == 0 || rc == -EAGAIN || rc == -ETIMEDOUT ||
-	       rc == -EMSGSIZE) ? 4 : 5);
+	       rc == -ENOTCONN || rc == -EHOSTDOWN || rc == -EMSGSIZE) ? 4 : 5);
 }
 
 /* The attacker must finish within 60 s (it is bounded: a hang is a bug). */

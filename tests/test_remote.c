@@ -636,7 +636,11 @@ static void producer_main(const void *arg)
 				break;
 			if (rc == -EPIPE && c->n == UNKNOWN)
 				goto out; /* the flow was destroyed: expected */
-			if (rc != -ETIMEDOUT && rc != -EAGAIN) {
+			/* a timed-out send says why: back-pressure, the
+			 * peer link down (-ENOTCONN) while B restarts, or
+			 * our moverd gone (-EHOSTDOWN) while A restarts */
+			if (rc != -ETIMEDOUT && rc != -EAGAIN &&
+			    rc != -ENOTCONN && rc != -EHOSTDOWN) {
 				fprintf(stderr, "[%s] send seq %llu (%zu bytes): "
 					"%d (%s)\n", who, (unsigned long long)seq,
 					len, rc, flowshm_strerror(rc));

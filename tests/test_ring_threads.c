@@ -64,6 +64,14 @@ int main(void)
 	map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	CHECK(map != MAP_FAILED);
 	CHECK_RC(fr_attach(&r, map, map_bytes), 0);
+	{
+		/* ring format 2: a consumer is a subscriber with a slot */
+		unsigned slot;
+		uint64_t gen;
+
+		CHECK_RC(fr_sub_take(&r, (uint32_t)getpid(), &slot, &gen), 0);
+		CHECK_RC(fr_sub_adopt(&r, slot, gen), 0);
+	}
 	for (uintptr_t i = 0; i < PRODUCERS; i++)
 		CHECK(pthread_create(&th[i], NULL, producer, (void *)i) == 0);
 	while (total < per_producer * PRODUCERS) {

@@ -204,14 +204,15 @@ static void test_corrupt_control_page(void)
 {
 	struct { size_t off; uint64_t val; int width; } cases[] = {
 		{ offsetof(struct fr_shared, geo.magic), 1, 8 },
-		{ offsetof(struct fr_shared, geo.version), 2, 4 },
+		{ offsetof(struct fr_shared, geo.version), 1, 4 }, /* v1 */
+		{ offsetof(struct fr_shared, geo.version), 3, 4 },
 		{ offsetof(struct fr_shared, geo.ctrl_bytes), 8192, 4 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 8192, 8 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 5000, 8 },
 		{ offsetof(struct fr_shared, geo.max_record), 0, 4 },
 		{ offsetof(struct fr_shared, geo.max_record), 1u << 30, 4 },
 		{ offsetof(struct fr_shared, geo.mode), 9, 4 },
-		{ offsetof(struct fr_shared, head), 48, 8 },    /* head > tail */
+		{ offsetof(struct fr_shared, floor), 48, 8 },   /* floor > tail */
 		{ offsetof(struct fr_shared, tail), 1 << 20, 8 }, /* > size */
 		{ offsetof(struct fr_shared, tail), 8, 8 },     /* unaligned */
 	};
@@ -248,8 +249,9 @@ static void test_corrupt_positions_after_open(void)
 	CHECK_RC(flowshm_send(p, rec, 2000, 0), -EMSGSIZE);
 	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
-	/* a head beyond the tail, or a tail far beyond head: -EPROTO */
-	atomic_store(&sh->head, 1 << 20);
+	/* a subscriber position beyond the tail, or a tail far beyond it:
+	 * -EPROTO */
+	atomic_store(&sh->subs[0].pos, 1 << 20);
 	while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
 		;
 	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EPROTO);
@@ -371,7 +373,7 @@ static void test_deposit_mirror(void)
 		}
 		CHECK(got == sent);
 		/* the producer ring's space comes back once delivered */
-		atomic_store(&src->head, atomic_load(&dr.sh->head));
+		atomic_store(&src->floor, fr_min_pos(&dr));
 	}
 	/* corrupt a published but unread header: -EPROTO, not "empty" */
 	CHECK_RC(flowshm_send(p, "abcdef", 6, 0), 0);

@@ -169,7 +169,9 @@ static const char *fmt_size(uint64_t b, char *buf, size_t n)
 
 /* ---- options ------------------------------------------------------------- */
 
-enum api { API_RECORD, API_BATCH };
+/* API_PEEK, API_PEEK_BATCH (--peek-batch): a batch producer, and a
+ * consumer reading in place one record at a time or a batch at a time */
+enum api { API_RECORD, API_BATCH, API_PEEK, API_PEEK_BATCH };
 
 struct opts {
 	double seconds;
@@ -185,6 +187,7 @@ struct opts {
 	bool json;
 	bool pin;
 	bool do_tput, do_mp, do_pp, do_memcpy;
+	bool do_peek;          /* --peek-batch: peek vs peek_batch cases */
 };
 
 /* ---- shared control block between the parent and its children ------------ */
@@ -337,7 +340,7 @@ static void open_end(int fd, enum flowshm_role role, flowshm_t **out)
 static void producer_main(const struct opts *o, struct ctl *c, int fd,
 			  uint64_t size, uint32_t id, enum api api)
 {
-	unsigned nb = api == API_BATCH ?
+	unsigned nb = api != API_RECORD ?
 		      batch_records(o->batch_bytes, o->batch, size) : 1;
 	unsigned char *buf = xalloc(nb * size);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
@@ -395,9 +398,10 @@ static void producer_main(const struct opts *o, struct ctl *c, int fd,
 static void consumer_main(const struct opts *o, struct ctl *c, int fd,
 			  uint64_t size, unsigned nprod, enum api api)
 {
-	unsigned nb = api == API_BATCH ?
+	unsigned nb = api != API_RECORD && api != API_PEEK ?
 		      batch_records(o->batch_bytes, o->batch, size) : 1;
 	size_t cap = nb * ((size + 7) & ~(uint64_t)7);
+	struct flowshm_rec *recs = calloc(nb, sizeof(*recs));
 	unsigned char *buf = xalloc(cap);
 	struct iovec *iov = calloc(nb, sizeof(*iov));
 	uint64_t next[MAX_PRODUCERS] = { 0 };
@@ -423,6 +427,29 @@ static void consumer_main(const struct opts *o, struct ctl *c, int fd,
 			if (rec_check(c, buf, len, size, nprod, next))
 				_exit(1);
 			n++;
+		} else if (api == API_PEEK) {
+			const void *d;
+			size_t len;
+
+			rc = flowshm_peek(cons, &d, &len, -1);
+			if (rc)
+				break;
+			if (rec_check(c, d, len, size, nprod, next))
+				_exit(1);
+			flowshm_release(cons);
+			n++;
+		} else if (api == API_PEEK_BATCH) {
+			unsigned got;
+
+			rc = flowshm_peek_batch(cons, recs, nb, &got, -1);
+			if (rc)
+				break;
+			for (unsigned i = 0; i < got; i++)
+				if (rec_check(c, recs[i].data, recs[i].len,
+					      size, nprod, next))
+					_exit(1);
+			flowshm_release_batch(cons);
+			n += got;
 		} else {
 			unsigned got;
 
@@ -806,7 +833,10 @@ static void cpu_foreign(const struct cpu_snap *a, const struct cpu_snap *b,
 
 static const char *api_name(enum api a)
 {
-	return a == API_BATCH ? "batch" : "record";
+	static const char *const names[] = { "record", "batch", "peek",
+					     "peekb" };
+
+	return names[a];
 }
 
 static void cpu_model(char *buf, size_t n)
@@ -862,6 +892,8 @@ static void usage_local(FILE *f)
 "  --pp-size N      ping-pong record size (default 32)\n"
 "  (sizes are bytes, >= 8, with optional K/M/G suffix)\n"
 "  --only LIST      run only some parts: tput,mp,pingpong,memcpy\n"
+"  --peek-batch     also read in place: peek one record at a time (peek)\n"
+"                   against peek_batch (peekb), batch producer, same run\n"
 "  --pin            pin consumer/ping side to cpu 0, producers/echo to cpu 1\n"
 "  --json           machine-readable output on stdout\n"
 "  -h, --help       this text\n");
@@ -901,6 +933,7 @@ static int cmd_local(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ "pin", no_argument, NULL, 'x' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "peek-batch", no_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -911,7 +944,7 @@ static int cmd_local(int argc, char **argv)
 			  .pp_size = 32, .mp = { 2, 4 }, .nmp = 2,
 			  .do_tput = true, .do_mp = true, .do_pp = true,
 			  .do_memcpy = true };
-	struct tput_case cases[MAX_SIZES * (2 + 2 * MAX_MP)];
+	struct tput_case cases[MAX_SIZES * (4 + 2 * MAX_MP)];
 	struct mc_result mc[3];
 	struct pp_result pp = { 0 };
 	unsigned ncases = 0, nmc = 0, i;
@@ -956,6 +989,7 @@ static int cmd_local(int argc, char **argv)
 			break;
 		case 'x': o.pin = true; break;
 		case 'j': o.json = true; break;
+		case 'K': o.do_peek = true; break;
 		case 'h': usage_local(stdout); return 0;
 		default: goto bad;
 		}
@@ -1019,7 +1053,7 @@ static int cmd_local(int argc, char **argv)
 		}
 	}
 
-	if (o.do_tput || o.do_mp) {
+	if (o.do_tput || o.do_mp || o.do_peek) {
 		if (!o.json)
 			printf("%-8s %-6s %4s  %12s  %8s  %6s  %s\n", "size",
 			       "api", "prod", "records/s", "GB/s", "line",
@@ -1034,6 +1068,14 @@ static int cmd_local(int argc, char **argv)
 				cases[ncases++] = (struct tput_case){
 					.size = o.sizes[i], .producers = 1,
 					.api = API_BATCH };
+			}
+			if (o.do_peek) {
+				cases[ncases++] = (struct tput_case){
+					.size = o.sizes[i], .producers = 1,
+					.api = API_PEEK };
+				cases[ncases++] = (struct tput_case){
+					.size = o.sizes[i], .producers = 1,
+					.api = API_PEEK_BATCH };
 			}
 			for (unsigned m = 0; o.do_mp && m < o.nmp; m++) {
 				cases[ncases++] = (struct tput_case){

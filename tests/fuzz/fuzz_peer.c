@@ -238,12 +238,13 @@ static void op_host(enum op o, struct input *in)
 	case OP_HEAD: /* a consumer writing anything into its own ring */
 		r = receiver_ring(in);
 		if (r)
-			atomic_store(&r->sh->head, take(in, 2) * FR_ALIGN);
+			atomic_store(&r->sh->subs[take(in, 1) % FR_MAX_SUBS].pos,
+				     take(in, 2) * FR_ALIGN);
 		break;
 	case OP_CATCH_UP: /* an honest consumer */
 		r = receiver_ring(in);
 		if (r)
-			atomic_store(&r->sh->head,
+			atomic_store(&r->sh->floor,
 				     atomic_load(&r->sh->published));
 		break;
 	case OP_DUTY:

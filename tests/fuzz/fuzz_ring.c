@@ -46,12 +46,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(map, 0, sizeof(map));
 	fr_format(map, &prm);
 	/* positions near a few laps in, possibly inconsistent */
-	atomic_store(&sh->head, base + (take64(&data, &size) % (2 * RING)));
+	atomic_store(&sh->floor, base + (take64(&data, &size) % (2 * RING)));
 	atomic_store(&sh->tail, base + (take64(&data, &size) % (2 * RING)));
 	atomic_store(&sh->published, base + (take64(&data, &size) % (2 * RING)));
 	memcpy(map + FR_CTRL_BYTES, data, size < RING ? size : RING);
 	if (fr_attach(&r, map, sizeof(map)))
 		return 0;
+	/* a subscriber, as a consumer is in ring format 2 */
+	{
+		unsigned slot;
+		uint64_t gen;
+
+		if (fr_sub_take(&r, 1, &slot, &gen) ||
+		    fr_sub_adopt(&r, slot, gen))
+			return 0;
+	}
 	r.recover_ns = 0; /* no timing: recovery is exercised by the tests */
 	for (int i = 0; i < 512; i++) {
 		const struct fr_rec *rec;

@@ -1,0 +1,66 @@
+/*
+ * moverd/eos.c - writing a flow's end-of-stream record (see eos.h).
+ */
+#include "eos.h"
+#include "log.h"
+
+#include <errno.h>
+
+/* Flows whose END waits for room (a hint: eos_retry recounts). */
+static unsigned ends_pending;
+
+static void write_end(struct flow *f)
+{
+	int rc;
+
+	if (f->end_written || f->dead || !f->view)
+		return;
+	rc = fr_write_end(&f->view->ring);
+	if (rc == -EAGAIN) {
+		if (!f->end_pending)
+			ends_pending++;
+		f->end_pending = true;
+		return;
+	}
+	f->end_pending = false;
+	if (rc) {
+		log_debug("flow %s: no end of stream: %s", f->name,
+			  flowshm_strerror(rc));
+		return;
+	}
+	f->end_written = true;
+	/* clients read why their reads end (flowshm_state) */
+	fr_status_set(&f->view->ring, FR_STATE_ENDED, 0);
+	log_info("flow %s: end of stream written", f->name);
+}
+
+void eos_update(struct flow *f)
+{
+	/* the receiving host's ring gets the END from the peer, as data */
+	if (f->role == FLOW_RECEIVER || !f->producers_ended_ever)
+		return;
+	if (f->producers_ended < f->producers)
+		return;
+	write_end(f);
+}
+
+void eos_force(struct flow *f)
+{
+	if (f->role != FLOW_RECEIVER)
+		write_end(f);
+}
+
+void eos_retry(struct flow_table *t)
+{
+	unsigned still = 0;
+
+	if (!ends_pending)
+		return;
+	for (struct flow *f = t->head; f; f = f->next) {
+		if (!f->end_pending)
+			continue;
+		write_end(f);
+		still += f->end_pending;
+	}
+	ends_pending = still;
+}

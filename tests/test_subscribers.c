@@ -1,0 +1,426 @@
+/*
+ * Ring format 2 (ipc/ring.h "Subscribers", "End of stream"): several
+ * consumers of one ring, each seeing every record in order; the slowest
+ * holds the producers back; a dead subscriber's slot given back (by the
+ * test acting as moverd, and by a real moverd when a consumer process is
+ * killed -9); max_lag cuts a laggard off (-ESTALE) and it may attach again;
+ * the END record (-ENODATA after the last record), locally and between two
+ * daemons over TCP.
+ *
+ * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
+ */
+#include "harness.h"
+#include "flowshm_internal.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define REC_MAX 1024
+#define WAIT_NS 10000000000ll /* generous: a failure, never a figure */
+
+static const char *moverd_bin, *moverctl_bin;
+
+static void produce_fd(int fd, uint32_t id, uint64_t n)
+{
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	unsigned char buf[REC_MAX];
+
+	for (uint64_t s = 0; s < n; s++) {
+		size_t len = tu_rec_len(id, s, 16, REC_MAX);
+
+		tu_fill(buf, id, s, len);
+		CHECK_RC(flowshm_send(p, buf, len, WAIT_NS), 0);
+	}
+	flowshm_close(p);
+}
+
+/* Receive total records of `producers` producers, each in its order. */
+static void consume_all(flowshm_t *c, uint32_t producers, uint64_t total)
+{
+	uint64_t next[8] = { 0 };
+	unsigned char buf[REC_MAX];
+
+	for (uint64_t got = 0; got < total; got++) {
+		uint32_t id;
+		uint64_t seq;
+		size_t len;
+
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS), 0);
+		CHECK(tu_verify(buf, len, &id, &seq));
+		CHECK(id < producers && seq == next[id]);
+		next[id]++;
+	}
+}
+
+static int wait_child(pid_t pid)
+{
+	int st;
+
+	CHECK(waitpid(pid, &st, 0) == pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* n subscriber processes and 2 producer processes on one ring. */
+static void fan_out(unsigned subs)
+{
+	const uint32_t producers = 2;
+	const uint64_t n = 20000;
+	int fd = tu_ring(1 << 16, REC_MAX, 0), ready[2];
+	pid_t pids[8];
+	char x;
+
+	CHECK(pipe(ready) == 0);
+	for (unsigned i = 0; i < subs; i++) {
+		pids[i] = fork();
+		CHECK(pids[i] >= 0);
+		if (pids[i] == 0) {
+			flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+
+			/* subscribed: the producers may start */
+			CHECK(write(ready[1], "x", 1) == 1);
+			consume_all(c, producers, n * producers);
+			flowshm_close(c);
+			_exit(0);
+		}
+		CHECK(read(ready[0], &x, 1) == 1);
+	}
+	for (unsigned i = 0; i < producers; i++) {
+		pids[subs + i] = fork();
+		CHECK(pids[subs + i] >= 0);
+		if (pids[subs + i] == 0) {
+			produce_fd(fd, i, n);
+			_exit(0);
+		}
+	}
+	for (unsigned i = 0; i < subs + producers; i++)
+		CHECK(wait_child(pids[i]) == 0);
+	printf("  %u subscribers x %llu records, each every record in order\n",
+	       subs, (unsigned long long)(n * producers));
+	close(fd);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+static void case_fan_out(void)
+{
+	fan_out(2);
+	fan_out(4);
+}
+
+/* Send 1000-byte records with seq from *seq until the ring is full. */
+static unsigned fill(flowshm_t *p, uint64_t *seq)
+{
+	unsigned char buf[1000];
+	unsigned sent = 0;
+
+	for (;;) {
+		tu_fill(buf, 0, *seq, sizeof(buf));
+		if (flowshm_send(p, buf, sizeof(buf), 0))
+			return sent;
+		(*seq)++;
+		sent++;
+	}
+}
+
+static unsigned drain(flowshm_t *c)
+{
+	unsigned char buf[REC_MAX];
+	unsigned got = 0;
+	size_t len;
+
+	while (flowshm_recv(c, buf, sizeof(buf), &len, 0) == 0)
+		got++;
+	return got;
+}
+
+static void case_slowest_holds(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *fast = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	flowshm_t *slow = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[REC_MAX];
+	uint64_t seq = 0;
+	unsigned sent = fill(p, &seq);
+	size_t len;
+
+	CHECK(sent > 0);
+	CHECK(drain(fast) == sent);
+	/* the fast one has read everything; the slow one holds the ring */
+	CHECK_RC(flowshm_send(p, buf, 1000, 0), -EAGAIN);
+	CHECK_RC(flowshm_send(p, buf, 1000, 20000000), -ETIMEDOUT);
+	CHECK_RC(flowshm_recv(slow, buf, sizeof(buf), &len, 0), 0);
+	/* one record read: a producer that found the ring full gets it */
+	tu_fill(buf, 0, seq++, 1000);
+	CHECK_RC(flowshm_send(p, buf, 1000, WAIT_NS), 0);
+	CHECK(drain(slow) == sent);
+	CHECK(drain(fast) == 1);
+	printf("  %u records held back by the slowest of two\n", sent);
+	flowshm_close(slow);
+	flowshm_close(fast);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* A subscriber process dies; the test, as moverd, gives its slot back. */
+static void case_dead_slot_left(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0), ready[2];
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *live = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[1000];
+	uint64_t gen, seq = 0;
+	unsigned slot;
+	pid_t pid;
+	char x;
+
+	CHECK(pipe(ready) == 0);
+	/* moverd's part at attach: a slot for the client */
+	CHECK_RC(fr_sub_take(&p->ring, 0, &slot, &gen), 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *c = NULL;
+
+		CHECK_RC(flowshm_open_attached(fd, FLOWSHM_CONSUMER, NULL,
+					       (int)slot, gen, &c), 0);
+		CHECK(write(ready[1], "x", 1) == 1);
+		pause();
+		_exit(0);
+	}
+	CHECK(read(ready[0], &x, 1) == 1);
+	fill(p, &seq);
+	drain(live);
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
+	kill(pid, SIGKILL);
+	CHECK(wait_child(pid) == 128 + SIGKILL);
+	/* dead, but nobody gave its slot back: still held */
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
+	fr_sub_leave(&p->ring, slot, gen);
+	tu_fill(buf, 0, seq, sizeof(buf));
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), 0);
+	/* a second leave of the same slot and gen changes nothing */
+	fr_sub_leave(&p->ring, slot, gen);
+	CHECK(drain(live) == 1);
+	flowshm_close(live);
+	flowshm_close(p);
+	close(fd);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+static void case_max_lag(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *fast = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	flowshm_t *slow = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[REC_MAX];
+	uint32_t id;
+	uint64_t seq;
+	size_t len;
+
+	/* no API sets it yet: the word, as moverd would */
+	atomic_store(&p->ring.sh->max_lag, 16u << 10);
+	for (uint64_t s = 0; s < 300; s++) { /* ~300 KB through a 64 KiB ring */
+		tu_fill(buf, 0, s, 1000);
+		CHECK_RC(flowshm_send(p, buf, 1000, WAIT_NS), 0);
+		CHECK_RC(flowshm_recv(fast, buf, sizeof(buf), &len, 0), 0);
+	}
+	CHECK_RC(flowshm_recv(slow, buf, sizeof(buf), &len, 0), -ESTALE);
+	CHECK_RC(flowshm_recv(slow, buf, sizeof(buf), &len, 0), -ESTALE);
+	flowshm_close(slow);
+	/* attached again: it joins at the others' published position (at
+	 * most one lazy publication behind what they read), and reads on
+	 * in order up to the newest record */
+	slow = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	tu_fill(buf, 0, 300, 1000);
+	CHECK_RC(flowshm_send(p, buf, 1000, 0), 0);
+	{
+		uint64_t first = UINT64_MAX, last = 0;
+
+		while (flowshm_recv(slow, buf, sizeof(buf), &len, 0) == 0) {
+			CHECK(tu_verify(buf, len, &id, &seq));
+			CHECK(first == UINT64_MAX || seq == last + 1);
+			if (first == UINT64_MAX)
+				first = seq;
+			last = seq;
+		}
+		CHECK(last == 300);
+		printf("  cut off, attached again: records %llu..300\n",
+		       (unsigned long long)first);
+	}
+	CHECK_RC(flowshm_recv(fast, buf, sizeof(buf), &len, 0), 0);
+	CHECK(tu_verify(buf, len, &id, &seq) && seq == 300);
+	flowshm_close(slow);
+	flowshm_close(fast);
+	flowshm_close(p);
+	close(fd);
+}
+
+static void case_end_local(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	flowshm_t *c2 = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[REC_MAX];
+	size_t len;
+
+	for (uint64_t s = 0; s < 30; s++) {
+		size_t l = tu_rec_len(0, s, 16, REC_MAX);
+
+		tu_fill(buf, 0, s, l);
+		CHECK_RC(flowshm_send(p, buf, l, 0), 0);
+	}
+	CHECK_RC(fr_write_end(&p->ring), 0);
+	CHECK_RC(fr_write_end(&p->ring), 0); /* already ended */
+	CHECK_RC(flowshm_send(p, buf, 10, 0), -EPIPE);
+	consume_all(c, 1, 30);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -ENODATA);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS), -ENODATA);
+	consume_all(c2, 1, 30);
+	CHECK_RC(flowshm_recv(c2, buf, sizeof(buf), &len, 0), -ENODATA);
+	flowshm_close(c2);
+	flowshm_close(c);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* Through a real moverd: a consumer process killed -9 gives its slot back
+ * when its control connection closes; the producers go on at once. */
+static void case_killed_consumer_moverd(void)
+{
+	struct hd d;
+	char out[4096];
+	flowshm_t *p = NULL, *live = NULL;
+	unsigned char buf[1000];
+	uint64_t seq = 0;
+	int ready[2];
+	pid_t pid;
+	char x;
+
+	hd_start(&d, moverd_bin, "subs6", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create s "
+		     "--ring-size 64K --max-record 1024") == 0);
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK(pipe(ready) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *c = NULL;
+
+		CHECK_RC(flowshm_attach("s", FLOWSHM_CONSUMER, NULL, &c), 0);
+		CHECK(write(ready[1], "x", 1) == 1);
+		pause();
+		_exit(0);
+	}
+	CHECK(read(ready[0], &x, 1) == 1);
+	CHECK_RC(flowshm_attach("s", FLOWSHM_CONSUMER, NULL, &live), 0);
+	CHECK_RC(flowshm_attach("s", FLOWSHM_PRODUCER, NULL, &p), 0);
+	fill(p, &seq);
+	drain(live);
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
+	kill(pid, SIGKILL);
+	CHECK(wait_child(pid) == 128 + SIGKILL);
+	tu_fill(buf, 0, seq, sizeof(buf));
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), WAIT_NS), 0);
+	CHECK(drain(live) == 1);
+	CHECK(hd_flow_json(&d, moverctl_bin, "s", out, sizeof(out)));
+	CHECK(strstr(out, "\"consumers\": 1"));
+	flowshm_detach(p);
+	flowshm_detach(live);
+	hd_alive(&d);
+	hd_stop(&d);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* END between two daemons over TCP: it travels like data. */
+static void case_end_remote(void)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	const uint64_t n = 5000;
+	struct hd a, b;
+	char out[4096];
+	flowshm_t *p = NULL;
+	unsigned char buf[REC_MAX];
+	int ready[2];
+	pid_t pid;
+	char x;
+
+	hd_start(&b, moverd_bin, "subs7-B", true, NULL);
+	hd_start(&a, moverd_bin, "subs7-A", false, tcp);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create e "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "e", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *c = NULL;
+		size_t len;
+
+		setenv("FLOWMOVER_SOCKET", b.sock, 1);
+		CHECK_RC(flowshm_attach("e", FLOWSHM_CONSUMER, NULL, &c), 0);
+		CHECK(write(ready[1], "x", 1) == 1);
+		consume_all(c, 1, n);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS),
+			 -ENODATA);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -ENODATA);
+		flowshm_detach(c);
+		_exit(0);
+	}
+	CHECK(read(ready[0], &x, 1) == 1);
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("e", FLOWSHM_PRODUCER, NULL, &p), 0);
+	for (uint64_t s = 0; s < n; s++) {
+		size_t l = tu_rec_len(0, s, 16, REC_MAX);
+
+		tu_fill(buf, 0, s, l);
+		CHECK_RC(flowshm_send(p, buf, l, WAIT_NS), 0);
+	}
+	/* the END record, on A's ring after everything (no flowshm_end yet:
+	 * the ring call, as the producer's library will make it) */
+	while (fr_write_end(&p->ring) == -EAGAIN)
+		usleep(1000);
+	CHECK_RC(flowshm_send(p, buf, 10, 0), -EPIPE);
+	CHECK(wait_child(pid) == 0);
+	printf("  %llu records from A to B, then -ENODATA on B\n",
+	       (unsigned long long)n);
+	flowshm_detach(p);
+	hd_alive(&a);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_fan_out, "2 and 4 subscriber processes each see "
+		  "every record of 2 producers in order" },
+		{ 2, case_slowest_holds, "the slowest subscriber holds the "
+		  "producers back" },
+		{ 3, case_dead_slot_left, "a killed subscriber's slot, given "
+		  "back, releases the producers" },
+		{ 4, case_max_lag, "max_lag cuts a laggard off (-ESTALE); it "
+		  "attaches again" },
+		{ 5, case_end_local, "END: every record, then -ENODATA; "
+		  "producers -EPIPE" },
+		{ 6, case_killed_consumer_moverd, "moverd: a consumer killed "
+		  "-9 releases the producers" },
+		{ 7, case_end_remote, "END between two daemons over TCP" },
+	};
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+		return 2;
+	}
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]), "FM_SUB_CASES");
+}
