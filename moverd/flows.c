@@ -204,8 +204,13 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 
 	switch (k) {
 	case K_ROLE:
-		fl->role = !strcmp(v, "sender") ? FLOW_SENDER : FLOW_RECEIVER;
-		return !strcmp(v, "sender") || !strcmp(v, "receiver");
+		for (unsigned r = FLOW_LOCAL; r <= FLOW_RECEIVER; r++) {
+			if (!strcmp(v, flows_role_name((enum flow_role)r))) {
+				fl->role = (enum flow_role)r;
+				return true;
+			}
+		}
+		return false;
 	case K_PEER:
 		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->peer_addr))
 			return false;
@@ -316,6 +321,14 @@ static void guard_ring(struct flow *f)
 					  f->view->ring.map_bytes);
 }
 
+/* A local flow needs no one to come back: it is open at once. */
+static enum flow_state adopted_state(enum flow_role role)
+{
+	if (role == FLOW_LOCAL)
+		return FLOW_OPEN;
+	return role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
+}
+
 /* Open the ring file of one flow named in the state directory. */
 /* Why a ring file does not open, in words: a ring of another format (a
  * file written by an older moverd) names its version. */
@@ -410,7 +423,8 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	if (n_dead)
 		log_info("flow %s: %u subscriber slot(s) of dead processes "
 			 "given back", name, n_dead);
-	fl->state = fl->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
+	fl->state = adopted_state(fl->role);
+	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
@@ -422,6 +436,48 @@ refuse:
 		  t->state_dir, file, why);
 	free(fl);
 	return NULL;
+}
+
+/* The number in the state directory's file `epoch`, 0 if none or bad. */
+static uint64_t read_epoch(const struct flow_table *t)
+{
+	char buf[32], why[200];
+	int fd = open_state_file(t, "epoch", O_RDONLY, why, sizeof(why));
+	ssize_t n;
+	uint64_t v = 0;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	if (buf[0] >= '0' && buf[0] <= '9')
+		v = strtoull(buf, NULL, 10);
+	return v;
+}
+
+uint64_t flows_count_start(struct flow_table *t)
+{
+	char tmp[] = "epoch.tmp", line[32];
+	FILE *f;
+	int rc;
+
+	t->epoch = read_epoch(t) + 1;
+	snprintf(line, sizeof(line), "%llu\n", (unsigned long long)t->epoch);
+	rc = t->state_fd >= 0 ? open_tmp(t, tmp, &f) : -EBADF;
+	if (!rc) {
+		fputs(line, f);
+		if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd,
+					  "epoch"))
+			rc = -errno;
+	}
+	if (rc)
+		log_warn("cannot keep the start count in %s/epoch: %s",
+			 t->state_dir, strerror(-rc));
+	return t->epoch;
 }
 
 unsigned flows_adopt(struct flow_table *t)
@@ -678,6 +734,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 size_t errlen)
 {
 	struct flowshm_ring_params p;
+	char file[FILE_NAME_MAX];
 	struct flow *f;
 	int rc = check_spec(t, spec, uid, &p, err, errlen);
 
@@ -697,26 +754,19 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 spec->peer ? spec->peer : "");
 	if (spec->role == FLOW_RECEIVER)
 		p.flags |= FLOWSHM_RING_DEPOSIT;
-	if (spec->role != FLOW_LOCAL) {
-		/* a file, so that a restarted moverd can re-adopt it; a
-		 * stale one goes first, anything else there fails O_EXCL */
-		char file[FILE_NAME_MAX];
-
-		rc = check_state_dir(t, p.ring_size, err, errlen);
-		if (rc) {
-			free(f);
-			return rc;
-		}
-		flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
-		file_name(spec->name, "ring", file, sizeof(file));
-		unlinkat(t->state_fd, file, 0);
-		rc = flowshm_ring_create_at(&p, t->state_fd, file,
-					    spec->seal_key, spec->start,
-					    &f->ring_fd);
-	} else {
-		rc = flowshm_ring_create_keyed(&p, NULL, spec->seal_key,
-					       spec->start, &f->ring_fd);
+	/* every flow is a file (local ones too, issue 15), so that a
+	 * restarted moverd re-adopts it; a stale one goes first, anything
+	 * else there fails O_EXCL */
+	rc = check_state_dir(t, p.ring_size, err, errlen);
+	if (rc) {
+		free(f);
+		return rc;
 	}
+	flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
+	file_name(spec->name, "ring", file, sizeof(file));
+	unlinkat(t->state_fd, file, 0);
+	rc = flowshm_ring_create_at(&p, t->state_fd, file, spec->seal_key,
+				    spec->start, &f->ring_fd);
 	if (!rc)
 		rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &f->view);
 	if (!rc && spec->role == FLOW_SENDER && (rc = take_sender_slot(f))) {
@@ -764,18 +814,35 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 f->name, (unsigned)uid, (unsigned long long)p.ring_size,
 		 p.max_record);
 	*out = f;
+	if (t->added)
+		t->added(t->added_arg, f);
 	return 0;
 }
 
 static void release_pages(struct flow_table *t, struct flow *f);
+
+/* A flow let go at an orderly stop: its ring and files stay as they are
+ * for the next moverd, and for the clients that keep it mapped. */
+static void unmap_kept(struct flow *f)
+{
+	ring_guard_remove(f->guard); /* after the last touch of the mapping */
+	flowshm_close(f->view);
+	if (f->ring_fd >= 0)
+		close(f->ring_fd);
+	f->view = NULL;
+	f->ring_fd = -1;
+}
 
 void flow_put(struct flow *f)
 {
 	if (--f->refs)
 		return;
 	/* no I/O refers to the ring any more: its pages go (now, or once
-	 * its consumer drained it: release_pages) */
-	release_pages(f->table, f);
+	 * its consumer drained it: release_pages), unless it is kept */
+	if (f->kept)
+		unmap_kept(f);
+	else
+		release_pages(f->table, f);
 	free(f);
 }
 
@@ -787,15 +854,11 @@ void flows_fail(struct flow *f, const char *reason)
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
 }
 
+static void unlist(struct flow_table *t, struct flow *f);
+
 void flows_destroy(struct flow_table *t, struct flow *f)
 {
-	for (struct flow **pp = &t->head; *pp; pp = &(*pp)->next) {
-		if (*pp == f) {
-			*pp = f->next;
-			t->count--;
-			break;
-		}
-	}
+	unlist(t, f);
 	f->dead = true;
 	flowshm_shutdown(f->view);
 	if (f->path[0])
@@ -803,6 +866,26 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 	log_info("flow %s destroyed%s", f->name,
 		 f->refs > 1 ? " (its ring is released once the I/O in flight "
 			       "on it completes)" : "");
+	flow_put(f);
+}
+
+static void unlist(struct flow_table *t, struct flow *f)
+{
+	for (struct flow **pp = &t->head; *pp; pp = &(*pp)->next) {
+		if (*pp == f) {
+			*pp = f->next;
+			t->count--;
+			return;
+		}
+	}
+}
+
+void flows_let_go(struct flow_table *t, struct flow *f)
+{
+	unlist(t, f);
+	f->dead = true; /* completions still in flight publish nothing */
+	f->kept = true;
+	log_debug("flow %s: kept for the next start", f->name);
 	flow_put(f);
 }
 

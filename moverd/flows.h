@@ -69,6 +69,8 @@ struct flow {
 	char name[FLOW_NAME_MAX + 1];
 	unsigned refs;
 	bool dead;               /* destroyed: no longer in the table */
+	bool kept;               /* let go at an orderly stop: the last put
+				  * unmaps, the ring and its files stay */
 	struct flow_table *table;
 	int ring_fd;
 	flowshm_t *view;         /* moverd's own mapping: positions, shutdown */
@@ -161,6 +163,13 @@ struct flow_table {
 	/* rings of destroyed flows whose consumer may still drain them:
 	 * their pages go after DRAIN_GRACE_NS (flows.c: release_pages) */
 	struct flow_remains *remains;
+	/* this moverd's start count, kept in the state directory (`epoch`):
+	 * clients that see it change know the daemon restarted */
+	uint64_t epoch;
+	/* called when a flow is created (the control socket answers the
+	 * requests that waited for it): a hook, flows.c knows no clients */
+	void (*added)(void *arg, struct flow *f);
+	void *added_arg;
 };
 
 /* How long a consumer may drain a destroyed flow before its pages go. */
@@ -170,8 +179,12 @@ struct flow_table {
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
 		const char *state_dir, int state_fd);
 
-/* Re-adopt the flows between hosts whose rings are in the state
- * directory (after a restart); returns how many. */
+/* Count this start: the state directory's `epoch` + 1, kept there (a
+ * warning if it cannot be written).  Before flows_adopt. */
+uint64_t flows_count_start(struct flow_table *t);
+
+/* Re-adopt every flow (local, sender, receiver) whose ring is in the
+ * state directory (after a crash or an orderly stop); returns how many. */
 unsigned flows_adopt(struct flow_table *t);
 
 const char *flows_state_name(enum flow_state s);
@@ -199,6 +212,14 @@ void flow_put(struct flow *f);
 /* Unlist the flow, close the ring for every attached client (they see
  * -EPIPE), unlink its files, and drop the table's reference. */
 void flows_destroy(struct flow_table *t, struct flow *f);
+
+/*
+ * An orderly stop: unlist the flow and drop the table's reference without
+ * closing the ring, punching its pages or removing its files, so that the
+ * next moverd re-adopts it and its clients go on meanwhile (issue 15).
+ * The caller has taken it off its peer first (peer_let_go_flow).
+ */
+void flows_let_go(struct flow_table *t, struct flow *f);
 
 /*
  * Something read from the flow's own ring was impossible (a position

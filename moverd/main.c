@@ -847,8 +847,10 @@ static void shutdown_daemon(struct daemon *d)
 
 	notify_stopping();
 	peer_mgr_stop(&d->peers);
-	while (d->flows.head) /* clients see -EPIPE */
-		peer_destroy_flow(&d->peers, d->flows.head, NULL);
+	/* not destroyed: their clients go on, the next start re-adopts
+	 * them (issue 15); only moverctl flow destroy removes a flow */
+	while (d->flows.head)
+		peer_let_go_flow(&d->peers, d->flows.head);
 	ctl_server_stop(&d->ctl);
 	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers)) &&
 	       fr_now_ns() < until)
@@ -858,6 +860,19 @@ static void shutdown_daemon(struct daemon *d)
 	close(d->sig_fd);
 	declared_set_free(&d->declared.cur);
 	log_info("stopped");
+}
+
+/* Re-adopt the flows of the state directory, saying how long it took
+ * (issue 15: the start cost with many flows). */
+static unsigned flows_adopt_timed(struct flow_table *t)
+{
+	uint64_t t0 = fr_now_ns();
+	unsigned n = flows_adopt(t);
+
+	log_info("start %llu: %u flows re-adopted in %.3f ms",
+		 (unsigned long long)t->epoch, n,
+		 (double)(fr_now_ns() - t0) / 1e6);
+	return n;
 }
 
 /* peer_destroy_flow's first step: the control socket forgets the flow's
@@ -952,7 +967,8 @@ int main(int argc, char **argv)
 	d.ctl.max_per_uid = d.opt.max_per_uid;
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
-	if (flows_adopt(&d.flows))
+	flows_count_start(&d.flows);
+	if (flows_adopt_timed(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)
 			if (f->role == FLOW_SENDER)
 				peer_add_sender(&d.peers, f);

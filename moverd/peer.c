@@ -1417,6 +1417,14 @@ void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why)
 	flows_destroy(m->flows, f);
 }
 
+void peer_let_go_flow(struct peer_mgr *m, struct flow *f)
+{
+	if (m->flow_gone)
+		m->flow_gone(m->flow_gone_arg, f);
+	detach_flow(f); /* no CLOSE: the flow lives on, in the next moverd */
+	flows_let_go(m->flows, f);
+}
+
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max)
 {

@@ -127,6 +127,14 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f);
  */
 void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why);
 
+/*
+ * An orderly stop (issue 15): not a destroy.  Forget f's attachments,
+ * take it off its connection without telling the peer anything (the link
+ * simply goes down, as at a crash), and let the table's reference go with
+ * the ring and its files intact (flows_let_go): the next start re-adopts.
+ */
+void peer_let_go_flow(struct peer_mgr *m, struct flow *f);
+
 /* For `moverctl status`: fills up to max entries, returns the count. */
 struct peer_status {
 	const char *address;
