@@ -39,6 +39,23 @@ struct attachment {
 	bool ended;  /* a producer that ended its stream (flowshm_end) */
 };
 
+/*
+ * A request that waits (issue 15): an attach or describe for a flow that
+ * does not exist yet, or a destroy --drain until the flow is drained.
+ * One per connection (a client is served one request at a time), so the
+ * waits are bounded by the connection limits (--max-clients,
+ * --max-clients-per-uid).
+ */
+enum wait_kind { WAIT_NONE, WAIT_ATTACH, WAIT_DESCRIBE, WAIT_DRAIN };
+
+struct ctl_wait {
+	enum wait_kind kind;
+	enum flowshm_role role;
+	uint64_t id;
+	uint64_t until_ns;       /* UINT64_MAX: no limit */
+	char name[FLOW_NAME_MAX + 1];
+};
+
 struct ctl_client {
 	struct ctl_server *srv;
 	struct loop_op rd, wr;
@@ -59,12 +76,16 @@ struct ctl_client {
 	bool gone;    /* connection finished; free when no op is in flight */
 	struct attachment att[ATTACH_MAX];
 	unsigned n_att;
+	struct ctl_wait wait;
 	struct ctl_client *next;
 	uint8_t in[CTL_FRAME_BUF];
 };
 
 static void arm_accept(struct ctl_server *s);
 static void serve(struct ctl_client *c);
+static void arm_read(struct ctl_client *c);
+static void arm_wait_tick(struct ctl_server *s);
+static void end_wait(struct ctl_client *c);
 
 /* This start of moverd, as rings' status epoch (ctl_status_sync): the
  * wall clock at start, different for every start. */
@@ -137,6 +158,7 @@ static void client_gone(struct ctl_client *c)
 {
 	if (!c->gone) {
 		c->gone = true;
+		end_wait(c); /* a drain it asked for leaves the flow closed */
 		detach_all(c);
 		/* completes any recv still in flight, so we can free */
 		shutdown(c->fd, SHUT_RDWR);
@@ -441,9 +463,78 @@ static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
 	return f;
 }
 
-static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
+/*
+ * Has every committed record reached the consumer?  Local and receiver
+ * flows: the consumer's head is at the tail.  Sender flows: the peer has
+ * every byte (acked) and its consumer released them (remote_head, carried
+ * by the acks).
+ */
+static bool flow_drained(const struct flow *f)
 {
-	struct flow *f = find_or_fail(c, id, name);
+	struct flowshm_info in;
+
+	if (!f->view || flowshm_info(f->view, &in))
+		return true;
+	if (f->role == FLOW_SENDER)
+		return f->acked == in.tail && f->remote_head == in.tail;
+	return in.head == in.tail;
+}
+
+static void destroy_now(struct ctl_client *c, uint64_t id, struct flow *f)
+{
+	peer_destroy_flow(c->srv->peers, f, "destroyed on the receiving host "
+			  "by its operator");
+	respond_ok(c, id);
+}
+
+static void start_wait(struct ctl_client *c, enum wait_kind kind, uint64_t id,
+		       const char *name, enum flowshm_role role,
+		       uint32_t wait_ms)
+{
+	c->wait = (struct ctl_wait){
+		.kind = kind, .role = role, .id = id,
+		.until_ns = wait_ms ? fr_now_ns() + wait_ms * 1000000ull :
+				      UINT64_MAX,
+	};
+	snprintf(c->wait.name, sizeof(c->wait.name), "%s", name);
+	c->srv->n_waiting++;
+	if (!c->rd.busy && c->have < sizeof(c->in))
+		arm_read(c); /* to see the client hang up meanwhile */
+	arm_wait_tick(c->srv);
+}
+
+static void end_wait(struct ctl_client *c)
+{
+	if (c->wait.kind != WAIT_NONE)
+		c->srv->n_waiting--;
+	c->wait.kind = WAIT_NONE;
+}
+
+/*
+ * destroy --drain: close the ring for producers (they get -EPIPE; the
+ * consumer still reads what is in it, then gets -EPIPE), then destroy once
+ * the consumer has every record (flow_drained); answered then.
+ */
+static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
+			uint32_t timeout_ms)
+{
+	if (f->state != FLOW_CLOSING && f->state != FLOW_FAILED) {
+		flowshm_shutdown(f->view);
+		flows_set_state(f, FLOW_CLOSING, "draining (flow destroy "
+				"--drain): no new sends");
+	}
+	if (flow_drained(f)) {
+		destroy_now(c, id, f);
+		return;
+	}
+	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER,
+		   timeout_ms ? timeout_ms : 0);
+}
+
+static void do_destroy(struct ctl_client *c, uint64_t id,
+		       const Flowmover__DestroyFlow *d)
+{
+	struct flow *f = find_or_fail(c, id, d->name);
 
 	if (!f)
 		return;
@@ -452,9 +543,11 @@ static void do_destroy(struct ctl_client *c, uint64_t id, const char *name)
 			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
 		return;
 	}
-	peer_destroy_flow(c->srv->peers, f, "destroyed on the receiving host "
-			  "by its operator");
-	respond_ok(c, id);
+	if (d->drain) {
+		start_drain(c, id, f, d->drain_timeout_ms);
+		return;
+	}
+	destroy_now(c, id, f);
 }
 
 /* flow allow / disallow: root and the flow's owner may. */
@@ -496,12 +589,18 @@ static bool may_see(const struct ctl_client *c, const struct flow *f)
 	       flows_group_allowed(f, c->groups, c->n_groups);
 }
 
-static void do_describe(struct ctl_client *c, uint64_t id, const char *name)
+static void do_describe(struct ctl_client *c, uint64_t id,
+			const Flowmover__DescribeFlow *d)
 {
-	struct flow *f = flows_find(c->srv->flows, name);
+	struct flow *f = flows_find(c->srv->flows, d->name);
 
+	if (!f && d->wait_ms && flows_valid_name(d->name)) {
+		start_wait(c, WAIT_DESCRIBE, id, d->name, FLOWSHM_PRODUCER,
+			   d->wait_ms);
+		return;
+	}
 	if (!f || !may_see(c, f)) {
-		respond_error(c, id, -ENOENT, "no such flow '%.80s'", name);
+		respond_error(c, id, -ENOENT, "no such flow '%.80s'", d->name);
 		return;
 	}
 	respond_flow(c, id, f, NULL);
@@ -610,21 +709,40 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	respond(c, &resp, id, f);
 }
 
-static void do_attach(struct ctl_client *c, uint64_t id,
-		      const Flowmover__Attach *a)
+/*
+ * Does the flow have this role on this host?  A producer attaches where
+ * the flow is fed, a consumer where it is read: NULL, or the sentence
+ * that says where to attach instead (issue 15).  A consumer on the
+ * sending host is a subscriber of its own (ring format 2): moverd sends
+ * from its own slot, so it takes nothing from the peer.
+ */
+static const char *wrong_role(const struct flow *f, enum flowshm_role role,
+			      char *buf, size_t cap)
 {
-	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
-					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
-	struct flow *f = find_or_fail(c, id, a->name);
-	struct attachment att;
+	if (f->role == FLOW_RECEIVER && role == FLOWSHM_PRODUCER) {
+		snprintf(buf, cap, "flow '%s' is fed from another host (peer "
+			 "%s): attach producers there; here it has consumers "
+			 "only", f->name, f->origin[0] ? f->origin : "?");
+		return buf;
+	}
+	return NULL;
+}
 
-	if (!f)
-		return;
+static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
+			 enum flowshm_role role)
+{
+	struct attachment att;
+	char why[320];
+
 	declared_grant(c->srv->declared, f); /* a declared receiving end */
 	if (!flows_may_attach(f, c->uid, c->gid) &&
 	    !flows_group_allowed(f, c->groups, c->n_groups)) {
 		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
 			      "attach to flow '%s'", (unsigned)c->uid, f->name);
+		return;
+	}
+	if (wrong_role(f, role, why, sizeof(why))) {
+		respond_error(c, id, -EINVAL, "%s", why);
 		return;
 	}
 	if (c->n_att == ATTACH_MAX) {
@@ -696,6 +814,131 @@ static void do_end_flow(struct ctl_client *c, uint64_t id,
 	respond_ok(c, id);
 }
 
+static void do_attach(struct ctl_client *c, uint64_t id,
+		      const Flowmover__Attach *a)
+{
+	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
+					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
+	struct flow *f = flows_find(c->srv->flows, a->name);
+
+	if (!f && a->wait_ms && flows_valid_name(a->name)) {
+		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms);
+		return;
+	}
+	if (!f) {
+		respond_error(c, id, -ENOENT, "no such flow '%.80s'", a->name);
+		return;
+	}
+	attach_found(c, id, f, role);
+}
+
+/* ---- requests that wait ---------------------------------------------------- */
+
+/* The flow a waiting client asked for appeared: answer as if it had been
+ * there when the request came. */
+static void wait_found(struct ctl_client *c, struct flow *f)
+{
+	struct ctl_wait w = c->wait;
+
+	end_wait(c);
+	if (w.kind == WAIT_ATTACH) {
+		attach_found(c, w.id, f, w.role);
+	} else if (!may_see(c, f)) {
+		respond_error(c, w.id, -ENOENT, "no such flow '%.80s'", w.name);
+	} else {
+		respond_flow(c, w.id, f, NULL);
+	}
+}
+
+static void wait_timed_out(struct ctl_client *c)
+{
+	struct ctl_wait w = c->wait;
+
+	end_wait(c);
+	if (w.kind == WAIT_DRAIN)
+		respond_error(c, w.id, -ETIMEDOUT, "flow '%s' not drained in "
+			      "time: its consumer still has records to read; "
+			      "it stays closed to producers (destroy it, or "
+			      "drain again)", w.name);
+	else if (w.kind == WAIT_ATTACH)
+		respond_error(c, w.id, -ETIMEDOUT, "flow '%s' did not appear "
+			      "in time", w.name);
+	else
+		respond_error(c, w.id, -ENOENT, "no such flow '%s' (waited "
+			      "for it)", w.name);
+}
+
+/* One waiting client, at a tick: done, drained, or out of time. */
+static void check_wait(struct ctl_client *c, uint64_t now)
+{
+	struct flow *f = flows_find(c->srv->flows, c->wait.name);
+
+	if (c->wait.kind == WAIT_DRAIN) {
+		if (!f) {
+			uint64_t id = c->wait.id;
+
+			end_wait(c);
+			respond_ok(c, id); /* destroyed meanwhile */
+		} else if (flow_drained(f)) {
+			uint64_t id = c->wait.id;
+
+			end_wait(c);
+			destroy_now(c, id, f);
+		} else if (now >= c->wait.until_ns) {
+			wait_timed_out(c);
+		}
+		return;
+	}
+	if (f)
+		wait_found(c, f);
+	else if (now >= c->wait.until_ns)
+		wait_timed_out(c);
+}
+
+#define WAIT_TICK_NS 20000000ll  /* 20 ms: drains and time-outs */
+
+static void wait_tick_done(struct loop_op *op, int res)
+{
+	struct ctl_server *s = (struct ctl_server *)((char *)op -
+		offsetof(struct ctl_server, wait_op));
+	uint64_t now = fr_now_ns();
+
+	(void)res;
+	for (struct ctl_client *c = s->clients, *n; c; c = n) {
+		n = c->next;
+		if (!c->gone && c->wait.kind != WAIT_NONE)
+			check_wait(c, now);
+	}
+	arm_wait_tick(s);
+}
+
+/* Armed while a request waits (and the server runs). */
+static void arm_wait_tick(struct ctl_server *s)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!s->n_waiting || s->wait_op.busy || s->listen_fd < 0)
+		return;
+	sqe = loop_sqe(s->loop, &s->wait_op, wait_tick_done);
+	s->wait_ts = (struct __kernel_timespec){ .tv_nsec = WAIT_TICK_NS };
+	if (sqe)
+		io_uring_prep_timeout(sqe, &s->wait_ts, 0, 0);
+}
+
+/* flows_create's hook: a flow appeared; answer who waited for it. */
+static void flow_added(void *arg, struct flow *f)
+{
+	struct ctl_server *s = arg;
+
+	for (struct ctl_client *c = s->clients, *n; c; c = n) {
+		n = c->next;
+		if (!c->gone && (c->wait.kind == WAIT_ATTACH ||
+				 c->wait.kind == WAIT_DESCRIBE) &&
+		    !strcmp(c->wait.name, f->name))
+			wait_found(c, f);
+	}
+}
+
 static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
@@ -755,13 +998,13 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		do_create(c, id, req->create->spec);
 		break;
 	case FLOWMOVER__REQUEST__BODY_DESTROY:
-		do_destroy(c, id, req->destroy->name);
+		do_destroy(c, id, req->destroy);
 		break;
 	case FLOWMOVER__REQUEST__BODY_LIST:
 		do_list(c, id, req->list);
 		break;
 	case FLOWMOVER__REQUEST__BODY_DESCRIBE:
-		do_describe(c, id, req->describe->name);
+		do_describe(c, id, req->describe);
 		break;
 	case FLOWMOVER__REQUEST__BODY_ATTACH:
 		do_attach(c, id, req->attach);
@@ -798,6 +1041,13 @@ static void read_done(struct loop_op *op, int res)
 		return;
 	}
 	c->have += (size_t)res;
+	if (c->wait.kind != WAIT_NONE || c->wr.busy) {
+		/* frames sent meanwhile wait their turn (write_done serves
+		 * them); a full buffer stops the reading until then */
+		if (c->have < sizeof(c->in))
+			arm_read(c);
+		return;
+	}
 	serve(c);
 }
 
@@ -822,7 +1072,8 @@ static void serve(struct ctl_client *c)
 	int rc;
 
 	if (c->have < 4) {
-		arm_read(c);
+		if (!c->rd.busy) /* armed while a request waited */
+			arm_read(c);
 		return;
 	}
 	rc = ctl_frame_len(c->in, &len);
@@ -833,7 +1084,8 @@ static void serve(struct ctl_client *c)
 		return;
 	}
 	if (c->have < 4 + (size_t)len) {
-		arm_read(c);
+		if (!c->rd.busy)
+			arm_read(c);
 		return;
 	}
 	rc = ctl_request_decode(c->in + 4, len, &req, err, sizeof(err));
@@ -1057,6 +1309,8 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 		return rc;
 	}
 	s->listen_fd = fd;
+	flows->added = flow_added;
+	flows->added_arg = s;
 	arm_accept(s);
 	log_info("control socket %s (mode %04o)", path, (unsigned)mode);
 	return 0;
@@ -1064,6 +1318,7 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 
 void ctl_server_stop(struct ctl_server *s)
 {
+	s->flows->added = NULL;
 	if (s->listen_fd >= 0) {
 		shutdown(s->listen_fd, SHUT_RDWR);
 		close(s->listen_fd);
@@ -1078,7 +1333,7 @@ void ctl_server_stop(struct ctl_server *s)
 
 int ctl_server_busy(const struct ctl_server *s)
 {
-	return s->clients != NULL || s->accept_op.busy;
+	return s->clients != NULL || s->accept_op.busy || s->wait_op.busy;
 }
 
 void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)

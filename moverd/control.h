@@ -56,6 +56,11 @@ struct ctl_server {
 	/* told before (begin) and after a reload request (systemd) */
 	void (*on_reload)(void *arg, bool begin);
 	void *reload_arg;
+	/* requests waiting for a flow or a drain (issue 15), and the tick
+	 * that ends them: armed while n_waiting != 0 */
+	unsigned n_waiting;
+	struct loop_op wait_op;
+	struct __kernel_timespec wait_ts;
 };
 
 /* Bind the socket (mode applied before listen) and start accepting. */
