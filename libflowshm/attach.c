@@ -42,8 +42,11 @@ static void open_error(int fd, const char *flow_name, int rc)
 				 "gone" : flowshm_strerror(rc));
 }
 
-int flowshm_attach(const char *flow_name, enum flowshm_role role,
-		   const struct flowshm_opts *opts, flowshm_t **out)
+/* Attach; wait_ms != 0: moverd waits that long for the flow to appear,
+ * and the call for its answer a little longer (call_ms -1: forever). */
+static int attach_waiting(const char *flow_name, enum flowshm_role role,
+			  const struct flowshm_opts *opts, uint32_t wait_ms,
+			  int call_ms, flowshm_t **out)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
@@ -71,11 +74,12 @@ int flowshm_attach(const char *flow_name, enum flowshm_role role,
 		return sock;
 	}
 	at.name = (char *)flow_name;
+	at.wait_ms = wait_ms;
 	at.role = role == FLOWSHM_PRODUCER ? FLOWMOVER__ROLE__PRODUCER
 					   : FLOWMOVER__ROLE__CONSUMER;
 	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
 	req.attach = &at;
-	rc = ctl_call(sock, &req, &resp, &fd, CTL_DEFAULT_TIMEOUT_MS);
+	rc = ctl_call(sock, &req, &resp, &fd, call_ms);
 	if (rc) {
 		snprintf(attach_err, sizeof(attach_err), "%s",
 			 ctl_last_error());
@@ -108,6 +112,32 @@ out:
 	if (rc)
 		close(sock);
 	return rc;
+}
+
+int flowshm_attach(const char *flow_name, enum flowshm_role role,
+		   const struct flowshm_opts *opts, flowshm_t **out)
+{
+	return attach_waiting(flow_name, role, opts, 0, CTL_DEFAULT_TIMEOUT_MS,
+			      out);
+}
+
+int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
+			const struct flowshm_opts *opts, int64_t timeout_ns,
+			flowshm_t **out)
+{
+	uint64_t ms = timeout_ns < 0 ? UINT32_MAX :
+				       ((uint64_t)timeout_ns + 999999) / 1000000;
+	int call_ms;
+
+	if (ms > UINT32_MAX)
+		ms = UINT32_MAX; /* 49 days: as good as forever */
+	if (!ms)
+		return flowshm_attach(flow_name, role, opts, out);
+	/* moverd answers at the end of the wait: give it time to */
+	call_ms = ms + CTL_DEFAULT_TIMEOUT_MS > INT32_MAX ? -1 :
+		  (int)(ms + CTL_DEFAULT_TIMEOUT_MS);
+	return attach_waiting(flow_name, role, opts, (uint32_t)ms, call_ms,
+			      out);
 }
 
 void flowshm_detach(flowshm_t *f)

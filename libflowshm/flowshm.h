@@ -110,6 +110,17 @@ struct flowshm_info {
 int flowshm_attach(const char *flow_name, enum flowshm_role role,
 		   const struct flowshm_opts *opts, flowshm_t **out);
 
+/*
+ * flowshm_attach, but if the flow does not exist yet (a consumer on the
+ * receiving host before the sender connected, issue 15), moverd waits up
+ * to timeout_ns (< 0: forever) for it to appear and answers then.  The
+ * same codes as flowshm_attach, and -ETIMEDOUT if it did not appear in
+ * time.  timeout_ns 0 is flowshm_attach.
+ */
+int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
+			const struct flowshm_opts *opts, int64_t timeout_ns,
+			flowshm_t **out);
+
 /* Close a handle from flowshm_attach (the flow stays open). */
 void flowshm_detach(flowshm_t *f);
 
