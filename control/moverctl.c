@@ -42,7 +42,13 @@ static const char usage_text[] =
 "commands:\n"
 "  flow create NAME [--ring-size BYTES] [--max-record BYTES]\n"
 "                   [--peer HOST:PORT] [--allow-uid UID]... [--allow-gid GID]...\n"
-"  flow destroy NAME\n"
+"  flow destroy NAME [--drain]   --drain: stop new sends, wait until the\n"
+"                    consumer (between hosts: the receiving one) has every\n"
+"                    record, then destroy (up to --timeout MS if given)\n"
+"  flow destroy --all  destroy every flow you may see (the purge: only\n"
+"                    destroy removes flows; restarts keep them)\n"
+"  flow wait NAME    wait until the flow exists (up to --timeout MS if\n"
+"                    given): exit 0 when it does, 1 if it did not appear\n"
 "  flow end NAME     end the flow's stream now: its consumers get every\n"
 "                    record, then end of stream (on the producers' host)\n"
 "  flow allow NAME [--uid USER]... [--gid GROUP]...\n"
@@ -83,6 +89,8 @@ struct opts {
 	const char *socket;
 	bool json;
 	int timeout_ms;
+	bool timeout_set;       /* --timeout given: flow wait, --drain */
+	bool drain, all;        /* flow destroy --drain, --all */
 	/* flow create */
 	bool create_opts;       /* any of the below was given */
 	uint64_t ring_size;
@@ -829,17 +837,37 @@ static int cmd_end(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
+/*
+ * A request that waits in moverd (flow wait, destroy --drain): moverd
+ * ends the wait at --timeout (if given), so the call itself waits a little
+ * longer for the answer, or forever.
+ */
+static struct opts waiting_opts(const struct opts *o, uint32_t *wait_ms)
+{
+	struct opts w = *o;
+
+	*wait_ms = o->timeout_set && o->timeout_ms > 0 ?
+			   (uint32_t)o->timeout_ms : 0;
+	w.timeout_ms = *wait_ms ? (int)*wait_ms + 5000 : -1;
+	return w;
+}
+
 static int cmd_destroy(const struct opts *o, const char *name)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__DestroyFlow d = FLOWMOVER__DESTROY_FLOW__INIT;
 	Flowmover__Response *resp;
+	struct opts w = *o;
 	int ex;
 
 	d.name = (char *)name;
+	if (o->drain) {
+		d.drain = true;
+		w = waiting_opts(o, &d.drain_timeout_ms);
+	}
 	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
 	req.destroy = &d;
-	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
+	ex = call(&w, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
 	if (ex)
 		return ex;
 	if (o->json) {
@@ -1015,6 +1043,64 @@ static int cmd_reload(const struct opts *o)
 	return ex;
 }
 
+/* flow wait NAME: 0 once it exists, 1 if it did not appear in time. */
+static int cmd_wait(const struct opts *o, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DescribeFlow d = FLOWMOVER__DESCRIBE_FLOW__INIT;
+	Flowmover__Response *resp;
+	struct opts w = waiting_opts(o, &d.wait_ms);
+	int ex;
+
+	if (!d.wait_ms)
+		d.wait_ms = UINT32_MAX; /* no --timeout: 49 days, "forever" */
+	d.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESCRIBE;
+	req.describe = &d;
+	ex = call(&w, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
+	if (ex)
+		return ex;
+	if (o->json)
+		print_flow(resp->flow, true);
+	else
+		printf("flow '%s' exists\n", name);
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+/* flow destroy --all: every flow this user may see, page by page. */
+static int cmd_destroy_all(const struct opts *o)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
+	Flowmover__Response *resp;
+	int ex, worst = EX_OK;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
+	req.list = &l;
+	for (;;) {
+		/* always the first page: what is destroyed leaves it */
+		l.after = "";
+		ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST);
+		if (ex)
+			return ex;
+		if (!resp->list->n_flows) {
+			ctl_response_free(resp);
+			return worst;
+		}
+		for (size_t i = 0; i < resp->list->n_flows; i++) {
+			ex = cmd_destroy(o, resp->list->flows[i]->name);
+			if (ex) {
+				/* one we may not destroy would come back
+				 * on every page: stop */
+				ctl_response_free(resp);
+				return ex;
+			}
+		}
+		ctl_response_free(resp);
+	}
+}
+
 static int cmd_status(const struct opts *o)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
@@ -1091,6 +1177,8 @@ enum {
 	OPT_ALLOW_GID,
 	OPT_UID,
 	OPT_GID,
+	OPT_DRAIN,
+	OPT_ALL,
 };
 
 static const struct option long_opts[] = {
@@ -1106,6 +1194,8 @@ static const struct option long_opts[] = {
 	{ "allow-gid",  required_argument, NULL, OPT_ALLOW_GID },
 	{ "uid",        required_argument, NULL, OPT_UID },
 	{ "gid",        required_argument, NULL, OPT_GID },
+	{ "drain",      no_argument,       NULL, OPT_DRAIN },
+	{ "all",        no_argument,       NULL, OPT_ALL },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1135,8 +1225,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return usage_error("--timeout '%s': use a number "
 						   "of milliseconds", optarg);
 			o->timeout_ms = v ? (int)v : -1;
+			o->timeout_set = true;
 			break;
 		}
+		case OPT_DRAIN:
+			o->drain = true;
+			break;
+		case OPT_ALL:
+			o->all = true;
+			break;
 		case 'h':
 			fputs(usage_text, stdout);
 			exit(EX_OK);
@@ -1289,6 +1386,20 @@ int main(int argc, char **argv)
 		    (rc = check_name_arg(args[2])))
 			return rc;
 		return cmd_create(&o, args[2]);
+	}
+	if ((o.drain || o.all) && !(n >= 2 && !strcmp(args[1], "destroy")))
+		return usage_error("--drain and --all go with 'flow destroy'");
+	if (!strcmp(args[1], "destroy") && o.all) {
+		if (n > 2 || o.drain)
+			return usage_error("flow destroy --all: no NAME, no "
+					   "--drain");
+		return cmd_destroy_all(&o);
+	}
+	if (!strcmp(args[1], "wait")) {
+		if ((rc = need_args(n, 3, "flow wait")) ||
+		    (rc = check_name_arg(args[2])))
+			return rc;
+		return cmd_wait(&o, args[2]);
 	}
 	if (!strcmp(args[1], "destroy")) {
 		if ((rc = need_args(n, 3, "flow destroy")) ||
