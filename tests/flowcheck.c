@@ -5,6 +5,7 @@
  *
  *   flowcheck produce FLOW --id ID --count N [--max-size B] [--skip SEQ]
  *   flowcheck consume FLOW --producers P --count N [--max-size B]
+ *             [--attach-wait MS]
  *
  * Producer ID (1..P) sends records 0..N-1 of random sizes (16..B bytes,
  * one in 64 up to 4 times larger, never above the flow's maximum) and
@@ -14,6 +15,9 @@
  * byte; it fails at the first wrong, missing, duplicated, reordered or
  * misdirected (another flow's) record, and if anything is left in the flow
  * after the last expected record.
+ *
+ * --attach-wait MS attaches with flowshm_attach_wait: the flow may appear
+ * up to MS later (issue 15).
  *
  * --skip SEQ makes the producer leave out record SEQ: a dropped record, to
  * show by hand that the consumer (and the test using it) notices.
@@ -34,6 +38,7 @@ struct args {
 	uint32_t salt;	/* the flow name's hash, high 24 bits */
 	uint64_t count, skip;
 	size_t max_size;
+	int64_t attach_wait_ns;	/* 0: flowshm_attach */
 };
 
 /* Records carry producer number salt | ID: records of another flow fail. */
@@ -160,9 +165,10 @@ static int consume(flowshm_t *f, const struct args *a)
 		}
 		got_total += got;
 	}
-	/* Everything expected has arrived: nothing more may be waiting. */
+	/* Everything expected has arrived: nothing more may be waiting
+	 * (-EPIPE: a drained flow, closed by destroy --drain, is empty). */
 	rc = flowshm_recv_batch(f, buf, sizeof(buf), recs, 256, &got, 0);
-	if (rc != -EAGAIN) {
+	if (rc != -EAGAIN && rc != -EPIPE) {
 		fprintf(stderr, "flowcheck: %s: after the last expected record "
 			"recv returned %d (%s), want nothing\n", a->flow, rc,
 			flowshm_strerror(rc));
@@ -179,7 +185,7 @@ static int usage(void)
 	fprintf(stderr, "usage: flowcheck produce FLOW --id ID --count N "
 		"[--max-size B] [--skip SEQ]\n"
 		"       flowcheck consume FLOW --producers P --count N "
-		"[--max-size B]\n");
+		"[--max-size B] [--attach-wait MS]\n");
 	return 2;
 }
 
@@ -191,6 +197,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "count", required_argument, NULL, 'n' },
 		{ "max-size", required_argument, NULL, 's' },
 		{ "skip", required_argument, NULL, 'k' },
+		{ "attach-wait", required_argument, NULL, 'w' },
 		{ 0 }
 	};
 	int c;
@@ -208,6 +215,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->max_size = strtoull(optarg, NULL, 0);
 		else if (c == 'k')
 			a->skip = strtoull(optarg, NULL, 0);
+		else if (c == 'w')
+			a->attach_wait_ns = (int64_t)strtoll(optarg, NULL, 0) *
+					    1000000;
 		else
 			return -1;
 	}
@@ -231,8 +241,9 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &a))
 		return usage();
-	rc = flowshm_attach(a.flow, a.produce ? FLOWSHM_PRODUCER :
-						FLOWSHM_CONSUMER, NULL, &f);
+	rc = flowshm_attach_wait(a.flow, a.produce ? FLOWSHM_PRODUCER :
+					 FLOWSHM_CONSUMER, NULL, a.attach_wait_ns,
+				 &f);
 	if (rc) {
 		fprintf(stderr, "flowcheck: attach %s: %s\n", a.flow,
 			flowshm_attach_error());

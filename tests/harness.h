@@ -1026,4 +1026,42 @@ static inline int hp_accept(int lfd, int timeout_ms)
 	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 }
 
+/* ---- more of the same (added for issue 15's cases) ----------------------- */
+
+/*
+ * SIGTERM (an orderly stop); it must exit 0 within 10 s.  Unlike hd_stop,
+ * d's directory stays (its state directory, its rings): for hd_restart.
+ */
+static inline void hd_term(struct hd *d)
+{
+	int st = 0;
+
+	hd_alive(d);
+	kill(d->pid, SIGTERM);
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			hd_untrack(d->pid);
+			d->pid = 0;
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "moverd exited with status "
+					"%#x; log %s\n", st, d->log);
+				exit(1);
+			}
+			return;
+		}
+		usleep(10000);
+	}
+	kill(d->pid, SIGKILL);
+	CHECK(!"moverd did not stop within 10 s");
+}
+
+/* Is pid (our child) still running?  Not reaped: hx_wait still can. */
+static inline bool hx_running(pid_t pid)
+{
+	siginfo_t si = { 0 };
+
+	CHECK(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0);
+	return si.si_pid == 0;
+}
+
 #endif

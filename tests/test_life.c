@@ -1,0 +1,419 @@
+/*
+ * tests/test_life.c - a flow's life applications can rely on (issue 15):
+ * real moverd daemons, real clients (tests/flowcheck.c checks every record
+ * exactly once, in order per producer).  FM_LIFE_CASES=1,3 runs only those.
+ *
+ *   usage: test_life MOVERD MOVERCTL FLOWCHECK
+ *
+ *   1  kill -9 of moverd with a local flow mid-stream: the producer and
+ *      consumer go on, the restarted moverd re-adopts the flow (owner,
+ *      allowed uids, role), a producer attaching after the restart finds
+ *      it; every record arrives once
+ *   2  the same with an orderly stop (SIGTERM): nothing is destroyed
+ *   3  a flow between hosts mid-stream: orderly stop and restart of the
+ *      sending moverd, then of the receiving one, then kill -9 of both;
+ *      every record once
+ *   4  attach checks the role: a producer on the receiving host and a
+ *      consumer on the sending host are refused with where to attach
+ *   5  attach waits: a consumer on the receiving host attaches before the
+ *      sender created the flow and gets every record; a wait that ends
+ *      gets -ETIMEDOUT
+ *   6  moverctl flow wait: exit 1 at its timeout, 0 once the flow exists
+ *   7  destroy --drain with no consumer attached yet: producers get
+ *      -EPIPE, moverctl waits, a consumer that attaches later gets every
+ *      record, then the flow is gone; a drain that times out leaves the
+ *      flow closed (exit 1)
+ *   8  destroy --drain of a flow between hosts with no consumer yet on the
+ *      receiving host: done once the receiving consumer has every record
+ */
+#include "harness.h"
+#include "flowshm.h"
+
+#include <limits.h>
+
+static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+
+/* ---- checked producers and consumers (tests/flowcheck.c) ----------------- */
+
+static pid_t fc_produce(const struct hd *d, const char *flow, unsigned id,
+			unsigned long count, unsigned max_size)
+{
+	char ids[16], n[24], max[16];
+
+	snprintf(ids, sizeof(ids), "%u", id);
+	snprintf(n, sizeof(n), "%lu", count);
+	snprintf(max, sizeof(max), "%u", max_size);
+	return hx_spawn(d, 0, (const char *const[]){ flowcheck_bin,
+			"produce", flow, "--id", ids, "--count", n,
+			"--max-size", max, NULL });
+}
+
+static pid_t fc_consume(const struct hd *d, const char *flow,
+			unsigned producers, unsigned long count,
+			unsigned max_size, unsigned wait_ms)
+{
+	char ps[16], n[24], max[16], w[16];
+
+	snprintf(ps, sizeof(ps), "%u", producers);
+	snprintf(n, sizeof(n), "%lu", count);
+	snprintf(max, sizeof(max), "%u", max_size);
+	snprintf(w, sizeof(w), "%u", wait_ms);
+	return hx_spawn(d, 0, (const char *const[]){ flowcheck_bin,
+			"consume", flow, "--producers", ps, "--count", n,
+			"--max-size", max, "--attach-wait", w, NULL });
+}
+
+static void fc_done(pid_t pid, const char *what, int timeout_ms)
+{
+	int rc = hx_wait(pid, timeout_ms);
+
+	if (rc != 0) {
+		fprintf(stderr, "%s: %s (exit %d)\n", what, rc < 0 ?
+			"did not finish in time (killed)" : "failed", rc);
+		exit(1);
+	}
+}
+
+/* moverctl on d, run as a child (for commands that wait). */
+static pid_t ctl_spawn(const struct hd *d, const char *a1, const char *a2,
+		       const char *a3, const char *a4, const char *a5)
+{
+	return hx_spawn(d, 0, (const char *const[]){ moverctl_bin, "--socket",
+			d->sock, a1, a2, a3, a4, a5, NULL });
+}
+
+static uint64_t flow_u64(const struct hd *d, const char *name,
+			 const char *key)
+{
+	char out[4096];
+
+	CHECK(hd_flow_json(d, moverctl_bin, name, out, sizeof(out)));
+	return hj_u64(out, key);
+}
+
+/* Wait until flow name's tail on d has passed `bytes`. */
+static void wait_tail(const struct hd *d, const char *name, uint64_t bytes)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (flow_u64(d, name, "tail") > bytes)
+			return;
+		usleep(5000);
+	}
+	CHECK(!"the flow did not move");
+}
+
+static bool file_exists(const struct hd *d, const char *name)
+{
+	char path[256];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/rings/%s", d->dir, name);
+	return stat(path, &st) == 0;
+}
+
+/* ---- cases 1, 2: a local flow survives moverd ------------------------------ */
+
+static void local_restart(bool orderly)
+{
+	struct hd d;
+	char out[4096], val[64];
+	pid_t cons, p1, p2;
+
+	hd_start(&d, moverd_bin, orderly ? "life2" : "life1", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create loc "
+		     "--ring-size 64K --max-record 1K --allow-uid 65534") == 0);
+	cons = fc_consume(&d, "loc", 2, 200000, 200, 0);
+	p1 = fc_produce(&d, "loc", 1, 200000, 200);
+	wait_tail(&d, "loc", 256 * 1024);
+	if (orderly)
+		hd_term(&d);
+	else
+		hd_kill(&d);
+	printf("  moverd %s; producer 1 %s\n", orderly ? "stopped (SIGTERM)" :
+	       "killed (-9)", hx_running(p1) ? "still sending" : "done");
+	CHECK(file_exists(&d, "loc.ring") && file_exists(&d, "loc.flow"));
+	usleep(200000); /* the clients go on without moverd */
+	hd_restart(&d, moverd_bin, NULL);
+	CHECK(hd_flow_json(&d, moverctl_bin, "loc", out, sizeof(out)));
+	CHECK(hj_get(out, "role", val, sizeof(val)) && !strcmp(val, "local"));
+	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "open"));
+	CHECK(hj_u64(out, "owner_uid") == 0);
+	CHECK(strstr(out, "65534"));
+	printf("  re-adopted: %s\n", out);
+	/* a producer that attaches now finds the flow */
+	p2 = fc_produce(&d, "loc", 2, 200000, 200);
+	fc_done(p1, "producer 1", 60000);
+	fc_done(p2, "producer 2", 60000);
+	fc_done(cons, "consumer", 60000);
+	CHECK(hd_log_count(&d, "flow loc: re-adopted") == 1);
+	hd_stop(&d);
+}
+
+static void case_local_kill(void)
+{
+	local_restart(false);
+}
+
+static void case_local_term(void)
+{
+	local_restart(true);
+}
+
+/* ---- case 3: a flow between hosts, both daemons stopped and killed ---------- */
+
+static void two_daemons(struct hd *a, struct hd *b, const char *tag,
+			const char *name, const char *flags)
+{
+	char ta[32], tb[32], out[4096];
+
+	snprintf(ta, sizeof(ta), "%s-A", tag);
+	snprintf(tb, sizeof(tb), "%s-B", tag);
+	hd_start(b, moverd_bin, tb, true, NULL);
+	hd_start(a, moverd_bin, ta, false,
+		 (const char *const[]){ "--transport", "tcp", NULL });
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s --peer "
+		     "127.0.0.1:%d %s", name, b->port, flags) == 0);
+}
+
+static const char *const tcp_only[] = { "--transport", "tcp", NULL };
+
+static void case_remote_restarts(void)
+{
+	struct hd a, b;
+	pid_t prod, cons;
+
+	two_daemons(&a, &b, "life3", "x", "--ring-size 64K --max-record 1K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	cons = fc_consume(&b, "x", 1, 300000, 200, 0);
+	prod = fc_produce(&a, "x", 1, 300000, 200);
+	wait_tail(&b, "x", 256 * 1024);
+
+	hd_term(&a);
+	printf("  A stopped (SIGTERM) at B's tail %llu\n",
+	       (unsigned long long)flow_u64(&b, "x", "tail"));
+	hd_restart(&a, moverd_bin, tcp_only);
+	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
+	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
+
+	hd_term(&b);
+	printf("  B stopped (SIGTERM)\n");
+	hd_restart(&b, moverd_bin, NULL);
+	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
+	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
+
+	hd_kill(&a);
+	hd_kill(&b);
+	printf("  A and B killed (-9); producer %s\n",
+	       hx_running(prod) ? "still sending" : "done");
+	hd_restart(&b, moverd_bin, NULL);
+	hd_restart(&a, moverd_bin, tcp_only);
+	fc_done(prod, "producer", 120000);
+	fc_done(cons, "consumer", 120000);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 4: attach checks the role ----------------------------------------- */
+
+static int attach_on(const struct hd *d, const char *name,
+		     enum flowshm_role role, char *err, size_t cap)
+{
+	flowshm_t *f = NULL;
+	int rc;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	rc = flowshm_attach(name, role, NULL, &f);
+	snprintf(err, cap, "%s", flowshm_attach_error());
+	if (!rc)
+		flowshm_detach(f);
+	return rc;
+}
+
+static void case_wrong_role(void)
+{
+	struct hd a, b;
+	char err[512];
+	int rc;
+
+	two_daemons(&a, &b, "life4", "w", "--ring-size 64K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "w", "open", 10000, NULL, 0));
+	rc = attach_on(&b, "w", FLOWSHM_PRODUCER, err, sizeof(err));
+	printf("  producer on the receiving host: %d: %s\n", rc, err);
+	CHECK_RC(rc, -EINVAL);
+	CHECK(strstr(err, "attach producers there"));
+	rc = attach_on(&a, "w", FLOWSHM_CONSUMER, err, sizeof(err));
+	printf("  consumer on the sending host: %d: %s\n", rc, err);
+	CHECK_RC(rc, -EINVAL);
+	CHECK(strstr(err, "attach consumers on that host"));
+	/* the right roles still attach */
+	CHECK_RC(attach_on(&a, "w", FLOWSHM_PRODUCER, err, sizeof(err)), 0);
+	CHECK_RC(attach_on(&b, "w", FLOWSHM_CONSUMER, err, sizeof(err)), 0);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 5: attach waits for the flow --------------------------------------- */
+
+static void case_attach_wait(void)
+{
+	struct hd a, b;
+	char out[4096];
+	flowshm_t *f = NULL;
+	uint64_t t0;
+	pid_t prod, cons;
+	int rc;
+
+	hd_start(&b, moverd_bin, "life5-B", true, NULL);
+	/* the consumer first: the flow does not exist anywhere yet */
+	cons = fc_consume(&b, "late", 1, 50000, 200, 30000);
+	usleep(300000);
+	CHECK(hx_running(cons));
+	hd_start(&a, moverd_bin, "life5-A", false, tcp_only);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create late "
+		     "--peer 127.0.0.1:%d --ring-size 64K", b.port) == 0);
+	prod = fc_produce(&a, "late", 1, 50000, 200);
+	fc_done(prod, "producer", 60000);
+	fc_done(cons, "consumer (attached before the flow existed)", 60000);
+
+	setenv("FLOWMOVER_SOCKET", b.sock, 1);
+	t0 = tu_now_ns();
+	rc = flowshm_attach_wait("never", FLOWSHM_CONSUMER, NULL, 300000000,
+				 &f);
+	printf("  waiting for a flow that never comes: %d (%s) after %llu ms\n",
+	       rc, flowshm_attach_error(),
+	       (unsigned long long)(tu_now_ns() - t0) / 1000000);
+	CHECK_RC(rc, -ETIMEDOUT);
+	CHECK(tu_now_ns() - t0 >= 300000000ull);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 6: moverctl flow wait ------------------------------------------------ */
+
+static void case_ctl_wait(void)
+{
+	struct hd d;
+	char out[4096];
+	pid_t w;
+	int rc;
+
+	hd_start(&d, moverd_bin, "life6", false, NULL);
+	rc = hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow wait nf "
+		    "--timeout 300");
+	printf("  flow wait for a flow that never comes: exit %d: %s", rc, out);
+	CHECK_RC(rc, 1);
+	w = ctl_spawn(&d, "flow", "wait", "nf2", "--timeout", "20000");
+	usleep(300000);
+	CHECK(hx_running(w));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create nf2") == 0);
+	CHECK_RC(hx_wait(w, 10000), 0);
+	/* an existing flow: at once */
+	CHECK_RC(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow wait nf2"), 0);
+	hd_stop(&d);
+}
+
+/* ---- case 7: destroy --drain, local ------------------------------------------- */
+
+static void case_drain_local(void)
+{
+	struct hd d;
+	char out[4096], err[512], val[64];
+	flowshm_t *f = NULL;
+	pid_t prod, cons, drain;
+	int rc;
+
+	hd_start(&d, moverd_bin, "life7", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create dr "
+		     "--ring-size 1M --max-record 1K") == 0);
+	/* fits the ring: the producer is done before anyone reads */
+	prod = fc_produce(&d, "dr", 1, 3000, 200);
+	fc_done(prod, "producer", 30000);
+	drain = ctl_spawn(&d, "flow", "destroy", "--drain", "dr", NULL);
+	usleep(300000);
+	CHECK(hx_running(drain));
+	CHECK(hd_flow_json(&d, moverctl_bin, "dr", out, sizeof(out)));
+	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "closing"));
+	/* no new sends */
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	rc = flowshm_attach("dr", FLOWSHM_PRODUCER, NULL, &f);
+	if (!rc) {
+		char rec[16] = "late";
+
+		rc = flowshm_send(f, rec, sizeof(rec), 0);
+		flowshm_detach(f);
+	}
+	printf("  a send while draining: %d (%s)\n", rc, flowshm_strerror(rc));
+	CHECK_RC(rc, -EPIPE);
+	cons = fc_consume(&d, "dr", 1, 3000, 200, 0);
+	fc_done(cons, "consumer (attached after the drain began)", 30000);
+	CHECK_RC(hx_wait(drain, 10000), 0);
+	CHECK(!hd_flow_json(&d, moverctl_bin, "dr", out, sizeof(out)));
+	CHECK(!file_exists(&d, "dr.ring"));
+
+	/* a drain that times out: exit 1, the flow stays, closed */
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create dt "
+		     "--ring-size 64K") == 0);
+	prod = fc_produce(&d, "dt", 1, 10, 200);
+	fc_done(prod, "producer", 30000);
+	rc = hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy --drain "
+		    "dt --timeout 300");
+	printf("  a drain that times out: exit %d: %s", rc, out);
+	CHECK_RC(rc, 1);
+	CHECK(strstr(out, "not drained"));
+	CHECK(hd_flow_json(&d, moverctl_bin, "dt", out, sizeof(out)));
+	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "closing"));
+	(void)err;
+	hd_stop(&d);
+}
+
+/* ---- case 8: destroy --drain between hosts -------------------------------------- */
+
+static void case_drain_remote(void)
+{
+	struct hd a, b;
+	char out[4096];
+	pid_t prod, cons, drain;
+
+	two_daemons(&a, &b, "life8", "rd", "--ring-size 1M --max-record 1K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "rd", "open", 10000, NULL, 0));
+	prod = fc_produce(&a, "rd", 1, 3000, 200);
+	fc_done(prod, "producer", 30000);
+	drain = ctl_spawn(&a, "flow", "destroy", "--drain", "rd", NULL);
+	usleep(500000);
+	CHECK(hx_running(drain)); /* nobody has read on B */
+	cons = fc_consume(&b, "rd", 1, 3000, 200, 0);
+	fc_done(cons, "consumer on B (attached after the drain began)", 30000);
+	CHECK_RC(hx_wait(drain, 10000), 0);
+	CHECK(!hd_flow_json(&a, moverctl_bin, "rd", out, sizeof(out)));
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_local_kill, "kill -9 of moverd with a local flow "
+		  "mid-stream" },
+		{ 2, case_local_term, "orderly stop of moverd with a local "
+		  "flow mid-stream" },
+		{ 3, case_remote_restarts, "a flow between hosts: orderly "
+		  "stops, then kill -9, of both daemons" },
+		{ 4, case_wrong_role, "attach refuses a role the flow does not "
+		  "have here" },
+		{ 5, case_attach_wait, "a consumer attaches before the flow "
+		  "exists" },
+		{ 6, case_ctl_wait, "moverctl flow wait" },
+		{ 7, case_drain_local, "destroy --drain with no consumer yet" },
+		{ 8, case_drain_remote, "destroy --drain between hosts" },
+	};
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	flowcheck_bin = argv[3];
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]), "FM_LIFE_CASES");
+}
