@@ -145,6 +145,7 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid, fl->origin);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
+	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
 		rc = -errno;
 		unlinkat(t->state_fd, tmp, 0);
@@ -169,6 +170,22 @@ static bool parse_u32(const char *s, uint32_t *out)
 	return true;
 }
 
+/* A whole decimal number, no sign, no spaces, within 64 bits. */
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return false;
+	*out = v;
+	return true;
+}
+
 /* "1,2,3" (or nothing): at most FLOW_ALLOW_MAX numbers. */
 static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 {
@@ -188,14 +205,14 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_COUNT };
+		K_CREATED, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids", "origin",
+	"allow_gids", "origin", "created_ms",
 };
 /* keys a file written before they existed may lack */
-#define META_OPTIONAL (1u << K_ORIGIN)
+#define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -237,6 +254,8 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 			return false;
 		strcpy(fl->origin, v);
 		return true;
+	case K_CREATED:
+		return parse_u64(v, &fl->created_unix_ms);
 	default:
 		return false;
 	}
@@ -454,9 +473,7 @@ static uint64_t read_epoch(const struct flow_table *t)
 		return 0;
 	buf[n] = 0;
 	buf[strcspn(buf, "\n")] = 0;
-	if (buf[0] >= '0' && buf[0] <= '9')
-		v = strtoull(buf, NULL, 10);
-	return v;
+	return parse_u64(buf, &v) ? v : 0;
 }
 
 uint64_t flows_count_start(struct flow_table *t)

@@ -138,6 +138,7 @@ static void local_restart(bool orderly)
 	CHECK(hj_get(out, "role", val, sizeof(val)) && !strcmp(val, "local"));
 	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "open"));
 	CHECK(hj_u64(out, "owner_uid") == 0);
+	CHECK(hj_u64(out, "created_unix_ms") != 0);
 	CHECK(strstr(out, "65534"));
 	printf("  re-adopted: %s\n", out);
 	/* a producer that attaches now finds the flow */
