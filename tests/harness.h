@@ -1064,4 +1064,31 @@ static inline bool hx_running(pid_t pid)
 	return si.si_pid == 0;
 }
 
+/*
+ * Wait until d's moverd answers a request (up to 5 s).  After hd_kill and
+ * hd_restart, a connect alone can reach the killed moverd's socket, still
+ * accepting in its io_uring until that is torn down (reset, nobody
+ * answers), or find the path between the new moverd's unlink and bind.
+ */
+static inline void hd_answers(const struct hd *d)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__GetStatus st = FLOWMOVER__GET_STATUS__INIT;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &st;
+	for (int i = 0; i < 500; i++) {
+		int sock = ctl_connect(d->sock), rc = -1;
+
+		if (sock >= 0) {
+			rc = hc_call(sock, &req, NULL);
+			close(sock);
+		}
+		if (!rc)
+			return;
+		usleep(10000);
+	}
+	CHECK(!"the restarted moverd does not answer");
+}
+
 #endif

@@ -25,6 +25,9 @@
  *      flow closed (exit 1)
  *   8  destroy --drain of a flow between hosts with no consumer yet on the
  *      receiving host: done once the receiving consumer has every record
+ *   9  a consumer killed (-9) with a record peeked and not released: the
+ *      next consumer gets that record first (and not the released one);
+ *      the same across a kill -9 of moverd meanwhile
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -32,6 +35,13 @@
 #include <limits.h>
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+
+/* Start d's moverd again; it serves when this returns. */
+static void restart(struct hd *d, const char *const *extra)
+{
+	hd_restart(d, moverd_bin, extra);
+	hd_answers(d);
+}
 
 /* ---- checked producers and consumers (tests/flowcheck.c) ----------------- */
 
@@ -133,7 +143,7 @@ static void local_restart(bool orderly)
 	       "killed (-9)", hx_running(p1) ? "still sending" : "done");
 	CHECK(file_exists(&d, "loc.ring") && file_exists(&d, "loc.flow"));
 	usleep(200000); /* the clients go on without moverd */
-	hd_restart(&d, moverd_bin, NULL);
+	restart(&d, NULL);
 	CHECK(hd_flow_json(&d, moverctl_bin, "loc", out, sizeof(out)));
 	CHECK(hj_get(out, "role", val, sizeof(val)) && !strcmp(val, "local"));
 	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "open"));
@@ -192,13 +202,13 @@ static void case_remote_restarts(void)
 	hd_term(&a);
 	printf("  A stopped (SIGTERM) at B's tail %llu\n",
 	       (unsigned long long)flow_u64(&b, "x", "tail"));
-	hd_restart(&a, moverd_bin, tcp_only);
+	restart(&a, tcp_only);
 	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
 	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
 
 	hd_term(&b);
 	printf("  B stopped (SIGTERM)\n");
-	hd_restart(&b, moverd_bin, NULL);
+	restart(&b, NULL);
 	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
 	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
 
@@ -206,8 +216,8 @@ static void case_remote_restarts(void)
 	hd_kill(&b);
 	printf("  A and B killed (-9); producer %s\n",
 	       hx_running(prod) ? "still sending" : "done");
-	hd_restart(&b, moverd_bin, NULL);
-	hd_restart(&a, moverd_bin, tcp_only);
+	restart(&b, NULL);
+	restart(&a, tcp_only);
 	fc_done(prod, "producer", 120000);
 	fc_done(cons, "consumer", 120000);
 	hd_stop(&a);
@@ -390,6 +400,118 @@ static void case_drain_remote(void)
 	hd_stop(&b);
 }
 
+/* ---- case 9: a peeked, unreleased record goes to the next consumer ---------- */
+
+/* Attach as consumer on d, retried while the last one is still known
+ * (-EBUSY) and while a killed moverd's socket lingers (-ECONNRESET: its
+ * io_uring, torn down after it, may still accept; -ECONNREFUSED: the new
+ * one is binding its own). */
+static flowshm_t *consumer_on(const struct hd *d, const char *name)
+{
+	flowshm_t *f = NULL;
+	int rc = -EBUSY;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	for (int i = 0; i < 500 && (rc == -EBUSY || rc == -ECONNRESET ||
+				     rc == -ECONNREFUSED); i++) {
+		rc = flowshm_attach(name, FLOWSHM_CONSUMER, NULL, &f);
+		if (rc)
+			usleep(10000);
+	}
+	CHECK_RC(rc, 0);
+	return f;
+}
+
+/* The next record must be "rec N". */
+static void expect_peek(flowshm_t *f, int n)
+{
+	const void *buf;
+	size_t len;
+	char want[16];
+
+	snprintf(want, sizeof(want), "rec %d", n);
+	CHECK_RC(flowshm_peek(f, &buf, &len, 2000000000), 0);
+	CHECK(len == strlen(want) + 1 && !memcmp(buf, want, len));
+}
+
+/* A child consumer: releases records first..first+released-1, peeks the
+ * next, tells the parent (one byte on *ready), and waits to be killed. */
+static pid_t peeking_child(const struct hd *d, const char *name, int first,
+			   int released, int *ready)
+{
+	int p[2];
+	pid_t pid;
+	char b;
+
+	CHECK(pipe(p) == 0);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *f = consumer_on(d, name);
+
+		for (int i = first; i < first + released; i++) {
+			expect_peek(f, i);
+			CHECK_RC(flowshm_release(f), 0);
+		}
+		expect_peek(f, first + released);
+		if (write(p[1], "p", 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	CHECK(read(p[0], &b, 1) == 1);
+	*ready = p[0];
+	return pid;
+}
+
+static void case_peeked(void)
+{
+	struct hd d;
+	char out[4096];
+	flowshm_t *f = NULL;
+	pid_t child;
+	int ready;
+
+	hd_start(&d, moverd_bin, "life9", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create pk "
+		     "--ring-size 64K") == 0);
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("pk", FLOWSHM_PRODUCER, NULL, &f), 0);
+	for (int i = 0; i < 8; i++) {
+		char rec[16];
+
+		snprintf(rec, sizeof(rec), "rec %d", i);
+		CHECK_RC(flowshm_send(f, rec, strlen(rec) + 1, 0), 0);
+	}
+	flowshm_detach(f);
+
+	/* released 0, peeked 1, killed: the next consumer starts at 1 */
+	child = peeking_child(&d, "pk", 0, 1, &ready);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(ready);
+	f = consumer_on(&d, "pk");
+	expect_peek(f, 1);
+	CHECK_RC(flowshm_release(f), 0);
+	flowshm_detach(f);
+	printf("  peeked by a killed consumer: the next one got it\n");
+
+	/* the same with moverd killed and restarted meanwhile */
+	child = peeking_child(&d, "pk", 2, 1, &ready); /* releases 2, peeks 3 */
+	hd_kill(&d);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(ready);
+	restart(&d, NULL);
+	f = consumer_on(&d, "pk");
+	expect_peek(f, 3);
+	flowshm_detach(f);
+	printf("  ... and across a kill -9 of moverd\n");
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -406,6 +528,8 @@ int main(int argc, char **argv)
 		{ 6, case_ctl_wait, "moverctl flow wait" },
 		{ 7, case_drain_local, "destroy --drain with no consumer yet" },
 		{ 8, case_drain_remote, "destroy --drain between hosts" },
+		{ 9, case_peeked, "a peeked, unreleased record goes to the "
+		  "next consumer" },
 	};
 
 	if (argc != 4) {

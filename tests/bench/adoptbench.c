@@ -40,33 +40,6 @@ static double adopt_ms(const struct hd *d, unsigned *n)
 	return ms;
 }
 
-/* One request answered: the loop runs (the socket listens before the
- * flows are re-adopted; its connections are accepted only after). */
-static void answered(const struct hd *d)
-{
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__GetStatus st = FLOWMOVER__GET_STATUS__INIT;
-
-	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
-	req.status = &st;
-	/* the killed moverd's socket may linger (its io_uring is torn down
-	 * after it) and take a connection: reset, ask again */
-	for (int i = 0; i < 500; i++) {
-		int sock = ctl_connect(d->sock), rc;
-
-		if (sock < 0) {
-			usleep(1000);
-			continue;
-		}
-		rc = hc_call(sock, &req, NULL);
-		close(sock);
-		if (!rc)
-			return;
-		usleep(1000);
-	}
-	CHECK(!"the restarted moverd does not answer");
-}
-
 static double restart_ms(struct hd *d, const char *moverd)
 {
 	uint64_t t0;
@@ -74,7 +47,7 @@ static double restart_ms(struct hd *d, const char *moverd)
 	hd_kill(d);
 	t0 = tu_now_ns();
 	hd_restart(d, moverd, NULL);
-	answered(d);
+	hd_answers(d); /* the loop runs: the flows are re-adopted */
 	return ms_since(t0);
 }
 
