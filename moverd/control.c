@@ -54,6 +54,9 @@ struct ctl_wait {
 	uint64_t id;
 	uint64_t until_ns;       /* UINT64_MAX: no limit */
 	char name[FLOW_NAME_MAX + 1];
+	/* a drain's flow, referenced (struct flow): one destroyed meanwhile
+	 * is `dead`, never a new flow of the same name */
+	struct flow *flow;
 };
 
 struct ctl_client {
@@ -507,6 +510,9 @@ static void end_wait(struct ctl_client *c)
 {
 	if (c->wait.kind != WAIT_NONE)
 		c->srv->n_waiting--;
+	if (c->wait.flow)
+		flow_put(c->wait.flow);
+	c->wait.flow = NULL;
 	c->wait.kind = WAIT_NONE;
 }
 
@@ -527,8 +533,8 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 		destroy_now(c, id, f);
 		return;
 	}
-	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER,
-		   timeout_ms ? timeout_ms : 0);
+	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, timeout_ms);
+	c->wait.flow = flow_get(f);
 }
 
 static void do_destroy(struct ctl_client *c, uint64_t id,
@@ -868,31 +874,29 @@ static void wait_timed_out(struct ctl_client *c)
 			      "for it)", w.name);
 }
 
-/* One waiting client, at a tick: done, drained, or out of time. */
+/* One waiting client, at a tick: drained, or out of time.  (A flow that
+ * appears answers its waiters at once: flow_added.) */
 static void check_wait(struct ctl_client *c, uint64_t now)
 {
-	struct flow *f = flows_find(c->srv->flows, c->wait.name);
+	struct flow *f = c->wait.flow;
+	uint64_t id = c->wait.id;
 
-	if (c->wait.kind == WAIT_DRAIN) {
-		if (!f) {
-			uint64_t id = c->wait.id;
-
-			end_wait(c);
-			respond_ok(c, id); /* destroyed meanwhile */
-		} else if (flow_drained(f)) {
-			uint64_t id = c->wait.id;
-
-			end_wait(c);
-			destroy_now(c, id, f);
-		} else if (now >= c->wait.until_ns) {
+	if (c->wait.kind != WAIT_DRAIN) {
+		if (now >= c->wait.until_ns)
 			wait_timed_out(c);
-		}
 		return;
 	}
-	if (f)
-		wait_found(c, f);
-	else if (now >= c->wait.until_ns)
+	if (f->dead) {
+		end_wait(c);
+		respond_ok(c, id); /* destroyed meanwhile */
+	} else if (flow_drained(f)) {
+		flow_get(f); /* end_wait drops the wait's reference */
+		end_wait(c);
+		destroy_now(c, id, f);
+		flow_put(f);
+	} else if (now >= c->wait.until_ns) {
 		wait_timed_out(c);
+	}
 }
 
 #define WAIT_TICK_NS 20000000ll  /* 20 ms: drains and time-outs */

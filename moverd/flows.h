@@ -1,7 +1,8 @@
 /*
  * moverd/flows.h - the daemon's flow table.  moverd creates and owns every
- * ring: a flow is a sealed memfd ring plus who owns it, who may attach, and
- * who is attached now.
+ * ring: a flow is a ring file in the state directory (re-adopted after a
+ * crash or an orderly stop) plus who owns it, who may attach, and who is
+ * attached now.
  */
 #ifndef MOVERD_FLOWS_H
 #define MOVERD_FLOWS_H
@@ -60,10 +61,16 @@ struct flow_spec {
  *   - a control response carrying ring_fd by SCM_RIGHTS (control.c:
  *     respond .. write_done: the kernel resolves the fd number only when
  *     the send runs, so the number must stay ours until then),
- *   - an RDMA memory registration of its ring (rdma.c: flow_mr .. drop_mr).
+ *   - an RDMA memory registration of its ring (rdma.c: flow_mr .. drop_mr),
+ *   - a destroy --drain waiting for the consumer (control.c: start_drain
+ *     .. end_wait), so that a flow destroyed and created again meanwhile
+ *     is seen `dead`, never taken for the new one.
  * flows_destroy() unlists the flow and closes its ring for clients; the
  * last flow_put() unmaps, closes and frees.  A destroyed flow is `dead`:
- * a completion that finds its flow dead publishes nothing.
+ * a completion that finds its flow dead publishes nothing.  At an orderly
+ * stop flows are not destroyed but let go (peer_let_go_flow ->
+ * flows_let_go): `kept`, the last put only unmaps; ring and files stay
+ * for the next start (issue 15).
  */
 struct flow {
 	char name[FLOW_NAME_MAX + 1];
