@@ -28,6 +28,9 @@
  *   9  a consumer killed (-9) with a record peeked and not released: the
  *      next consumer gets that record first (and not the released one);
  *      the same across a kill -9 of moverd meanwhile
+ *  10  a local flow's ring is a file now: a client that truncates or grows
+ *      it fails that flow only (repaired, state failed with the reason);
+ *      moverd stays up and another local flow moves on
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -512,6 +515,50 @@ static void case_peeked(void)
 	hd_stop(&d);
 }
 
+/* ---- case 10: clients resize a local flow's ring file ------------------------ */
+
+static void case_resize_local(void)
+{
+	struct hd d;
+	char out[4096], reason[256];
+	struct stat st;
+	pid_t prod, cons;
+	int sock, fd;
+
+	hd_start(&d, moverd_bin, "life10", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create ok "
+		     "--ring-size 64K") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create shr "
+		     "--ring-size 64K") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create gro "
+		     "--ring-size 64K") == 0);
+	cons = fc_consume(&d, "ok", 1, 100000, 200, 0);
+	prod = fc_produce(&d, "ok", 1, 100000, 200);
+
+	fd = hd_attach_fd(&d, "shr", FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(ftruncate(fd, 0) == 0);
+	CHECK(hd_wait_state(&d, moverctl_bin, "shr", "failed", 5000, reason,
+			    sizeof(reason)));
+	printf("  shrunk: %s\n", reason);
+	CHECK(strstr(reason, "size"));
+	CHECK(fstat(fd, &st) == 0 && st.st_size == 4096 + 65536);
+	close(fd);
+	close(sock);
+
+	fd = hd_attach_fd(&d, "gro", FLOWMOVER__ROLE__CONSUMER, &sock);
+	CHECK(ftruncate(fd, 64 << 20) == 0);
+	CHECK(hd_wait_state(&d, moverctl_bin, "gro", "failed", 5000, reason,
+			    sizeof(reason)));
+	printf("  grown: %s\n", reason);
+	CHECK(fstat(fd, &st) == 0 && st.st_size == 4096 + 65536);
+	close(fd);
+	close(sock);
+
+	fc_done(prod, "producer of another flow", 60000);
+	fc_done(cons, "consumer of another flow", 60000);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -530,6 +577,8 @@ int main(int argc, char **argv)
 		{ 8, case_drain_remote, "destroy --drain between hosts" },
 		{ 9, case_peeked, "a peeked, unreleased record goes to the "
 		  "next consumer" },
+		{ 10, case_resize_local, "clients resize a local flow's ring "
+		  "file" },
 	};
 
 	if (argc != 4) {
