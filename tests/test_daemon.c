@@ -11,7 +11,8 @@
  * (zero, oversized, garbage, unknown fields, wrong wire types, truncated,
  * disconnect mid-request) and many clients at once, after which the daemon
  * still serves and holds no extra file descriptors; destroy while attached;
- * SIGTERM shutting down cleanly with clients seeing -EPIPE.
+ * SIGTERM shutting down cleanly; its flows stay (issue 15: an attached
+ * producer still sends, the next start re-adopts them, see test_life).
  */
 #include "testutil.h"
 #include "flowshm_internal.h"
@@ -475,7 +476,8 @@ static void test_sigterm(void)
 	if (!WIFEXITED(st) || WEXITSTATUS(st))
 		fprintf(stderr, "moverd exit status %d\n", st);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	CHECK_RC(flowshm_send(p, "x", 1, 0), -EPIPE);
+	/* an orderly stop destroys nothing: the flow goes on (issue 15) */
+	CHECK_RC(flowshm_send(p, "x", 1, 0), 0);
 	CHECK(access(sock_path, F_OK) == -1);
 	flowshm_detach(p);
 	attach("f1", FLOWSHM_PRODUCER, -ECONNREFUSED);
