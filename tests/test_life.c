@@ -9,7 +9,8 @@
  *      consumer go on, the restarted moverd re-adopts the flow (owner,
  *      allowed uids, role), a producer attaching after the restart finds
  *      it; every record arrives once
- *   2  the same with an orderly stop (SIGTERM): nothing is destroyed
+ *   2  the same with an orderly stop (SIGTERM): nothing is destroyed;
+ *      then `flow destroy --all` removes every flow and its files
  *   3  a flow between hosts mid-stream: orderly stop and restart of the
  *      sending moverd, then of the receiving one, then kill -9 of both;
  *      every record once
@@ -160,6 +161,19 @@ static void local_restart(bool orderly)
 	fc_done(p2, "producer 2", 60000);
 	fc_done(cons, "consumer", 60000);
 	CHECK(hd_log_count(&d, "flow loc: re-adopted") == 1);
+	if (orderly) {
+		/* the purge: only destroy removes flows, --all every one */
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create "
+			     "other") == 0);
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy "
+			     "--all") == 0);
+		printf("  %s", out);
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list "
+			     "--json") == 0);
+		CHECK(!strstr(out, "\"loc\"") && !strstr(out, "\"other\""));
+		CHECK(!file_exists(&d, "loc.ring") && !file_exists(&d, "loc.flow"));
+		CHECK(!file_exists(&d, "other.ring"));
+	}
 	hd_stop(&d);
 }
 
