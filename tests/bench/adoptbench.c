@@ -5,7 +5,8 @@
  * ("N flows re-adopted in X ms"), the restart's wall time until the
  * control socket answers, and, as references measured in the same run,
  * the same restart with no flows and the rate at which the flows were
- * created.  A program that prints figures, not a test.
+ * created; then the time an orderly stop takes with N flows (it lets them
+ * go) and the start after it.  A program that prints figures, not a test.
  *
  *   usage: adoptbench MOVERD MOVERCTL [N]
  */
@@ -55,7 +56,7 @@ int main(int argc, char **argv)
 {
 	const char *const extra[] = { "--log-level", "info", NULL };
 	unsigned n = argc > 3 ? (unsigned)atoi(argv[3]) : 1000, got = 0;
-	double empty_ms, full_ms, adopt, create_ms;
+	double empty_ms, full_ms, adopt, create_ms, stop_ms;
 	struct hd d;
 	uint64_t t0;
 	int sock;
@@ -90,6 +91,19 @@ int main(int argc, char **argv)
 	printf("  restart until it serves: %8.1f ms with %u flows, %.1f ms "
 	       "with none (ratio %.2f)\n", full_ms, n, empty_ms,
 	       full_ms / empty_ms);
+	/* an orderly stop lets every flow go; the next start re-adopts */
+	t0 = tu_now_ns();
+	hd_term(&d);
+	stop_ms = ms_since(t0);
+	t0 = tu_now_ns();
+	hd_restart(&d, argv[1], NULL);
+	hd_answers(&d);
+	full_ms = ms_since(t0);
+	adopt = adopt_ms(&d, &got);
+	CHECK(got == n);
+	printf("  orderly stop (SIGTERM):  %8.1f ms with %u flows; the start "
+	       "after it %.1f ms, re-adoption %.1f ms\n", stop_ms, n, full_ms,
+	       adopt);
 	hd_stop(&d);
 	return 0;
 }
