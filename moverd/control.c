@@ -847,13 +847,10 @@ static void wait_found(struct ctl_client *c, struct flow *f)
 	struct ctl_wait w = c->wait;
 
 	end_wait(c);
-	if (w.kind == WAIT_ATTACH) {
+	if (w.kind == WAIT_ATTACH)
 		attach_found(c, w.id, f, w.role);
-	} else if (!may_see(c, f)) {
-		respond_error(c, w.id, -ENOENT, "no such flow '%.80s'", w.name);
-	} else {
+	else
 		respond_flow(c, w.id, f, NULL);
-	}
 }
 
 static void wait_timed_out(struct ctl_client *c)
@@ -936,9 +933,12 @@ static void flow_added(void *arg, struct flow *f)
 
 	for (struct ctl_client *c = s->clients, *n; c; c = n) {
 		n = c->next;
-		if (!c->gone && (c->wait.kind == WAIT_ATTACH ||
-				 c->wait.kind == WAIT_DESCRIBE) &&
-		    !strcmp(c->wait.name, f->name))
+		if (c->gone || strcmp(c->wait.name, f->name))
+			continue;
+		/* a flow this client may not see stays unseen: its wait
+		 * ends at its timeout, as if the flow had not come */
+		if (c->wait.kind == WAIT_ATTACH ||
+		    (c->wait.kind == WAIT_DESCRIBE && may_see(c, f)))
 			wait_found(c, f);
 	}
 }
