@@ -650,6 +650,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_str(&j, "version", s->version);
 		j_u64(&j, "pid", s->pid);
 		j_u64(&j, "uptime_ms", s->uptime_ms);
+		j_u64(&j, "starts", s->starts);
 		j_str(&j, "socket_path", s->socket_path);
 		j_str(&j, "listen", s->listen);
 		j_key(&j, "transports");
@@ -697,6 +698,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	kv("version", "%s", dash(s->version));
 	kv("pid", "%" PRIu32, s->pid);
 	kv("uptime", "%s", fmt_duration(a, sizeof(a), s->uptime_ms));
+	kv("starts", "%" PRIu64, s->starts);
 	kv("socket", "%s", dash(s->socket_path));
 	kv("listen", "%s", dash(s->listen));
 	printf("transports:%*s", 14 - (int)strlen("transports"), "");

@@ -954,6 +954,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;
+	st.starts = c->srv->flows->epoch;
 	st.n_transports = c->srv->peers->rdma ? 3 : 2;
 	st.doorbell = (char *)peer_doorbell_name(c->srv->peers);
 	st.cycles = c->srv->peers->cycles;

@@ -161,6 +161,9 @@ static void local_restart(bool orderly)
 	fc_done(p2, "producer 2", 60000);
 	fc_done(cons, "consumer", 60000);
 	CHECK(hd_log_count(&d, "flow loc: re-adopted") == 1);
+	/* the start count, kept in the state directory */
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	CHECK(hj_u64(out, "starts") == 2);
 	if (orderly) {
 		/* the purge: only destroy removes flows, --all every one */
 		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create "
