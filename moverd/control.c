@@ -293,7 +293,9 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	/* a failed flow's ring is closed too: failed says more */
 	fi->state = (char *)flows_state_name(in.closed && f->state != FLOW_FAILED ?
 					     FLOW_CLOSING : f->state);
-	fi->state_reason = (char *)f->reason;
+	fi->state_reason = f->draining && !f->reason[0] ?
+		"draining (flow destroy --drain): no new sends" :
+		(char *)f->reason;
 	fi->ring_size = in.ring_size;
 	fi->max_record = in.max_record;
 	fi->head = in.head;
@@ -524,10 +526,13 @@ static void end_wait(struct ctl_client *c)
 static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 			uint32_t timeout_ms)
 {
-	if (f->state != FLOW_CLOSING && f->state != FLOW_FAILED) {
+	if (!f->draining) {
+		/* the state stays: a sender goes on sending (the mover
+		 * sends for open flows only) and reconnecting */
+		f->draining = true;
 		flowshm_shutdown(f->view);
-		flows_set_state(f, FLOW_CLOSING, "draining (flow destroy "
-				"--drain): no new sends");
+		log_info("flow %s: draining (flow destroy --drain): no new "
+			 "sends", f->name);
 	}
 	if (flow_drained(f)) {
 		destroy_now(c, id, f);

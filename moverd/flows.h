@@ -78,6 +78,9 @@ struct flow {
 	bool dead;               /* destroyed: no longer in the table */
 	bool kept;               /* let go at an orderly stop: the last put
 				  * unmaps, the ring and its files stay */
+	bool draining;           /* destroy --drain: its ring is closed to
+				  * producers; its state goes on (a sender
+				  * still sends what is committed) */
 	struct flow_table *table;
 	int ring_fd;
 	flowshm_t *view;         /* moverd's own mapping: positions, shutdown */

@@ -24,8 +24,9 @@
  *      -EPIPE, moverctl waits, a consumer that attaches later gets every
  *      record, then the flow is gone; a drain that times out leaves the
  *      flow closed (exit 1)
- *   8  destroy --drain of a flow between hosts with no consumer yet on the
- *      receiving host: done once the receiving consumer has every record
+ *   8  destroy --drain of a flow between hosts, begun while the receiving
+ *      moverd is down, with no consumer yet on the receiving host: done
+ *      once the receiving consumer has every record
  *   9  a consumer killed (-9) with a record peeked and not released: the
  *      next consumer gets that record first (and not the released one);
  *      the same across a kill -9 of moverd meanwhile
@@ -407,9 +408,16 @@ static void case_drain_remote(void)
 
 	two_daemons(&a, &b, "life8", "rd", "--ring-size 1M --max-record 1K");
 	CHECK(hd_wait_state(&b, moverctl_bin, "rd", "open", 10000, NULL, 0));
+	/* B is down while the records are sent and the drain begins: what
+	 * A has not sent yet must still go once B is back */
+	hd_term(&b);
 	prod = fc_produce(&a, "rd", 1, 3000, 200);
 	fc_done(prod, "producer", 30000);
 	drain = ctl_spawn(&a, "flow", "destroy", "--drain", "rd", NULL);
+	usleep(300000);
+	CHECK(hx_running(drain));
+	restart(&b, NULL);
+	CHECK(hd_wait_state(&a, moverctl_bin, "rd", "closing", 20000, NULL, 0));
 	usleep(500000);
 	CHECK(hx_running(drain)); /* nobody has read on B */
 	cons = fc_consume(&b, "rd", 1, 3000, 200, 0);
