@@ -109,7 +109,10 @@ static void ring_override(const flowshm_t *f, struct flowshm_state *out)
 		out->state = FLOWSHM_STATE_FAILED;
 		out->reason = -EPROTO;
 	} else if (flags & FR_FLAG_CLOSED) {
-		out->state = FLOWSHM_STATE_CLOSED;
+		/* destroy --drain closes the ring to producers first: it is
+		 * closed once moverd says so (issue 15) */
+		if (out->state != FLOWSHM_STATE_DRAINING)
+			out->state = FLOWSHM_STATE_CLOSED;
 	} else if ((flags & FR_FLAG_ENDED) || consumer_at_end(f)) {
 		out->state = FLOWSHM_STATE_ENDED;
 	}

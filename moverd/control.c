@@ -90,18 +90,6 @@ static void arm_read(struct ctl_client *c);
 static void arm_wait_tick(struct ctl_server *s);
 static void end_wait(struct ctl_client *c);
 
-/* This start of moverd, as rings' status epoch (ctl_status_sync): the
- * wall clock at start, different for every start. */
-static uint64_t status_epoch;
-
-static uint64_t wall_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- client lifetime ---------------------------------------------------- */
 
 static void detach_all(struct ctl_client *c)
@@ -124,7 +112,7 @@ static void detach_all(struct ctl_client *c)
 		/* a producer gone without ending may leave only ended ones */
 		if (c->att[i].role == FLOWSHM_PRODUCER)
 			eos_update(f);
-		ctl_status_sync(f);
+		flows_status(f);
 	}
 	c->n_att = 0;
 }
@@ -530,6 +518,7 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 		/* the state stays: a sender goes on sending (the mover
 		 * sends for open flows only) and reconnecting */
 		f->draining = true;
+		flows_status(f);
 		flowshm_shutdown(f->view);
 		log_info("flow %s: draining (flow destroy --drain): no new "
 			 "sends", f->name);
@@ -771,7 +760,7 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 		f->producers++;
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
-	ctl_status_sync(f);
+	flows_status(f);
 	respond_attach(c, id, f, &att);
 }
 
@@ -1301,7 +1290,6 @@ int ctl_server_start(struct ctl_server *s, struct loop *l,
 				  .max_per_uid = CTL_DEFAULT_PER_UID,
 				  .socket_path = path,
 				  .started_ns = fr_now_ns() };
-	status_epoch = wall_ns();
 	if (strlen(path) >= sizeof(addr.sun_path)) {
 		log_error("socket path too long: %s", path);
 		return -ENAMETOOLONG;
@@ -1356,45 +1344,4 @@ void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
 				i++;
 		}
 	}
-}
-
-/*
- * The flow's state, attach counts and moverd's start (epoch) into its
- * ring's status (struct fr_status) when they differ from what is there:
- * the minimum for flowshm_state, a producer's -ENOTCONN and a client's
- * "moverd restarted", called at attach, detach and on the timer (so a
- * re-adopted ring gets the new epoch within a second).  (Branch life
- * writes the status at each state change.)
- */
-static enum fr_flow_state status_of(const struct flow *f)
-{
-	if (f->end_written)
-		return FR_STATE_ENDED;
-	switch (f->state) {
-	case FLOW_OPEN: return FR_STATE_OPEN;
-	case FLOW_CONNECTING: return FR_STATE_CONNECTING;
-	case FLOW_RECONNECTING: return FR_STATE_PEER_DOWN;
-	case FLOW_FAILED: return FR_STATE_FAILED;
-	case FLOW_CLOSING: return FR_STATE_CLOSED;
-	}
-	return FR_STATE_UNKNOWN;
-}
-
-void ctl_status_sync(struct flow *f)
-{
-	enum fr_flow_state st = status_of(f);
-	struct fr_status_view v;
-	struct fr_ring *r;
-
-	if (!f->view)
-		return;
-	r = &f->view->ring;
-	if (st != FR_STATE_UNKNOWN &&
-	    (fr_status_read(r, &v) || v.state != (uint32_t)st))
-		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
-	if (fr_status_read(r, &v) || v.producers != f->producers ||
-	    v.consumers != f->consumers)
-		fr_status_counts(r, f->producers, f->consumers);
-	if (fr_status_read(r, &v) || v.epoch != status_epoch)
-		fr_status_epoch(r, status_epoch);
 }

@@ -86,8 +86,4 @@ int ctl_server_busy(const struct ctl_server *s);
 /* Forget every attachment to f (it is being destroyed). */
 void ctl_server_forget_flow(struct ctl_server *s, struct flow *f);
 
-/* Write f's state and attach counts into its ring's status if they
- * changed (flowshm_state reads them). */
-void ctl_status_sync(struct flow *f);
-
 #endif

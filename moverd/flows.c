@@ -51,6 +51,53 @@ void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 			reason && *reason ? ": " : "", reason ? reason : "");
 	f->state = s;
 	snprintf(f->reason, sizeof(f->reason), "%s", reason ? reason : "");
+	flows_status(f); /* what its clients read (flowshm_state) */
+}
+
+/* ---- the status its clients read (ring format 2: struct fr_status) ------ */
+
+static enum fr_flow_state status_of(const struct flow *f)
+{
+	if (f->dead)
+		return FR_STATE_CLOSED;
+	if (f->state == FLOW_FAILED)
+		return FR_STATE_FAILED;
+	if (f->draining)
+		return FR_STATE_DRAINING;
+	if (f->end_written)
+		return FR_STATE_ENDED;
+	switch (f->state) {
+	case FLOW_OPEN: return FR_STATE_OPEN;
+	case FLOW_CONNECTING: return FR_STATE_CONNECTING;
+	case FLOW_RECONNECTING: return FR_STATE_PEER_DOWN;
+	case FLOW_FAILED: return FR_STATE_FAILED;
+	case FLOW_CLOSING: return FR_STATE_CLOSED;
+	}
+	return FR_STATE_UNKNOWN;
+}
+
+/*
+ * Each word only when it differs from what is there: since_ns stays the
+ * time of the last real change, and a ring's status line is not written
+ * (and its cache line not taken from the clients) for nothing.
+ */
+void flows_status(struct flow *f)
+{
+	enum fr_flow_state st = status_of(f);
+	struct fr_status_view v;
+	struct fr_ring *r;
+
+	if (!f->view)
+		return;
+	r = &f->view->ring;
+	if (st != FR_STATE_UNKNOWN &&
+	    (fr_status_read(r, &v) || v.state != (uint32_t)st))
+		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
+	if (fr_status_read(r, &v) || v.producers != f->producers ||
+	    v.consumers != f->consumers)
+		fr_status_counts(r, f->producers, f->consumers);
+	if (fr_status_read(r, &v) || v.epoch != f->table->epoch)
+		fr_status_epoch(r, f->table->epoch);
 }
 
 /* ---- ring files of flows between hosts ---------------------------------- */
@@ -446,6 +493,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
+	flows_status(fl); /* this start's epoch: its clients learn of it */
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
 		 flows_role_name(fl->role), (unsigned long long)in.head,
 		 (unsigned long long)in.tail);
@@ -491,9 +539,17 @@ uint64_t flows_count_start(struct flow_table *t)
 					  "epoch"))
 			rc = -errno;
 	}
-	if (rc)
-		log_warn("cannot keep the start count in %s/epoch: %s",
+	if (rc) {
+		/* still a number no other start had: the wall clock */
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		t->epoch = (uint64_t)ts.tv_sec * 1000000000ull +
+			   (uint64_t)ts.tv_nsec;
+		log_warn("cannot keep the start count in %s/epoch (%s): the "
+			 "rings' status epoch is the start's time instead",
 			 t->state_dir, strerror(-rc));
+	}
 	return t->epoch;
 }
 
@@ -831,6 +887,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 f->name, (unsigned)uid, (unsigned long long)p.ring_size,
 		 p.max_record);
 	*out = f;
+	flows_status(f);
 	if (t->added)
 		t->added(t->added_arg, f);
 	return 0;
@@ -877,6 +934,7 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 {
 	unlist(t, f);
 	f->dead = true;
+	flows_status(f); /* closed */
 	flowshm_shutdown(f->view);
 	if (f->path[0])
 		remove_files(t, f->name);

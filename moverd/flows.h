@@ -198,6 +198,15 @@ uint64_t flows_count_start(struct flow_table *t);
 unsigned flows_adopt(struct flow_table *t);
 
 const char *flows_state_name(enum flow_state s);
+
+/*
+ * The flow's state, attach counts and this start's epoch into its ring's
+ * status (struct fr_status, read by clients through flowshm_state), each
+ * word only when it changed.  Called at every transition: create, adopt,
+ * flows_set_state (connecting, open, peer down, failed), drain, destroy,
+ * attach and detach; and once a second (police_flows) to be sure.
+ */
+void flows_status(struct flow *f);
 const char *flows_role_name(enum flow_role r);
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 

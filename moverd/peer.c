@@ -18,7 +18,6 @@
  */
 #include "peer_impl.h"
 #include "bell_thread.h"
-#include "control.h"
 #include "eos.h"
 #include "log.h"
 #include "peer_allow.h"
@@ -1232,7 +1231,7 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 			   ring_marked_failed(f, why, sizeof(why))) {
 			fail_tampered(f, why);
 		} else {
-			ctl_status_sync(f);
+			flows_status(f);
 		}
 	}
 	flows_reap_remains(m->flows, now);

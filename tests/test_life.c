@@ -14,8 +14,9 @@
  *   3  a flow between hosts mid-stream: orderly stop and restart of the
  *      sending moverd, then of the receiving one, then kill -9 of both;
  *      every record once
- *   4  attach checks the role: a producer on the receiving host and a
- *      consumer on the sending host are refused with where to attach
+ *   4  attach checks the role: a producer on the receiving host is refused
+ *      with where to attach; a consumer on the sending host is a subscriber
+ *      of its own: it and the receiving host's consumer get every record
  *   5  attach waits: a consumer on the receiving host attaches before the
  *      sender created the flow and gets every record; a wait that ends
  *      gets -ETIMEDOUT
@@ -28,11 +29,17 @@
  *      moverd is down, with no consumer yet on the receiving host: done
  *      once the receiving consumer has every record
  *   9  a consumer killed (-9) with a record peeked and not released: the
- *      next consumer gets that record first (and not the released one);
- *      the same across a kill -9 of moverd meanwhile
+ *      next consumer gets that record first; one that released a record
+ *      before it was killed loses nothing, and the released record may
+ *      come again (lazy position publishing, ring format 2); the same
+ *      across a kill -9 of moverd meanwhile
  *  10  a local flow's ring is a file now: a client that truncates or grows
  *      it fails that flow only (repaired, state failed with the reason);
  *      moverd stays up and another local flow moves on
+ *  11  the status clients read (flowshm_state): open with its counts, peer
+ *      down (since) while the receiving moverd is stopped, open again,
+ *      "moverd restarted" after a kill -9 of the sending one, draining,
+ *      closed
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -265,21 +272,27 @@ static void case_wrong_role(void)
 {
 	struct hd a, b;
 	char err[512];
+	pid_t prod, local, remote;
 	int rc;
 
-	two_daemons(&a, &b, "life4", "w", "--ring-size 64K");
+	two_daemons(&a, &b, "life4", "w", "--ring-size 64K --max-record 1K");
 	CHECK(hd_wait_state(&b, moverctl_bin, "w", "open", 10000, NULL, 0));
 	rc = attach_on(&b, "w", FLOWSHM_PRODUCER, err, sizeof(err));
 	printf("  producer on the receiving host: %d: %s\n", rc, err);
 	CHECK_RC(rc, -EINVAL);
 	CHECK(strstr(err, "attach producers there"));
-	rc = attach_on(&a, "w", FLOWSHM_CONSUMER, err, sizeof(err));
-	printf("  consumer on the sending host: %d: %s\n", rc, err);
-	CHECK_RC(rc, -EINVAL);
-	CHECK(strstr(err, "attach consumers on that host"));
-	/* the right roles still attach */
-	CHECK_RC(attach_on(&a, "w", FLOWSHM_PRODUCER, err, sizeof(err)), 0);
-	CHECK_RC(attach_on(&b, "w", FLOWSHM_CONSUMER, err, sizeof(err)), 0);
+	/*
+	 * A consumer on the sending host is a subscriber of its own (ring
+	 * format 2): it gets every record, and so does the receiving host's
+	 * consumer (moverd sends from its own slot: nothing is taken away).
+	 */
+	local = fc_consume(&a, "w", 1, 50000, 200, 0);
+	remote = fc_consume(&b, "w", 1, 50000, 200, 0);
+	usleep(300000); /* both subscribed before the first record */
+	prod = fc_produce(&a, "w", 1, 50000, 200);
+	fc_done(prod, "producer", 60000);
+	fc_done(local, "consumer on the sending host", 60000);
+	fc_done(remote, "consumer on the receiving host", 60000);
 	hd_stop(&a);
 	hd_stop(&b);
 }
@@ -494,20 +507,47 @@ static pid_t peeking_child(const struct hd *d, const char *name, int first,
 	return pid;
 }
 
+/* Read "rec first" .. "rec last" in order, releasing each. */
+static void read_run(flowshm_t *f, int first, int last)
+{
+	for (int i = first; i <= last; i++) {
+		expect_peek(f, i);
+		CHECK_RC(flowshm_release(f), 0);
+	}
+}
+
+/* The number of the next record (peeked, not released). */
+static int next_rec(flowshm_t *f)
+{
+	const void *buf;
+	size_t len;
+
+	CHECK_RC(flowshm_peek(f, &buf, &len, 2000000000), 0);
+	CHECK(len > 4 && !memcmp(buf, "rec ", 4));
+	return atoi((const char *)buf + 4);
+}
+
+static void kill_child(pid_t child, int ready)
+{
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	close(ready);
+}
+
 static void case_peeked(void)
 {
 	struct hd d;
 	char out[4096];
 	flowshm_t *f = NULL;
 	pid_t child;
-	int ready;
+	int ready, n;
 
 	hd_start(&d, moverd_bin, "life9", false, NULL);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create pk "
 		     "--ring-size 64K") == 0);
 	setenv("FLOWMOVER_SOCKET", d.sock, 1);
 	CHECK_RC(flowshm_attach("pk", FLOWSHM_PRODUCER, NULL, &f), 0);
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < 10; i++) {
 		char rec[16];
 
 		snprintf(rec, sizeof(rec), "rec %d", i);
@@ -515,26 +555,33 @@ static void case_peeked(void)
 	}
 	flowshm_detach(f);
 
-	/* released 0, peeked 1, killed: the next consumer starts at 1 */
-	child = peeking_child(&d, "pk", 0, 1, &ready);
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
-	close(ready);
+	/* peeked 0, killed: the next consumer gets 0 */
+	child = peeking_child(&d, "pk", 0, 0, &ready);
+	kill_child(child, ready);
 	f = consumer_on(&d, "pk");
-	expect_peek(f, 1);
-	CHECK_RC(flowshm_release(f), 0);
-	flowshm_detach(f);
+	read_run(f, 0, 0);
+	flowshm_detach(f); /* a clean detach publishes its position */
 	printf("  peeked by a killed consumer: the next one got it\n");
 
+	/* released 1, peeked 2, killed: nothing is lost; 1 may come again
+	 * (subscribers publish their position lazily, ring format 2) */
+	child = peeking_child(&d, "pk", 1, 1, &ready);
+	kill_child(child, ready);
+	f = consumer_on(&d, "pk");
+	n = next_rec(f);
+	printf("  released 1, peeked 2, killed: the next consumer starts at "
+	       "%d\n", n);
+	CHECK(n == 1 || n == 2);
+	read_run(f, n, 4);
+	flowshm_detach(f);
+
 	/* the same with moverd killed and restarted meanwhile */
-	child = peeking_child(&d, "pk", 2, 1, &ready); /* releases 2, peeks 3 */
+	child = peeking_child(&d, "pk", 5, 0, &ready); /* peeks 5 */
 	hd_kill(&d);
-	kill(child, SIGKILL);
-	waitpid(child, NULL, 0);
-	close(ready);
+	kill_child(child, ready);
 	restart(&d, NULL);
 	f = consumer_on(&d, "pk");
-	expect_peek(f, 3);
+	read_run(f, 5, 9);
 	flowshm_detach(f);
 	printf("  ... and across a kill -9 of moverd\n");
 	hd_stop(&d);
@@ -584,6 +631,82 @@ static void case_resize_local(void)
 	hd_stop(&d);
 }
 
+/* ---- case 11: the flow's status, as its clients read it ----------------- */
+
+/* Wait up to 20 s for f's state (flowshm_state) to be `want`. */
+static struct flowshm_state wait_state(flowshm_t *f,
+				       enum flowshm_flow_state want,
+				       const char *what)
+{
+	struct flowshm_state st = { 0 };
+
+	for (int i = 0; i < 2000; i++) {
+		CHECK_RC(flowshm_state(f, &st), 0);
+		if (st.state == want)
+			break;
+		usleep(10000);
+	}
+	printf("  %s: %s, producers %u, consumers %u, since %llu, moverd "
+	       "%d\n", what, flowshm_state_name(st.state), st.producers,
+	       st.consumers, (unsigned long long)st.since_ns, (int)st.daemon);
+	CHECK(st.state == want);
+	return st;
+}
+
+static void case_status(void)
+{
+	struct hd a, b;
+	char out[4096];
+	struct flowshm_state st;
+	flowshm_t *p = NULL, *c = NULL;
+	char buf[64];
+	size_t len;
+	uint64_t since;
+	pid_t drain;
+
+	two_daemons(&a, &b, "life11", "st", "--ring-size 64K");
+	CHECK(hd_wait_state(&a, moverctl_bin, "st", "open", 10000, NULL, 0));
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("st", FLOWSHM_PRODUCER, NULL, &p), 0);
+	st = wait_state(p, FLOWSHM_STATE_OPEN, "a producer on A, peer up");
+	CHECK(st.producers == 1 && st.daemon == FLOWSHM_DAEMON_UP);
+	setenv("FLOWMOVER_SOCKET", b.sock, 1);
+	CHECK_RC(flowshm_attach("st", FLOWSHM_CONSUMER, NULL, &c), 0);
+	st = wait_state(c, FLOWSHM_STATE_OPEN, "a consumer on B");
+	CHECK(st.consumers == 1);
+
+	hd_term(&b);
+	st = wait_state(p, FLOWSHM_STATE_PEER_DOWN, "B stopped: A's producer");
+	since = st.since_ns;
+	CHECK(since != 0);
+	restart(&b, NULL);
+	wait_state(p, FLOWSHM_STATE_OPEN, "B back");
+	wait_state(c, FLOWSHM_STATE_OPEN, "B's consumer, attached before");
+
+	hd_kill(&a);
+	restart(&a, tcp_only);
+	st = wait_state(p, FLOWSHM_STATE_OPEN, "A killed and restarted");
+	/* the producer, attached to the moverd before, learns of the new
+	 * start from the ring's epoch (the state dir's start count) */
+	CHECK(st.daemon == FLOWSHM_DAEMON_RESTARTED);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	CHECK(hj_u64(out, "starts") == 2);
+
+	CHECK_RC(flowshm_send(p, "one", 4, 0), 0);
+	drain = ctl_spawn(&a, "flow", "destroy", "--drain", "st", NULL);
+	wait_state(p, FLOWSHM_STATE_DRAINING, "destroy --drain, B's consumer "
+		   "has not read");
+	CHECK_RC(flowshm_send(p, "two", 4, 0), -EPIPE);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000), 0);
+	CHECK(len == 4 && !strcmp(buf, "one"));
+	flowshm_detach(c); /* its position published */
+	CHECK_RC(hx_wait(drain, 20000), 0);
+	wait_state(p, FLOWSHM_STATE_CLOSED, "drained and destroyed");
+	flowshm_detach(p);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -604,6 +727,7 @@ int main(int argc, char **argv)
 		  "next consumer" },
 		{ 10, case_resize_local, "clients resize a local flow's ring "
 		  "file" },
+		{ 11, case_status, "the flow's status as its clients read it" },
 	};
 
 	if (argc != 4) {
