@@ -6,8 +6,8 @@
  *
  *   usage: test_garbage MOVERD MOVERCTL FLOWCHECK
  *
- *   1  a local flow (memfd ring): a hostile producer of g1 and a hostile
- *      consumer of g2 write seeded garbage into every word class of the
+ *   1  a local flow (a ring file since issue 15): a hostile producer of
+ *      g1 and a hostile consumer of g2 write seeded garbage into every word class of the
  *      ring (control page: geometry copy, flags, tail, head, published,
  *      futex words and sleep flags; record headers: seal, len, info;
  *      payloads) while an honest client of each keeps using it and a
@@ -429,7 +429,7 @@ static int honest_done(pid_t pid, const char *what, bool late)
 	return rc;
 }
 
-/* ---- case 1: garbage in a local flow's memfd ring ------------------------ */
+/* ---- case 1: garbage in a local flow's ring ------------------------------ */
 
 #define L_RECORDS 30000
 
