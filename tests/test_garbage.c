@@ -7,8 +7,8 @@
  *   usage: test_garbage MOVERD MOVERCTL FLOWCHECK
  *
  *   1  a local flow (a ring file since issue 15): a hostile producer of
- *      g1 and a hostile consumer of g2 write seeded garbage into every word class of the
- *      ring (control page: geometry copy, flags, tail, head, published,
+ *      g1 and a hostile consumer of g2 write seeded garbage into every
+ *      word class of the ring (control page: geometry copy, flags, tail, head, published,
  *      futex words and sleep flags; record headers: seal, len, info;
  *      payloads) while an honest client of each keeps using it and a
  *      checked flow l moves on the same daemon
