@@ -8,10 +8,10 @@
  *
  *   1  a local flow (a ring file since issue 15): a hostile producer of
  *      g1 and a hostile consumer of g2 write seeded garbage into every
- *      word class of the ring (control page: geometry copy, flags, tail, head, published,
- *      futex words and sleep flags; record headers: seal, len, info;
- *      payloads) while an honest client of each keeps using it and a
- *      checked flow l moves on the same daemon
+ *      word class of the ring (control page: geometry copy, flags, tail,
+ *      head, published, futex words and sleep flags; record headers:
+ *      seal, len, info; payloads) while an honest client of each keeps
+ *      using it and a checked flow l moves on the same daemon
  *   2  the same against flows between two daemons over TCP (file rings):
  *      a hostile producer of p1 on A (moverd scans that ring), a hostile
  *      consumer of p2 on B (moverd deposits into that ring); q moves on
