@@ -509,7 +509,11 @@ bool fr_sub_lost(const struct fr_ring *r);
 
 /* moverd re-adopting a ring after a restart: give back every slot (but
  * `keep`, FR_MAX_SUBS = none) whose holder pid is dead; returns how many.
- * The clients that held them connected to the moverd that died. */
+ * The clients that held them connected to the moverd that died.  moverd
+ * calls it again once a second while slots it inherited are ACTIVE
+ * (flows_watch_inherited, issue 15): a consumer that outlived the old
+ * moverd has no connection to the new one, so its death later would
+ * otherwise hold producers back for good. */
 unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep);
 
 /* --- status (ring.c): moverd writes, clients read ------------------------ */

@@ -387,6 +387,35 @@ static void guard_ring(struct flow *f)
 					  f->view->ring.map_bytes);
 }
 
+/* The ACTIVE subscriber slots of f's ring but moverd's own. */
+static uint32_t active_slots(const struct flow *f)
+{
+	const struct fr_ring *r = &f->view->ring;
+	/* relaxed: a hint of which slots to look at; fr_sub_leave_dead
+	 * reads each slot's state itself (acquire) */
+	uint32_t mask = atomic_load_explicit(&r->sh->sub_mask,
+					     memory_order_relaxed);
+
+	if (r->sub < FR_MAX_SUBS)
+		mask &= ~(1u << r->sub);
+	return mask;
+}
+
+void flows_watch_inherited(struct flow *f)
+{
+	unsigned n;
+
+	if (!f->inherited_slots || !f->view)
+		return;
+	n = fr_sub_leave_dead(&f->view->ring, f->view->ring.sub);
+	if (n)
+		log_info("flow %s: %u subscriber slot(s) of processes that "
+			 "died since the restart given back", f->name, n);
+	/* a slot freed and taken again by a client of ours keeps its bit
+	 * a while longer: only costs a look */
+	f->inherited_slots &= active_slots(f);
+}
+
 /* A local flow needs no one to come back: it is open at once. */
 static enum flow_state adopted_state(enum flow_role role)
 {
@@ -489,6 +518,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	if (n_dead)
 		log_info("flow %s: %u subscriber slot(s) of dead processes "
 			 "given back", name, n_dead);
+	fl->inherited_slots = active_slots(fl);
 	fl->state = adopted_state(fl->role);
 	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */

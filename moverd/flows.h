@@ -78,6 +78,10 @@ struct flow {
 	bool dead;               /* destroyed: no longer in the table */
 	bool kept;               /* let go at an orderly stop: the last put
 				  * unmaps, the ring and its files stay */
+	/* re-adopted with subscriber slots of clients of an earlier start
+	 * (ring format 2): no control connection tells when they die, so
+	 * their pids are looked at once a second (flows_watch_inherited) */
+	uint32_t inherited_slots;
 	bool draining;           /* destroy --drain: its ring is closed to
 				  * producers; its state goes on (a sender
 				  * still sends what is committed) */
@@ -207,6 +211,15 @@ const char *flows_state_name(enum flow_state s);
  * attach and detach; and once a second (police_flows) to be sure.
  */
 void flows_status(struct flow *f);
+
+/*
+ * Once a second (police_flows): give back the subscriber slots, inherited
+ * from an earlier start, whose holders died since (a consumer that kept
+ * running across a restart has no control connection to this moverd), so
+ * that they do not hold producers back for good.  Stops looking once the
+ * inherited slots are all gone.
+ */
+void flows_watch_inherited(struct flow *f);
 const char *flows_role_name(enum flow_role r);
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 

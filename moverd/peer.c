@@ -1232,6 +1232,7 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 			fail_tampered(f, why);
 		} else {
 			flows_status(f);
+			flows_watch_inherited(f);
 		}
 	}
 	flows_reap_remains(m->flows, now);

@@ -40,6 +40,9 @@
  *      down (since) while the receiving moverd is stopped, open again,
  *      "moverd restarted" after a kill -9 of the sending one, draining,
  *      closed
+ *  12  a consumer that outlived a kill -9 of moverd dies later (no control
+ *      connection tells the new moverd): its subscriber slot is given back
+ *      and does not hold producers back
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -707,6 +710,46 @@ static void case_status(void)
 	hd_stop(&b);
 }
 
+/* ---- case 12: a consumer that outlived moverd dies later --------------------- */
+
+static void case_inherited_slot(void)
+{
+	struct hd d;
+	char out[4096];
+	pid_t child, prod, cons;
+	int ready;
+
+	hd_start(&d, moverd_bin, "life12", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create ih "
+		     "--ring-size 64K --max-record 1K") == 0);
+	/* a consumer subscribed through moverd (nothing to read: it waits) */
+	child = hx_spawn(&d, 0, (const char *const[]){ flowcheck_bin,
+			 "consume", "ih", "--producers", "1", "--count", "1",
+			 NULL });
+	ready = 0;
+	for (int i = 0; i < 500 && !ready; i++) {
+		CHECK(hd_flow_json(&d, moverctl_bin, "ih", out, sizeof(out)));
+		ready = hj_u64(out, "consumers") == 1;
+		if (!ready)
+			usleep(10000);
+	}
+	CHECK(ready);
+	hd_kill(&d);
+	restart(&d, NULL);
+	/* it outlived moverd; now it dies, with no connection to tell */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	/* a new consumer and a producer of far more than the ring holds: the
+	 * dead one's slot must not hold the producer back */
+	cons = fc_consume(&d, "ih", 1, 20000, 200, 0);
+	usleep(200000);
+	prod = fc_produce(&d, "ih", 1, 20000, 200);
+	fc_done(prod, "producer", 60000);
+	fc_done(cons, "consumer", 60000);
+	CHECK(hd_log_count(&d, "died since the restart given back") >= 1);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -728,6 +771,8 @@ int main(int argc, char **argv)
 		{ 10, case_resize_local, "clients resize a local flow's ring "
 		  "file" },
 		{ 11, case_status, "the flow's status as its clients read it" },
+		{ 12, case_inherited_slot, "a consumer that outlived moverd dies "
+		  "later" },
 	};
 
 	if (argc != 4) {
