@@ -351,7 +351,9 @@ static void case_memory(void)
 	printf("# its size now %lld, %lld bytes allocated\n",
 	       (long long)s.st_size, (long long)s.st_blocks * 512);
 	CHECK(s.st_size == (1 << 20) + 4096);
-	CHECK((uint64_t)s.st_blocks * 512 <= (1u << 20) + 4096);
+	/* the 256 MiB grown are given back; the file system may keep a
+	 * block or two of extent metadata beyond the ring's own bytes */
+	CHECK((uint64_t)s.st_blocks * 512 <= (1u << 20) + 4096 + 65536);
 	close(rfd);
 	close(sock);
 
