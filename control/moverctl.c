@@ -8,6 +8,7 @@
  */
 #include "ctl_client.h"
 #include "auth.h"
+#include "top.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,11 @@ static const char usage_text[] =
 "  status\n"
 "  reload            read moverd's config file again and apply its flow\n"
 "                    declarations (the same as SIGHUP to moverd); root only\n"
+"  top [--once] [--json]\n"
+"                    live flows and peers with rates from moverd's counters\n"
+"                    file (SOCKET.counters); keys: r rate, l lag, n name,\n"
+"                    q quit.  --once: one frame (rates over 1 s); --json:\n"
+"                    one JSON object per second (with --once: one)\n"
 "  keygen FILE       write a new peer key (32 random bytes, mode 0600) for\n"
 "                    moverd --peer-key; prints its id.  The same by hand:\n"
 "                    head -c32 /dev/urandom > FILE; chmod 600 FILE\n"
@@ -102,6 +108,7 @@ struct opts {
 	bool acl_opts;
 	uint32_t acl_uids[MAX_IDS], acl_gids[MAX_IDS];
 	size_t n_acl_uids, n_acl_gids;
+	bool once;              /* top */
 };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1181,6 +1188,7 @@ enum {
 	OPT_GID,
 	OPT_DRAIN,
 	OPT_ALL,
+	OPT_ONCE,
 };
 
 static const struct option long_opts[] = {
@@ -1198,6 +1206,7 @@ static const struct option long_opts[] = {
 	{ "gid",        required_argument, NULL, OPT_GID },
 	{ "drain",      no_argument,       NULL, OPT_DRAIN },
 	{ "all",        no_argument,       NULL, OPT_ALL },
+	{ "once",       no_argument,       NULL, OPT_ONCE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1297,6 +1306,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			(*n)++;
 			break;
 		}
+		case OPT_ONCE:
+			o->once = true;
+			break;
 		case ':':
 			return usage_error("option '%s' needs a value",
 					   argv[optind - 1]);
@@ -1372,6 +1384,14 @@ int main(int argc, char **argv)
 					   args[1]);
 		return cmd_reload(&o);
 	}
+	if (!strcmp(args[0], "top")) {
+		if (n > 1)
+			return usage_error("top: unexpected argument '%s'",
+					   args[1]);
+		return top_main(ctl_socket_path(o.socket), o.once, o.json);
+	}
+	if (o.once)
+		return usage_error("--once goes with 'top'");
 	if (strcmp(args[0], "flow"))
 		return usage_error("unknown command '%s'", args[0]);
 	if (n < 2)

@@ -83,6 +83,7 @@ struct peer_mgr {
 	uint64_t cycles;          /* duty cycles run */
 	uint64_t sleeps;          /* idle periods begun with the bell armed */
 	uint64_t rings;           /* ... and ended by the doorbell */
+	uint64_t ticks;           /* peer timer expiries (counters.c) */
 };
 
 struct peer_opts {
