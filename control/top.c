@@ -328,19 +328,16 @@ static void draw_header(struct screen *sc, const struct fmc_map *m,
 	const uint64_t *pv = prev && prev->have_daemon ? prev->daemon.v : d->v;
 	time_t up = (time_t)((uint64_t)time(NULL) -
 			     m->h->start_unix_ns / 1000000000ull);
-	char a[16], b[16];
-
 	line(sc, "moverd %s pid %u  up %lldh%02lldm  doorbell %s  sort: %s",
 	     d->text[FMC_WHERE], m->h->pid, (long long)up / 3600,
 	     (long long)up / 60 % 60, d->text[FMC_ERROR],
 	     sort_key == 'r' ? "rate" : sort_key == 'l' ? "lag" : "name");
-	line(sc, "cpu %4.1f%% usr %4.1f%% sys  cycles/s %s (work %s)  "
+	line(sc, "cpu %4.1f%% usr %4.1f%% sys  cycles/s %.0f (work %.0f)  "
 	     "clients %" PRIu64 "  fds %" PRIu64,
 	     per_s(d->v[FMC_D_CPU_USER_NS], pv[FMC_D_CPU_USER_NS], dt) / 1e7,
 	     per_s(d->v[FMC_D_CPU_SYS_NS], pv[FMC_D_CPU_SYS_NS], dt) / 1e7,
-	     human(a, sizeof(a), per_s(d->v[FMC_D_CYCLES], pv[FMC_D_CYCLES], dt)),
-	     human(b, sizeof(b), per_s(d->v[FMC_D_WORK_CYCLES],
-				       pv[FMC_D_WORK_CYCLES], dt)),
+	     per_s(d->v[FMC_D_CYCLES], pv[FMC_D_CYCLES], dt),
+	     per_s(d->v[FMC_D_WORK_CYCLES], pv[FMC_D_WORK_CYCLES], dt),
 	     d->v[FMC_D_CLIENTS], d->v[FMC_D_FDS]);
 	line(sc, "wakes/s: doorbell %.0f  network %.0f  timer %.0f   "
 	     "flows %" PRIu64 "  peers %" PRIu64,
@@ -348,6 +345,11 @@ static void draw_header(struct screen *sc, const struct fmc_map *m,
 	     per_s(d->v[FMC_D_WAKE_NETWORK], pv[FMC_D_WAKE_NETWORK], dt),
 	     per_s(d->v[FMC_D_WAKE_TIMER], pv[FMC_D_WAKE_TIMER], dt),
 	     d->v[FMC_D_FLOWS], d->v[FMC_D_PEERS]);
+}
+
+static const char *role_short(uint64_t r)
+{
+	return r == 0 ? "loc" : r == 1 ? "send" : "recv";
 }
 
 static void draw(const struct fmc_map *m, const struct frame *f,
@@ -373,7 +375,7 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 			break;
 		line(sc, "%-18.18s %-4.4s %-6.6s %6s %6s %6s %5s %5" PRIu64
 		     " %-14.14s", s->text[FMC_NAME],
-		     fmc_role_name(s->v[FMC_F_ROLE]),
+		     role_short(s->v[FMC_F_ROLE]),
 		     fmc_flow_state_name(s->v[FMC_F_STATE]),
 		     human(a, sizeof(a), f->flows[i].in),
 		     human(b, sizeof(b), f->flows[i].out),

@@ -35,7 +35,8 @@
 /* What the sampler remembers of each flow record between passes. */
 struct flow_shadow {
 	uint32_t state;
-	char reason[160];
+	char reason[160];         /* as last seen */
+	char last_error[160];     /* the last reason that was not "" */
 	uint64_t since_ns, error_ns;
 };
 
@@ -181,8 +182,11 @@ static void flow_state(struct counters *c, const struct flow *f,
 		return;
 	sh->state = (uint32_t)f->state;
 	sh->since_ns = now;
-	if (f->reason[0] && strcmp(sh->reason, f->reason))
+	if (f->reason[0] && strcmp(sh->reason, f->reason)) {
 		sh->error_ns = now;
+		snprintf(sh->last_error, sizeof(sh->last_error), "%s",
+			 f->reason);
+	}
 	snprintf(sh->reason, sizeof(sh->reason), "%s", f->reason);
 }
 
@@ -222,7 +226,7 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	fmc_begin(r);
 	fmc_set_text(r, FMC_NAME, f->name);
 	fmc_set_text(r, FMC_WHERE, f->peer_addr);
-	fmc_set_text(r, FMC_ERROR, sh->error_ns ? sh->reason : "");
+	fmc_set_text(r, FMC_ERROR, sh->last_error);
 	fmc_set(r, FMC_F_ROLE, f->role);
 	fmc_set(r, FMC_F_STATE, f->state);
 	fmc_set(r, FMC_F_STATE_SINCE_NS, sh->since_ns);
