@@ -1016,6 +1016,7 @@ int main(int argc, char **argv)
 	/* before the loop runs: no client can have been accepted yet */
 	d.ctl.max_clients = d.opt.max_clients;
 	d.ctl.max_per_uid = d.opt.max_per_uid;
+	d.ctl.counters = &d.ctr;
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	/* after setup_signals: its thread inherits the blocked signals */

@@ -1447,7 +1447,7 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
 			.node = p->node_safe, .key_id = p->key_id,
-			.authenticated = p->auth_ok,
+			.authenticated = p->auth_ok, .st = &p->st,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

@@ -149,6 +149,7 @@ struct peer_status {
 	const char *node;            /* as the peer named itself (filtered) */
 	const char *key_id;          /* the key it proved, "" without */
 	bool authenticated;
+	const struct peer_stats *st; /* frames, ack times (stats.h) */
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);

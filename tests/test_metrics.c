@@ -30,6 +30,9 @@
  *   7  who may read: another user cannot open the counters file (moverctl
  *      top says so, exit 4); flow show without the file still answers
  *      from the control socket
+ *   8  flow show and status carry the counters: from the file for root,
+ *      from the control answer for a user allowed on the flow who may not
+ *      read the file; the same figures either way
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -781,6 +784,60 @@ static void case_access(void)
 	hd_stop(&d);
 }
 
+/* ---- 8: flow show and status ---------------------------------------------------- */
+
+static void case_show(void)
+{
+	struct hd a, b;
+	struct seen *seen = seen_new();
+	char other[sizeof(out)], src[64];
+	uint64_t batches;
+	pid_t c, p;
+
+	hd_start(&b, moverd, "metrics8b", true, NULL);
+	hd_start(&a, moverd, "metrics8a", false,
+		 (const char *[]){ "--transport", "tcp", NULL });
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
+			"flow create shown --ring-size 256K --allow-uid 65534 "
+			"--peer 127.0.0.1:%d", b.port), 0);
+	CHECK(hd_wait_state(&a, moverctl, "shown", "open", 10000, NULL, 0));
+	c = consume(&b, "shown", 5000, seen);
+	p = produce(&a, "shown", 5000, 3000, 0);
+	wait_ok(p, 60000, "producer");
+	wait_ok(c, 60000, "consumer");
+	usleep(300000); /* a sampler pass after the last acknowledgement */
+
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
+			"flow show shown --json"), 0);
+	CHECK(hj_get(out, "source", src, sizeof(src)));
+	CHECK(!strcmp(src, "counters file"));
+	batches = hj_u64(out, "batches");
+	CHECK(batches > 0);
+	CHECK(hj_u64(out, "lag_bytes") == 0);
+	CHECK(hj_u64(out, "bytes_consumed") >= 5000ull * 3016);
+	/* nobody may see the flow (allowed) but not read the file */
+	CHECK(sh(other, sizeof(other), "setpriv --reuid 65534 --regid 65534 "
+		 "--clear-groups %s --socket %s flow show shown --json 2>&1",
+		 moverctl, a.sock) == 0);
+	CHECK(hj_get(other, "source", src, sizeof(src)));
+	CHECK(!strcmp(src, "control socket"));
+	CHECK(hj_u64(other, "batches") == batches);
+	CHECK(hj_u64(other, "bytes_consumed") == hj_u64(out, "bytes_consumed"));
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow show shown"), 0);
+	CHECK(strstr(out, "batches:") && strstr(out, "from the counters file"));
+
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
+	CHECK(hj_u64(out, "work_cycles") > 0);
+	CHECK(hj_u64(out, "frames_sent") > 0);
+	CHECK(hj_u64(out, "ack_rtt_count") > 0);
+	CHECK(strstr(out, "\"ack_rtt_p99_ns\""));
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status"), 0);
+	printf("%s", out);
+	CHECK(strstr(out, "woken by:") && strstr(out, "ACKS TIMED"));
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -791,6 +848,7 @@ int main(int argc, char **argv)
 		{ 5, case_tmux, "moverctl top in an 80x24 tmux" },
 		{ 6, case_prometheus, "a real Prometheus scraping --metrics" },
 		{ 7, case_access, "who may read the counters" },
+		{ 8, case_show, "flow show and status with the counters" },
 	};
 
 	if (argc != 4) {
