@@ -350,6 +350,10 @@ static inline bool fmc_read(const struct fmc_record *r, struct fmc_snap *out)
 			continue;
 		out->state = atomic_load_explicit(&w->state,
 						  memory_order_relaxed);
+		/* a free record is not copied: a reader's cost follows the
+		 * flows and peers that exist, not the file's size */
+		if (out->state != FMC_ACTIVE)
+			return false;
 		out->type = atomic_load_explicit(&w->type, memory_order_relaxed);
 		out->incarnation = atomic_load_explicit(&w->incarnation,
 							memory_order_relaxed);
