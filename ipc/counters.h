@@ -171,7 +171,7 @@ enum fmc_flow {
 				* (sender, local; receiver: = deposited) */
 	FMC_F_RECORDS_COMMITTED, /* 0 until ring format 2 counts them */
 	FMC_F_BYTES_SENT,      /* sender: put on the wire */
-	FMC_F_RECORDS_SENT,    /* sender: whole records scanned and sent */
+	FMC_F_RECORDS_SENT,    /* sender: records sent (0: not counted yet) */
 	FMC_F_BYTES_ACKED,     /* sender: published in the peer's ring */
 	FMC_F_BYTES_DEPOSITED, /* receiver: published in this ring */
 	FMC_F_BYTES_CONSUMED,  /* the consumer's position since the ring

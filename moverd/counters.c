@@ -213,10 +213,10 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	r = fmc_record(c->h, i);
 	sh = &c->shadow[i - fmc_first_flow(c->h)];
 	if (atomic_load_explicit(&r->incarnation, memory_order_relaxed) !=
-	    f->st.seen_pass) {
+	    f->st.incarnation) {
 		*sh = (struct flow_shadow){ 0 }; /* a new flow in this slot */
-		f->st.seen_pass = atomic_load_explicit(&r->incarnation,
-						       memory_order_relaxed);
+		f->st.incarnation = atomic_load_explicit(&r->incarnation,
+							 memory_order_relaxed);
 	}
 	flow_state(c, f, i - fmc_first_flow(c->h), now);
 	if (f->view)

@@ -14,15 +14,15 @@
 /* In struct flow. */
 struct flow_stats {
 	uint64_t batches;       /* sender: sends that carried its data */
-	uint64_t records_sent;  /* sender: whole records sent */
 	uint64_t reconnects;    /* links lost under it */
 	uint64_t resumes;       /* opened again after a lost link / restart */
 	/* one acknowledgement timed at a time: the send that ends at
 	 * rtt_pos left at rtt_t0 (0: none in flight) */
 	uint64_t rtt_pos, rtt_t0;
-	/* counters.c: the flow's record (slot + 1, 0: none yet) */
+	/* counters.c: the flow's record (slot + 1, 0: none yet) and the
+	 * record's incarnation when it was taken */
 	uint32_t slot;
-	uint64_t seen_pass;
+	uint64_t incarnation;
 };
 
 /* In struct peer. */
@@ -34,7 +34,6 @@ struct peer_stats {
 	uint64_t hb_missed;
 	uint64_t hb_checked_ns;          /* counters.c: last period counted */
 	uint32_t slot;                   /* counters.c, as flow_stats */
-	uint64_t seen_pass;
 };
 
 static inline void stats_rtt(struct peer_stats *s, uint64_t ns)
