@@ -828,6 +828,11 @@ static void case_show(void)
 
 	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
 	CHECK(hj_u64(out, "work_cycles") > 0);
+	/* the sender's mover slept and something woke it, and it saw why */
+	CHECK(hj_u64(out, "sleeps") > 0);
+	CHECK(hj_u64(out, "wakes_doorbell") + hj_u64(out, "wakes_network") > 0);
+	CHECK(hj_u64(out, "wakes_doorbell") + hj_u64(out, "wakes_network") +
+	      hj_u64(out, "wakes_timer") <= hj_u64(out, "cycles"));
 	CHECK(hj_u64(out, "frames_sent") > 0);
 	CHECK(hj_u64(out, "ack_rtt_count") > 0);
 	CHECK(strstr(out, "\"ack_rtt_p99_ns\""));
