@@ -448,7 +448,7 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		"wake_network", "wake_timer", "cpu_user_ns", "cpu_sys_ns",
 		"clients", "fds", "flows", "peers", "requests",
 		"bad_requests", "clients_refused", "peers_refused",
-		"doorbell_rings",
+		"doorbell_rings", "sampler_ns",
 	};
 
 	printf("{\"pid\":%u,\"sample_unix_ns\":%" PRIu64 ",\"daemon\":{",

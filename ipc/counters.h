@@ -155,6 +155,7 @@ enum fmc_daemon {
 	FMC_D_PEERS_REFUSED,
 	FMC_D_DOORBELL_RINGS,  /* the doorbell's own count (= WAKE_DOORBELL
 				* plus rings that came while awake) */
+	FMC_D_SAMPLER_NS,      /* time moverd spent writing this file */
 	FMC_D_COUNT
 };
 

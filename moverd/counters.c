@@ -171,15 +171,17 @@ static uint64_t minus(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0; /* the consumer's word may be anything */
 }
 
-/* The state and last error, with the time each changed. */
-static void flow_state(struct counters *c, const struct flow *f,
+/* The state and last error, with the time each changed; true if the
+ * last error changed. */
+static bool flow_state(struct counters *c, const struct flow *f,
 		       uint32_t slot, uint64_t now)
 {
 	struct flow_shadow *sh = &c->shadow[slot];
+	uint64_t error_ns = sh->error_ns;
 
 	if (sh->since_ns && sh->state == (uint32_t)f->state &&
 	    !strcmp(sh->reason, f->reason))
-		return;
+		return false;
 	sh->state = (uint32_t)f->state;
 	sh->since_ns = now;
 	if (f->reason[0] && strcmp(sh->reason, f->reason)) {
@@ -188,6 +190,7 @@ static void flow_state(struct counters *c, const struct flow *f,
 			 f->reason);
 	}
 	snprintf(sh->reason, sizeof(sh->reason), "%s", f->reason);
+	return sh->error_ns != error_ns;
 }
 
 static void write_flow(struct counters *c, struct flow *f, uint64_t now)
@@ -197,6 +200,7 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	struct flow_shadow *sh;
 	uint32_t i = f->st.slot;
 	uint64_t consumed, lag;
+	bool fresh = false, new_error;
 
 	if (!i || c->slot_pass[i - 1] == c->pass ||
 	    atomic_load_explicit(&fmc_record(c->h, i - 1)->state,
@@ -217,16 +221,21 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 		*sh = (struct flow_shadow){ 0 }; /* a new flow in this slot */
 		f->st.incarnation = atomic_load_explicit(&r->incarnation,
 							 memory_order_relaxed);
+		fresh = true;
 	}
-	flow_state(c, f, i - fmc_first_flow(c->h), now);
+	new_error = flow_state(c, f, i - fmc_first_flow(c->h), now);
 	if (f->view)
 		flowshm_info(f->view, &in);
 	consumed = f->role == FLOW_SENDER ? f->remote_head : in.head;
 	lag = minus(in.tail, consumed);
 	fmc_begin(r);
-	fmc_set_text(r, FMC_NAME, f->name);
-	fmc_set_text(r, FMC_WHERE, f->peer_addr);
-	fmc_set_text(r, FMC_ERROR, sh->last_error);
+	/* texts only when they change: a name and peer never do */
+	if (fresh) {
+		fmc_set_text(r, FMC_NAME, f->name);
+		fmc_set_text(r, FMC_WHERE, f->peer_addr);
+	}
+	if (fresh || new_error)
+		fmc_set_text(r, FMC_ERROR, sh->last_error);
 	fmc_set(r, FMC_F_ROLE, f->role);
 	fmc_set(r, FMC_F_STATE, f->state);
 	fmc_set(r, FMC_F_STATE_SINCE_NS, sh->since_ns);
@@ -385,6 +394,7 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	fmc_set(r, FMC_D_CLIENTS_REFUSED, s->stats.clients_refused);
 	fmc_set(r, FMC_D_PEERS_REFUSED, m->refused);
 	fmc_set(r, FMC_D_DOORBELL_RINGS, m->rings);
+	fmc_set(r, FMC_D_SAMPLER_NS, c->sampler_ns);
 	fmc_end(r);
 }
 
@@ -410,6 +420,7 @@ static void sample(struct counters *c, const struct flow_table *t,
 	atomic_store_explicit(&c->h->sample_mono_ns, now, memory_order_relaxed);
 	/* release: a reader that sees this pass's number sees its records */
 	atomic_store_explicit(&c->h->sample_seq, c->pass, memory_order_release);
+	c->sampler_ns += fr_now_ns() - now; /* shown at the next pass */
 }
 
 void counters_tick(struct counters *c, const struct flow_table *t,

@@ -31,6 +31,7 @@ struct counters {
 	uint64_t incarnation;     /* the last one handed out */
 	uint64_t last_ns, slow_ns;
 	uint64_t cpu_user_ns, cpu_sys_ns, fds; /* sampled once a second */
+	uint64_t sampler_ns;      /* time spent in sample() so far */
 	uint64_t *slot_pass;      /* per record: the pass that last saw it */
 	struct flow_shadow *shadow; /* per flow record: its state, seen */
 	struct daemon_stats d;

@@ -373,6 +373,9 @@ static void render_daemon(struct buf *b, const struct fmc_header *h,
 	    (double)d->v[FMC_D_CPU_USER_NS] / 1e9);
 	put(b, "flowmover_cpu_seconds_total{mode=\"system\"} %.6f\n",
 	    (double)d->v[FMC_D_CPU_SYS_NS] / 1e9);
+	daemon_one(b, om, "flowmover_counters_sampler_seconds", "counter",
+		   "Time moverd spent writing the counters file.",
+		   d->v[FMC_D_SAMPLER_NS], FV_SCALE_NS);
 	daemon_one(b, om, "flowmover_control_requests", "counter",
 		   "Control requests served.", d->v[FMC_D_REQUESTS], 0);
 	daemon_one(b, om, "flowmover_clients", "gauge",
