@@ -31,8 +31,9 @@ struct metrics_http *metrics_http_start(const char *addr,
 /* Stop the thread (before the counters mapping goes). */
 void metrics_http_stop(struct metrics_http *m);
 
-/* The text of one scrape into a malloc'd buffer (for tests of the format
- * too); openmetrics: the OpenMetrics 1.0.0 variant.  NULL: out of memory. */
+/* The text of one scrape into a malloc'd buffer (metrics_text.c; the
+ * tests call it too); openmetrics: the OpenMetrics 1.0.0 variant.  NULL:
+ * out of memory. */
 char *metrics_render(const struct fmc_header *h, bool openmetrics,
 		     size_t *len);
 

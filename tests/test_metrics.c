@@ -33,9 +33,13 @@
  *   8  flow show and status carry the counters: from the file for root,
  *      from the control answer for a user allowed on the flow who may not
  *      read the file; the same figures either way
+ *   9  the text itself (metrics_text.c on a counters file made here): label
+ *      values with a quote, a backslash and a newline come out escaped,
+ *      promtool check metrics accepts it, OpenMetrics ends with # EOF
  */
 #include "harness.h"
 #include "../ipc/counters.h"
+#include "metrics_http.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -843,6 +847,76 @@ static void case_show(void)
 	hd_stop(&b);
 }
 
+/* ---- 9: the text -------------------------------------------------------------- */
+
+static void case_text(void)
+{
+	size_t bytes = fmc_file_bytes(2, 2), len;
+	struct fmc_header *h = calloc(1, bytes);
+	struct fmc_record *r;
+	char *text, path[128], cmd[300];
+	FILE *f;
+
+	CHECK(h != NULL);
+	*h = (struct fmc_header){ .magic = FMC_MAGIC, .version = FMC_VERSION,
+		.hdr_bytes = FMC_HDR_BYTES, .rec_bytes = FMC_REC_BYTES,
+		.n_flow = 2, .n_peer = 2, .pid = 1, .values = FMC_VALUES,
+		.start_unix_ns = 1700000000ull * SEC };
+	CHECK(fmc_valid(h, bytes));
+	r = fmc_record(h, fmc_first_flow(h));
+	fmc_begin(r);
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, FMC_FLOW);
+	fmc_set_text(r, FMC_NAME, "we\"ird\\na\nme");
+	fmc_set_text(r, FMC_WHERE, "[fe80::1]:7400");
+	fmc_set(r, FMC_F_ROLE, 1);
+	fmc_set(r, FMC_F_BYTES_SENT, 12345);
+	fmc_set(r, FMC_F_FULL_NS, 1500000000);
+	fmc_end(r);
+	r = fmc_record(h, fmc_first_peer(h));
+	fmc_begin(r);
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, FMC_PEER);
+	fmc_set_text(r, FMC_NAME, "[fe80::1]:7400");
+	fmc_set(r, FMC_P_STATE, 2);
+	fmc_set(r, FMC_P_RTT_COUNT, 3);
+	fmc_set(r, FMC_P_RTT_SUM_NS, 3000000);
+	fmc_set(r, FMC_P_RTT_BUCKET0 + fmc_rtt_bucket(900000), 3);
+	fmc_end(r);
+
+	text = metrics_render(h, false, &len);
+	CHECK(text && len == strlen(text));
+	CHECK(strstr(text, "flowmover_flow_bytes_sent_total{flow=\"we\\\"ird"
+		      "\\\\na\\nme\",role=\"sender\",peer=\"[fe80::1]:7400\"}"
+		      " 12345\n"));
+	CHECK(strstr(text, "# TYPE flowmover_flow_bytes_sent_total counter\n"));
+	CHECK(strstr(text, "flowmover_flow_full_seconds_total{flow=\"we"));
+	CHECK(strstr(text, " 1.500000000\n"));
+	/* 900 us falls below the 1.024 ms boundary, and in every one after */
+	CHECK(strstr(text, "flowmover_peer_ack_rtt_seconds_bucket{peer=\"[fe80"
+		      "::1]:7400\",transport=\"tcp\",le=\"0.000512\"} 0\n"));
+	CHECK(strstr(text, "le=\"0.001024\"} 3\n"));
+	CHECK(strstr(text, "le=\"+Inf\"} 3\n"));
+	CHECK(strstr(text, "flowmover_peer_ack_rtt_seconds_count{peer=\"[fe80"
+		      "::1]:7400\",transport=\"tcp\"} 3\n"));
+	snprintf(path, sizeof(path), "/tmp/fm-metrics9-%d.txt", (int)getpid());
+	f = fopen(path, "w");
+	CHECK(f && fwrite(text, 1, len, f) == len);
+	fclose(f);
+	free(text);
+	if (sh(NULL, 0, "command -v promtool >/dev/null") == 0) {
+		snprintf(cmd, sizeof(cmd), "promtool check metrics < %s", path);
+		CHECK(sh(NULL, 0, "%s", cmd) == 0);
+	}
+	unlink(path);
+	text = metrics_render(h, true, &len);
+	CHECK(text && len > 6 && !strcmp(text + len - 6, "# EOF\n"));
+	CHECK(strstr(text, "# TYPE flowmover_flow_bytes_sent counter\n"));
+	CHECK(strstr(text, "\nflowmover_flow_bytes_sent_total{"));
+	free(text);
+	free(h);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -854,6 +928,7 @@ int main(int argc, char **argv)
 		{ 6, case_prometheus, "a real Prometheus scraping --metrics" },
 		{ 7, case_access, "who may read the counters" },
 		{ 8, case_show, "flow show and status with the counters" },
+		{ 9, case_text, "the Prometheus text: names, types, escaping" },
 	};
 
 	if (argc != 4) {
