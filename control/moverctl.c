@@ -1546,6 +1546,8 @@ int main(int argc, char **argv)
 			     !strcmp(args[1], "disallow"))))
 		return usage_error("--uid and --gid go with 'flow allow' and "
 				   "'flow disallow'");
+	if (o.once && strcmp(args[0], "top"))
+		return usage_error("--once goes with 'top'");
 	if (!strcmp(args[0], "keygen")) {
 		if (n != 2)
 			return usage_error("keygen: use keygen FILE");
@@ -1569,8 +1571,6 @@ int main(int argc, char **argv)
 					   args[1]);
 		return top_main(ctl_socket_path(o.socket), o.once, o.json);
 	}
-	if (o.once)
-		return usage_error("--once goes with 'top'");
 	if (strcmp(args[0], "flow"))
 		return usage_error("unknown command '%s'", args[0]);
 	if (n < 2)
