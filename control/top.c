@@ -365,7 +365,7 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	/* flows get what the peers (at most a third of the screen) leave */
 	if (peer_rows > (unsigned)sc->rows / 3)
 		peer_rows = (unsigned)sc->rows / 3;
-	line(sc, "%-18s %-4s %-6s %6s %6s %6s %5s %5s %-14s", "FLOW", "ROLE",
+	line(sc, "%-16s %-4s %-6s %6s %6s %6s %5s %5s %-17s", "FLOW", "ROLE",
 	     "STATE", "IN/s", "OUT/s", "LAG", "BATCH", "RECON", "PEER");
 	for (unsigned i = 0; i < f->n_flows; i++) {
 		const struct fmc_snap *s = &f->flows[i].s;
@@ -373,8 +373,8 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 
 		if (sc->used >= sc->rows - (int)peer_rows)
 			break;
-		line(sc, "%-18.18s %-4.4s %-6.6s %6s %6s %6s %5s %5" PRIu64
-		     " %-14.14s", s->text[FMC_NAME],
+		line(sc, "%-16.16s %-4.4s %-6.6s %6s %6s %6s %5s %5" PRIu64
+		     " %-17.17s", s->text[FMC_NAME],
 		     role_short(s->v[FMC_F_ROLE]),
 		     fmc_flow_state_name(s->v[FMC_F_STATE]),
 		     human(a, sizeof(a), f->flows[i].in),
