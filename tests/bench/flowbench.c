@@ -1583,7 +1583,6 @@ static void r_counter_reader(double hz, bool json)
 {
 	static struct fmc_snap snap;
 	const struct fmc_header *h[2];
-	uint64_t reads = 0;
 	pid_t pid;
 
 	for (int i = 0; i < 2; i++) {
@@ -1619,7 +1618,7 @@ static void r_counter_reader(double hz, bool json)
 						 memory_order_acquire))
 				_exit(0);
 			for (uint32_t r = 0; r < 1 + h[i]->n_flow + h[i]->n_peer; r++)
-				reads += fmc_read(fmc_record(h[i], r), &snap);
+				(void)fmc_read(fmc_record(h[i], r), &snap);
 		}
 		sleep_ns((uint64_t)(1e9 / hz));
 	}
