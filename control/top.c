@@ -8,9 +8,12 @@
  * uses more rows where the terminal has them.  Keys: r sort by rate, l by
  * consumer lag, n by name, q quit.  --once prints one frame (rates over
  * one second) and exits; --json prints each frame as one JSON object per
- * line instead (with --once: one object).
+ * line instead (with --once: one object).  A user who may not read the
+ * counters file gets the same view of their own flows from the control
+ * socket (flow list and status once a second).
  */
 #include "top.h"
+#include "ctl_client.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -235,9 +238,262 @@ static int read_frame(const struct fmc_map *m, const struct frame *prev,
 	return 0;
 }
 
+/* ---- the same frame from the control socket ----------------------------------------
+ * For a user who may not read the counters file: `flow list` and `status`
+ * once a second, the flows that user may see, the same columns (no
+ * acknowledgement-time histogram: the mean instead). */
+
+struct ctl_src {
+	int sock;
+	struct fmc_header fake;  /* pid and start time, for the header line */
+};
+
+static uint64_t name_hash(const char *s, uint64_t salt)
+{
+	uint64_t h = 1469598103934665603ull ^ salt;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h | 1; /* never 0 */
+}
+
+static void text(char *dst, const char *src)
+{
+	snprintf(dst, FMC_TEXT_BYTES, "%s", src ? src : "");
+}
+
+static uint64_t state_of(const char *s)
+{
+	static const char *const names[] = { "open", "connecting",
+		"reconnecting", "failed", "closing" };
+
+	for (unsigned i = 0; i < 5; i++)
+		if (s && !strcmp(s, names[i]))
+			return i;
+	return 4;
+}
+
+static void flow_row(struct row *r, const Flowmover__FlowInfo *f)
+{
+	uint64_t *v = r->s.v;
+
+	r->s.type = FMC_FLOW;
+	r->s.state = FMC_ACTIVE;
+	r->s.incarnation = name_hash(f->name, f->created_unix_ms);
+	text(r->s.text[FMC_NAME], f->name);
+	text(r->s.text[FMC_WHERE], f->peer);
+	text(r->s.text[FMC_ERROR], f->state_reason);
+	v[FMC_F_ROLE] = !strcmp(f->role, "sender") ? 1 :
+			!strcmp(f->role, "receiver") ? 2 : 0;
+	v[FMC_F_STATE] = state_of(f->state);
+	v[FMC_F_RING_BYTES] = f->ring_size;
+	v[FMC_F_PRODUCERS] = f->producers;
+	v[FMC_F_CONSUMERS] = f->consumers;
+	v[FMC_F_BYTES_COMMITTED] = f->tail;
+	v[FMC_F_BYTES_SENT] = v[FMC_F_ROLE] == 1 ? f->bytes_sent : 0;
+	v[FMC_F_BYTES_ACKED] = v[FMC_F_ROLE] == 1 ? f->bytes_acked : 0;
+	v[FMC_F_BYTES_DEPOSITED] = v[FMC_F_ROLE] == 2 ? f->bytes_sent : 0;
+	v[FMC_F_BYTES_CONSUMED] = f->bytes_consumed;
+	v[FMC_F_BATCHES] = f->batches;
+	v[FMC_F_LAG_BYTES] = f->lag_bytes;
+	v[FMC_F_BACKPRESSURE] = f->backpressure_events;
+	v[FMC_F_FULL_NS] = f->full_ns;
+	v[FMC_F_RECONNECTS] = f->reconnects;
+	v[FMC_F_RESUMES] = f->resumes;
+	v[FMC_F_RECOVERED] = f->recovered;
+}
+
+static void peer_row(struct row *r, const Flowmover__PeerInfo *p)
+{
+	uint64_t *v = r->s.v;
+
+	r->s.type = FMC_PEER;
+	r->s.state = FMC_ACTIVE;
+	r->s.incarnation = name_hash(p->address, 0);
+	text(r->s.text[FMC_NAME], p->address);
+	text(r->s.text[FMC_WHERE], p->node);
+	v[FMC_P_STATE] = !strcmp(p->state, "up") ? 2 : 0;
+	v[FMC_P_TRANSPORT] = !strcmp(p->transport, "rdma");
+	v[FMC_P_FLOWS] = p->flows;
+	v[FMC_P_BYTES_TX] = p->bytes_sent;
+	v[FMC_P_BYTES_RX] = p->bytes_received;
+	v[FMC_P_FRAMES_TX] = p->frames_sent;
+	v[FMC_P_FRAMES_RX] = p->frames_received;
+	v[FMC_P_RECONNECTS] = p->reconnects;
+	v[FMC_P_HEARTBEATS_MISSED] = p->heartbeats_missed;
+	v[FMC_P_REGISTRATIONS] = p->registrations;
+	v[FMC_P_PINNED_BYTES] = p->registered_bytes;
+	v[FMC_P_WR_POSTED] = p->rdma_wr_posted;
+	v[FMC_P_WC_POLLED] = p->rdma_wc_polled;
+	v[FMC_P_RTT_COUNT] = p->ack_rtt_count;
+	v[FMC_P_RTT_SUM_NS] = p->ack_rtt_sum_ns;
+	v[FMC_P_RTT_MAX_NS] = p->ack_rtt_max_ns;
+}
+
+static void daemon_row(struct frame *f, struct ctl_src *c,
+		       const Flowmover__StatusInfo *s)
+{
+	uint64_t *v = f->daemon.v;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	c->fake.pid = s->pid;
+	c->fake.start_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull -
+				s->uptime_ms * 1000000ull;
+	f->have_daemon = true;
+	f->daemon.type = FMC_DAEMON;
+	text(f->daemon.text[FMC_NAME], "moverd");
+	text(f->daemon.text[FMC_WHERE], s->version);
+	text(f->daemon.text[FMC_ERROR], s->doorbell);
+	v[FMC_D_CYCLES] = s->cycles;
+	v[FMC_D_WORK_CYCLES] = s->work_cycles;
+	v[FMC_D_SLEEPS] = s->sleeps;
+	v[FMC_D_WAKE_DOORBELL] = s->wakes_doorbell;
+	v[FMC_D_WAKE_NETWORK] = s->wakes_network;
+	v[FMC_D_WAKE_TIMER] = s->wakes_timer;
+	v[FMC_D_CPU_USER_NS] = s->cpu_user_ns;
+	v[FMC_D_CPU_SYS_NS] = s->cpu_sys_ns;
+	v[FMC_D_CLIENTS] = s->clients;
+	v[FMC_D_FDS] = s->open_fds;
+	v[FMC_D_FLOWS] = s->flows;
+	v[FMC_D_PEERS] = s->n_peers;
+	v[FMC_D_CLIENTS_REFUSED] = s->clients_refused;
+	v[FMC_D_PEERS_REFUSED] = s->peers_refused;
+	v[FMC_D_DOORBELL_RINGS] = s->doorbell_rings;
+}
+
+static int ctl_status(struct ctl_src *c, struct frame *f)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__GetStatus g = FLOWMOVER__GET_STATUS__INIT;
+	Flowmover__Response *resp;
+	int rc;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &g;
+	rc = ctl_call(c->sock, &req, &resp, NULL, CTL_DEFAULT_TIMEOUT_MS);
+	if (rc)
+		return rc;
+	if (resp->body_case != FLOWMOVER__RESPONSE__BODY_STATUS) {
+		ctl_response_free(resp);
+		return -EPROTO;
+	}
+	daemon_row(f, c, resp->status);
+	f->peers = calloc(resp->status->n_peers + 1, sizeof(*f->peers));
+	if (!f->peers) {
+		ctl_response_free(resp);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < resp->status->n_peers; i++)
+		peer_row(&f->peers[f->n_peers++], resp->status->peers[i]);
+	ctl_response_free(resp);
+	return 0;
+}
+
+/* Every page of `flow list` (the flows this user may see). */
+static int ctl_flows(struct ctl_src *c, struct frame *f)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
+	char after[FMC_TEXT_BYTES] = "";
+	unsigned cap = 0;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
+	req.list = &l;
+	for (;;) {
+		Flowmover__Response *resp;
+		const Flowmover__FlowList *page;
+		int rc;
+
+		l.after = after;
+		rc = ctl_call(c->sock, &req, &resp, NULL, CTL_DEFAULT_TIMEOUT_MS);
+		if (rc)
+			return rc;
+		if (resp->body_case != FLOWMOVER__RESPONSE__BODY_LIST) {
+			ctl_response_free(resp);
+			return -EPROTO;
+		}
+		page = resp->list;
+		if (f->n_flows + page->n_flows + 1 > cap) {
+			struct row *rows;
+
+			cap = (f->n_flows + (unsigned)page->n_flows + 1) * 2;
+			rows = realloc(f->flows, cap * sizeof(*rows));
+			if (!rows) {
+				ctl_response_free(resp);
+				return -ENOMEM;
+			}
+			f->flows = rows;
+		}
+		for (size_t i = 0; i < page->n_flows; i++) {
+			memset(&f->flows[f->n_flows], 0, sizeof(*f->flows));
+			flow_row(&f->flows[f->n_flows++], page->flows[i]);
+		}
+		if (page->n_flows)
+			text(after, page->flows[page->n_flows - 1]->name);
+		/* an empty page that says "more" would never end */
+		if (!page->more || !page->n_flows) {
+			ctl_response_free(resp);
+			return 0;
+		}
+		ctl_response_free(resp);
+	}
+}
+
+/* The rates of a frame against the one before (both sources). */
+static void frame_rates(struct frame *f, const struct frame *prev)
+{
+	double dt = prev && prev->mono_ns && f->mono_ns > prev->mono_ns ?
+		(double)(f->mono_ns - prev->mono_ns) / 1e9 : 0;
+	const struct row *p;
+
+	for (unsigned i = 0; prev && i < f->n_flows; i++) {
+		struct row *r = &f->flows[i];
+
+		if (!(p = find_prev(prev->flows, prev->n_flows, r)))
+			continue;
+		r->in = per_s(flow_in(&r->s), flow_in(&p->s), dt);
+		r->out = per_s(flow_out(&r->s), flow_out(&p->s), dt);
+	}
+	for (unsigned i = 0; prev && i < f->n_peers; i++) {
+		struct row *r = &f->peers[i];
+
+		if (!(p = find_prev(prev->peers, prev->n_peers, r)))
+			continue;
+		r->out = per_s(r->s.v[FMC_P_BYTES_TX], p->s.v[FMC_P_BYTES_TX], dt);
+		r->rx = per_s(r->s.v[FMC_P_BYTES_RX], p->s.v[FMC_P_BYTES_RX], dt);
+		r->frames = per_s(r->s.v[FMC_P_FRAMES_TX] + r->s.v[FMC_P_FRAMES_RX],
+				  p->s.v[FMC_P_FRAMES_TX] + p->s.v[FMC_P_FRAMES_RX],
+				  dt);
+		/* no histogram here: the mean over the frame, and the max */
+		if (r->s.v[FMC_P_RTT_COUNT] > p->s.v[FMC_P_RTT_COUNT])
+			r->p50 = (r->s.v[FMC_P_RTT_SUM_NS] - p->s.v[FMC_P_RTT_SUM_NS]) /
+				 (r->s.v[FMC_P_RTT_COUNT] - p->s.v[FMC_P_RTT_COUNT]);
+		r->max = r->s.v[FMC_P_RTT_MAX_NS];
+	}
+}
+
+static int read_frame_ctl(struct ctl_src *c, const struct frame *prev,
+			  struct frame *f)
+{
+	struct timespec ts;
+	int rc;
+
+	*f = (struct frame){ 0 };
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	f->mono_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if ((rc = ctl_status(c, f)) || (rc = ctl_flows(c, f)))
+		return rc;
+	if (!f->flows && !(f->flows = calloc(1, sizeof(*f->flows))))
+		return -ENOMEM;
+	frame_rates(f, prev);
+	return 0;
+}
+
 /* ---- sorting --------------------------------------------------------------------- */
 
 static char sort_key = 'r';
+static const char *from_ctl;  /* not from the counters file: why */
 
 static int by_key(const void *a, const void *b)
 {
@@ -339,6 +595,8 @@ static void draw_header(struct screen *sc, const struct fmc_map *m,
 	     per_s(d->v[FMC_D_CYCLES], pv[FMC_D_CYCLES], dt),
 	     per_s(d->v[FMC_D_WORK_CYCLES], pv[FMC_D_WORK_CYCLES], dt),
 	     d->v[FMC_D_CLIENTS], d->v[FMC_D_FDS]);
+	if (from_ctl)
+		line(sc, "(%s)", from_ctl);
 	line(sc, "wakes/s: doorbell %.0f  network %.0f  timer %.0f   "
 	     "flows %" PRIu64 "  peers %" PRIu64,
 	     per_s(d->v[FMC_D_WAKE_DOORBELL], pv[FMC_D_WAKE_DOORBELL], dt),
@@ -388,8 +646,8 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	if (f->n_peers) {
 		line(sc, "%s", "");
 		line(sc, "%-21s %-4s %-4s %6s %6s %6s %6s %6s %6s %4s",
-		     "PEER", "TP", "UP", "TX/s", "RX/s", "FRM/s", "p50", "p99",
-		     "max", "RECN");
+		     "PEER", "TP", "UP", "TX/s", "RX/s", "FRM/s",
+		     from_ctl ? "mean" : "p50", "p99", "max", "RECN");
 	}
 	for (unsigned i = 0; i < f->n_peers; i++) {
 		const struct row *r = &f->peers[i];
@@ -569,19 +827,56 @@ static int wait_key(int ms)
 	return ch;
 }
 
-static int open_or_say(const char *socket_path, struct fmc_map *m)
+/*
+ * Where the frames come from: the counters file, or, for a user who may
+ * not read it (or a moverd without one), the control socket.  0, or an
+ * exit status after saying why.
+ */
+static int open_source(const char *socket_path, struct fmc_map *m,
+		       struct ctl_src *c)
 {
 	int rc = fmc_map_open(socket_path, m);
 
+	c->sock = -1;
 	if (!rc)
 		return 0;
-	fprintf(stderr, "moverctl top: %s.counters: %s\n", socket_path,
-		rc == -EACCES ? "permission denied (the counters file is "
-				"readable by moverd's user and group only)" :
-		rc == -ENOENT ? "no such file (is moverd running?)" :
-		rc == -EPROTO ? "not a counters file this moverctl knows" :
-				strerror(-rc));
-	return rc == -EACCES ? 4 : 3;
+	if (rc == -EPROTO) {
+		fprintf(stderr, "moverctl top: %s.counters: not a counters file "
+			"this moverctl knows\n", socket_path);
+		return 3;
+	}
+	c->sock = ctl_connect(socket_path);
+	if (c->sock < 0) {
+		fprintf(stderr, "moverctl top: %s: %s\n", socket_path,
+			c->sock == -ECONNREFUSED ? "moverd is not running" :
+			ctl_last_error());
+		return c->sock == -EACCES ? 4 : 3;
+	}
+	from_ctl = rc == -EACCES ? "not in moverd's group: your flows, from "
+		   "the control socket" :
+		   "no counters file: your flows, from the control socket";
+	c->fake = (struct fmc_header){ .magic = FMC_MAGIC };
+	m->h = &c->fake;
+	return 0;
+}
+
+static void close_source(struct fmc_map *m, struct ctl_src *c)
+{
+	if (c->sock >= 0) {
+		close(c->sock);
+		c->sock = -1;
+		m->h = NULL;
+		return;
+	}
+	fmc_map_close(m);
+}
+
+static int next_frame(const struct fmc_map *m, struct ctl_src *c,
+		      const struct frame *prev, struct frame *f)
+{
+	if (c->sock >= 0)
+		return read_frame_ctl(c, prev, f);
+	return read_frame(m, prev, f);
 }
 
 static void show(const struct fmc_map *m, struct frame *f,
@@ -605,12 +900,13 @@ static void show(const struct fmc_map *m, struct frame *f,
 int top_main(const char *socket_path, bool once, bool json)
 {
 	struct fmc_map m;
+	struct ctl_src c;
 	struct frame older = { 0 }, prev = { 0 }, cur;
-	int rc = open_or_say(socket_path, &m), key;
+	int rc = open_source(socket_path, &m, &c), key;
 
 	if (rc)
 		return rc;
-	if (read_frame(&m, NULL, &prev))
+	if (next_frame(&m, &c, NULL, &prev))
 		return 1;
 	if (!once && !json)
 		raw_terminal();
@@ -625,17 +921,21 @@ int top_main(const char *socket_path, bool once, bool json)
 			     false);
 			continue;
 		}
-		if (map_stale(&m, socket_path)) {
+		if (c.sock < 0 && map_stale(&m, socket_path)) {
 			fmc_map_close(&m);
 			frame_free(&older);
 			frame_free(&prev);
-			if ((rc = open_or_say(socket_path, &m)))
+			if ((rc = open_source(socket_path, &m, &c)))
 				break;
-			read_frame(&m, NULL, &prev);
+			next_frame(&m, &c, NULL, &prev);
 			continue;
 		}
-		if (read_frame(&m, &prev, &cur))
-			return 1;
+		if ((rc = next_frame(&m, &c, &prev, &cur))) {
+			fprintf(stderr, "moverctl top: %s\n", rc == -ENOMEM ?
+				"out of memory" : ctl_last_error());
+			rc = 3;
+			break;
+		}
 		show(&m, &cur, &prev, once, json);
 		frame_free(&older);
 		older = prev;
@@ -646,6 +946,6 @@ int top_main(const char *socket_path, bool once, bool json)
 	restore_terminal();
 	frame_free(&older);
 	frame_free(&prev);
-	fmc_map_close(&m);
+	close_source(&m, &c);
 	return rc;
 }

@@ -27,9 +27,10 @@
  *   6  a real Prometheus scraping both daemons every second during a
  *      paced transfer: rate(flowmover_flow_bytes_received_total) matches
  *      what the consumer measured over the same window within 10%
- *   7  who may read: another user cannot open the counters file (moverctl
- *      top says so, exit 4); flow show without the file still answers
- *      from the control socket
+ *   7  who may read: another user cannot open the counters file; moverctl
+ *      top then shows that user's flows (and no one else's) from the
+ *      control socket, and says so; without the file, top and flow show
+ *      answer from the control socket
  *   8  flow show and status carry the counters: from the file for root,
  *      from the control answer for a user allowed on the flow who may not
  *      read the file; the same figures either way
@@ -772,20 +773,30 @@ static void case_access(void)
 
 	hd_start(&d, moverd, "metrics7", false, NULL);
 	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create acc"), 0);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create theirs --allow-uid 65534"), 0);
 	/* nobody: not moverd's user or group */
-	pid = hx_spawn(&d, 65534, (const char *[]){ moverctl, "--socket",
-		d.sock, "top", "--once", NULL });
-	rc = hx_wait(pid, 10000);
-	CHECK(rc == 4);
-	/* without the file, flow show still answers */
 	snprintf(path, sizeof(path), "%s.counters", d.sock);
+	pid = hx_spawn(&d, 65534, (const char *[]){ "/bin/cat", path, NULL });
+	rc = hx_wait(pid, 10000);
+	CHECK(rc == 1);
+	CHECK(sh(out, sizeof(out), "setpriv --reuid 65534 --regid 65534 "
+		 "--clear-groups %s --socket %s top --once 2>&1", moverctl,
+		 d.sock) == 0);
+	printf("%s", out);
+	CHECK(strstr(out, "your flows, from the control socket"));
+	CHECK(strstr(out, "\ntheirs ") && !strstr(out, "\nacc "));
+	/* without the file: top and flow show answer from the socket */
 	snprintf(moved, sizeof(moved), "%s.moved", path);
 	CHECK(rename(path, moved) == 0);
 	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow show acc"), 0);
-	CHECK(strstr(out, "acc"));
-	CHECK(hd_ctl(&d, moverctl, out, sizeof(out), "top --once") == 3);
+	CHECK(strstr(out, "acc") && strstr(out, "from the control socket"));
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "top --once"), 0);
+	CHECK(strstr(out, "no counters file") && strstr(out, "\nacc "));
 	CHECK(rename(moved, path) == 0);
 	hd_stop(&d);
+	/* no moverd at all */
+	CHECK(hd_ctl(&d, moverctl, out, sizeof(out), "top --once") == 3);
 }
 
 /* ---- 8: flow show and status ---------------------------------------------------- */
