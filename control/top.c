@@ -597,6 +597,11 @@ static void draw_header(struct screen *sc, const struct fmc_map *m,
 	     d->v[FMC_D_CLIENTS], d->v[FMC_D_FDS]);
 	if (from_ctl)
 		line(sc, "(%s)", from_ctl);
+	/* killed, the file stays behind: say so rather than show it live
+	 * (a reader in another pid namespace would see every pid gone: it
+	 * is then told so wrongly, but shown the same figures) */
+	else if (kill((pid_t)m->h->pid, 0) && errno == ESRCH)
+		line(sc, "(moverd pid %u is gone: its last figures)", m->h->pid);
 	line(sc, "wakes/s: doorbell %.0f  network %.0f  timer %.0f   "
 	     "flows %" PRIu64 "  peers %" PRIu64,
 	     per_s(d->v[FMC_D_WAKE_DOORBELL], pv[FMC_D_WAKE_DOORBELL], dt),
