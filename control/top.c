@@ -688,16 +688,38 @@ static void jstr(const char *k, const char *s)
 	putchar('"');
 }
 
+/* "subscribers":[{"slot":0,"cut":false,"lag_bytes":...},...] */
+static void print_json_subs(const struct fmc_snap *s)
+{
+	uint64_t mask = s->v[FMC_F_SUB_MASK];
+	bool first = true;
+
+	printf(",\"subscribers\":[");
+	for (unsigned i = 0; i < FMC_SUBS; i++) {
+		const uint64_t *v = &s->v[FMC_F_SUB0 + FMC_SUB_VALUES * i];
+
+		if (!(mask & (1ull << i | 1ull << (16 + i))))
+			continue;
+		printf("%s{\"slot\":%u,\"cut\":%s,\"lag_bytes\":%" PRIu64
+		       ",\"records\":%" PRIu64 ",\"pid\":%" PRIu64 "}",
+		       first ? "" : ",", i,
+		       mask & (1ull << (16 + i)) ? "true" : "false",
+		       v[FMC_SUB_LAG], v[FMC_SUB_RECORDS], v[FMC_SUB_PID]);
+		first = false;
+	}
+	putchar(']');
+}
+
 static void print_json(const struct fmc_map *m, const struct frame *f)
 {
-	static const char *const fnames[FMC_F_COUNT] = {
+	static const char *const fnames[FMC_F_SUB0] = {
 		"role", "state", "state_since_ns", "error_ns", "ring_bytes",
 		"producers", "consumers", "bytes_committed",
 		"records_committed", "bytes_sent", "records_sent",
 		"bytes_acked", "bytes_deposited", "bytes_consumed",
 		"records_consumed", "batches", "lag_bytes",
 		"backpressure_events", "full_ns", "reconnects", "resumes",
-		"recovered",
+		"recovered", "subscriber_mask",
 	};
 	static const char *const pnames[FMC_P_RTT_BUCKET0] = {
 		"state", "rdma", "outbound", "flows", "bytes_tx", "bytes_rx",
@@ -735,8 +757,9 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		       "\"in_bytes_per_s\":%.0f,\"out_bytes_per_s\":%.0f",
 		       fmc_flow_state_name(r->s.v[FMC_F_STATE]),
 		       fmc_role_name(r->s.v[FMC_F_ROLE]), r->in, r->out);
-		for (unsigned k = 0; k < FMC_F_COUNT; k++)
+		for (unsigned k = 0; k < FMC_F_SUB0; k++)
 			printf(",\"%s\":%" PRIu64, fnames[k], r->s.v[k]);
+		print_json_subs(&r->s);
 		putchar('}');
 	}
 	printf("],\"peers\":[");

@@ -178,18 +178,38 @@ enum fmc_flow {
 	FMC_F_BYTES_CONSUMED,  /* the consumer's position since the ring
 				* began (local, receiver; sender: the peer
 				* consumer's, as last acknowledged) */
-	FMC_F_RECORDS_CONSUMED, /* 0 until ring format 2 counts them */
+	FMC_F_RECORDS_CONSUMED, /* by the slowest active subscriber (ring
+				 * format 2's slot count, published lazily) */
 	FMC_F_BATCHES,         /* sender: sends that carried its data */
 	FMC_F_LAG_BYTES,       /* committed (receiver: deposited) but not
 				* consumed yet (gauge) */
-	FMC_F_BACKPRESSURE,    /* producers found the ring full (ring
-				* format 2's full_events; 0 before it) */
+	FMC_F_BACKPRESSURE,    /* producers found the ring full and waited
+				* (the ring's full_events) */
 	FMC_F_FULL_NS,         /* ... and waited this long (full_ns) */
 	FMC_F_RECONNECTS,      /* links lost under it */
 	FMC_F_RESUMES,         /* opened again after a lost link or restart */
 	FMC_F_RECOVERED,       /* records of dead producers padded over */
-	FMC_F_COUNT
+	FMC_F_SUB_MASK,        /* the ring's subscriber slots in use: bit i
+				* ACTIVE; bit 16 + i CUT (by max_lag) */
+	FMC_F_SUB0,            /* then per slot i < FMC_SUBS, FMC_SUB_VALUES
+				* each: enum fmc_sub */
+	FMC_F_COUNT = FMC_F_SUB0 + 16 * 3
 };
+
+/* A flow's subscriber slots (ring format 2, ipc/ring.h "Subscribers"):
+ * value FMC_F_SUB0 + FMC_SUB_VALUES * slot + one of these.  Positions
+ * and counts are what each subscriber published (lazily: up to 64 KiB or
+ * ring/8 behind its private position). */
+#define FMC_SUBS       16u
+#define FMC_SUB_VALUES 3u
+enum fmc_sub {
+	FMC_SUB_LAG,           /* bytes between the tail and its position */
+	FMC_SUB_RECORDS,       /* records it consumed */
+	FMC_SUB_PID,           /* the holder's pid (0: moverd's own) */
+};
+_Static_assert(FMC_F_COUNT == FMC_F_SUB0 + FMC_SUBS * FMC_SUB_VALUES,
+	       "subscriber values");
+_Static_assert(FMC_F_COUNT <= FMC_VALUES, "flow values");
 
 enum fmc_flow_state {
 	FMC_S_OPEN, FMC_S_CONNECTING, FMC_S_RECONNECTING, FMC_S_FAILED,

@@ -283,6 +283,12 @@ static void fill_counters(const struct flow *f, const struct flowshm_info *in,
 	fi->resumes = f->st.resumes;
 	fi->bytes_consumed = consumed;
 	fi->lag_bytes = in->tail > consumed ? in->tail - consumed : 0;
+	if (f->view) { /* the producers' own counts (ring format 2) */
+		fi->backpressure_events = atomic_load_explicit(
+			&f->view->ring.sh->full_events, memory_order_relaxed);
+		fi->full_ns = atomic_load_explicit(&f->view->ring.sh->full_ns,
+						   memory_order_relaxed);
+	}
 }
 
 static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)

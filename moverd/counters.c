@@ -38,6 +38,11 @@ struct flow_shadow {
 	char reason[160];         /* as last seen */
 	char last_error[160];     /* the last reason that was not "" */
 	uint64_t since_ns, error_ns;
+	/* subscriber slots: the holder (gen) and records last seen, and
+	 * every record they took, summed (a counter that never goes back
+	 * when a subscriber leaves and another takes its slot) */
+	uint64_t sub_gen[FMC_SUBS], sub_records[FMC_SUBS];
+	uint64_t records_consumed;
 };
 
 static uint64_t realtime_ns(void)
@@ -193,6 +198,49 @@ static bool flow_state(struct counters *c, const struct flow *f,
 	return sh->error_ns != error_ns;
 }
 
+/*
+ * The ring's subscriber slots (ring format 2) into r, and the records
+ * they consumed, summed, into sh.  Every word is a client's: only
+ * reported, never trusted (a position beyond the tail reads as no lag).
+ */
+static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
+		       struct fr_shared *ring, uint64_t tail)
+{
+	uint64_t mask = 0;
+
+	for (unsigned i = 0; i < FMC_SUBS && i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &ring->subs[i];
+		unsigned base = FMC_F_SUB0 + FMC_SUB_VALUES * i;
+		uint32_t st = atomic_load_explicit(&s->state,
+						   memory_order_relaxed);
+		uint64_t gen, recs;
+
+		if (st != FR_SUB_ACTIVE && st != FR_SUB_CUT) {
+			fmc_set(r, base + FMC_SUB_LAG, 0);
+			fmc_set(r, base + FMC_SUB_RECORDS, 0);
+			fmc_set(r, base + FMC_SUB_PID, 0);
+			continue;
+		}
+		mask |= st == FR_SUB_ACTIVE ? 1ull << i : 1ull << (16 + i);
+		gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
+		recs = atomic_load_explicit(&s->records, memory_order_relaxed);
+		/* a new holder counts from 0; a count that went back too */
+		if (gen != sh->sub_gen[i] || recs < sh->sub_records[i])
+			sh->sub_records[i] = 0;
+		sh->records_consumed += recs - sh->sub_records[i];
+		sh->sub_gen[i] = gen;
+		sh->sub_records[i] = recs;
+		fmc_set(r, base + FMC_SUB_LAG,
+			minus(tail, atomic_load_explicit(&s->pos,
+							 memory_order_relaxed)));
+		fmc_set(r, base + FMC_SUB_RECORDS, recs);
+		fmc_set(r, base + FMC_SUB_PID,
+			atomic_load_explicit(&s->pid, memory_order_relaxed));
+	}
+	fmc_set(r, FMC_F_SUB_MASK, mask);
+	fmc_set(r, FMC_F_RECORDS_CONSUMED, sh->records_consumed);
+}
+
 static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 {
 	struct fmc_record *r;
@@ -254,6 +302,16 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	fmc_set(r, FMC_F_RECONNECTS, f->st.reconnects);
 	fmc_set(r, FMC_F_RESUMES, f->st.resumes);
 	fmc_set(r, FMC_F_RECOVERED, in.recovered);
+	if (f->view) {
+		struct fr_shared *ring = ring_of(f)->sh;
+
+		/* the producers' own counts, written only when full */
+		fmc_set(r, FMC_F_BACKPRESSURE, atomic_load_explicit(
+				&ring->full_events, memory_order_relaxed));
+		fmc_set(r, FMC_F_FULL_NS, atomic_load_explicit(
+				&ring->full_ns, memory_order_relaxed));
+		write_subs(r, sh, ring, in.tail);
+	}
 	fmc_end(r);
 }
 

@@ -121,6 +121,9 @@ static const struct flow_metric flow_metrics[] = {
 	{ { "flowmover_flow_batches", "counter",
 	    "Sends that carried this flow's data (sender flows)." },
 	  FMC_F_BATCHES, 0, 1 },
+	{ { "flowmover_flow_records_consumed", "counter",
+	    "Records its subscribers took (summed over them)." },
+	  FMC_F_RECORDS_CONSUMED, 0, -1 },
 	{ { "flowmover_flow_backpressure_events", "counter",
 	    "Times producers found the ring full." }, FMC_F_BACKPRESSURE, 0,
 	  -1 },
@@ -171,6 +174,38 @@ static void flow_labels(struct buf *b, const struct fmc_snap *s)
 	put(b, "}");
 }
 
+/* Each subscriber's lag (ring format 2: several consumers per flow). */
+static void render_subs(struct buf *b, const struct fmc_snap *snaps,
+			unsigned n, bool om)
+{
+	static const struct family lag = { "flowmover_flow_subscriber_lag_bytes",
+		"gauge", "Bytes between the tail and one subscriber's published "
+		"position (cut: dropped by max_lag)." };
+	char slot[16], pid[24];
+
+	put_family(b, &lag, om);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t mask = snaps[i].v[FMC_F_SUB_MASK];
+
+		for (unsigned k = 0; k < FMC_SUBS; k++) {
+			const uint64_t *v = &snaps[i].v[FMC_F_SUB0 +
+							FMC_SUB_VALUES * k];
+
+			if (!(mask & (1ull << k | 1ull << (16 + k))))
+				continue;
+			snprintf(slot, sizeof(slot), "%u", k);
+			snprintf(pid, sizeof(pid), "%" PRIu64, v[FMC_SUB_PID]);
+			put(b, "flowmover_flow_subscriber_lag_bytes{");
+			put_label(b, "flow", snaps[i].text[FMC_NAME], false);
+			put_label(b, "slot", slot, false);
+			put_label(b, "pid", pid, false);
+			put_label(b, "cut", mask & (1ull << (16 + k)) ? "1" : "0",
+				  true);
+			put(b, "} %" PRIu64 "\n", v[FMC_SUB_LAG]);
+		}
+	}
+}
+
 static void render_flows(struct buf *b, const struct fmc_header *h,
 			 struct fmc_snap *snaps, unsigned n, bool om)
 {
@@ -194,6 +229,7 @@ static void render_flows(struct buf *b, const struct fmc_header *h,
 			put_value(b, snaps[i].v[fm->v], fm->flags);
 		}
 	}
+	render_subs(b, snaps, n, om);
 	put_family(b, &state, om);
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned s = 0; s < 5; s++) {

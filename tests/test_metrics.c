@@ -172,11 +172,38 @@ static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
 	_exit(0);
 }
 
+/* Send 1 KiB records until the ring is full and a send has waited ms:
+ * exit 0 when it timed out so. */
+static pid_t fill(const struct hd *d, const char *flow, int ms)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	flowshm_t *f;
+	char buf[1024] = { 0 };
+	int rc;
+
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f))
+		_exit(2);
+	for (int i = 0; i < 1000; i++)
+		if ((rc = flowshm_send(f, buf, sizeof(buf), ms * (int64_t)MS)))
+			_exit(rc == -ETIMEDOUT ? 0 : 3);
+	_exit(4); /* never full */
+}
+
 /* What a consumer saw: (time, bytes so far) every 100 ms. */
 struct seen {
 	uint64_t n;
 	uint64_t t_unix_ns[4096], bytes[4096];
 	uint64_t total, records;
+	bool linger;            /* stay attached after the last record ... */
+	_Atomic bool release;   /* ... until this is set */
 };
 
 static uint64_t unix_ns(void)
@@ -228,6 +255,12 @@ static pid_t consume(const struct hd *d, const char *flow, uint64_t n,
 			next = now + 100 * MS;
 		}
 	}
+	/* linger attached if asked, waiting in recv: a subscriber publishes
+	 * its position and count before it sleeps (ring format 2) */
+	while (s->linger && !atomic_load(&s->release))
+		if (flowshm_recv(f, buf, sizeof(buf), &len, 50 * (int64_t)MS) !=
+		    -ETIMEDOUT)
+			_exit(4); /* a record more than were sent */
 	flowshm_detach(f);
 	_exit(0);
 }
@@ -289,13 +322,42 @@ static void case_file(void)
 
 	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
 			"flow create loc --ring-size 256K"), 0);
+	seen->linger = true;
 	c = consume(&d, "loc", 20000, seen);
 	p = produce(&d, "loc", 20000, 1000, 0);
 	wait_ok(p, 60000, "producer");
-	wait_ok(c, 60000, "consumer");
+	for (int i = 0; i < 3000 && seen->records < 20000; i++)
+		usleep(10000);
 	CHECK(seen->total == 20000ull * 1000);
+	/* the consumer sleeps, still attached: its slot is published */
+	usleep(200000);
 	next_pass(&m);
 	CHECK(find_rec(&m, FMC_FLOW, "loc", &s, &idx));
+	printf("  subscribers %#llx: slot 0 lag %llu, records %llu, pid %llu; "
+	       "flow: records consumed %llu, full %llu times, %.3f s\n",
+	       (unsigned long long)s.v[FMC_F_SUB_MASK],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_LAG],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_RECORDS],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_PID],
+	       (unsigned long long)s.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)s.v[FMC_F_BACKPRESSURE],
+	       (double)s.v[FMC_F_FULL_NS] / 1e9);
+	CHECK(__builtin_popcountll(s.v[FMC_F_SUB_MASK]) == 1);
+	for (unsigned k = 0; k < FMC_SUBS; k++) {
+		const uint64_t *v = &s.v[FMC_F_SUB0 + FMC_SUB_VALUES * k];
+
+		if (!(s.v[FMC_F_SUB_MASK] & (1ull << k)))
+			continue;
+		CHECK(v[FMC_SUB_LAG] == 0 && v[FMC_SUB_RECORDS] == 20000);
+		CHECK(v[FMC_SUB_PID] == (uint64_t)c);
+	}
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000);
+	atomic_store(&seen->release, true);
+	wait_ok(c, 60000, "consumer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "loc", &s, &idx));
+	CHECK(s.v[FMC_F_SUB_MASK] == 0);
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000); /* a counter stays */
 	/* 1000-byte records take 1008 + 16 bytes of the ring */
 	CHECK(s.v[FMC_F_BYTES_COMMITTED] >= 20000ull * 1000);
 	CHECK(s.v[FMC_F_BYTES_COMMITTED] == s.v[FMC_F_BYTES_CONSUMED]);
@@ -304,6 +366,21 @@ static void case_file(void)
 	CHECK(s.v[FMC_F_RING_BYTES] == 256 << 10);
 	CHECK(s.v[FMC_F_PRODUCERS] == 0 && s.v[FMC_F_CONSUMERS] == 0);
 	inc = s.incarnation;
+
+	/* a ring nobody reads: the producer waits for room, and it shows */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create full --ring-size 64K"), 0);
+	p = fill(&d, "full", 300);
+	wait_ok(p, 30000, "filling producer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "full", &s2, NULL));
+	printf("  a full ring: %llu waits, %.3f s waiting, lag %llu\n",
+	       (unsigned long long)s2.v[FMC_F_BACKPRESSURE],
+	       (double)s2.v[FMC_F_FULL_NS] / 1e9,
+	       (unsigned long long)s2.v[FMC_F_LAG_BYTES]);
+	CHECK(s2.v[FMC_F_BACKPRESSURE] >= 1);
+	CHECK(s2.v[FMC_F_FULL_NS] >= 200 * MS); /* of the 300 ms send */
+	CHECK(s2.v[FMC_F_LAG_BYTES] > 60 << 10);
 
 	/* destroyed: the record goes; a new flow gets a new incarnation */
 	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow destroy loc"), 0);
