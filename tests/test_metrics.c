@@ -960,6 +960,9 @@ static void case_text(void)
 	fmc_set(r, FMC_F_ROLE, 1);
 	fmc_set(r, FMC_F_BYTES_SENT, 12345);
 	fmc_set(r, FMC_F_FULL_NS, 1500000000);
+	fmc_set(r, FMC_F_SUB_MASK, 1u << 3);
+	fmc_set(r, FMC_F_SUB0 + 3 * FMC_SUB_VALUES + FMC_SUB_LAG, 777);
+	fmc_set(r, FMC_F_SUB0 + 3 * FMC_SUB_VALUES + FMC_SUB_PID, 4242);
 	fmc_end(r);
 	r = fmc_record(h, fmc_first_peer(h));
 	fmc_begin(r);
@@ -980,6 +983,9 @@ static void case_text(void)
 	CHECK(strstr(text, "# TYPE flowmover_flow_bytes_sent_total counter\n"));
 	CHECK(strstr(text, "flowmover_flow_full_seconds_total{flow=\"we"));
 	CHECK(strstr(text, " 1.500000000\n"));
+	CHECK(strstr(text, "flowmover_flow_subscriber_lag_bytes{flow=\"we\\\""
+		      "ird\\\\na\\nme\",slot=\"3\",pid=\"4242\",cut=\"0\"}"
+		      " 777\n"));
 	/* 900 us falls below the 1.024 ms boundary, and in every one after */
 	CHECK(strstr(text, "flowmover_peer_ack_rtt_seconds_bucket{peer=\"[fe80"
 		      "::1]:7400\",transport=\"tcp\",le=\"0.000512\"} 0\n"));
