@@ -43,6 +43,7 @@ struct flow_shadow {
 	 * when a subscriber leaves and another takes its slot) */
 	uint64_t sub_gen[FMC_SUBS], sub_records[FMC_SUBS];
 	uint64_t records_consumed;
+	uint32_t sub_written;     /* slots whose values are not all 0 */
 };
 
 static uint64_t realtime_ns(void)
@@ -207,20 +208,32 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
 		       struct fr_shared *ring, uint64_t tail)
 {
 	uint64_t mask = 0;
+	/* the slots in use, and those shown last time (one may have been
+	 * cut or freed since): not all 16 lines of every ring each pass */
+	uint32_t visit = (atomic_load_explicit(&ring->sub_mask,
+					       memory_order_relaxed) |
+			  sh->sub_written) & ((1u << FMC_SUBS) - 1);
 
 	for (unsigned i = 0; i < FMC_SUBS && i < FR_MAX_SUBS; i++) {
 		struct fr_sub *s = &ring->subs[i];
 		unsigned base = FMC_F_SUB0 + FMC_SUB_VALUES * i;
-		uint32_t st = atomic_load_explicit(&s->state,
-						   memory_order_relaxed);
 		uint64_t gen, recs;
+		uint32_t st;
 
+		if (!(visit & (1u << i)))
+			continue;
+		st = atomic_load_explicit(&s->state, memory_order_relaxed);
 		if (st != FR_SUB_ACTIVE && st != FR_SUB_CUT) {
-			fmc_set(r, base + FMC_SUB_LAG, 0);
-			fmc_set(r, base + FMC_SUB_RECORDS, 0);
-			fmc_set(r, base + FMC_SUB_PID, 0);
+			/* a free slot's zeros once, not every pass */
+			if (sh->sub_written & (1u << i)) {
+				fmc_set(r, base + FMC_SUB_LAG, 0);
+				fmc_set(r, base + FMC_SUB_RECORDS, 0);
+				fmc_set(r, base + FMC_SUB_PID, 0);
+				sh->sub_written &= ~(1u << i);
+			}
 			continue;
 		}
+		sh->sub_written |= 1u << i;
 		mask |= st == FR_SUB_ACTIVE ? 1ull << i : 1ull << (16 + i);
 		gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
 		recs = atomic_load_explicit(&s->records, memory_order_relaxed);
