@@ -21,6 +21,12 @@ PACKAGES=(
     sockperf                              # TCP ping-pong floor of flowbench's
                                           # latency runs (issue 12)
     python3                               # demo: picks a free port
+    libmicrohttpd-dev                     # moverd --metrics (metrics_http.c)
+    prometheus curl                       # test_metrics: a real Prometheus
+                                          # scrapes --metrics; promtool
+                                          # checks contrib/prometheus rules
+    tmux                                  # test_metrics: moverctl top in a
+                                          # real 80x24 terminal
 )
 
 SUDO=

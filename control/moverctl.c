@@ -8,6 +8,7 @@
  */
 #include "ctl_client.h"
 #include "auth.h"
+#include "top.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,6 +59,13 @@ static const char usage_text[] =
 "  status\n"
 "  reload            read moverd's config file again and apply its flow\n"
 "                    declarations (the same as SIGHUP to moverd); root only\n"
+"  top [--once] [--json]\n"
+"                    live flows and peers with rates from moverd's counters\n"
+"                    file (SOCKET.counters); keys: r rate, l lag, n name,\n"
+"                    q quit.  --once: one frame (rates over 1 s); --json:\n"
+"                    one JSON object per second (with --once: one).\n"
+"                    Without read access to the counters file (moverd's\n"
+"                    group): your flows, from the control socket\n"
 "  keygen FILE       write a new peer key (32 random bytes, mode 0600) for\n"
 "                    moverd --peer-key; prints its id.  The same by hand:\n"
 "                    head -c32 /dev/urandom > FILE; chmod 600 FILE\n"
@@ -102,6 +110,7 @@ struct opts {
 	bool acl_opts;
 	uint32_t acl_uids[MAX_IDS], acl_gids[MAX_IDS];
 	size_t n_acl_uids, n_acl_gids;
+	bool once;              /* top */
 };
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -522,7 +531,75 @@ static void j_ids(struct json *j, const char *k, const uint32_t *ids, size_t n)
 	putchar(']');
 }
 
-static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
+/*
+ * The counters of `flow show` (issue 10): the counters file's record when
+ * this user may read SOCKET.counters (moverd's group), else what the
+ * control answer carries.
+ */
+struct flow_counters {
+	const char *source;      /* "counters file" or "control socket" */
+	uint64_t batches, bytes_sent, reconnects, resumes, lag, consumed;
+	uint64_t bp_events, full_ns;
+	uint64_t state_since_ns, error_ns; /* file only */
+	const char *last_error;            /* file only */
+};
+
+static void counters_of(const char *socket, const Flowmover__FlowInfo *f,
+			struct flow_counters *k)
+{
+	static struct fmc_snap s;
+	struct fmc_map m;
+
+	*k = (struct flow_counters){
+		.source = "control socket", .batches = f->batches,
+		.bytes_sent = f->bytes_sent, .reconnects = f->reconnects,
+		.resumes = f->resumes, .lag = f->lag_bytes,
+		.consumed = f->bytes_consumed,
+		.bp_events = f->backpressure_events, .full_ns = f->full_ns,
+		.last_error = "",
+	};
+	if (fmc_map_open(socket, &m))
+		return;
+	if (fmc_find_flow(&m, f->name, &s)) {
+		*k = (struct flow_counters){
+			.source = "counters file",
+			.batches = s.v[FMC_F_BATCHES],
+			.bytes_sent = s.v[FMC_F_BYTES_SENT],
+			.reconnects = s.v[FMC_F_RECONNECTS],
+			.resumes = s.v[FMC_F_RESUMES],
+			.lag = s.v[FMC_F_LAG_BYTES],
+			.consumed = s.v[FMC_F_BYTES_CONSUMED],
+			.bp_events = s.v[FMC_F_BACKPRESSURE],
+			.full_ns = s.v[FMC_F_FULL_NS],
+			.state_since_ns = s.v[FMC_F_STATE_SINCE_NS],
+			.error_ns = s.v[FMC_F_ERROR_NS],
+			.last_error = s.text[FMC_ERROR],
+		};
+	}
+	fmc_map_close(&m);
+}
+
+static void j_counters(struct json *j, const struct flow_counters *k)
+{
+	j_key(j, "counters");
+	j_open(j, '{');
+	j_str(j, "source", k->source);
+	j_u64(j, "batches", k->batches);
+	j_u64(j, "mean_batch_bytes", k->batches ? k->bytes_sent / k->batches : 0);
+	j_u64(j, "lag_bytes", k->lag);
+	j_u64(j, "bytes_consumed", k->consumed);
+	j_u64(j, "backpressure_events", k->bp_events);
+	j_u64(j, "full_ns", k->full_ns);
+	j_u64(j, "reconnects", k->reconnects);
+	j_u64(j, "resumes", k->resumes);
+	j_u64(j, "state_since_unix_ns", k->state_since_ns);
+	j_str(j, "last_error", k->last_error);
+	j_u64(j, "last_error_unix_ns", k->error_ns);
+	j_close(j, '}');
+}
+
+static void j_flow(struct json *j, const Flowmover__FlowInfo *f,
+		   const struct flow_counters *k)
 {
 	j_open(j, '{');
 	j_str(j, "name", f->name);
@@ -549,6 +626,8 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
 	j_u64(j, "bytes_acked", f->bytes_acked);
 	j_bool(j, "declared", f->declared);
 	j_bool(j, "existed", f->existed);
+	if (k)
+		j_counters(j, k);
 	j_close(j, '}');
 }
 
@@ -564,7 +643,7 @@ static void print_list(const Flowmover__FlowList *l, bool json)
 
 		j_open(&j, '[');
 		for (size_t i = 0; i < l->n_flows; i++)
-			j_flow(&j, l->flows[i]);
+			j_flow(&j, l->flows[i], NULL);
 		j_close(&j, ']');
 		return;
 	}
@@ -586,14 +665,35 @@ static void print_list(const Flowmover__FlowList *l, bool json)
 	tbl_print(&t);
 }
 
-static void print_flow(const Flowmover__FlowInfo *f, bool json)
+static void print_counters(const struct flow_counters *k)
+{
+	char a[64], b[64];
+
+	kv("lag", "%s (%" PRIu64 " bytes)", fmt_size(a, sizeof(a), k->lag),
+	   k->lag);
+	kv("consumed", "%" PRIu64, k->consumed);
+	if (k->batches)
+		kv("batches", "%" PRIu64 " (mean %s)", k->batches,
+		   fmt_size(b, sizeof(b), k->bytes_sent / k->batches));
+	kv("back-pressure", "%" PRIu64 " times full, %.3f s waiting",
+	   k->bp_events, (double)k->full_ns / 1e9);
+	kv("reconnects", "%" PRIu64 " (resumed %" PRIu64 ")", k->reconnects,
+	   k->resumes);
+	if (k->error_ns)
+		kv("last error", "%s (%s)", k->last_error,
+		   fmt_time_ms(a, sizeof(a), k->error_ns / 1000000));
+	kv("counters", "from the %s", k->source);
+}
+
+static void print_flow(const Flowmover__FlowInfo *f, bool json,
+		       const struct flow_counters *k)
 {
 	char a[64], b[64], ids[MAX_IDS * 12];
 
 	if (json) {
 		struct json j = { 0 };
 
-		j_flow(&j, f);
+		j_flow(&j, f, k);
 		return;
 	}
 	kv("name", "%s", f->name);
@@ -625,6 +725,8 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json)
 	kv("bytes sent", "%" PRIu64, f->bytes_sent);
 	kv("bytes acked", "%" PRIu64, f->bytes_acked);
 	kv("declared", "%s", f->declared ? "yes (moverd's config)" : "no");
+	if (k)
+		print_counters(k);
 }
 
 /* "NODE key KEYID", "NODE (no key)", or "not authenticated". */
@@ -638,7 +740,61 @@ static void peer_identity(const Flowmover__PeerInfo *p, char *out, size_t cap)
 		snprintf(out, cap, "%s (no key)", dash(p->node));
 }
 
-static void print_status(const Flowmover__StatusInfo *s, bool json)
+/* A peer's acknowledgement times over moverd's life from the counters
+ * file's histogram (p50, p99 in ns); false if this user may not read it. */
+static bool peer_rtt(const struct fmc_map *m, const char *address,
+		     uint64_t *p50, uint64_t *p99)
+{
+	static struct fmc_snap s;
+
+	if (!m->h)
+		return false;
+	for (unsigned i = 0; i < m->h->n_peer; i++)
+		if (fmc_peer(m, i, &s) && !strcmp(s.text[FMC_NAME], address)) {
+			*p50 = fmc_rtt_quantile(&s.v[FMC_P_RTT_BUCKET0], NULL, 0.5);
+			*p99 = fmc_rtt_quantile(&s.v[FMC_P_RTT_BUCKET0], NULL, 0.99);
+			return true;
+		}
+	return false;
+}
+
+static void print_peer_counters(const Flowmover__StatusInfo *s,
+				const struct fmc_map *m)
+{
+	struct table t = { .ncol = 8 };
+	char a[16], b[16], c[24], d[24], e[24], g[24], h[16];
+
+	for (size_t i = 1; i < 8; i++)
+		t.right[i] = true;
+	tbl_row(&t, (const char *const[]){ "PEER", "FRAMES OUT", "FRAMES IN",
+		"ACKS TIMED", "RTT MEAN", "RTT p50/p99", "RTT MAX",
+		"HB MISSED" });
+	for (size_t i = 0; i < s->n_peers; i++) {
+		const Flowmover__PeerInfo *p = s->peers[i];
+		uint64_t p50, p99;
+
+		snprintf(a, sizeof(a), "%" PRIu64, p->frames_sent);
+		snprintf(b, sizeof(b), "%" PRIu64, p->frames_received);
+		snprintf(c, sizeof(c), "%" PRIu64, p->ack_rtt_count);
+		snprintf(d, sizeof(d), "%.0f us", p->ack_rtt_count ?
+			 (double)p->ack_rtt_sum_ns / 1e3 /
+			 (double)p->ack_rtt_count : 0.0);
+		if (peer_rtt(m, p->address, &p50, &p99))
+			snprintf(e, sizeof(e), "%.0f/%.0f us", (double)p50 / 1e3,
+				 (double)p99 / 1e3);
+		else
+			snprintf(e, sizeof(e), "-");
+		snprintf(g, sizeof(g), "%.0f us", (double)p->ack_rtt_max_ns / 1e3);
+		snprintf(h, sizeof(h), "%" PRIu64, p->heartbeats_missed);
+		tbl_row(&t, (const char *const[]){ dash(p->address), a, b, c, d,
+			e, g, h });
+	}
+	putchar('\n');
+	tbl_print(&t);
+}
+
+static void print_status(const Flowmover__StatusInfo *s, bool json,
+			 const struct fmc_map *m)
 {
 	char a[64], b[32], c[32], d[16], e[16], g[40], h[32], id[160];
 	struct table t = { .ncol = 9 };
@@ -669,10 +825,18 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_u64(&j, "clients_refused", s->clients_refused);
 		j_u64(&j, "peers_refused", s->peers_refused);
 		j_u64(&j, "accept_waits", s->accept_waits);
+		j_u64(&j, "work_cycles", s->work_cycles);
+		j_u64(&j, "wakes_doorbell", s->wakes_doorbell);
+		j_u64(&j, "wakes_network", s->wakes_network);
+		j_u64(&j, "wakes_timer", s->wakes_timer);
+		j_u64(&j, "cpu_user_ns", s->cpu_user_ns);
+		j_u64(&j, "cpu_sys_ns", s->cpu_sys_ns);
+		j_u64(&j, "open_fds", s->open_fds);
 		j_key(&j, "peers");
 		j_open(&j, '[');
 		for (size_t i = 0; i < s->n_peers; i++) {
 			const Flowmover__PeerInfo *p = s->peers[i];
+			uint64_t p50, p99;
 
 			j_open(&j, '{');
 			j_str(&j, "address", p->address);
@@ -689,6 +853,18 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 			j_key(&j, "authenticated");
 			j_sep(&j);
 			fputs(p->authenticated ? "true" : "false", stdout);
+			j_u64(&j, "frames_sent", p->frames_sent);
+			j_u64(&j, "frames_received", p->frames_received);
+			j_u64(&j, "ack_rtt_count", p->ack_rtt_count);
+			j_u64(&j, "ack_rtt_sum_ns", p->ack_rtt_sum_ns);
+			j_u64(&j, "ack_rtt_max_ns", p->ack_rtt_max_ns);
+			if (peer_rtt(m, p->address, &p50, &p99)) {
+				j_u64(&j, "ack_rtt_p50_ns", p50);
+				j_u64(&j, "ack_rtt_p99_ns", p99);
+			}
+			j_u64(&j, "heartbeats_missed", p->heartbeats_missed);
+			j_u64(&j, "rdma_wr_posted", p->rdma_wr_posted);
+			j_u64(&j, "rdma_wc_polled", p->rdma_wc_polled);
 			j_close(&j, '}');
 		}
 		j_close(&j, ']');
@@ -708,8 +884,14 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	kv("flows", "%" PRIu32, s->flows);
 	kv("clients", "%" PRIu32, s->clients);
 	kv("doorbell", "%s", dash(s->doorbell));
-	kv("mover", "%" PRIu64 " cycles, %" PRIu64 " sleeps, %" PRIu64
-	   " ended by the doorbell", s->cycles, s->sleeps, s->doorbell_rings);
+	kv("mover", "%" PRIu64 " cycles (%" PRIu64 " with work), %" PRIu64
+	   " sleeps, %" PRIu64 " ended by the doorbell", s->cycles,
+	   s->work_cycles, s->sleeps, s->doorbell_rings);
+	kv("woken by", "doorbell %" PRIu64 ", network %" PRIu64 ", timer %"
+	   PRIu64, s->wakes_doorbell, s->wakes_network, s->wakes_timer);
+	kv("cpu", "%.2f s user, %.2f s system", (double)s->cpu_user_ns / 1e9,
+	   (double)s->cpu_sys_ns / 1e9);
+	kv("open fds", "%" PRIu64, s->open_fds);
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);
@@ -737,6 +919,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 			strcmp(p->transport, "rdma") ? "-" : g, id });
 	}
 	tbl_print(&t);
+	print_peer_counters(s, m);
 }
 
 /* ---- talking to moverd ------------------------------------------------------ */
@@ -801,7 +984,7 @@ static int cmd_create(const struct opts *o, const char *name)
 	if (ex)
 		return ex;
 	if (o->json)
-		print_flow(resp->flow, true);
+		print_flow(resp->flow, true, NULL);
 	else
 		printf("%s flow '%s' (ring %s, max record %s%s%s)\n",
 		       resp->flow->existed ? "exists:" : "created", name,
@@ -910,7 +1093,7 @@ static int cmd_allow(const struct opts *o, const char *name, bool remove)
 		return ex;
 	f = resp->flow;
 	if (o->json)
-		print_flow(f, true);
+		print_flow(f, true, NULL);
 	else
 		printf("flow '%s': allowed uids %s; allowed gids %s\n", name,
 		       fmt_ids(u, sizeof(u), f->allow_uids, f->n_allow_uids),
@@ -985,6 +1168,7 @@ out:
 
 static int cmd_show(const struct opts *o, const char *name)
 {
+	struct flow_counters k;
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__DescribeFlow d = FLOWMOVER__DESCRIBE_FLOW__INIT;
 	Flowmover__Response *resp;
@@ -996,7 +1180,8 @@ static int cmd_show(const struct opts *o, const char *name)
 	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
 	if (ex)
 		return ex;
-	print_flow(resp->flow, o->json);
+	counters_of(ctl_socket_path(o->socket), resp->flow, &k);
+	print_flow(resp->flow, o->json, &k);
 	ctl_response_free(resp);
 	return EX_OK;
 }
@@ -1063,7 +1248,7 @@ static int cmd_wait(const struct opts *o, const char *name)
 	if (ex)
 		return ex;
 	if (o->json)
-		print_flow(resp->flow, true);
+		print_flow(resp->flow, true, NULL);
 	else
 		printf("flow '%s' exists\n", name);
 	ctl_response_free(resp);
@@ -1105,6 +1290,7 @@ static int cmd_destroy_all(const struct opts *o)
 
 static int cmd_status(const struct opts *o)
 {
+	struct fmc_map m;
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__GetStatus g = FLOWMOVER__GET_STATUS__INIT;
 	Flowmover__Response *resp;
@@ -1115,7 +1301,9 @@ static int cmd_status(const struct opts *o)
 	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_STATUS);
 	if (ex)
 		return ex;
-	print_status(resp->status, o->json);
+	fmc_map_open(ctl_socket_path(o->socket), &m); /* else m.h == NULL */
+	print_status(resp->status, o->json, &m);
+	fmc_map_close(&m);
 	ctl_response_free(resp);
 	return EX_OK;
 }
@@ -1181,6 +1369,7 @@ enum {
 	OPT_GID,
 	OPT_DRAIN,
 	OPT_ALL,
+	OPT_ONCE,
 };
 
 static const struct option long_opts[] = {
@@ -1198,6 +1387,7 @@ static const struct option long_opts[] = {
 	{ "gid",        required_argument, NULL, OPT_GID },
 	{ "drain",      no_argument,       NULL, OPT_DRAIN },
 	{ "all",        no_argument,       NULL, OPT_ALL },
+	{ "once",       no_argument,       NULL, OPT_ONCE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -1297,6 +1487,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			(*n)++;
 			break;
 		}
+		case OPT_ONCE:
+			o->once = true;
+			break;
 		case ':':
 			return usage_error("option '%s' needs a value",
 					   argv[optind - 1]);
@@ -1355,6 +1548,8 @@ int main(int argc, char **argv)
 			     !strcmp(args[1], "disallow"))))
 		return usage_error("--uid and --gid go with 'flow allow' and "
 				   "'flow disallow'");
+	if (o.once && strcmp(args[0], "top"))
+		return usage_error("--once goes with 'top'");
 	if (!strcmp(args[0], "keygen")) {
 		if (n != 2)
 			return usage_error("keygen: use keygen FILE");
@@ -1371,6 +1566,12 @@ int main(int argc, char **argv)
 			return usage_error("reload: unexpected argument '%s'",
 					   args[1]);
 		return cmd_reload(&o);
+	}
+	if (!strcmp(args[0], "top")) {
+		if (n > 1)
+			return usage_error("top: unexpected argument '%s'",
+					   args[1]);
+		return top_main(ctl_socket_path(o.socket), o.once, o.json);
 	}
 	if (strcmp(args[0], "flow"))
 		return usage_error("unknown command '%s'", args[0]);

@@ -8,6 +8,7 @@
  * sane the connection goes on, otherwise it is closed after the response.
  */
 #include "control.h"
+#include "counters.h"
 #include "ctl_frame.h"
 #include "declared.h"
 #include "eos.h"
@@ -271,6 +272,25 @@ static void respond_ok(struct ctl_client *c, uint64_t id)
 
 /* ---- requests ----------------------------------------------------------- */
 
+/* The flow's counters, as the counters file has them (counters.c). */
+static void fill_counters(const struct flow *f, const struct flowshm_info *in,
+			  Flowmover__FlowInfo *fi)
+{
+	uint64_t consumed = f->role == FLOW_SENDER ? f->remote_head : in->head;
+
+	fi->batches = f->st.batches;
+	fi->reconnects = f->st.reconnects;
+	fi->resumes = f->st.resumes;
+	fi->bytes_consumed = consumed;
+	fi->lag_bytes = in->tail > consumed ? in->tail - consumed : 0;
+	if (f->view) { /* the producers' own counts (ring format 2) */
+		fi->backpressure_events = atomic_load_explicit(
+			&f->view->ring.sh->full_events, memory_order_relaxed);
+		fi->full_ns = atomic_load_explicit(&f->view->ring.sh->full_ns,
+						   memory_order_relaxed);
+	}
+}
+
 static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 {
 	struct flowshm_info in = { 0 };
@@ -304,6 +324,7 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->bytes_acked = f->role == FLOW_SENDER ? f->bytes_acked : f->bytes_sent;
 	fi->recovered = in.recovered;
 	fi->created_unix_ms = f->created_unix_ms;
+	fill_counters(f, &in, fi);
 }
 
 static void respond_flow(struct ctl_client *c, uint64_t id,
@@ -937,6 +958,34 @@ static void flow_added(void *arg, struct flow *f)
 	}
 }
 
+static void fill_peer_counters(const struct peer_stats *s,
+			       Flowmover__PeerInfo *pi)
+{
+	pi->frames_sent = s->frames_tx;
+	pi->frames_received = s->frames_rx;
+	pi->ack_rtt_count = s->rtt_count;
+	pi->ack_rtt_sum_ns = s->rtt_sum_ns;
+	pi->ack_rtt_max_ns = s->rtt_max_ns;
+	pi->heartbeats_missed = s->hb_missed;
+	pi->rdma_wr_posted = s->wr_posted;
+	pi->rdma_wc_polled = s->wc_polled;
+}
+
+/* What the loop and the sampler count about moverd itself (counters.h). */
+static void fill_daemon_counters(const struct counters *k,
+				 Flowmover__StatusInfo *st)
+{
+	if (!k)
+		return;
+	st->work_cycles = k->d.work_cycles;
+	st->wakes_doorbell = k->d.wake_doorbell;
+	st->wakes_network = k->d.wake_network;
+	st->wakes_timer = k->d.wake_timer;
+	st->cpu_user_ns = k->cpu_user_ns;
+	st->cpu_sys_ns = k->cpu_sys_ns;
+	st->open_fds = k->fds;
+}
+
 static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
@@ -973,6 +1022,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].node = (char *)ps[i].node;
 		pi[i].key_id = (char *)ps[i].key_id;
 		pi[i].authenticated = ps[i].authenticated;
+		fill_peer_counters(ps[i].st, &pi[i]);
 		pip[i] = &pi[i];
 	}
 	st.n_peers = np;
@@ -982,6 +1032,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.socket_path = (char *)c->srv->socket_path;
 	st.listen = c->srv->peers->listen_addr;
 	st.pid = (uint32_t)getpid();
+	fill_daemon_counters(c->srv->counters, &st);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_STATUS;
 	resp.status = &st;
 	respond(c, &resp, id, NULL);

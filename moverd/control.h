@@ -61,6 +61,7 @@ struct ctl_server {
 	unsigned n_waiting;
 	struct loop_op wait_op;
 	struct __kernel_timespec wait_ts;
+	const struct counters *counters; /* the daemon's (status), or NULL */
 };
 
 /* Bind the socket (mode applied before listen) and start accepting. */

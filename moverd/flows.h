@@ -8,6 +8,7 @@
 #define MOVERD_FLOWS_H
 
 #include "flowshm_internal.h"
+#include "stats.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -131,6 +132,7 @@ struct flow {
 	uint64_t reopen_at_ns;
 
 	uint64_t bytes_sent, bytes_acked;
+	struct flow_stats st;     /* for the counters file (stats.h) */
 
 	const char *transport;   /* of its peer connection: "tcp", "rdma" */
 

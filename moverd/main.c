@@ -10,8 +10,10 @@
 #include "auth.h"
 #include "control.h"
 #include "declared.h"
+#include "counters.h"
 #include "flows.h"
 #include "log.h"
+#include "metrics_http.h"
 #include "loop.h"
 #include "mover.h"
 #include "notify.h"
@@ -58,6 +60,7 @@ struct options {
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
 	unsigned max_clients, max_per_uid;
 	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
+	char metrics[80];         /* --metrics HOST:PORT, "" = none */
 };
 
 /* long options without a short letter */
@@ -74,6 +77,7 @@ enum {
 	OPT_RESERVE,
 	OPT_ORPHAN,
 	OPT_PEER_OWNER,
+	OPT_METRICS,
 };
 
 struct daemon {
@@ -92,6 +96,8 @@ struct daemon {
 	bool have_key;
 	struct declared declared; /* the config's flows */
 	struct declared_set declared_at_start;
+	struct counters ctr;      /* SOCKET.counters (counters.h) */
+	struct metrics_http *metrics; /* --metrics */
 };
 
 static void usage(FILE *out)
@@ -180,6 +186,12 @@ static void usage(FILE *out)
 "                           hello yet (default 64); more are closed at accept\n"
 "  --peer-hello-timeout S   seconds an inbound peer has to say hello\n"
 "                           (default 10); heartbeats do not count\n"
+"  --metrics HOST:PORT      serve the counters (SOCKET.counters, readable by\n"
+"                           moverd's group) as Prometheus text at\n"
+"                           http://HOST:PORT/metrics, from a thread of its\n"
+"                           own; anyone who reaches it sees every flow's\n"
+"                           name: keep it on loopback or a management\n"
+"                           network.  Default: off\n"
 "  --version, --help\n"
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
@@ -237,6 +249,7 @@ static const struct option long_opts[] = {
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
+	{ "metrics", required_argument, NULL, OPT_METRICS },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
@@ -380,6 +393,11 @@ static int set_option(struct options *o, int key, const char *val)
 		return 0;
 	case 'A':
 		return peer_allow_option(o, val);
+	case OPT_METRICS:
+		if (strlen(val) >= sizeof(o->metrics) || !strchr(val, ':'))
+			goto bad;
+		strcpy(o->metrics, val);
+		return 0;
 	case 'I': o->insecure_peers = true; return 0;
 	case 'f': o->foreground = true; return 0;
 	case 'S': o->use_syslog = true; return 0;
@@ -754,8 +772,10 @@ static int setup_signals(struct daemon *d)
 static int idle_timeout_ms(struct daemon *d)
 {
 	d->peers.cycles++;
-	if (peer_do_work(&d->peers))
+	if (peer_do_work(&d->peers)) {
+		d->ctr.d.work_cycles++;
 		return 0;
+	}
 	if (d->opt.poll_ns &&
 	    fr_now_ns() - d->peers.last_work_ns < d->opt.poll_ns) {
 		sched_yield();
@@ -848,6 +868,8 @@ static void shutdown_daemon(struct daemon *d)
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
 	notify_stopping();
+	metrics_http_stop(d->metrics); /* it reads the counters mapping */
+	counters_close(&d->ctr, &d->flows, &d->peers, &d->ctl);
 	peer_mgr_stop(&d->peers);
 	/* not destroyed: their clients go on, the next start re-adopts
 	 * them (issue 15); only moverctl flow destroy removes a flow */
@@ -875,6 +897,31 @@ static unsigned flows_adopt_timed(struct flow_table *t)
 		 (unsigned long long)t->epoch, n,
 		 (double)(fr_now_ns() - t0) / 1e6);
 	return n;
+}
+
+/* SOCKET.counters beside the socket (ipc/counters.h); moverd runs on
+ * without it if it cannot be made (logged) */
+static void open_counters(struct daemon *d)
+{
+	char name[PATH_MAX + 16];
+
+	snprintf(name, sizeof(name), "%s.counters", socket_name(d->opt.socket));
+	counters_open(&d->ctr, d->run_fd, name, d->opt.limits.max_flows);
+}
+
+/* Who ended a sleep: the doorbell, else I/O (peers, clients, RDMA), else
+ * only the peer timer; handled: completions loop_run_once ran. */
+static void count_wake(struct daemon *d, uint64_t rings, uint64_t ticks,
+		       int handled)
+{
+	struct daemon_stats *s = &d->ctr.d;
+
+	if (d->peers.rings != rings)
+		s->wake_doorbell++;
+	else if (handled > (int)(d->peers.ticks - ticks))
+		s->wake_network++;
+	else
+		s->wake_timer++;
 }
 
 /* peer_destroy_flow's first step: the control socket forgets the flow's
@@ -956,8 +1003,10 @@ int main(int argc, char **argv)
 	log_peer_security(&d);
 	if (take_lock(&d))
 		return 1;
-	close(d.run_fd); /* the lock was its only file; the socket's path is
-			  * safe to use: no one else can write on the way */
+	open_counters(&d);
+	close(d.run_fd); /* the lock and the counters were its only files;
+			  * the socket's path is safe to use: no one else
+			  * can write on the way */
 	raise_fd_limit();
 	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir, d.state_fd);
 	if (ring_guard_init() || loop_init(&d.loop, 1024) || setup_signals(&d) ||
@@ -967,7 +1016,12 @@ int main(int argc, char **argv)
 	/* before the loop runs: no client can have been accepted yet */
 	d.ctl.max_clients = d.opt.max_clients;
 	d.ctl.max_per_uid = d.opt.max_per_uid;
+	d.ctl.counters = &d.ctr;
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
+		return 1;
+	/* after setup_signals: its thread inherits the blocked signals */
+	if (d.opt.metrics[0] &&
+	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))
 		return 1;
 	flows_count_start(&d.flows);
 	if (flows_adopt_timed(&d.flows))
@@ -986,10 +1040,15 @@ int main(int argc, char **argv)
 	while (!d.loop.stop) {
 		int timeout = idle_timeout_ms(&d);
 
+		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
+
 		rc = loop_run_once(&d.loop, timeout);
-		if (timeout)
+		if (timeout) {
+			count_wake(&d, rings, ticks, rc);
 			peer_woke(&d.peers);
+		}
 		notify_tick(fr_now_ns());
+		counters_tick(&d.ctr, &d.flows, &d.peers, &d.ctl, fr_now_ns());
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;

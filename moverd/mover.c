@@ -35,6 +35,7 @@ static bool tx_room(const struct peer *p, unsigned iovs)
 /* A header slot for the send being built (never more than its iovs). */
 static uint8_t *tx_header(struct peer *p)
 {
+	p->st.frames_tx++;
 	return p->tx_hdr[p->tx_nhdr++];
 }
 
@@ -63,6 +64,7 @@ static void build_ctrl(struct peer *p)
 		*tail = fr;
 		tail = &fr->next;
 		tx_add(p, fr->buf, fr->len);
+		p->st.frames_tx++;
 	}
 }
 
@@ -158,6 +160,7 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len)
 	}
 	f->sent += len;
 	f->bytes_sent += len;
+	stats_sent(&f->st, f->sent, fr_now_ns());
 }
 
 /* A flow's quantum: FLOW_QUANTUM, or one record of its largest size. */
@@ -236,8 +239,10 @@ static int tx_build(struct peer *p)
 		wire_put(h, WIRE_HEARTBEAT, 0, 0, 0, 0);
 		tx_add(p, h, WIRE_HDR);
 	}
-	if (p->tx_niov)
+	if (p->tx_niov) {
+		p->st.sends++;
 		p->tp->send(p);
+	}
 	return work;
 }
 

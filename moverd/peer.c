@@ -296,9 +296,11 @@ static void reset_flows(struct peer *p, const char *why)
 {
 	for (struct flow *f = p->flows, *n; f; f = n) {
 		n = f->peer_next;
+		f->st.reconnects++;
 		if (f->role == FLOW_SENDER) {
 			/* unacknowledged data goes again after the resume */
 			f->sent = f->acked;
+			f->st.rtt_t0 = 0; /* that send is not timed */
 			if (f->state != FLOW_FAILED)
 				flows_set_state(f, FLOW_RECONNECTING, why);
 		} else {
@@ -522,6 +524,7 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 	detach_flow(f);
 	f->sent = pub;
 	f->reported_head = head;
+	f->st.resumes++;
 	return 0;
 }
 
@@ -728,6 +731,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	f->rkey = op->rkey;
 	fr_release(r, f->acked); /* delivered before the link broke */
 	fr_sub_publish(r);
+	f->st.resumes += f->state == FLOW_RECONNECTING;
 	flows_set_state(f, FLOW_OPEN, "");
 }
 
@@ -1011,6 +1015,7 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 			  (unsigned long long)h->aux);
 		return;
 	}
+	stats_acked(&f->st, &p->st, h->pos, fr_now_ns());
 	f->bytes_acked += h->pos - f->acked;
 	f->acked = h->pos;
 	f->remote_head = h->aux;
@@ -1095,6 +1100,7 @@ void peer_rx_header(struct peer *p)
 
 	wire_get(p->hdr_buf, h);
 	p->hdr_have = 0;
+	p->st.frames_rx++;
 	if (h->magic != WIRE_MAGIC || h->version != WIRE_VERSION) {
 		peer_fail(p, "bad frame header (magic %#x, version %u)",
 			  h->magic, h->version);
@@ -1266,6 +1272,7 @@ static void tick_done(struct loop_op *op, int res)
 	(void)res;
 	if (m->loop->stop)
 		return;
+	m->ticks++;
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
 		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
@@ -1440,7 +1447,7 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
 			.node = p->node_safe, .key_id = p->key_id,
-			.authenticated = p->auth_ok,
+			.authenticated = p->auth_ok, .st = &p->st,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

@@ -83,6 +83,7 @@ struct peer_mgr {
 	uint64_t cycles;          /* duty cycles run */
 	uint64_t sleeps;          /* idle periods begun with the bell armed */
 	uint64_t rings;           /* ... and ended by the doorbell */
+	uint64_t ticks;           /* peer timer expiries (counters.c) */
 };
 
 struct peer_opts {
@@ -148,6 +149,7 @@ struct peer_status {
 	const char *node;            /* as the peer named itself (filtered) */
 	const char *key_id;          /* the key it proved, "" without */
 	bool authenticated;
+	const struct peer_stats *st; /* frames, ack times (stats.h) */
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);

@@ -118,6 +118,7 @@ struct peer {
 	unsigned backoff_ms;
 	uint64_t bytes_tx, bytes_rx;
 	uint32_t reconnects;
+	struct peer_stats st;     /* for the counters file (stats.h) */
 
 	/* outbound: the lookup of addr in flight (0: none), and whether sa
 	 * holds the answer of one that has just ended (see peer_address) */

@@ -403,6 +403,7 @@ static void rdma_send(struct peer *p)
 	}
 	for (unsigned i = p->tx_first; i < p->tx_niov; i++)
 		p->bytes_tx += p->tx_iov[i].iov_len;
+	p->st.wr_posted += n;
 	p->wr_op.busy = true;
 	p->last_tx_ns = fr_now_ns();
 }
@@ -454,6 +455,7 @@ static int poll_peer(struct peer *p)
 	if (!c || !c->qp_ready || p->state != PEER_UP)
 		return 0;
 	while ((n = ibv_poll_cq(c->cq, 32, wc)) > 0) {
+		p->st.wc_polled += (uint64_t)n;
 		for (int i = 0; i < n && p->state == PEER_UP; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				peer_fail(p, "work request: %s",

@@ -26,6 +26,7 @@
  * length, so the benchmark cannot silently measure garbage.
  */
 #include "flowshm.h"
+#include "counters.h"   /* ipc/: --counter-reader */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1256,6 +1257,7 @@ struct ropts {
 	char transport[16];     /* moverd --transport: tcp, rdma or auto */
 	char doorbell[16];      /* moverd --doorbell: auto, thread or poll */
 	const char *dir_base;   /* parent of the temporary dir, or NULL */
+	double counter_hz;      /* --counter-reader: reads per second, 0 = no */
 };
 
 struct latstat {
@@ -1570,6 +1572,56 @@ static void r_write_key(char *path, size_t cap)
 	if (fd < 0 || write(fd, key, sizeof(key)) != (ssize_t)sizeof(key))
 		die(path, 0);
 	close(fd);
+}
+
+/*
+ * --counter-reader HZ: a process that maps both daemons' counters files
+ * (ipc/counters.h) and copies every record out HZ times a second, as
+ * moverctl top or a Prometheus scrape would.  It dies with flowbench.
+ */
+static void r_counter_reader(double hz, bool json)
+{
+	static struct fmc_snap snap;
+	const struct fmc_header *h[2];
+	pid_t pid;
+
+	for (int i = 0; i < 2; i++) {
+		char path[PATH_MAX + 16];
+		struct stat st;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s.counters", R.sock[i]);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &st))
+			die(path, 0);
+		h[i] = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED,
+			    fd, 0);
+		close(fd);
+		if (h[i] == MAP_FAILED || !fmc_valid(h[i], (size_t)st.st_size))
+			die("counters file", 0);
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		die("fork", 0);
+	if (pid) {
+		if (!json)
+			printf("a counter reader (pid %d) reads every record of "
+			       "both counters files %.0f times a second\n",
+			       (int)pid, hz);
+		return;
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (;;) {
+		for (int i = 0; i < 2; i++) {
+			if (atomic_load_explicit(&((struct fmc_header *)h[i])->closed,
+						 memory_order_acquire))
+				_exit(0);
+			for (uint32_t r = 0; r < 1 + h[i]->n_flow + h[i]->n_peer; r++)
+				(void)fmc_read(fmc_record(h[i], r), &snap);
+		}
+		sleep_ns((uint64_t)(1e9 / hz));
+	}
 }
 
 static int r_start_daemons(const struct ropts *o)
@@ -2994,6 +3046,10 @@ static void usage_remote(FILE *f)
 "  --churn K           (default 1000)\n"
 "  env FLOWBENCH_MOVERD_LOG=LEVEL  moverd --log-level (default warn); logs\n"
 "                      are printed to stderr when a case fails\n"
+"  --counter-reader HZ a process reads every record of both daemons'\n"
+"                      counters files HZ times a second (as moverctl top\n"
+"                      or a Prometheus scrape does), to show reading them\n"
+"                      costs the data path nothing (default 0: none)\n"
 "  --json              machine-readable output on stdout\n"
 "  -h, --help          this text\n", R_MAX_FLOWS, R_MAX_FLOWS);
 }
@@ -3107,6 +3163,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "churn", required_argument, NULL, 'K' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "counter-reader", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -3207,6 +3264,7 @@ static int cmd_remote(int argc, char **argv)
 			break;
 		case 'N': o.spin = true; break;
 		case 'D': o.dir_base = optarg; break;
+		case 'C': o.counter_hz = atof(optarg); break;
 		case 'j': o.json = true; break;
 		case 'h': usage_remote(stdout); return 0;
 		default: goto bad;
@@ -3295,6 +3353,8 @@ static int cmd_remote(int argc, char **argv)
 		r_cleanup();
 		return 1;
 	}
+	if (o.counter_hz > 0)
+		r_counter_reader(o.counter_hz, o.json);
 	if (!o.json)
 		printf("moverd A (producers) and B (consumers, listening on "
 		       "%s:%d) are up\n\n", o.addr, R.port);

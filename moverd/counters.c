@@ -1,0 +1,521 @@
+/*
+ * moverd/counters.c - the counters file (ipc/counters.h): created beside
+ * the socket, filled by a sampler that runs on moverd's loop.
+ *
+ * Why a sampler rather than counting into the file: the duty cycle counts
+ * in moverd's own structures (struct flow, struct peer, stats.h) with
+ * plain increments on lines no other process reads; copying them ten
+ * times a second costs a few microseconds per hundred flows and keeps
+ * every reader's cache misses off the mover's lines.  The sampler is the
+ * file's only writer, so a record needs no atomic read-modify-write: a
+ * sequence lock per record (fmc_begin/fmc_end) is all a reader needs.
+ */
+#include "counters.h"
+#include "control.h"
+#include "flows.h"
+#include "log.h"
+#include "mover.h"
+#include "peer.h"
+#include "peer_impl.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOW_NS 1000000000ull   /* getrusage and the fd count: 1/s */
+
+/* What the sampler remembers of each flow record between passes. */
+struct flow_shadow {
+	uint32_t state;
+	char reason[160];         /* as last seen */
+	char last_error[160];     /* the last reason that was not "" */
+	uint64_t since_ns, error_ns;
+	/* subscriber slots: the holder (gen) and records last seen, and
+	 * every record they took, summed (a counter that never goes back
+	 * when a subscriber leaves and another takes its slot) */
+	uint64_t sub_gen[FMC_SUBS], sub_records[FMC_SUBS];
+	uint64_t records_consumed;
+	uint32_t sub_written;     /* slots whose values are not all 0 */
+};
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int counters_open(struct counters *c, int dirfd, const char *name,
+		  unsigned max_flows)
+{
+	uint32_t n_flow = max_flows < FMC_MAX_FLOW_RECS ? max_flows :
+							  FMC_MAX_FLOW_RECS;
+	size_t bytes = fmc_file_bytes(n_flow, FMC_PEER_RECS);
+	struct fmc_header *h;
+	int fd;
+
+	*c = (struct counters){ .dirfd = -1 };
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	/* a new inode: readers of the last moverd's file keep theirs */
+	if (unlinkat(dirfd, name, 0) && errno != ENOENT)
+		log_warn("counters: cannot remove the old %s: %s", name,
+			 strerror(errno));
+	fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+		    O_CLOEXEC, 0640);
+	if (fd < 0) {
+		log_warn("counters: cannot create %s: %s", name,
+			 strerror(errno));
+		return -1;
+	}
+	/* 0640 whatever the umask: an operator's file (ipc/counters.h) */
+	if (fchmod(fd, 0640) || ftruncate(fd, (off_t)bytes)) {
+		log_warn("counters: %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED) {
+		log_warn("counters: mmap %s: %s", name, strerror(errno));
+		goto fail;
+	}
+	c->slot_pass = calloc(1 + n_flow + FMC_PEER_RECS,
+			      sizeof(*c->slot_pass));
+	c->shadow = calloc(n_flow + 1, sizeof(*c->shadow));
+	if (!c->slot_pass || !c->shadow) {
+		munmap(h, bytes);
+		goto fail;
+	}
+	c->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	close(fd);
+	*h = (struct fmc_header){
+		.version = FMC_VERSION, .hdr_bytes = FMC_HDR_BYTES,
+		.rec_bytes = FMC_REC_BYTES, .n_flow = n_flow,
+		.n_peer = FMC_PEER_RECS, .pid = (uint32_t)getpid(),
+		.start_unix_ns = realtime_ns(),
+		.period_ms = FMC_DEFAULT_PERIOD_MS, .values = FMC_VALUES,
+	};
+	/* the magic last: a reader that sees it sees the geometry (the file
+	 * is new, so no reader can hold it yet, but a reader opening the path
+	 * now may map it before this store) */
+	atomic_thread_fence(memory_order_release);
+	h->magic = FMC_MAGIC;
+	c->h = h;
+	c->bytes = bytes;
+	return 0;
+fail:
+	free(c->slot_pass);
+	free(c->shadow);
+	c->slot_pass = NULL;
+	c->shadow = NULL;
+	close(fd);
+	unlinkat(dirfd, name, 0);
+	return -1;
+}
+
+/* ---- records -------------------------------------------------------------- */
+
+/* A free record among [first, first + n), made active for a new user. */
+static uint32_t take_slot(struct counters *c, uint32_t first, uint32_t n,
+			  enum fmc_type type)
+{
+	for (uint32_t i = first; i < first + n; i++) {
+		struct fmc_record *r = fmc_record(c->h, i);
+
+		if (atomic_load_explicit(&r->state, memory_order_relaxed) !=
+		    FMC_FREE)
+			continue;
+		fmc_begin(r);
+		for (unsigned v = 0; v < FMC_VALUES; v++)
+			fmc_set(r, v, 0);
+		for (unsigned t = 0; t < FMC_TEXTS; t++)
+			fmc_set_text(r, t, "");
+		atomic_store_explicit(&r->type, type, memory_order_relaxed);
+		atomic_store_explicit(&r->incarnation, ++c->incarnation,
+				      memory_order_relaxed);
+		atomic_store_explicit(&r->state, FMC_ACTIVE,
+				      memory_order_relaxed);
+		fmc_end(r);
+		return i + 1;
+	}
+	return 0;
+}
+
+static void free_slot(struct counters *c, uint32_t i)
+{
+	struct fmc_record *r = fmc_record(c->h, i);
+
+	fmc_begin(r);
+	atomic_store_explicit(&r->state, FMC_FREE, memory_order_relaxed);
+	fmc_end(r);
+}
+
+/* Records of [first, first + n) no flow or peer claimed this pass. */
+static void free_unseen(struct counters *c, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = first; i < first + n; i++) {
+		struct fmc_record *r = fmc_record(c->h, i);
+
+		if (c->slot_pass[i] != c->pass &&
+		    atomic_load_explicit(&r->state, memory_order_relaxed) ==
+		    FMC_ACTIVE)
+			free_slot(c, i);
+	}
+}
+
+/* ---- flows ---------------------------------------------------------------- */
+
+static uint64_t minus(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0; /* the consumer's word may be anything */
+}
+
+/* The state and last error, with the time each changed; true if the
+ * last error changed. */
+static bool flow_state(struct counters *c, const struct flow *f,
+		       uint32_t slot, uint64_t now)
+{
+	struct flow_shadow *sh = &c->shadow[slot];
+	uint64_t error_ns = sh->error_ns;
+
+	if (sh->since_ns && sh->state == (uint32_t)f->state &&
+	    !strcmp(sh->reason, f->reason))
+		return false;
+	sh->state = (uint32_t)f->state;
+	sh->since_ns = now;
+	if (f->reason[0] && strcmp(sh->reason, f->reason)) {
+		sh->error_ns = now;
+		snprintf(sh->last_error, sizeof(sh->last_error), "%s",
+			 f->reason);
+	}
+	snprintf(sh->reason, sizeof(sh->reason), "%s", f->reason);
+	return sh->error_ns != error_ns;
+}
+
+/*
+ * The ring's subscriber slots (ring format 2) into r, and the records
+ * they consumed, summed, into sh.  Every word is a client's: only
+ * reported, never trusted (a position beyond the tail reads as no lag).
+ */
+static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
+		       struct fr_shared *ring, uint64_t tail)
+{
+	uint64_t mask = 0;
+	/* the slots in use, and those shown last time (one may have been
+	 * cut or freed since): not all 16 lines of every ring each pass */
+	uint32_t visit = (atomic_load_explicit(&ring->sub_mask,
+					       memory_order_relaxed) |
+			  sh->sub_written) & ((1u << FMC_SUBS) - 1);
+
+	for (unsigned i = 0; i < FMC_SUBS && i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &ring->subs[i];
+		unsigned base = FMC_F_SUB0 + FMC_SUB_VALUES * i;
+		uint64_t gen, recs;
+		uint32_t st;
+
+		if (!(visit & (1u << i)))
+			continue;
+		st = atomic_load_explicit(&s->state, memory_order_relaxed);
+		if (st != FR_SUB_ACTIVE && st != FR_SUB_CUT) {
+			/* a free slot's zeros once, not every pass */
+			if (sh->sub_written & (1u << i)) {
+				fmc_set(r, base + FMC_SUB_LAG, 0);
+				fmc_set(r, base + FMC_SUB_RECORDS, 0);
+				fmc_set(r, base + FMC_SUB_PID, 0);
+				sh->sub_written &= ~(1u << i);
+			}
+			continue;
+		}
+		sh->sub_written |= 1u << i;
+		mask |= st == FR_SUB_ACTIVE ? 1ull << i : 1ull << (16 + i);
+		gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
+		recs = atomic_load_explicit(&s->records, memory_order_relaxed);
+		/* a new holder counts from 0; a count that went back too */
+		if (gen != sh->sub_gen[i] || recs < sh->sub_records[i])
+			sh->sub_records[i] = 0;
+		sh->records_consumed += recs - sh->sub_records[i];
+		sh->sub_gen[i] = gen;
+		sh->sub_records[i] = recs;
+		fmc_set(r, base + FMC_SUB_LAG,
+			minus(tail, atomic_load_explicit(&s->pos,
+							 memory_order_relaxed)));
+		fmc_set(r, base + FMC_SUB_RECORDS, recs);
+		fmc_set(r, base + FMC_SUB_PID,
+			atomic_load_explicit(&s->pid, memory_order_relaxed));
+	}
+	fmc_set(r, FMC_F_SUB_MASK, mask);
+	fmc_set(r, FMC_F_RECORDS_CONSUMED, sh->records_consumed);
+}
+
+static void write_flow(struct counters *c, struct flow *f, uint64_t now)
+{
+	struct fmc_record *r;
+	struct flowshm_info in = { 0 };
+	struct flow_shadow *sh;
+	uint32_t i = f->st.slot;
+	uint64_t consumed, lag;
+	bool fresh = false, new_error;
+
+	if (!i || c->slot_pass[i - 1] == c->pass ||
+	    atomic_load_explicit(&fmc_record(c->h, i - 1)->state,
+				 memory_order_relaxed) != FMC_ACTIVE)
+		i = f->st.slot = take_slot(c, fmc_first_flow(c->h),
+					   c->h->n_flow, FMC_FLOW);
+	if (!i) {
+		atomic_fetch_add_explicit(&c->h->flows_unrecorded, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	i--;
+	c->slot_pass[i] = c->pass;
+	r = fmc_record(c->h, i);
+	sh = &c->shadow[i - fmc_first_flow(c->h)];
+	if (atomic_load_explicit(&r->incarnation, memory_order_relaxed) !=
+	    f->st.incarnation) {
+		*sh = (struct flow_shadow){ 0 }; /* a new flow in this slot */
+		f->st.incarnation = atomic_load_explicit(&r->incarnation,
+							 memory_order_relaxed);
+		fresh = true;
+	}
+	new_error = flow_state(c, f, i - fmc_first_flow(c->h), now);
+	if (f->view)
+		flowshm_info(f->view, &in);
+	consumed = f->role == FLOW_SENDER ? f->remote_head : in.head;
+	lag = minus(in.tail, consumed);
+	fmc_begin(r);
+	/* texts only when they change: a name and peer never do */
+	if (fresh) {
+		fmc_set_text(r, FMC_NAME, f->name);
+		fmc_set_text(r, FMC_WHERE, f->peer_addr);
+	}
+	if (fresh || new_error)
+		fmc_set_text(r, FMC_ERROR, sh->last_error);
+	fmc_set(r, FMC_F_ROLE, f->role);
+	fmc_set(r, FMC_F_STATE, f->state);
+	fmc_set(r, FMC_F_STATE_SINCE_NS, sh->since_ns);
+	fmc_set(r, FMC_F_ERROR_NS, sh->error_ns);
+	fmc_set(r, FMC_F_RING_BYTES, in.ring_size);
+	fmc_set(r, FMC_F_PRODUCERS, f->producers);
+	fmc_set(r, FMC_F_CONSUMERS, f->consumers);
+	fmc_set(r, FMC_F_BYTES_COMMITTED, in.tail);
+	fmc_set(r, FMC_F_BYTES_SENT, f->role == FLOW_SENDER ? f->bytes_sent : 0);
+	fmc_set(r, FMC_F_BYTES_ACKED, f->role == FLOW_SENDER ? f->bytes_acked : 0);
+	fmc_set(r, FMC_F_BYTES_DEPOSITED,
+		f->role == FLOW_RECEIVER ? f->bytes_sent : 0);
+	fmc_set(r, FMC_F_BYTES_CONSUMED, consumed);
+	fmc_set(r, FMC_F_BATCHES, f->st.batches);
+	fmc_set(r, FMC_F_LAG_BYTES, lag);
+	fmc_set(r, FMC_F_RECONNECTS, f->st.reconnects);
+	fmc_set(r, FMC_F_RESUMES, f->st.resumes);
+	fmc_set(r, FMC_F_RECOVERED, in.recovered);
+	if (f->view) {
+		struct fr_shared *ring = ring_of(f)->sh;
+
+		/* the producers' own counts, written only when full */
+		fmc_set(r, FMC_F_BACKPRESSURE, atomic_load_explicit(
+				&ring->full_events, memory_order_relaxed));
+		fmc_set(r, FMC_F_FULL_NS, atomic_load_explicit(
+				&ring->full_ns, memory_order_relaxed));
+		write_subs(r, sh, ring, in.tail);
+	}
+	fmc_end(r);
+}
+
+/* ---- peers ---------------------------------------------------------------- */
+
+/* Whole heartbeat periods an up peer has been silent, counted once. */
+static void count_missed(struct peer *p, uint64_t now)
+{
+	struct peer_stats *s = &p->st;
+	uint64_t from;
+
+	if (p->state != PEER_UP) {
+		s->hb_checked_ns = 0;
+		return;
+	}
+	from = s->hb_checked_ns > p->last_rx_ns ? s->hb_checked_ns :
+						  p->last_rx_ns;
+	/* silence beyond the first period (a heartbeat due) is missed */
+	if (from == p->last_rx_ns)
+		from += HEARTBEAT_NS;
+	while (now >= from + HEARTBEAT_NS) {
+		s->hb_missed++;
+		from += HEARTBEAT_NS;
+	}
+	s->hb_checked_ns = from;
+}
+
+static void write_peer(struct counters *c, struct peer *p, uint64_t now)
+{
+	uint32_t i = p->st.slot, nreg = 0;
+	uint64_t reg_bytes = 0;
+	struct fmc_record *r;
+
+	if (!i || c->slot_pass[i - 1] == c->pass ||
+	    atomic_load_explicit(&fmc_record(c->h, i - 1)->state,
+				 memory_order_relaxed) != FMC_ACTIVE)
+		i = p->st.slot = take_slot(c, fmc_first_peer(c->h),
+					   c->h->n_peer, FMC_PEER);
+	if (!i) {
+		atomic_fetch_add_explicit(&c->h->peers_unrecorded, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	i--;
+	c->slot_pass[i] = c->pass;
+	r = fmc_record(c->h, i);
+	count_missed(p, now);
+	if (p->tp->registered)
+		p->tp->registered(p, &nreg, &reg_bytes);
+	fmc_begin(r);
+	fmc_set_text(r, FMC_NAME, p->addr);
+	fmc_set_text(r, FMC_WHERE, p->node_safe);
+	fmc_set(r, FMC_P_STATE, p->state);
+	fmc_set(r, FMC_P_TRANSPORT, strcmp(p->tp->name, "rdma") == 0);
+	fmc_set(r, FMC_P_OUTBOUND, p->outbound);
+	fmc_set(r, FMC_P_FLOWS, flow_count(p));
+	fmc_set(r, FMC_P_BYTES_TX, p->bytes_tx);
+	fmc_set(r, FMC_P_BYTES_RX, p->bytes_rx);
+	fmc_set(r, FMC_P_FRAMES_TX, p->st.frames_tx);
+	fmc_set(r, FMC_P_FRAMES_RX, p->st.frames_rx);
+	fmc_set(r, FMC_P_SENDS, p->st.sends);
+	fmc_set(r, FMC_P_RECONNECTS, p->reconnects);
+	fmc_set(r, FMC_P_HEARTBEATS_MISSED, p->st.hb_missed);
+	fmc_set(r, FMC_P_REGISTRATIONS, nreg);
+	fmc_set(r, FMC_P_PINNED_BYTES, reg_bytes);
+	fmc_set(r, FMC_P_WR_POSTED, p->st.wr_posted);
+	fmc_set(r, FMC_P_WC_POLLED, p->st.wc_polled);
+	fmc_set(r, FMC_P_RTT_COUNT, p->st.rtt_count);
+	fmc_set(r, FMC_P_RTT_SUM_NS, p->st.rtt_sum_ns);
+	fmc_set(r, FMC_P_RTT_MAX_NS, p->st.rtt_max_ns);
+	for (unsigned b = 0; b < FMC_RTT_BUCKETS; b++)
+		fmc_set(r, FMC_P_RTT_BUCKET0 + b, p->st.rtt[b]);
+	fmc_end(r);
+}
+
+/* ---- the daemon ----------------------------------------------------------- */
+
+static uint64_t tv_ns(struct timeval tv)
+{
+	return (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000;
+}
+
+static uint64_t count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	uint64_t n = 0;
+
+	if (!d)
+		return 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n > 3 ? n - 3 : 0; /* ".", ".." and the directory's own */
+}
+
+/* getrusage and /proc/self/fd: syscalls, so once a second only */
+static void sample_slow(struct counters *c, uint64_t now)
+{
+	struct rusage ru;
+
+	if (c->slow_ns && now - c->slow_ns < SLOW_NS)
+		return;
+	c->slow_ns = now;
+	if (!getrusage(RUSAGE_SELF, &ru)) {
+		c->cpu_user_ns = tv_ns(ru.ru_utime);
+		c->cpu_sys_ns = tv_ns(ru.ru_stime);
+	}
+	c->fds = count_fds();
+}
+
+static void write_daemon(struct counters *c, const struct flow_table *t,
+			 const struct peer_mgr *m, const struct ctl_server *s,
+			 unsigned peers)
+{
+	struct fmc_record *r = fmc_record(c->h, 0);
+
+	if (atomic_load_explicit(&r->state, memory_order_relaxed) != FMC_ACTIVE)
+		take_slot(c, 0, 1, FMC_DAEMON);
+	c->slot_pass[0] = c->pass;
+	fmc_begin(r);
+	fmc_set_text(r, FMC_NAME, "moverd");
+	fmc_set_text(r, FMC_WHERE, FLOWSHM_VERSION);
+	fmc_set_text(r, FMC_ERROR, peer_doorbell_name(m));
+	fmc_set(r, FMC_D_CYCLES, m->cycles);
+	fmc_set(r, FMC_D_WORK_CYCLES, c->d.work_cycles);
+	fmc_set(r, FMC_D_SLEEPS, m->sleeps);
+	fmc_set(r, FMC_D_WAKE_DOORBELL, c->d.wake_doorbell);
+	fmc_set(r, FMC_D_WAKE_NETWORK, c->d.wake_network);
+	fmc_set(r, FMC_D_WAKE_TIMER, c->d.wake_timer);
+	fmc_set(r, FMC_D_CPU_USER_NS, c->cpu_user_ns);
+	fmc_set(r, FMC_D_CPU_SYS_NS, c->cpu_sys_ns);
+	fmc_set(r, FMC_D_CLIENTS, s->n_clients);
+	fmc_set(r, FMC_D_FDS, c->fds);
+	fmc_set(r, FMC_D_FLOWS, t->count);
+	fmc_set(r, FMC_D_PEERS, peers);
+	fmc_set(r, FMC_D_REQUESTS, s->stats.requests);
+	fmc_set(r, FMC_D_BAD_REQUESTS, s->stats.bad_requests);
+	fmc_set(r, FMC_D_CLIENTS_REFUSED, s->stats.clients_refused);
+	fmc_set(r, FMC_D_PEERS_REFUSED, m->refused);
+	fmc_set(r, FMC_D_DOORBELL_RINGS, m->rings);
+	fmc_set(r, FMC_D_SAMPLER_NS, c->sampler_ns);
+	fmc_end(r);
+}
+
+static void sample(struct counters *c, const struct flow_table *t,
+		   const struct peer_mgr *m, const struct ctl_server *s,
+		   uint64_t now)
+{
+	uint64_t wall = realtime_ns();
+	unsigned peers = 0;
+
+	c->pass++;
+	c->last_ns = now;
+	sample_slow(c, now);
+	atomic_store_explicit(&c->h->flows_unrecorded, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->h->peers_unrecorded, 0, memory_order_relaxed);
+	for (struct flow *f = t->head; f; f = f->next)
+		write_flow(c, f, wall);
+	for (struct peer *p = m->peers; p; p = p->next, peers++)
+		write_peer(c, p, now);
+	write_daemon(c, t, m, s, peers);
+	free_unseen(c, fmc_first_flow(c->h), c->h->n_flow + c->h->n_peer);
+	atomic_store_explicit(&c->h->sample_unix_ns, wall, memory_order_relaxed);
+	atomic_store_explicit(&c->h->sample_mono_ns, now, memory_order_relaxed);
+	/* release: a reader that sees this pass's number sees its records */
+	atomic_store_explicit(&c->h->sample_seq, c->pass, memory_order_release);
+	c->sampler_ns += fr_now_ns() - now; /* shown at the next pass */
+}
+
+void counters_tick(struct counters *c, const struct flow_table *t,
+		   const struct peer_mgr *m, const struct ctl_server *s,
+		   uint64_t now)
+{
+	if (!c->h || now - c->last_ns < FMC_DEFAULT_PERIOD_MS * 1000000ull)
+		return;
+	sample(c, t, m, s, now);
+}
+
+void counters_close(struct counters *c, const struct flow_table *t,
+		    const struct peer_mgr *m, const struct ctl_server *s)
+{
+	if (!c->h)
+		return;
+	sample(c, t, m, s, fr_now_ns());
+	atomic_store_explicit(&c->h->closed, 1, memory_order_release);
+	munmap(c->h, c->bytes);
+	c->h = NULL;
+	if (c->dirfd >= 0) {
+		unlinkat(c->dirfd, c->name, 0);
+		close(c->dirfd);
+	}
+	free(c->slot_pass);
+	free(c->shadow);
+}

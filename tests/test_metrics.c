@@ -1,0 +1,1037 @@
+/*
+ * tests/test_metrics.c - moverd's counters (issue 10): the counters file
+ * (ipc/counters.h) read the way any outside reader reads it, moverctl top
+ * in a real terminal (tmux), and moverd --metrics scraped by a real
+ * Prometheus.
+ *
+ *   usage: test_metrics MOVERD MOVERCTL FLOWCHECK
+ *
+ * Cases (FM_METRICS_CASES=1,3 runs some):
+ *   1  the file: beside the socket, mode 0640, a valid header naming the
+ *      daemon; a local flow's committed and consumed bytes equal what a
+ *      producer sent and a consumer took, lag 0, its attachments; its
+ *      record is freed when it is destroyed and a new flow in the slot has
+ *      another incarnation; at a stop the file goes and a reader holding
+ *      it sees `closed`
+ *   2  the sequence lock: a writer thread rewriting a record as fast as it
+ *      can, readers never get a torn copy
+ *   3  between hosts: sender sent = acked = every byte, batches, the
+ *      receiver's received bytes, frames both ways, acknowledgement times
+ *      in the histogram (its buckets add up to its count), the daemon's
+ *      cycles; moverctl top --once --json shows the flow
+ *   4  a peer that stops answering (SIGSTOP for 3 s): heartbeats missed
+ *      on the other side, no reconnect; then killed and restarted:
+ *      reconnects and resumes counted on the flow and the peer
+ *   5  moverctl top in an 80x24 tmux during a transfer: the flow with a
+ *      non-zero rate, the sort keys, q quits
+ *   6  a real Prometheus scraping both daemons every second during a
+ *      paced transfer: rate(flowmover_flow_bytes_received_total) matches
+ *      what the consumer measured over the same window within 10%
+ *   7  who may read: another user cannot open the counters file; moverctl
+ *      top then shows that user's flows (and no one else's) from the
+ *      control socket, and says so; without the file, top and flow show
+ *      answer from the control socket
+ *   8  flow show and status carry the counters: from the file for root,
+ *      from the control answer for a user allowed on the flow who may not
+ *      read the file; the same figures either way
+ *   9  the text itself (metrics_text.c on a counters file made here): label
+ *      values with a quote, a backslash and a newline come out escaped,
+ *      promtool check metrics accepts it, OpenMetrics ends with # EOF
+ */
+#include "harness.h"
+#include "../ipc/counters.h"
+#include "metrics_http.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+#define MS 1000000ull
+#define SEC 1000000000ull
+
+static const char *moverd, *moverctl, *flowcheck;
+
+/* ---- reading the counters file, as an outside reader ------------------ */
+
+struct cmap {
+	const struct fmc_header *h;
+	size_t bytes;
+};
+
+static struct cmap cmap_open(const struct hd *d)
+{
+	char path[192];
+	struct stat st;
+	struct cmap m;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s.counters", d->sock);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(fstat(fd, &st) == 0);
+	m.bytes = (size_t)st.st_size;
+	m.h = mmap(NULL, m.bytes, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	CHECK(m.h != MAP_FAILED);
+	CHECK(fmc_valid(m.h, m.bytes));
+	return m;
+}
+
+static void cmap_close(struct cmap *m)
+{
+	munmap((void *)m->h, m->bytes);
+}
+
+/* Flow (type FMC_FLOW) or peer record whose name is name (peers: whose
+ * name starts with it); its index in *idx. */
+static bool find_rec(const struct cmap *m, enum fmc_type type,
+		     const char *name, struct fmc_snap *s, uint32_t *idx)
+{
+	uint32_t first = type == FMC_FLOW ? fmc_first_flow(m->h) :
+					    fmc_first_peer(m->h);
+	uint32_t n = type == FMC_FLOW ? m->h->n_flow : m->h->n_peer;
+
+	for (uint32_t i = first; i < first + n; i++)
+		if (fmc_read(fmc_record(m->h, i), s) && s->type == type &&
+		    !strncmp(s->text[FMC_NAME], name, strlen(name))) {
+			if (idx)
+				*idx = i;
+			return true;
+		}
+	return false;
+}
+
+/* Wait up to ms for a flow record with value v >= want. */
+static bool wait_flow_value(const struct cmap *m, const char *name,
+			    unsigned v, uint64_t want, int ms,
+			    struct fmc_snap *s)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)ms * MS;
+
+	do {
+		if (find_rec(m, FMC_FLOW, name, s, NULL) && s->v[v] >= want)
+			return true;
+		usleep(20000);
+	} while (tu_now_ns() < until);
+	return false;
+}
+
+/* One sampler pass later than now (the period is 100 ms). */
+static void next_pass(const struct cmap *m)
+{
+	uint64_t seq = atomic_load_explicit(
+		&((struct fmc_header *)m->h)->sample_seq, memory_order_acquire);
+
+	for (int i = 0; i < 200; i++) {
+		usleep(10000);
+		if (atomic_load_explicit(&((struct fmc_header *)m->h)->sample_seq,
+					 memory_order_acquire) > seq + 1)
+			return;
+	}
+	CHECK(!"the sampler stopped");
+}
+
+/* ---- producers and consumers in child processes --------------------------- */
+
+/* Send n records of len bytes (paced at rate bytes/s if rate), exit 0. */
+static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
+		     size_t len, uint64_t rate)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	flowshm_t *f;
+	char buf[65536] = { 0 };
+	uint64_t t0 = tu_now_ns();
+
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f)) {
+		fprintf(stderr, "producer: %s\n", flowshm_attach_error());
+		_exit(2);
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		if (rate) {
+			uint64_t due = t0 + (uint64_t)((double)i * (double)len *
+						       1e9 / (double)rate);
+			uint64_t now = tu_now_ns();
+
+			if (due > now + 1000000)
+				usleep((useconds_t)((due - now) / 1000));
+		}
+		if (flowshm_send(f, buf, len, 30 * (int64_t)SEC)) {
+			fprintf(stderr, "producer: send %llu failed\n",
+				(unsigned long long)i);
+			_exit(3);
+		}
+	}
+	flowshm_detach(f);
+	_exit(0);
+}
+
+/* Send 1 KiB records until the ring is full and a send has waited ms:
+ * exit 0 when it timed out so. */
+static pid_t fill(const struct hd *d, const char *flow, int ms)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	flowshm_t *f;
+	char buf[1024] = { 0 };
+	int rc;
+
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f))
+		_exit(2);
+	for (int i = 0; i < 1000; i++)
+		if ((rc = flowshm_send(f, buf, sizeof(buf), ms * (int64_t)MS)))
+			_exit(rc == -ETIMEDOUT ? 0 : 3);
+	_exit(4); /* never full */
+}
+
+/* What a consumer saw: (time, bytes so far) every 100 ms. */
+struct seen {
+	uint64_t n;
+	uint64_t t_unix_ns[4096], bytes[4096];
+	uint64_t total, records;
+	bool linger;            /* stay attached after the last record ... */
+	_Atomic bool release;   /* ... until this is set */
+};
+
+static uint64_t unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec;
+}
+
+/* Take n records (bytes of each: their length), noting progress in *s
+ * (shared memory); exit 0 when all came. */
+static pid_t consume(const struct hd *d, const char *flow, uint64_t n,
+		     struct seen *s)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	flowshm_t *f;
+	static char buf[65536];
+	uint64_t next = 0;
+	size_t len;
+
+	if (flowshm_attach(flow, FLOWSHM_CONSUMER, NULL, &f)) {
+		fprintf(stderr, "consumer: %s\n", flowshm_attach_error());
+		_exit(2);
+	}
+	while (s->records < n) {
+		int rc = flowshm_recv(f, buf, sizeof(buf), &len, 100 * (int64_t)MS);
+		uint64_t now = unix_ns();
+
+		if (rc == 0) {
+			s->records++;
+			s->total += len;
+		} else if (rc != -ETIMEDOUT && rc != -EAGAIN) {
+			fprintf(stderr, "consumer: recv %d\n", rc);
+			_exit(3);
+		}
+		if (now >= next && s->n < 4096) {
+			s->t_unix_ns[s->n] = now;
+			s->bytes[s->n] = s->total;
+			s->n++;
+			next = now + 100 * MS;
+		}
+	}
+	/* linger attached if asked, waiting in recv: a subscriber publishes
+	 * its position and count before it sleeps (ring format 2) */
+	while (s->linger && !atomic_load(&s->release))
+		if (flowshm_recv(f, buf, sizeof(buf), &len, 50 * (int64_t)MS) !=
+		    -ETIMEDOUT)
+			_exit(4); /* a record more than were sent */
+	flowshm_detach(f);
+	_exit(0);
+}
+
+static struct seen *seen_new(void)
+{
+	struct seen *s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE,
+			      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	CHECK(s != MAP_FAILED);
+	memset(s, 0, sizeof(*s));
+	return s;
+}
+
+static void wait_ok(pid_t pid, int ms, const char *who)
+{
+	int rc = hx_wait(pid, ms);
+
+	if (rc)
+		fprintf(stderr, "%s exited %d\n", who, rc);
+	CHECK(rc == 0);
+}
+
+static char out[1 << 16];
+
+static void create_remote(const struct hd *a, const struct hd *b,
+			  const char *name, const char *ring)
+{
+	CHECK_RC(hd_ctl(a, moverctl, out, sizeof(out),
+			"flow create %s --ring-size %s --peer 127.0.0.1:%d",
+			name, ring, b->port), 0);
+	CHECK(hd_wait_state(a, moverctl, name, "open", 10000, NULL, 0));
+}
+
+/* ---- 1: the file and a local flow ------------------------------------------ */
+
+static void case_file(void)
+{
+	struct hd d;
+	struct cmap m;
+	struct fmc_snap s, s2;
+	struct stat st;
+	char path[192];
+	uint32_t idx, idx2;
+	uint64_t inc;
+	struct seen *seen = seen_new();
+	pid_t c, p;
+
+	hd_start(&d, moverd, "metrics1", false, NULL);
+	snprintf(path, sizeof(path), "%s.counters", d.sock);
+	CHECK(stat(path, &st) == 0);
+	CHECK((st.st_mode & 07777) == 0640);
+	m = cmap_open(&d);
+	CHECK(m.h->pid == (uint32_t)d.pid);
+	CHECK(m.h->n_flow == 1024 && m.h->n_peer == FMC_PEER_RECS);
+	next_pass(&m);
+	CHECK(fmc_read(fmc_record(m.h, 0), &s) && s.type == FMC_DAEMON);
+	CHECK(s.v[FMC_D_CYCLES] > 0);
+
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create loc --ring-size 256K"), 0);
+	seen->linger = true;
+	c = consume(&d, "loc", 20000, seen);
+	p = produce(&d, "loc", 20000, 1000, 0);
+	wait_ok(p, 60000, "producer");
+	for (int i = 0; i < 3000 && seen->records < 20000; i++)
+		usleep(10000);
+	CHECK(seen->total == 20000ull * 1000);
+	/* the consumer sleeps, still attached: its slot is published */
+	usleep(200000);
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "loc", &s, &idx));
+	printf("  subscribers %#llx: slot 0 lag %llu, records %llu, pid %llu; "
+	       "flow: records consumed %llu, full %llu times, %.3f s\n",
+	       (unsigned long long)s.v[FMC_F_SUB_MASK],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_LAG],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_RECORDS],
+	       (unsigned long long)s.v[FMC_F_SUB0 + FMC_SUB_PID],
+	       (unsigned long long)s.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)s.v[FMC_F_BACKPRESSURE],
+	       (double)s.v[FMC_F_FULL_NS] / 1e9);
+	CHECK(__builtin_popcountll(s.v[FMC_F_SUB_MASK]) == 1);
+	for (unsigned k = 0; k < FMC_SUBS; k++) {
+		const uint64_t *v = &s.v[FMC_F_SUB0 + FMC_SUB_VALUES * k];
+
+		if (!(s.v[FMC_F_SUB_MASK] & (1ull << k)))
+			continue;
+		CHECK(v[FMC_SUB_LAG] == 0 && v[FMC_SUB_RECORDS] == 20000);
+		CHECK(v[FMC_SUB_PID] == (uint64_t)c);
+	}
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000);
+	atomic_store(&seen->release, true);
+	wait_ok(c, 60000, "consumer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "loc", &s, &idx));
+	CHECK(s.v[FMC_F_SUB_MASK] == 0);
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000); /* a counter stays */
+	/* 1000-byte records take 1008 + 16 bytes of the ring */
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] >= 20000ull * 1000);
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] == s.v[FMC_F_BYTES_CONSUMED]);
+	CHECK(s.v[FMC_F_LAG_BYTES] == 0);
+	CHECK(s.v[FMC_F_ROLE] == 0 && s.v[FMC_F_STATE] == FMC_S_OPEN);
+	CHECK(s.v[FMC_F_RING_BYTES] == 256 << 10);
+	CHECK(s.v[FMC_F_PRODUCERS] == 0 && s.v[FMC_F_CONSUMERS] == 0);
+	inc = s.incarnation;
+
+	/* a ring nobody reads: the producer waits for room, and it shows */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create full --ring-size 64K"), 0);
+	p = fill(&d, "full", 300);
+	wait_ok(p, 30000, "filling producer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "full", &s2, NULL));
+	printf("  a full ring: %llu waits, %.3f s waiting, lag %llu\n",
+	       (unsigned long long)s2.v[FMC_F_BACKPRESSURE],
+	       (double)s2.v[FMC_F_FULL_NS] / 1e9,
+	       (unsigned long long)s2.v[FMC_F_LAG_BYTES]);
+	CHECK(s2.v[FMC_F_BACKPRESSURE] >= 1);
+	CHECK(s2.v[FMC_F_FULL_NS] >= 200 * MS); /* of the 300 ms send */
+	CHECK(s2.v[FMC_F_LAG_BYTES] > 60 << 10);
+
+	/* destroyed: the record goes; a new flow gets a new incarnation */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow destroy loc"), 0);
+	next_pass(&m);
+	CHECK(!fmc_read(fmc_record(m.h, idx), &s2));
+	CHECK(!find_rec(&m, FMC_FLOW, "loc", &s2, NULL));
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create loc2"), 0);
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "loc2", &s2, &idx2));
+	CHECK(s2.incarnation != inc);
+	CHECK(s2.v[FMC_F_BYTES_COMMITTED] == 0);
+
+	/* a stop: the file goes, the reader's mapping says closed */
+	hd_stop(&d);
+	CHECK(atomic_load_explicit(&((struct fmc_header *)m.h)->closed,
+				   memory_order_acquire) == 1);
+	CHECK(stat(path, &st) != 0 && errno == ENOENT);
+	cmap_close(&m);
+}
+
+/* ---- 2: the sequence lock ------------------------------------------------------ */
+
+static _Atomic bool torture_stop;
+
+static void *torture_writer(void *arg)
+{
+	struct fmc_record *r = arg;
+	uint64_t k = 0;
+	char name[32];
+
+	while (!atomic_load_explicit(&torture_stop, memory_order_relaxed)) {
+		k++;
+		snprintf(name, sizeof(name), "flow-%llu", (unsigned long long)k);
+		fmc_begin(r);
+		for (unsigned i = 0; i < FMC_VALUES; i++)
+			fmc_set(r, i, k);
+		fmc_set_text(r, FMC_NAME, name);
+		fmc_end(r);
+	}
+	return NULL;
+}
+
+static void case_seqlock(void)
+{
+	static _Alignas(64) unsigned char mem[FMC_REC_BYTES];
+	struct fmc_record *r = (struct fmc_record *)mem;
+	struct fmc_snap s;
+	pthread_t t;
+	uint64_t reads = 0, last = 0;
+	uint64_t until = tu_now_ns() + 2 * SEC;
+	char want[32];
+
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, FMC_FLOW);
+	CHECK(pthread_create(&t, NULL, torture_writer, r) == 0);
+	while (tu_now_ns() < until) {
+		if (!fmc_read(r, &s))
+			continue;
+		for (unsigned i = 1; i < FMC_VALUES; i++)
+			CHECK(s.v[i] == s.v[0]);
+		snprintf(want, sizeof(want), "flow-%llu",
+			 (unsigned long long)s.v[0]);
+		CHECK(s.v[0] == 0 || !strcmp(s.text[FMC_NAME], want));
+		CHECK(s.v[0] >= last);
+		last = s.v[0];
+		reads++;
+	}
+	atomic_store(&torture_stop, true);
+	pthread_join(t, NULL);
+	printf("  %llu consistent reads, writer at %llu\n",
+	       (unsigned long long)reads, (unsigned long long)last);
+	CHECK(reads > 100);
+}
+
+/* ---- 3: between hosts -------------------------------------------------------------- */
+
+static void case_remote(void)
+{
+	struct hd a, b;
+	struct cmap ma, mb;
+	struct fmc_snap s, r, pa, pb, dd;
+	struct seen *seen = seen_new();
+	uint64_t total = 0, sum = 0;
+	pid_t c, p;
+
+	hd_start(&b, moverd, "metrics3b", true, NULL);
+	hd_start(&a, moverd, "metrics3a", false,
+		 (const char *[]){ "--transport", "tcp", NULL });
+	ma = cmap_open(&a);
+	mb = cmap_open(&b);
+	create_remote(&a, &b, "rem", "1M");
+	c = consume(&b, "rem", 50000, seen);
+	p = produce(&a, "rem", 50000, 2000, 0);
+	wait_ok(p, 60000, "producer");
+	wait_ok(c, 60000, "consumer");
+	total = seen->total;
+	CHECK(total == 50000ull * 2000);
+	CHECK(wait_flow_value(&ma, "rem", FMC_F_BYTES_ACKED,
+			      50000ull * (2000 + 16), 5000, &s));
+	next_pass(&ma);
+	next_pass(&mb);
+	CHECK(find_rec(&ma, FMC_FLOW, "rem", &s, NULL));
+	CHECK(find_rec(&mb, FMC_FLOW, "rem", &r, NULL));
+	printf("  sender: committed %llu sent %llu acked %llu batches %llu; "
+	       "receiver: received %llu consumed %llu\n",
+	       (unsigned long long)s.v[FMC_F_BYTES_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_BYTES_SENT],
+	       (unsigned long long)s.v[FMC_F_BYTES_ACKED],
+	       (unsigned long long)s.v[FMC_F_BATCHES],
+	       (unsigned long long)r.v[FMC_F_BYTES_DEPOSITED],
+	       (unsigned long long)r.v[FMC_F_BYTES_CONSUMED]);
+	CHECK(s.v[FMC_F_ROLE] == 1 && r.v[FMC_F_ROLE] == 2);
+	/* 2000-byte records: 2016 bytes of ring each, and a pad of less
+	 * than a record at the end of each lap of the 1 MiB ring */
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] >= 50000ull * 2016);
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] <= 50000ull * 2016 +
+	      (50000ull * 2016 / (1 << 20) + 1) * 2016);
+	CHECK(s.v[FMC_F_BYTES_SENT] == s.v[FMC_F_BYTES_COMMITTED]);
+	CHECK(s.v[FMC_F_BYTES_ACKED] == s.v[FMC_F_BYTES_COMMITTED]);
+	CHECK(r.v[FMC_F_BYTES_DEPOSITED] == s.v[FMC_F_BYTES_COMMITTED]);
+	CHECK(r.v[FMC_F_BYTES_CONSUMED] == s.v[FMC_F_BYTES_COMMITTED]);
+	CHECK(r.v[FMC_F_LAG_BYTES] == 0 && s.v[FMC_F_LAG_BYTES] == 0);
+	CHECK(s.v[FMC_F_BATCHES] > 0 &&
+	      s.v[FMC_F_BATCHES] <= s.v[FMC_F_BYTES_SENT] / 2016);
+	CHECK(!strcmp(s.text[FMC_WHERE], "") ||
+	      strstr(s.text[FMC_WHERE], "127.0.0.1"));
+
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	CHECK(find_rec(&mb, FMC_PEER, "127.0.0.1", &pb, NULL));
+	CHECK(pa.v[FMC_P_STATE] == 2 && pa.v[FMC_P_TRANSPORT] == 0);
+	CHECK(pa.v[FMC_P_BYTES_TX] >= 50000ull * 2016);
+	CHECK(pb.v[FMC_P_BYTES_RX] >= 50000ull * 2016);
+	CHECK(pa.v[FMC_P_FRAMES_TX] > 0 && pa.v[FMC_P_FRAMES_RX] > 0);
+	CHECK(pb.v[FMC_P_FRAMES_RX] >= pa.v[FMC_P_FRAMES_TX] - 64);
+	CHECK(pa.v[FMC_P_SENDS] > 0);
+	CHECK(pa.v[FMC_P_RTT_COUNT] > 0);
+	for (unsigned i = 0; i < FMC_RTT_BUCKETS; i++)
+		sum += pa.v[FMC_P_RTT_BUCKET0 + i];
+	CHECK(sum == pa.v[FMC_P_RTT_COUNT]);
+	CHECK(pa.v[FMC_P_RTT_MAX_NS] > 0 &&
+	      pa.v[FMC_P_RTT_SUM_NS] <= pa.v[FMC_P_RTT_MAX_NS] * sum);
+	printf("  %llu acknowledgements timed: p50 <= %llu us, p99 <= %llu us,"
+	       " max %llu us\n", (unsigned long long)sum,
+	       (unsigned long long)fmc_rtt_quantile(&pa.v[FMC_P_RTT_BUCKET0],
+						    NULL, 0.5) / 1000,
+	       (unsigned long long)fmc_rtt_quantile(&pa.v[FMC_P_RTT_BUCKET0],
+						    NULL, 0.99) / 1000,
+	       (unsigned long long)pa.v[FMC_P_RTT_MAX_NS] / 1000);
+	CHECK(fmc_read(fmc_record(ma.h, 0), &dd));
+	CHECK(dd.v[FMC_D_CYCLES] > 0 && dd.v[FMC_D_WORK_CYCLES] > 0 &&
+	      dd.v[FMC_D_FLOWS] == 1 && dd.v[FMC_D_PEERS] == 1 &&
+	      dd.v[FMC_D_FDS] > 3);
+
+	/* the same through moverctl top */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(strstr(out, "\"name\":\"rem\""));
+	CHECK(strstr(out, "\"role_name\":\"sender\""));
+	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "top --once"), 0);
+	CHECK(strstr(out, "rem") && strstr(out, "recv"));
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+	cmap_close(&mb);
+}
+
+/* ---- 4: a silent peer, a lost one ---------------------------------------------------- */
+
+static void case_peer_lost(void)
+{
+	struct hd a, b;
+	struct cmap ma;
+	struct fmc_snap pa, s;
+	const char *const extra[] = { "--transport", "tcp", NULL };
+
+	hd_start(&b, moverd, "metrics4b", true, NULL);
+	hd_start(&a, moverd, "metrics4a", false, extra);
+	ma = cmap_open(&a);
+	create_remote(&a, &b, "lost", "256K");
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	CHECK(pa.v[FMC_P_HEARTBEATS_MISSED] == 0);
+
+	/* 3.5 s of silence: periods missed, within the 5 s dead timeout */
+	kill(b.pid, SIGSTOP);
+	usleep(3500000);
+	kill(b.pid, SIGCONT);
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	printf("  heartbeats missed: %llu, reconnects %llu\n",
+	       (unsigned long long)pa.v[FMC_P_HEARTBEATS_MISSED],
+	       (unsigned long long)pa.v[FMC_P_RECONNECTS]);
+	CHECK(pa.v[FMC_P_HEARTBEATS_MISSED] >= 1 &&
+	      pa.v[FMC_P_HEARTBEATS_MISSED] <= 3);
+	CHECK(pa.v[FMC_P_RECONNECTS] == 0);
+
+	/* the receiver killed and restarted: the link is lost, the flow
+	 * resumes */
+	hd_kill(&b);
+	CHECK(hd_wait_state(&a, moverctl, "lost", "reconnecting", 10000, NULL,
+			    0));
+	hd_wait_port_free(b.port);
+	hd_restart(&b, moverd, NULL);
+	CHECK(hd_wait_state(&a, moverctl, "lost", "open", 20000, NULL, 0));
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_FLOW, "lost", &s, NULL));
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	printf("  flow: reconnects %llu resumes %llu; peer reconnects %llu; "
+	       "last error '%s'\n",
+	       (unsigned long long)s.v[FMC_F_RECONNECTS],
+	       (unsigned long long)s.v[FMC_F_RESUMES],
+	       (unsigned long long)pa.v[FMC_P_RECONNECTS], s.text[FMC_ERROR]);
+	CHECK(s.v[FMC_F_RECONNECTS] >= 1 && s.v[FMC_F_RESUMES] >= 1);
+	CHECK(pa.v[FMC_P_RECONNECTS] >= 1);
+	CHECK(s.v[FMC_F_STATE] == FMC_S_OPEN);
+	CHECK(s.text[FMC_ERROR][0] && s.v[FMC_F_ERROR_NS] > 0);
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+}
+
+/* ---- 5: moverctl top in tmux ---------------------------------------------------------- */
+
+static int sh(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Run a shell command; its stdout in buf (if buf); its exit status. */
+static int sh(char *buf, size_t cap, const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	FILE *f;
+	size_t n = 0;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	fflush(NULL);
+	f = popen(cmd, "r");
+	CHECK(f != NULL);
+	if (buf) {
+		n = fread(buf, 1, cap - 1, f);
+		buf[n] = 0;
+	} else {
+		while (fgetc(f) != EOF)
+			;
+	}
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The line of the screen that starts with prefix, or NULL. */
+static const char *screen_line(const char *screen, const char *prefix,
+			       char *line, size_t cap)
+{
+	for (const char *p = screen; p && *p; ) {
+		const char *e = strchr(p, '\n');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+
+		if (!strncmp(p, prefix, strlen(prefix))) {
+			snprintf(line, cap, "%.*s", (int)n, p);
+			return line;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	return NULL;
+}
+
+static void case_tmux(void)
+{
+	struct hd d;
+	struct seen *seen = seen_new();
+	char screen[8192], line[256], sess[64], in[16] = "", outr[16] = "";
+	pid_t c, p;
+	bool moving = false;
+
+	if (sh(NULL, 0, "command -v tmux >/dev/null") != 0) {
+		fprintf(stderr, "tmux is not installed "
+			"(contrib/install-deps.sh installs it)\n");
+		CHECK(!"tmux");
+	}
+	hd_start(&d, moverd, "metrics5", false, NULL);
+	snprintf(sess, sizeof(sess), "fmtop%d", (int)getpid());
+	/* by name the idle flow comes first, by rate the busy one */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create zbusy --ring-size 1M"), 0);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create aidle --ring-size 64K"), 0);
+	/* 16 MB/s for ~10 s */
+	c = consume(&d, "zbusy", 160000, seen);
+	p = produce(&d, "zbusy", 160000, 1000, 16000000);
+	CHECK(sh(NULL, 0, "tmux -L %s new-session -d -s %s -x 80 -y 24 "
+		 "'%s --socket %s top; echo TOP-EXITED $?; sleep 30'",
+		 sess, sess, moverctl, d.sock) == 0);
+	for (int i = 0; i < 40 && !moving; i++) {
+		usleep(250000);
+		sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s",
+		   sess, sess);
+		if (screen_line(screen, "zbusy ", line, sizeof(line)) &&
+		    sscanf(line, "zbusy %*s %*s %15s %15s", in, outr) == 2)
+			moving = strcmp(in, "0B") && strcmp(outr, "0B");
+	}
+	printf("--- moverctl top in tmux (80x24) ---\n%s------\n", screen);
+	CHECK(moving);
+	CHECK(strstr(screen, "sort: rate"));
+	CHECK(strstr(screen, "zbusy ") < strstr(screen, "aidle "));
+	sh(NULL, 0, "tmux -L %s send-keys -t %s n", sess, sess);
+	usleep(300000);
+	sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s", sess,
+	   sess);
+	CHECK(strstr(screen, "sort: name"));
+	CHECK(strstr(screen, "aidle ") < strstr(screen, "zbusy "));
+	sh(NULL, 0, "tmux -L %s send-keys -t %s l", sess, sess);
+	usleep(300000);
+	sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s", sess,
+	   sess);
+	CHECK(strstr(screen, "sort: lag"));
+	CHECK(strstr(screen, "aidle ") && strstr(screen, "zbusy "));
+	sh(NULL, 0, "tmux -L %s send-keys -t %s q", sess, sess);
+	for (int i = 0; i < 20 && !strstr(screen, "TOP-EXITED 0"); i++) {
+		usleep(100000);
+		sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s",
+		   sess, sess);
+	}
+	CHECK(strstr(screen, "TOP-EXITED 0"));
+	sh(NULL, 0, "tmux -L %s kill-server", sess);
+	wait_ok(p, 60000, "producer");
+	wait_ok(c, 60000, "consumer");
+	hd_stop(&d);
+}
+
+/* ---- 6: a real Prometheus ------------------------------------------------------------ */
+
+/* Ask Prometheus at port: the first sample's value of query at time t. */
+static bool prom_query(int port, const char *query, double t, double *v)
+{
+	char buf[8192], *p;
+
+	sh(buf, sizeof(buf), "curl -s -G 'http://127.0.0.1:%d/api/v1/query' "
+	   "--data-urlencode 'query=%s' --data-urlencode 'time=%.3f'", port,
+	   query, t);
+	/* {"status":"success","data":{"resultType":"vector","result":
+	 *  [{"metric":{...},"value":[T,"V"]}]}} */
+	p = strstr(buf, "\"value\":[");
+	if (!p || !(p = strchr(p, ',')) || p[1] != '"')
+		return false;
+	*v = strtod(p + 2, NULL);
+	return true;
+}
+
+static void case_prometheus(void)
+{
+	struct hd a, b;
+	struct seen *seen = seen_new();
+	char ma[64], mb[64], cfg[256], data[256], log[256], cmd[2048];
+	int pa = hd_free_port(), pb = hd_free_port(), pp = hd_free_port(), i;
+	double t0, t1, v = 0, measured;
+	uint64_t b0 = 0, b1 = 0;
+	pid_t prom, c, p;
+	FILE *f;
+
+	if (sh(NULL, 0, "command -v prometheus >/dev/null && "
+	       "command -v curl >/dev/null") != 0) {
+		fprintf(stderr, "prometheus or curl is not installed "
+			"(contrib/install-deps.sh installs them)\n");
+		CHECK(!"prometheus");
+	}
+	snprintf(ma, sizeof(ma), "127.0.0.1:%d", pa);
+	snprintf(mb, sizeof(mb), "127.0.0.1:%d", pb);
+	hd_start(&b, moverd, "metrics6b", true,
+		 (const char *[]){ "--metrics", mb, NULL });
+	hd_start(&a, moverd, "metrics6a", false,
+		 (const char *[]){ "--transport", "tcp", "--metrics", ma, NULL });
+	snprintf(cfg, sizeof(cfg), "%s/prometheus.yml", b.dir);
+	snprintf(data, sizeof(data), "%s/prometheus-data", b.dir);
+	snprintf(log, sizeof(log), "%s/prometheus.log", b.dir);
+	f = fopen(cfg, "w");
+	CHECK(f != NULL);
+	fprintf(f, "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+		"scrape_configs:\n  - job_name: moverd\n    static_configs:\n"
+		"      - targets: ['%s', '%s']\n", ma, mb);
+	fclose(f);
+	fflush(NULL);
+	prom = fork();
+	CHECK(prom >= 0);
+	if (prom == 0) {
+		char web[64], cf[300], st[300];
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		snprintf(web, sizeof(web), "--web.listen-address=127.0.0.1:%d", pp);
+		snprintf(cf, sizeof(cf), "--config.file=%s", cfg);
+		snprintf(st, sizeof(st), "--storage.tsdb.path=%s", data);
+		execlp("prometheus", "prometheus", cf, st, web, (char *)NULL);
+		_exit(127);
+	}
+	/* both targets up */
+	for (i = 0; i < 150; i++) {
+		if (prom_query(pp, "sum(up{job=\"moverd\"})", (double)unix_ns() / 1e9,
+			       &v) && v == 2)
+			break;
+		usleep(200000);
+	}
+	if (v != 2) {
+		snprintf(cmd, sizeof(cmd), "tail -20 %s", log);
+		(void)!system(cmd);
+	}
+	CHECK(v == 2);
+
+	/* 12 s at 12 MB/s (4 KiB records) */
+	create_remote(&a, &b, "prom", "4M");
+	c = consume(&b, "prom", 12 * 12000000 / 4096, seen);
+	p = produce(&a, "prom", 12 * 12000000 / 4096, 4096, 12000000);
+	wait_ok(p, 60000, "producer");
+	wait_ok(c, 60000, "consumer");
+	/* the consumer's own figure over 6 s in the middle of the transfer */
+	t0 = (double)seen->t_unix_ns[0] / 1e9 + 3;
+	t1 = t0 + 6;
+	for (uint64_t k = 0; k < seen->n; k++) {
+		double t = (double)seen->t_unix_ns[k] / 1e9;
+
+		if (t <= t0)
+			b0 = seen->bytes[k];
+		if (t <= t1)
+			b1 = seen->bytes[k];
+	}
+	measured = (double)(b1 - b0) / 6;
+	usleep(2500000); /* the last scrapes */
+	CHECK(prom_query(pp, "rate(flowmover_flow_bytes_received_total"
+			 "{flow=\"prom\"}[6s])", t1, &v));
+	printf("  consumer measured %.0f B/s over [%.1f, %.1f]; "
+	       "Prometheus rate(flowmover_flow_bytes_received_total[6s]) "
+	       "%.0f B/s (%.1f%%)\n", measured, t0, t1, v,
+	       100.0 * (v - measured) / measured);
+	/* the ring carries a 16-byte header per 4096-byte record */
+	CHECK(v > measured * 0.9 && v < measured * 1.1 * 4112 / 4096);
+	CHECK(prom_query(pp, "rate(flowmover_flow_bytes_sent_total"
+			 "{flow=\"prom\"}[6s])", t1, &v));
+	printf("  sender: rate(flowmover_flow_bytes_sent_total[6s]) %.0f B/s\n",
+	       v);
+	CHECK(v > measured * 0.9 && v < measured * 1.1 * 4112 / 4096);
+	/* the sender's acknowledgement times (the receiver times none) */
+	snprintf(cmd, sizeof(cmd), "histogram_quantile(0.99, sum by (le) "
+		 "(rate(flowmover_peer_ack_rtt_seconds_bucket{instance=\"%s\"}"
+		 "[6s])))", ma);
+	CHECK(prom_query(pp, cmd, t1, &v));
+	printf("  p99 acknowledgement time %.6f s\n", v);
+	CHECK(v > 0 && v < 5);
+	kill(prom, SIGTERM);
+	CHECK(hx_wait(prom, 20000) >= 0);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- 7: who may read ----------------------------------------------------------------- */
+
+static void case_access(void)
+{
+	struct hd d;
+	char path[192], moved[200];
+	pid_t pid;
+	int rc;
+
+	hd_start(&d, moverd, "metrics7", false, NULL);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create acc"), 0);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create theirs --allow-uid 65534"), 0);
+	/* nobody: not moverd's user or group */
+	snprintf(path, sizeof(path), "%s.counters", d.sock);
+	pid = hx_spawn(&d, 65534, (const char *[]){ "/bin/cat", path, NULL });
+	rc = hx_wait(pid, 10000);
+	CHECK(rc == 1);
+	CHECK(sh(out, sizeof(out), "setpriv --reuid 65534 --regid 65534 "
+		 "--clear-groups %s --socket %s top --once 2>&1", moverctl,
+		 d.sock) == 0);
+	printf("%s", out);
+	CHECK(strstr(out, "your flows, from the control socket"));
+	CHECK(strstr(out, "\ntheirs ") && !strstr(out, "\nacc "));
+	/* without the file: top and flow show answer from the socket */
+	snprintf(moved, sizeof(moved), "%s.moved", path);
+	CHECK(rename(path, moved) == 0);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow show acc"), 0);
+	CHECK(strstr(out, "acc") && strstr(out, "from the control socket"));
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "top --once"), 0);
+	CHECK(strstr(out, "no counters file") && strstr(out, "\nacc "));
+	CHECK(rename(moved, path) == 0);
+	hd_stop(&d);
+	/* no moverd at all */
+	CHECK(hd_ctl(&d, moverctl, out, sizeof(out), "top --once") == 3);
+}
+
+/* ---- 8: flow show and status ---------------------------------------------------- */
+
+static void case_show(void)
+{
+	struct hd a, b;
+	struct seen *seen = seen_new();
+	char other[sizeof(out)], src[64];
+	uint64_t batches;
+	pid_t c, p;
+
+	hd_start(&b, moverd, "metrics8b", true, NULL);
+	hd_start(&a, moverd, "metrics8a", false,
+		 (const char *[]){ "--transport", "tcp", NULL });
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
+			"flow create shown --ring-size 256K --allow-uid 65534 "
+			"--peer 127.0.0.1:%d", b.port), 0);
+	CHECK(hd_wait_state(&a, moverctl, "shown", "open", 10000, NULL, 0));
+	c = consume(&b, "shown", 5000, seen);
+	p = produce(&a, "shown", 5000, 3000, 0);
+	wait_ok(p, 60000, "producer");
+	wait_ok(c, 60000, "consumer");
+	usleep(300000); /* a sampler pass after the last acknowledgement */
+
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
+			"flow show shown --json"), 0);
+	CHECK(hj_get(out, "source", src, sizeof(src)));
+	CHECK(!strcmp(src, "counters file"));
+	batches = hj_u64(out, "batches");
+	CHECK(batches > 0);
+	CHECK(hj_u64(out, "lag_bytes") == 0);
+	CHECK(hj_u64(out, "bytes_consumed") >= 5000ull * 3016);
+	/* nobody may see the flow (allowed) but not read the file */
+	CHECK(sh(other, sizeof(other), "setpriv --reuid 65534 --regid 65534 "
+		 "--clear-groups %s --socket %s flow show shown --json 2>&1",
+		 moverctl, a.sock) == 0);
+	CHECK(hj_get(other, "source", src, sizeof(src)));
+	CHECK(!strcmp(src, "control socket"));
+	CHECK(hj_u64(other, "batches") == batches);
+	CHECK(hj_u64(other, "bytes_consumed") == hj_u64(out, "bytes_consumed"));
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow show shown"), 0);
+	CHECK(strstr(out, "batches:") && strstr(out, "from the counters file"));
+
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
+	CHECK(hj_u64(out, "work_cycles") > 0);
+	/* the sender's mover slept and something woke it, and it saw why */
+	CHECK(hj_u64(out, "sleeps") > 0);
+	CHECK(hj_u64(out, "wakes_doorbell") + hj_u64(out, "wakes_network") > 0);
+	CHECK(hj_u64(out, "wakes_doorbell") + hj_u64(out, "wakes_network") +
+	      hj_u64(out, "wakes_timer") <= hj_u64(out, "cycles"));
+	CHECK(hj_u64(out, "frames_sent") > 0);
+	CHECK(hj_u64(out, "ack_rtt_count") > 0);
+	CHECK(strstr(out, "\"ack_rtt_p99_ns\""));
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status"), 0);
+	printf("%s", out);
+	CHECK(strstr(out, "woken by:") && strstr(out, "ACKS TIMED"));
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- 9: the text -------------------------------------------------------------- */
+
+static void case_text(void)
+{
+	size_t bytes = fmc_file_bytes(2, 2), len;
+	struct fmc_header *h = calloc(1, bytes);
+	struct fmc_record *r;
+	char *text, path[128], cmd[300];
+	FILE *f;
+
+	CHECK(h != NULL);
+	*h = (struct fmc_header){ .magic = FMC_MAGIC, .version = FMC_VERSION,
+		.hdr_bytes = FMC_HDR_BYTES, .rec_bytes = FMC_REC_BYTES,
+		.n_flow = 2, .n_peer = 2, .pid = 1, .values = FMC_VALUES,
+		.start_unix_ns = 1700000000ull * SEC };
+	CHECK(fmc_valid(h, bytes));
+	r = fmc_record(h, fmc_first_flow(h));
+	fmc_begin(r);
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, FMC_FLOW);
+	fmc_set_text(r, FMC_NAME, "we\"ird\\na\nme");
+	fmc_set_text(r, FMC_WHERE, "[fe80::1]:7400");
+	fmc_set(r, FMC_F_ROLE, 1);
+	fmc_set(r, FMC_F_BYTES_SENT, 12345);
+	fmc_set(r, FMC_F_FULL_NS, 1500000000);
+	fmc_set(r, FMC_F_SUB_MASK, 1u << 3);
+	fmc_set(r, FMC_F_SUB0 + 3 * FMC_SUB_VALUES + FMC_SUB_LAG, 777);
+	fmc_set(r, FMC_F_SUB0 + 3 * FMC_SUB_VALUES + FMC_SUB_PID, 4242);
+	fmc_end(r);
+	r = fmc_record(h, fmc_first_peer(h));
+	fmc_begin(r);
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, FMC_PEER);
+	fmc_set_text(r, FMC_NAME, "[fe80::1]:7400");
+	fmc_set(r, FMC_P_STATE, 2);
+	fmc_set(r, FMC_P_RTT_COUNT, 3);
+	fmc_set(r, FMC_P_RTT_SUM_NS, 3000000);
+	fmc_set(r, FMC_P_RTT_BUCKET0 + fmc_rtt_bucket(900000), 3);
+	fmc_end(r);
+
+	text = metrics_render(h, false, &len);
+	CHECK(text && len == strlen(text));
+	CHECK(strstr(text, "flowmover_flow_bytes_sent_total{flow=\"we\\\"ird"
+		      "\\\\na\\nme\",role=\"sender\",peer=\"[fe80::1]:7400\"}"
+		      " 12345\n"));
+	CHECK(strstr(text, "# TYPE flowmover_flow_bytes_sent_total counter\n"));
+	CHECK(strstr(text, "flowmover_flow_full_seconds_total{flow=\"we"));
+	CHECK(strstr(text, " 1.500000000\n"));
+	CHECK(strstr(text, "flowmover_flow_subscriber_lag_bytes{flow=\"we\\\""
+		      "ird\\\\na\\nme\",slot=\"3\",pid=\"4242\",cut=\"0\"}"
+		      " 777\n"));
+	/* 900 us falls below the 1.024 ms boundary, and in every one after */
+	CHECK(strstr(text, "flowmover_peer_ack_rtt_seconds_bucket{peer=\"[fe80"
+		      "::1]:7400\",transport=\"tcp\",le=\"0.000512\"} 0\n"));
+	CHECK(strstr(text, "le=\"0.001024\"} 3\n"));
+	CHECK(strstr(text, "le=\"+Inf\"} 3\n"));
+	CHECK(strstr(text, "flowmover_peer_ack_rtt_seconds_count{peer=\"[fe80"
+		      "::1]:7400\",transport=\"tcp\"} 3\n"));
+	snprintf(path, sizeof(path), "/tmp/fm-metrics9-%d.txt", (int)getpid());
+	f = fopen(path, "w");
+	CHECK(f && fwrite(text, 1, len, f) == len);
+	fclose(f);
+	free(text);
+	if (sh(NULL, 0, "command -v promtool >/dev/null") == 0) {
+		snprintf(cmd, sizeof(cmd), "promtool check metrics < %s", path);
+		CHECK(sh(NULL, 0, "%s", cmd) == 0);
+	}
+	unlink(path);
+	text = metrics_render(h, true, &len);
+	CHECK(text && len > 6 && !strcmp(text + len - 6, "# EOF\n"));
+	CHECK(strstr(text, "# TYPE flowmover_flow_bytes_sent counter\n"));
+	CHECK(strstr(text, "\nflowmover_flow_bytes_sent_total{"));
+	free(text);
+	free(h);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_file, "the counters file and a local flow" },
+		{ 2, case_seqlock, "readers never get a torn record" },
+		{ 3, case_remote, "counters of a flow between hosts" },
+		{ 4, case_peer_lost, "a silent peer, a lost peer" },
+		{ 5, case_tmux, "moverctl top in an 80x24 tmux" },
+		{ 6, case_prometheus, "a real Prometheus scraping --metrics" },
+		{ 7, case_access, "who may read the counters" },
+		{ 8, case_show, "flow show and status with the counters" },
+		{ 9, case_text, "the Prometheus text: names, types, escaping" },
+	};
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: test_metrics MOVERD MOVERCTL FLOWCHECK\n");
+		return 2;
+	}
+	moverd = argv[1];
+	moverctl = argv[2];
+	flowcheck = argv[3];
+	(void)flowcheck;
+	return hc_run(cases, sizeof(cases) / sizeof(*cases), "FM_METRICS_CASES");
+}
