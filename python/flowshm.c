@@ -372,10 +372,13 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg)
 /* Refuse producer calls on a consumer handle and the reverse. */
 static int check_role(FlowObject *fo, int role, const char *what)
 {
+	char msg[96];
+
 	if (fo->role == role)
 		return 0;
-	PyErr_Format(flowshm_error, "%s: needs a %s end", what,
-		     role == FLOWSHM_PRODUCER ? "producer" : "consumer");
+	snprintf(msg, sizeof(msg), "%s: needs a %s end", what,
+		 role == FLOWSHM_PRODUCER ? "producer" : "consumer");
+	raise_rc_msg(-EINVAL, what, msg);
 	return -1;
 }
 
@@ -644,7 +647,7 @@ static PyObject *flow_recv_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 static RecObject *rec_new(PyTypeObject *type, FlowObject *fo, void *buf,
 			  size_t len)
 {
-	RecObject *r = PyObject_New(RecObject, type);
+	RecObject *r = PyObject_GC_New(RecObject, type);
 
 	if (!r)
 		return NULL;
@@ -656,6 +659,7 @@ static RecObject *rec_new(PyTypeObject *type, FlowObject *fo, void *buf,
 	r->view = NULL;
 	r->live = 1;
 	fo->held = r;
+	PyObject_GC_Track(r);
 	return r;
 }
 
@@ -1069,8 +1073,24 @@ static PyObject *rec_get_live(RecObject *r, void *c)
 	return PyBool_FromLong(r->live);
 }
 
+/* r->view refers back to r (its buffer's owner): a cycle while the record
+ * is live, which the collector breaks if the program drops both. */
+static int rec_traverse(RecObject *r, visitproc visit, void *arg)
+{
+	Py_VISIT(r->view);
+	Py_VISIT(r->flow);
+	return 0;
+}
+
+static int rec_clear(RecObject *r)
+{
+	Py_CLEAR(r->view);
+	return 0;
+}
+
 static void rec_dealloc(RecObject *r)
 {
+	PyObject_GC_UnTrack(r);
 	/* No view is left (each holds a reference to r): publish a forgotten
 	 * reservation, release a forgotten record, as a file closes. */
 	if (r->live && r->flow->f) {
@@ -1081,7 +1101,7 @@ static void rec_dealloc(RecObject *r)
 		r->flow->held = NULL;
 	Py_XDECREF(r->view);
 	Py_DECREF(r->flow);
-	PyObject_Free(r);
+	PyObject_GC_Del(r);
 }
 
 static PySequenceMethods rec_as_sequence = {
@@ -1128,7 +1148,9 @@ static PyTypeObject ReservationType = {
 	.tp_dealloc = (destructor)rec_dealloc,
 	.tp_as_sequence = &rec_as_sequence,
 	.tp_as_buffer = &rec_as_buffer,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = (traverseproc)rec_traverse,
+	.tp_clear = (inquiry)rec_clear,
 	.tp_doc = "Room claimed in the ring for one record (Flow.reserve): a "
 		  "writable bytes-like object; commit() or a with block "
 		  "publishes it.",
@@ -1143,7 +1165,9 @@ static PyTypeObject RecordType = {
 	.tp_dealloc = (destructor)rec_dealloc,
 	.tp_as_sequence = &rec_as_sequence,
 	.tp_as_buffer = &rec_as_buffer,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = (traverseproc)rec_traverse,
+	.tp_clear = (inquiry)rec_clear,
 	.tp_doc = "The next record, in place in the ring (Flow.peek): a "
 		  "read-only bytes-like object; release() or a with block "
 		  "lets it go.",
