@@ -21,6 +21,8 @@ PACKAGES=(
     sockperf                              # TCP ping-pong floor of flowbench's
                                           # latency runs (issue 12)
     python3                               # demo: picks a free port
+    python3-dev python3-pytest            # the flowshm Python module, its
+    python3-numpy                         # tests, contrib/pipeline
 )
 
 SUDO=

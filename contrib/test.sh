@@ -38,7 +38,11 @@ fi
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DFM_SANITIZE=address,undefined
-(cd build-asan && FM_STRESS_RECORDS=100000 ctest --output-on-failure -LE 'vm|package')
+# Not the python label: an ASan-built extension needs libasan preloaded into
+# /usr/bin/python3 (not itself built with ASan).  By hand:
+#   LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+#   ctest -L python   (leaks off: the interpreter's own allocations)
+(cd build-asan && FM_STRESS_RECORDS=100000 ctest --output-on-failure -LE 'vm|package|python')
 
 step "ThreadSanitizer (lock-free ring)"
 CC=clang build build-tsan -DFM_SANITIZE=thread
