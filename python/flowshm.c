@@ -30,6 +30,7 @@
 #include "flowshm.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -669,7 +670,10 @@ PyDoc_STRVAR(peek_doc,
 "read-only bytes-like object (memoryview(rec), numpy.frombuffer(rec) are\n"
 "zero copy); use it as `with f.peek() as view:` (view: a read-only\n"
 "memoryview, released with the record on exit) or call rec.release().\n"
-"The record stays next in the flow until released.  Errors as recv().");
+"The record stays next in the flow until released: a Record dropped\n"
+"unreleased, a with block that raises, or close() leave it there for\n"
+"the next peek (or the next consumer), so a stage that dies or fails\n"
+"on a record does not lose it.  Errors as recv().");
 
 static PyObject *flow_peek(FlowObject *fo, PyObject *args, PyObject *kw)
 {
@@ -777,11 +781,12 @@ static PyObject *flow_next(FlowObject *fo)
 PyDoc_STRVAR(close_doc,
 "close()\n\n"
 "Close this end (the flow itself stays; moverd gives a consumer's place\n"
-"back).  An open Reservation is committed and a peeked Record released\n"
-"first; BufferError if a view of either is still in use (release or\n"
-"delete the views, numpy arrays included, then close).  Idempotent.");
+"back).  An open Reservation is committed first; a peeked Record is\n"
+"left unreleased (the next consumer gets it).  BufferError if a view of\n"
+"either is still in use (release or delete the views, numpy arrays\n"
+"included, then close).  Idempotent.");
 
-static int rec_finish(RecObject *r);
+static int rec_finish(RecObject *r, bool consume);
 
 static PyObject *flow_close(FlowObject *fo, PyObject *unused)
 {
@@ -793,7 +798,7 @@ static PyObject *flow_close(FlowObject *fo, PyObject *unused)
 				"close: flow in use by another thread");
 		return NULL;
 	}
-	if (fo->held && rec_finish(fo->held))
+	if (fo->held && rec_finish(fo->held, false))
 		return NULL;
 	flow_close_handle(fo);
 	Py_RETURN_NONE;
@@ -985,11 +990,13 @@ static PyBufferProcs rec_as_buffer = {
 };
 
 /*
- * Commit (Reservation) or release (Record): first release the memoryview
- * that with/view handed out, then refuse while anything else still holds
- * a buffer of the ring's memory.  Returns 0, or -1 with an exception.
+ * Commit (Reservation) or release (Record, consume true) or let go of a
+ * Record without consuming it (consume false: it stays next in the flow):
+ * first release the memoryview that with/view handed out, then refuse
+ * while anything else still holds a buffer of the ring's memory.  Returns
+ * 0, or -1 with an exception.
  */
-static int rec_finish(RecObject *r)
+static int rec_finish(RecObject *r, bool consume)
 {
 	FlowObject *fo = r->flow;
 	int reserve = Py_TYPE(r) == &ReservationType;
@@ -1017,8 +1024,10 @@ static int rec_finish(RecObject *r)
 		return -1;
 	}
 	r->live = 0;
-	if (fo->f)
-		reserve ? flowshm_commit(fo->f) : flowshm_release(fo->f);
+	if (fo->f && reserve)
+		flowshm_commit(fo->f);
+	else if (fo->f && consume)
+		flowshm_release(fo->f);
 	fo->held = NULL;
 	r->buf = NULL;
 	r->len = 0;
@@ -1028,7 +1037,7 @@ static int rec_finish(RecObject *r)
 static PyObject *rec_finish_py(RecObject *r, PyObject *unused)
 {
 	(void)unused;
-	if (rec_finish(r))
+	if (rec_finish(r, true))
 		return NULL;
 	Py_RETURN_NONE;
 }
@@ -1056,10 +1065,17 @@ static PyObject *rec_enter(RecObject *r, PyObject *unused)
 	return rec_view(r, NULL);
 }
 
+/* A with block that raised leaves its Record in the flow (the stage failed
+ * on it: the next peek, or the next consumer, gets it again); a
+ * Reservation is committed either way (see reserve_doc). */
 static PyObject *rec_exit(RecObject *r, PyObject *args)
 {
-	(void)args;
-	return rec_finish_py(r, NULL);
+	PyObject *exc_type = PyTuple_Size(args) ? PyTuple_GET_ITEM(args, 0)
+						: Py_None;
+
+	if (rec_finish(r, exc_type == Py_None))
+		return NULL;
+	Py_RETURN_NONE;
 }
 
 static Py_ssize_t rec_length(RecObject *r)
@@ -1091,12 +1107,11 @@ static int rec_clear(RecObject *r)
 static void rec_dealloc(RecObject *r)
 {
 	PyObject_GC_UnTrack(r);
-	/* No view is left (each holds a reference to r): publish a forgotten
-	 * reservation, release a forgotten record, as a file closes. */
-	if (r->live && r->flow->f) {
-		Py_TYPE(r) == &ReservationType ? flowshm_commit(r->flow->f)
-					       : flowshm_release(r->flow->f);
-	}
+	/* No view is left (each holds a reference to r).  A forgotten
+	 * reservation is published (a claim must not stay open); a forgotten
+	 * record was not consumed: it stays next in the flow. */
+	if (r->live && r->flow->f && Py_TYPE(r) == &ReservationType)
+		flowshm_commit(r->flow->f);
 	if (r->flow->held == r)
 		r->flow->held = NULL;
 	Py_XDECREF(r->view);

@@ -351,15 +351,32 @@ def test_record_explicit_release_and_errors(ring):
     with pytest.raises(BlockingIOError):
         c.peek(timeout=0)
     p.send(b"x")
-    assert bytes(c.peek(timeout=1)) == b"x"       # dropped: released
-    with pytest.raises(BlockingIOError):
-        c.recv(0)
-    # a record and its view dropped together: a cycle the collector frees
     p.send(b"y")
+    assert bytes(c.peek(timeout=1)) == b"x"       # dropped, not released:
+    r = c.peek()                                 # still next
+    assert bytes(r) == b"x"
+    r.release()
+    # a record and its view dropped together: a cycle the collector frees
     assert c.peek().view.tobytes() == b"y"
     gc.collect()
+    assert c.recv(0) == b"y"
     with pytest.raises(BlockingIOError):
         c.recv(0)
+
+
+def test_with_that_raises_leaves_the_record_next(ring):
+    """A stage that fails on a record does not lose it."""
+    p, c = ring
+    p.send(b"poison")
+    p.send(b"ok")
+    with pytest.raises(ZeroDivisionError):
+        with c.peek() as v:
+            assert bytes(v) == b"poison"
+            1 / 0
+    with pytest.raises(ValueError):
+        v.tobytes()                              # the view is gone anyway
+    assert c.recv() == b"poison"
+    assert c.recv() == b"ok"
 
 
 def test_release_refused_while_numpy_holds_the_record(ring):
@@ -394,12 +411,19 @@ def test_views_keep_the_ring_mapped_after_the_flow_is_dropped():
     assert a.tobytes() == b"kept"
 
 
-def test_close_releases_a_peek_without_views(ring):
-    p, c = ring
-    p.send(b"one")
-    r = c.peek()
-    c.close()
-    assert not r.live and c.closed
+def test_close_leaves_a_peeked_record_for_the_next_consumer():
+    fd = flowshm.ring_create(1 << 16, 1024)
+    try:
+        p = flowshm.open_fd(fd, "producer")
+        c = flowshm.open_fd(fd, "consumer")
+        p.send(b"one")
+        r = c.peek()
+        c.close()
+        assert not r.live and c.closed
+        with flowshm.open_fd(fd, "consumer") as c2:
+            assert c2.recv() == b"one"
+    finally:
+        os.close(fd)
 
 
 # ---- threads and signals ----------------------------------------------------
