@@ -23,6 +23,10 @@
  *
  * Waits release the GIL and sleep in slices of at most WAIT_SLICE_NS, so
  * Ctrl-C (and any other signal handler) runs within that time.
+ *
+ * FM_HAVE_PIPELINE_API: flowshm.h has the pipeline calls of issue 11 and
+ * 15 (end of stream, flow state, poll and fd sets, producer identity);
+ * the module offers end(), state(), poll(), fileno() and EndOfStream then.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,9 +40,16 @@
 #include <time.h>
 
 #define WAIT_SLICE_NS 100000000LL	/* 0.1 s: signal latency in a wait */
+
+#ifdef FLOWSHM_POLL_MAX
+#define FM_HAVE_PIPELINE_API 1
+#endif
 #define BATCH_MAX 1024u			/* records per library batch call */
 
 static PyObject *flowshm_error;		/* flowshm.Error(OSError) */
+#ifdef FM_HAVE_PIPELINE_API
+static PyObject *end_of_stream;		/* flowshm.EndOfStream(Error) */
+#endif
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -53,6 +64,9 @@ static PyObject *exc_type_for(int rc)
 	case -EACCES:
 	case -EPERM: return PyExc_PermissionError;
 	case -ENOENT: return PyExc_FileNotFoundError;
+#ifdef FM_HAVE_PIPELINE_API
+	case -ENODATA: return end_of_stream;
+#endif
 	default: return flowshm_error;
 	}
 }
@@ -125,6 +139,9 @@ typedef struct {
 	PyObject *name;		/* str, or None for open_fd */
 	struct rec_obj *held;	/* the live Reservation or Record, if any */
 	PyObject *weakrefs;
+#ifdef FM_HAVE_PIPELINE_API
+	flowshm_set_t *set;	/* fileno()'s one-flow set, made on demand */
+#endif
 } FlowObject;
 
 /* A Reservation (producer) or a Record (consumer). */
@@ -204,6 +221,12 @@ static void flow_close_handle(FlowObject *fo)
 {
 	if (!fo->f)
 		return;
+#ifdef FM_HAVE_PIPELINE_API
+	if (fo->set) {	/* a set must not outlive its handles */
+		flowshm_set_destroy(fo->set);
+		fo->set = NULL;
+	}
+#endif
 	if (fo->name != Py_None)
 		flowshm_detach(fo->f);
 	else
@@ -225,6 +248,9 @@ static FlowObject *flow_new(flowshm_t *f, int role, PyObject *name)
 	fo->busy = 0;
 	fo->held = NULL;
 	fo->weakrefs = NULL;
+#ifdef FM_HAVE_PIPELINE_API
+	fo->set = NULL;
+#endif
 	fo->name = name;
 	Py_INCREF(name);
 	fo->max_record = flowshm_info(f, &info) ? 0 : info.max_record;
@@ -550,11 +576,35 @@ out:
 /* peek (and recv on top of it) */
 struct peek_arg { const void *buf; size_t len; };
 
+/*
+ * After a read found nothing, a flow whose fileno() an event loop watches
+ * must have its set polled once without waiting: that -EAGAIN is what arms
+ * the descriptor again (flowshm_set_fd).  Returns 1 when the set says a
+ * record came meanwhile (read again), else 0.
+ */
+static int rearm(FlowObject *fo)
+{
+#ifdef FM_HAVE_PIPELINE_API
+	flowshm_t *ready;
+	unsigned n;
+
+	if (fo->set)
+		return flowshm_set_poll(fo->set, &ready, 1, &n, 0) == 0;
+#else
+	(void)fo;
+#endif
+	return 0;
+}
+
 static int try_peek(FlowObject *fo, void *arg, int64_t t)
 {
 	struct peek_arg *a = arg;
+	int rc;
 
-	return flowshm_peek(fo->f, &a->buf, &a->len, t);
+	do
+		rc = flowshm_peek(fo->f, &a->buf, &a->len, t);
+	while (rc == -EAGAIN && t == 0 && rearm(fo));
+	return rc;
 }
 
 PyDoc_STRVAR(recv_doc,
@@ -775,6 +825,10 @@ static PyObject *flow_next(FlowObject *fo)
 		return b;
 	if (rc == -EPIPE)	/* closed and drained: the end */
 		return NULL;	/* StopIteration, no exception set */
+#ifdef FM_HAVE_PIPELINE_API
+	if (rc == -ENODATA)	/* end of stream */
+		return NULL;
+#endif
 	return raise_rc(rc, "recv");
 }
 
@@ -845,6 +899,127 @@ static PyObject *flow_info(FlowObject *fo, PyObject *unused)
 			     i.closed ? Py_True : Py_False, "recovered",
 			     i.recovered);
 }
+
+#ifdef FM_HAVE_PIPELINE_API
+static int try_end(FlowObject *fo, void *arg, int64_t t)
+{
+	(void)arg;
+	return flowshm_end(fo->f, t);
+}
+
+PyDoc_STRVAR(end_doc,
+"end(timeout=None)\n\n"
+"Producer: this producer's stream is complete (after its last send).\n"
+"Once every producer attached through moverd has ended (or the owner ran\n"
+"'moverctl flow end'), consumers get every record and then EndOfStream\n"
+"(iteration stops); later sends get BrokenPipeError.  `timeout` matters\n"
+"only for a ring from open_fd (the end record waits for room).");
+
+static PyObject *flow_end(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *tmo = Py_None;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:end", kwlist, &tmo) ||
+	    timeout_ns_of(tmo, &t) || flow_begin(fo, FLOWSHM_PRODUCER, "end"))
+		return NULL;
+	rc = run_waiting(fo, try_end, NULL, t);
+	flow_leave(fo);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "end");
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(state_doc,
+"state() -> dict\n\n"
+"The flow's state as moverd last wrote it into the ring, corrected by the\n"
+"ring itself: state ('open', 'connecting', 'peer down', 'draining',\n"
+"'ended', 'failed', 'closed', 'unknown'), reason (errno when failed, else\n"
+"0), since (seconds since the epoch, or None), producers, consumers,\n"
+"lag_bytes, daemon ('none', 'up', 'down', 'restarted').");
+
+static const char *daemon_name(enum flowshm_daemon d)
+{
+	switch (d) {
+	case FLOWSHM_DAEMON_UP: return "up";
+	case FLOWSHM_DAEMON_DOWN: return "down";
+	case FLOWSHM_DAEMON_RESTARTED: return "restarted";
+	default: return "none";
+	}
+}
+
+static PyObject *flow_state(FlowObject *fo, PyObject *unused)
+{
+	struct flowshm_state st;
+	PyObject *since;
+	int rc;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	rc = flowshm_state(fo->f, &st);
+	flow_leave(fo);
+	if (rc)
+		return raise_rc(rc, "state");
+	if (st.since_ns)
+		since = PyFloat_FromDouble((double)st.since_ns / 1e9);
+	else
+		since = Py_NewRef(Py_None);
+	if (!since)
+		return NULL;
+	return Py_BuildValue("{sssisNsIsIsKss}", "state",
+			     flowshm_state_name(st.state), "reason",
+			     -st.reason, "since", since, "producers",
+			     st.producers, "consumers", st.consumers,
+			     "lag_bytes", (unsigned long long)st.lag_bytes,
+			     "daemon", daemon_name(st.daemon));
+}
+
+static PyObject *flow_get_last_producer(FlowObject *fo, void *c)
+{
+	(void)c;
+	if (!fo->f)
+		return PyLong_FromLong(0);
+	return PyLong_FromUnsignedLong(flowshm_last_producer(fo->f));
+}
+
+PyDoc_STRVAR(fileno_doc,
+"fileno() -> int\n\n"
+"Consumer: a descriptor that becomes readable when records may have\n"
+"arrived, for event loops (asyncio's loop.add_reader, selectors).  When\n"
+"it is readable, read with timeout=0 until BlockingIOError: that\n"
+"BlockingIOError arms it again.  It belongs to the flow (do not close\n"
+"it); close() ends it.");
+
+static PyObject *flow_fileno(FlowObject *fo, PyObject *unused)
+{
+	int rc = 0;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	if (fo->role != FLOWSHM_CONSUMER) {
+		flow_leave(fo);
+		return raise_rc_msg(-EINVAL, "fileno",
+				    "fileno: needs a consumer end");
+	}
+	if (!fo->set && !(rc = flowshm_set_create(&fo->set)) &&
+	    (rc = flowshm_set_add(fo->set, fo->f))) {
+		flowshm_set_destroy(fo->set);
+		fo->set = NULL;
+	}
+	if (!rc && (rc = flowshm_set_fd(fo->set)) >= 0)
+		rearm(fo);	/* armed from the start */
+	flow_leave(fo);
+	if (rc < 0)
+		return raise_rc(rc, "fileno");
+	return PyLong_FromLong(rc);
+}
+#endif
 
 static PyObject *flow_enter_ctx(FlowObject *fo, PyObject *unused)
 {
@@ -923,6 +1098,12 @@ static PyMethodDef flow_methods[] = {
 	{ "close", (PyCFunction)flow_close, METH_NOARGS, close_doc },
 	{ "shutdown", (PyCFunction)flow_shutdown, METH_NOARGS, shutdown_doc },
 	{ "info", (PyCFunction)flow_info, METH_NOARGS, info_doc },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "end", (PyCFunction)(void (*)(void))flow_end,
+	  METH_VARARGS | METH_KEYWORDS, end_doc },
+	{ "state", (PyCFunction)flow_state, METH_NOARGS, state_doc },
+	{ "fileno", (PyCFunction)flow_fileno, METH_NOARGS, fileno_doc },
+#endif
 	{ "__enter__", (PyCFunction)flow_enter_ctx, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)flow_exit_ctx, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL }
@@ -936,6 +1117,11 @@ static PyGetSetDef flow_getset[] = {
 	  "the flow's name (None for open_fd)", NULL },
 	{ "max_record", (getter)flow_get_max_record, NULL,
 	  "the largest record the flow takes, in bytes", NULL },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "last_producer", (getter)flow_get_last_producer, NULL,
+	  "who wrote the record read last: one number per producer handle "
+	  "attached at a time (0 before any)", NULL },
+#endif
 	{ NULL, NULL, NULL, NULL, NULL }
 };
 
@@ -1192,6 +1378,96 @@ static PyTypeObject RecordType = {
 
 /* ---- module ------------------------------------------------------------ */
 
+#ifdef FM_HAVE_PIPELINE_API
+struct poll_arg {
+	flowshm_t **f;
+	unsigned n, *ready, nready;
+};
+
+static int try_poll(FlowObject *fo, void *arg, int64_t t)
+{
+	struct poll_arg *a = arg;
+
+	(void)fo;
+	return flowshm_poll(a->f, a->n, a->ready, &a->nready, t);
+}
+
+PyDoc_STRVAR(poll_doc,
+"poll(flows, timeout=None) -> list[Flow]\n\n"
+"Wait until at least one of the consumer Flows has something to read (a\n"
+"record, or an end: EndOfStream, BrokenPipeError) and return every such\n"
+"flow, starting at one that moves on by one each call, so that serving\n"
+"only the first still serves every busy flow in turn.  One system call\n"
+"for any number of flows.  BlockingIOError (timeout 0) or TimeoutError\n"
+"when none is ready.  Remove a flow that ended: it stays ready.");
+
+static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "flows", "timeout", NULL };
+	PyObject *flows, *seq, *tmo = Py_None, *ret = NULL;
+	struct poll_arg a = { 0 };
+	Py_ssize_t n, taken = 0;
+	int64_t t;
+	int rc;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:poll", kwlist, &flows,
+					 &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	seq = PySequence_Fast(flows, "poll: flows must be a sequence");
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || n > FLOWSHM_POLL_MAX) {
+		PyErr_Format(PyExc_ValueError, "poll: 1 to %u flows",
+			     FLOWSHM_POLL_MAX);
+		goto out;
+	}
+	a.f = PyMem_Calloc(n, sizeof(*a.f));
+	a.ready = PyMem_Calloc(n, sizeof(*a.ready));
+	if (!a.f || !a.ready) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	a.n = (unsigned)n;
+	/* every flow is taken (busy) for the wait: none may close meanwhile */
+	for (; taken < n; taken++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, taken);
+		FlowObject *fo = (FlowObject *)o;
+
+		if (!PyObject_TypeCheck(o, &FlowType)) {
+			PyErr_SetString(PyExc_TypeError,
+					"poll: flows must be Flow objects");
+			goto out;
+		}
+		if (flow_begin(fo, FLOWSHM_CONSUMER, "poll"))
+			goto out;
+		a.f[taken] = fo->f;
+	}
+	rc = run_waiting((FlowObject *)PySequence_Fast_GET_ITEM(seq, 0),
+			 try_poll, &a, t);
+	if (rc == 1)
+		goto out;
+	if (rc) {
+		raise_rc(rc, "poll");
+		goto out;
+	}
+	ret = PyList_New(a.nready);
+	for (unsigned i = 0; ret && i < a.nready; i++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, a.ready[i]);
+
+		PyList_SET_ITEM(ret, i, Py_NewRef(o));
+	}
+out:
+	for (Py_ssize_t i = 0; i < taken; i++)
+		flow_leave((FlowObject *)PySequence_Fast_GET_ITEM(seq, i));
+	PyMem_Free(a.f);
+	PyMem_Free(a.ready);
+	Py_DECREF(seq);
+	return ret;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
 	{ "attach", (PyCFunction)(void (*)(void))py_attach,
 	  METH_VARARGS | METH_KEYWORDS, attach_doc },
@@ -1200,6 +1476,10 @@ static PyMethodDef module_methods[] = {
 	{ "ring_create", (PyCFunction)(void (*)(void))py_ring_create,
 	  METH_VARARGS | METH_KEYWORDS, ring_create_doc },
 	{ "strerror", (PyCFunction)py_strerror, METH_O, strerror_doc },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "poll", (PyCFunction)(void (*)(void))py_poll,
+	  METH_VARARGS | METH_KEYWORDS, poll_doc },
+#endif
 	{ NULL, NULL, 0, NULL }
 };
 
@@ -1240,6 +1520,14 @@ PyMODINIT_FUNC PyInit_flowshm(void)
 		PyExc_OSError, NULL);
 	if (!flowshm_error ||
 	    PyModule_AddObjectRef(m, "Error", flowshm_error) ||
+#ifdef FM_HAVE_PIPELINE_API
+	    !(end_of_stream = PyErr_NewExceptionWithDoc(
+		"flowshm.EndOfStream",
+		"End of stream (ENODATA): every record of the flow was "
+		"delivered and its producers ended it.  Not an error of the "
+		"flow; iteration stops there.", flowshm_error, NULL)) ||
+	    PyModule_AddObjectRef(m, "EndOfStream", end_of_stream) ||
+#endif
 	    PyModule_AddObjectRef(m, "Flow", (PyObject *)&FlowType) ||
 	    PyModule_AddObjectRef(m, "Reservation",
 				  (PyObject *)&ReservationType) ||
