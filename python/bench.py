@@ -6,16 +6,19 @@ consumer are two processes (fork) on one memfd ring, as flowbench local
 does; the consumer checks every record's sequence number.  Cases:
 
   copy    send(bytes) / recv() -> bytes
-  view    reserve(n) + write into the memoryview / peek() + read the view
-          (32 B: struct.pack_into / unpack_from on the view; 1 MiB: the
-          payload copied in from a numpy array, and copied out into a
-          preallocated buffer, i.e. one memcpy each way as in C's send/recv)
+  view    reserve(n) + write in place / peek() + read in place (32 B:
+          struct.pack_into / unpack_from on the Reservation and Record, which
+          are buffers themselves; 1 MiB: the payload copied in from a numpy
+          array through the memoryview, and copied out into a preallocated
+          buffer, i.e. one memcpy each way as in C's send/recv)
   view-0  1 MiB only: as view, but the consumer reads just the sequence
           number in place (zero copy: what a numpy stage that reduces the
           record where it lies costs)
 
 and, in the same run, `flowbench local --only tput --producers 0` at the
-same sizes and ring size (its per-record send/recv: the reference).
+same sizes and ring size (its per-record send/recv: the reference).  The
+host is shared: C and Python cases alternate, --rounds times (default 3),
+and each figure is the median of its rounds.
 
 Usage: python/bench.py [--build DIR] [--seconds S] [--json]
 (PYTHONPATH must reach the built module: DIR/python.)
@@ -49,8 +52,9 @@ def producer(fd, size, mode):
                 seq += 1
         elif size <= 64:
             while True:
-                with p.reserve(size) as v:
-                    SEQ.pack_into(v, 0, seq)
+                r = p.reserve(size)
+                SEQ.pack_into(r, 0, seq)
+                r.commit()
                 seq += 1
         else:
             while True:
@@ -75,13 +79,14 @@ def consumer(c, size, mode, seconds, warmup):
         if mode == "copy":
             rec = c.recv()
             got = SEQ.unpack_from(rec, 0)[0]
-        else:
+        elif size <= 64 or mode == "view-0":
             r = c.peek()
-            v = r.view
-            got = SEQ.unpack_from(v, 0)[0]
-            if mode == "view" and size > 64:
-                out[:] = v
+            got = SEQ.unpack_from(r, 0)[0]
             r.release()
+        else:
+            with c.peek() as v:
+                got = SEQ.unpack_from(v, 0)[0]
+                out[:] = v
         if got != seq:
             raise SystemExit(f"record {seq}: got sequence {got}")
         seq += 1
@@ -133,16 +138,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.build, "python"))
 
-    machine, c_rows = flowbench(a.build, a.seconds)
-    py_rows = []
-    for size, modes in ((32, ("copy", "view")),
-                        (1 << 20, ("copy", "view", "view-0"))):
-        for mode in modes:
-            py_rows.append(run_case(size, mode, a.seconds, 0.2))
+    runs = {}
+    for _ in range(a.rounds):
+        machine, rows = flowbench(a.build, a.seconds)
+        for r in rows:
+            runs.setdefault((r["size"], "C"), []).append(r)
+        for size, modes in ((32, ("copy", "view")),
+                            (1 << 20, ("copy", "view", "view-0"))):
+            for mode in modes:
+                runs.setdefault((size, mode), []).append(
+                    run_case(size, mode, a.seconds, 0.2))
+    med = {k: sorted(v, key=lambda r: r["records_per_s"])[len(v) // 2]
+           for k, v in runs.items()}
+    c_rows = [r for (size, api), r in med.items() if api == "C"]
+    py_rows = [r for (size, api), r in med.items() if api != "C"]
     if a.json:
         print(json.dumps({"machine": machine, "c": c_rows,
                           "python": py_rows}, indent=2))
@@ -150,7 +164,7 @@ def main():
     ref = {r["size"]: r for r in c_rows}
     print(f"machine: {machine['cpus']} cpus, {machine['model']}, "
           f"kernel {machine['kernel']}; ring {RING >> 20} MiB, "
-          f"{a.seconds:g} s per case")
+          f"{a.seconds:g} s per case, median of {a.rounds} rounds")
     print(f"{'size':>8} {'api':<16} {'records/s':>12} {'GB/s':>8} "
           f"{'vs C':>6}")
     for r in c_rows:
