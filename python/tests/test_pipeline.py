@@ -1,5 +1,6 @@
 """contrib/pipeline as run.sh runs it (two moverd over TCP on loopback,
-the C ingest on A, the Python transform and the C sink on B), with the
+the C ingest on A, the Python transform, the C sink and the Python monitor
+on B), with the
 transform killed (SIGKILL) mid-stream and started again, twice: every
 frame must reach the sink's file exactly once, checked by the sink against
 the frame recomputed from its sequence number."""
@@ -45,16 +46,21 @@ def test_transform_killed_and_restarted_every_frame_once(pair, tmp_path):
     pair.create("frames", ring_size="1M", max_record="64K")
     pair.b.ctl("flow", "create", "results", "--ring-size", "256K",
                "--max-record", "4K")
+    pair.b.ctl("flow", "create", "monitor", "--ring-size", "64K",
+               "--max-record", "64")
     out = tmp_path / "results.txt"
     log = open(tmp_path / "stages.log", "w")
     transform_cmd = [sys.executable, os.path.join(PIPELINE, "transform.py"),
-                     "frames", "results"]
+                     "frames", "results", "--monitor", "monitor"]
+    mlog = open(tmp_path / "monitor.log", "w")
+    m = stage([sys.executable, os.path.join(PIPELINE, "monitor.py"),
+               "monitor", "--interval", "0.5"], pair.b, mlog)
     s = stage([sink, "results", "--out", str(out), "--count", str(FRAMES)],
               pair.b, log)
     t = stage(transform_cmd, pair.b, log)
     i = stage([ingest, "frames", "--count", str(FRAMES), "--rate",
                str(RATE)], pair.a, log)
-    procs = [s, i, t]
+    procs = [s, i, t, m]
     try:
         for k in (1, 2):
             # the sink writes lines as results arrive (flushed when idle
@@ -67,13 +73,18 @@ def test_transform_killed_and_restarted_every_frame_once(pair, tmp_path):
             procs.append(t)
         assert i.wait(60) == 0
         assert s.wait(60) == 0, open(tmp_path / "stages.log").read()
+        assert m.poll() is None, "the monitor died"
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
         log.close()
+        mlog.close()
     report = open(tmp_path / "stages.log").read()
     assert f"sink: {FRAMES} frames written once each" in report, report
     seqs = [int(line.split()[0]) for line in open(out)]
     assert seqs == list(range(FRAMES))
+    monitor = open(tmp_path / "monitor.log").read()
+    assert "frames/s" in monitor and "transform restarted" in monitor, \
+        monitor
