@@ -5,8 +5,8 @@
  *
  * Results must come in frame order.  A result of a frame already written is
  * a duplicate (the transform was killed after it sent the result and before
- * it released the frame, and sent it again after its restart): dropped and
- * counted.  A frame that skips ahead means a frame was lost: the sink fails.
+ * its input flow recorded the frame as released, and sent it again after
+ * its restart): dropped and counted.  A frame that skips ahead means a frame was lost: the sink fails.
  * Every result is checked against the frame recomputed from (sensor, seq),
  * so a result of a wrong or torn frame fails too.  FILE gets one line per
  * frame: seq sensor mean min max rms.  Stops after frame N-1 (--count N),

@@ -14,8 +14,10 @@ pipeline exactly once across a kill of this stage at any instant:
     turns the dead producer's claim into padding, and the restarted stage
     sends the result again;
   - killed after the send, before the release: the restarted stage sends
-    that one frame's result a second time; the sink knows it (results carry
-    the frame's sequence number, in order) and drops it.
+    that frame's result a second time (and, where the ring records a
+    consumer's position lazily, ring format 2, a few results before it);
+    the sink knows them (results carry the frame's sequence number, in
+    order) and drops them.
 
 So every frame reaches the sink's file exactly once.  With --monitor, a
 small (total, time) record goes to that flow ten times a second, never
