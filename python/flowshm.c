@@ -59,7 +59,10 @@ static PyObject *exc_type_for(int rc)
 {
 	switch (rc) {
 	case -EAGAIN: return PyExc_BlockingIOError;
-	case -ETIMEDOUT: return PyExc_TimeoutError;
+	case -ETIMEDOUT:
+	case -ENOTCONN:		/* timed out: the flow's peer link is down */
+	case -EHOSTDOWN:	/* timed out: moverd is gone, the ring full */
+		return PyExc_TimeoutError;
 	case -EPIPE: return PyExc_BrokenPipeError;
 	case -EACCES:
 	case -EPERM: return PyExc_PermissionError;
@@ -181,17 +184,26 @@ static void flow_leave(FlowObject *fo)
 
 typedef int (*try_fn)(FlowObject *fo, void *arg, int64_t timeout_ns);
 
+/* A wait that ran out: -ETIMEDOUT, or (a producer's, flowshm.h) the
+ * reason it ran out when that was not a slow consumer. */
+static bool timed_out(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ENOTCONN || rc == -EHOSTDOWN;
+}
+
 /*
  * Run try(timeout 0) with the GIL held (the fast path: no wait, no GIL
  * traffic); if it would wait, release the GIL and retry in slices until
- * the timeout runs out, checking for signals between slices.  Returns the
- * library's code, or 1 when a signal handler raised.
+ * the timeout runs out, checking for signals between slices.  A slice that
+ * times out is no error until the whole timeout has: then the last
+ * slice's code says why.  Returns the library's code, or 1 when a signal
+ * handler raised.
  */
 static int run_waiting(FlowObject *fo, try_fn try, void *arg,
 		       int64_t timeout_ns)
 {
 	int64_t deadline;
-	int rc = try(fo, arg, 0);
+	int rc = try(fo, arg, 0), last = -ETIMEDOUT;
 
 	if (rc != -EAGAIN || timeout_ns == 0)
 		return rc;
@@ -203,15 +215,16 @@ static int run_waiting(FlowObject *fo, try_fn try, void *arg,
 			int64_t left = deadline - now_ns();
 
 			if (left <= 0)
-				return -ETIMEDOUT;
+				return last;
 			if (left < slice)
 				slice = left;
 		}
 		Py_BEGIN_ALLOW_THREADS
 		rc = try(fo, arg, slice);
 		Py_END_ALLOW_THREADS
-		if (rc != -ETIMEDOUT)
+		if (!timed_out(rc))
 			return rc;
+		last = rc;
 		if (PyErr_CheckSignals())
 			return 1;
 	}
@@ -450,7 +463,9 @@ PyDoc_STRVAR(send_doc,
 "Send one record (any bytes-like object, copied into the ring).  Waits\n"
 "up to `timeout` seconds (None: forever, 0: not at all) while the ring\n"
 "is full: BlockingIOError (timeout 0) or TimeoutError when it stays\n"
-"full, BrokenPipeError when the flow is closed.");
+"full (its errno says why where the library tells: ETIMEDOUT a slow\n"
+"consumer, ENOTCONN the flow's link to its peer host is down, EHOSTDOWN\n"
+"moverd is gone), BrokenPipeError when the flow is closed.");
 
 static PyObject *flow_send(FlowObject *fo, PyObject *args, PyObject *kw)
 {
