@@ -23,7 +23,7 @@ def test_module_surface():
     for name in ("attach", "open_fd", "ring_create", "strerror", "Flow",
                  "Reservation", "Record", "Error"):
         assert getattr(flowshm, name).__doc__, name
-    assert flowshm.strerror(errno.EPIPE) == "flow closed"
+    assert flowshm.strerror(errno.EPIPE).startswith("flow closed")
     assert flowshm.strerror(errno.EAGAIN).startswith("ring full or empty")
 
 
