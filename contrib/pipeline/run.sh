@@ -3,13 +3,16 @@
 # daemons on loopback (host A and host B), and
 #   A: ingest (C)     sensor frames -> flow 'frames' (A to B, over TCP)
 #   B: transform (Python/numpy) 'frames' -> flow 'results' (B, local)
-#                     and ten ticks a second -> flow 'monitor' (B, local)
 #   B: sink (C)       'results' -> results.txt, every frame once, checked
-#   B: monitor (Python) 'monitor' -> the live rate on the terminal
+#   B: monitor (Python) the live rate on the terminal, either
+#        --monitor subscribe: a second subscriber of 'results' (ring
+#                          format 2: several consumers per flow), or
+#        --monitor ticks:  ten ticks a second the transform sends to a flow
+#                          of its own, 'monitor' (ring format 1)
 # Runs until --seconds run out (default 10; 0 = until Ctrl-C), then stops
 # the ingest, lets the rest drain into the sink, and stops everything.
 # Usage: contrib/pipeline/run.sh [--seconds S] [--rate FRAMES/S]
-#                                [--build DIR] [--out FILE]
+#                 [--monitor subscribe|ticks] [--build DIR] [--out FILE]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -17,14 +20,16 @@ seconds=10
 rate=5000
 build=$top/build
 out=
+monitor=ticks
 while [ $# -gt 0 ]; do
     case $1 in
         --seconds) seconds=$2; shift 2 ;;
         --rate) rate=$2; shift 2 ;;
         --build) build=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "usage: $0 [--seconds S] [--rate FRAMES/S] [--build DIR]" \
-                "[--out FILE]" >&2; exit 2 ;;
+        --monitor) monitor=$2; shift 2 ;;
+        *) echo "usage: $0 [--seconds S] [--rate FRAMES/S] [--monitor" \
+                "subscribe|ticks] [--build DIR] [--out FILE]" >&2; exit 2 ;;
     esac
 done
 
@@ -79,11 +84,20 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 
-echo "== flows: frames (A to B), results and monitor (on B)"
+echo "== flows: frames (A to B), results (on B); monitor: $monitor"
 ctl_a flow create frames --ring-size 4M --max-record 64K \
     --peer "127.0.0.1:$port" >/dev/null
 ctl_b flow create results --ring-size 1M --max-record 4K >/dev/null
-ctl_b flow create monitor --ring-size 64K --max-record 64 >/dev/null
+case $monitor in
+    ticks)
+        ctl_b flow create monitor --ring-size 64K --max-record 64 >/dev/null
+        monitor_args=(monitor)
+        transform_args=(--monitor monitor) ;;
+    subscribe)
+        monitor_args=(--subscribe results)
+        transform_args=() ;;
+    *) echo "--monitor subscribe or ticks" >&2; exit 2 ;;
+esac
 for _ in $(seq 200); do
     ctl_b flow show frames >/dev/null 2>&1 && break
     sleep 0.05
@@ -94,9 +108,10 @@ FLOWMOVER_SOCKET=$sock_b setsid "$build/contrib/pipeline/pipeline_sink" results 
     >"$run/sink.out" &
 sink=$!
 pids+=($sink)
-FLOWMOVER_SOCKET=$sock_b setsid $py "$here/monitor.py" monitor &
+FLOWMOVER_SOCKET=$sock_b setsid $py "$here/monitor.py" "${monitor_args[@]}" &
 pids+=($!)
-FLOWMOVER_SOCKET=$sock_b setsid $py "$here/transform.py" frames results --monitor monitor \
+FLOWMOVER_SOCKET=$sock_b setsid $py "$here/transform.py" frames results \
+    "${transform_args[@]}" \
     >"$run/transform.out" &
 transform=$!
 pids+=($transform)
