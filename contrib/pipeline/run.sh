@@ -6,9 +6,9 @@
 #   B: sink (C)       'results' -> results.txt, every frame once, checked
 #   B: monitor (Python) the live rate on the terminal, either
 #        --monitor subscribe: a second subscriber of 'results' (ring
-#                          format 2: several consumers per flow), or
+#                          format 2: several consumers per flow; default)
 #        --monitor ticks:  ten ticks a second the transform sends to a flow
-#                          of its own, 'monitor' (ring format 1)
+#                          of its own, 'monitor' (what ring format 1 allows)
 # Runs until --seconds run out (default 10; 0 = until Ctrl-C), then stops
 # the ingest, lets the rest drain into the sink, and stops everything.
 # Usage: contrib/pipeline/run.sh [--seconds S] [--rate FRAMES/S]
@@ -20,7 +20,7 @@ seconds=10
 rate=5000
 build=$top/build
 out=
-monitor=ticks
+monitor=subscribe
 while [ $# -gt 0 ]; do
     case $1 in
         --seconds) seconds=$2; shift 2 ;;

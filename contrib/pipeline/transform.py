@@ -38,6 +38,9 @@ FRAME = struct.Struct("<IIQQII")          # contrib/pipeline/frame.h
 RESULT = struct.Struct("<IIQQII4d")
 FRAME_MAGIC, RESULT_MAGIC = 0x4D415246, 0x544C5352
 TICK = struct.Struct("<QQ")               # frames so far, time (ns)
+# the input is over: closed, or its stream ended (where flowshm has ends)
+INPUT_OVER = (BrokenPipeError, getattr(flowshm, "EndOfStream",
+                                       BrokenPipeError))
 
 
 def attach(name, role, timeout=15.0):
@@ -84,7 +87,7 @@ def main():
                 rec = src.peek(timeout=0.2)
             except TimeoutError:
                 rec = None
-            except BrokenPipeError:
+            except INPUT_OVER:
                 break
             if rec is not None:
                 result = reduce_frame(rec.view)
