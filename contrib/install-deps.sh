@@ -27,6 +27,8 @@ PACKAGES=(
                                           # checks contrib/prometheus rules
     tmux                                  # test_metrics: moverctl top in a
                                           # real 80x24 terminal
+    python3-dev python3-pytest            # the flowshm Python module, its
+    python3-numpy                         # tests, contrib/pipeline
 )
 
 SUDO=

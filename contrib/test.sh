@@ -38,6 +38,8 @@ fi
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DFM_SANITIZE=address,undefined
+# The python label runs here too: its ctest entry preloads libasan into
+# /usr/bin/python3 for the ASan-built module (python/tests/CMakeLists.txt).
 (cd build-asan && FM_STRESS_RECORDS=100000 ctest --output-on-failure -LE 'vm|package')
 
 step "ThreadSanitizer (lock-free ring)"

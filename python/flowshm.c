@@ -1,0 +1,1555 @@
+/*
+ * python/flowshm.c - the CPython module `flowshm`, over the public
+ * libflowshm/flowshm.h only.
+ *
+ * Three types:
+ *   Flow         an open end of a flow (attach by name, or open_fd)
+ *   Reservation  a claimed record a producer writes in place (reserve)
+ *   Record       the next record a consumer looks at in place (peek)
+ *
+ * Memory lifetime: Reservation and Record export the ring's memory through
+ * the buffer protocol and count their exports.  Committing, releasing or
+ * closing while a view is exported is refused (BufferError): a view, or a
+ * numpy array made from it, can never outlive the ring memory it points
+ * into.  Every view holds a reference to its Reservation/Record, which holds
+ * one to its Flow, so garbage collection cannot unmap the ring under a view
+ * either.  A memoryview released by Record.release() raises ValueError on
+ * use (CPython's own check).
+ *
+ * Threads: a handle belongs to one thread at a time (flowshm.h).  Every
+ * call marks its Flow busy while it runs (and while the GIL is released for
+ * a wait); a second thread's call on the same Flow meanwhile, close()
+ * included, raises RuntimeError instead of racing on the handle.
+ *
+ * Waits release the GIL and sleep in slices of at most WAIT_SLICE_NS, so
+ * Ctrl-C (and any other signal handler) runs within that time.
+ *
+ * FM_HAVE_PIPELINE_API: flowshm.h has the pipeline calls of issue 11 and
+ * 15 (end of stream, flow state, poll and fd sets, producer identity);
+ * the module offers end(), state(), poll(), fileno() and EndOfStream then.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "flowshm.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_SLICE_NS 100000000LL	/* 0.1 s: signal latency in a wait */
+
+#ifdef FLOWSHM_POLL_MAX
+#define FM_HAVE_PIPELINE_API 1
+#endif
+#define BATCH_MAX 1024u			/* records per library batch call */
+
+static PyObject *flowshm_error;		/* flowshm.Error(OSError) */
+#ifdef FM_HAVE_PIPELINE_API
+static PyObject *end_of_stream;		/* flowshm.EndOfStream(Error) */
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* The exception for a library return code: the builtin OSError subclass
+ * Python programs already catch where one fits, else flowshm.Error. */
+static PyObject *exc_type_for(int rc)
+{
+	switch (rc) {
+	case -EAGAIN: return PyExc_BlockingIOError;
+	case -ETIMEDOUT:
+	case -ENOTCONN:		/* timed out: the flow's peer link is down */
+	case -EHOSTDOWN:	/* timed out: moverd is gone, the ring full */
+		return PyExc_TimeoutError;
+	case -EPIPE: return PyExc_BrokenPipeError;
+	case -EACCES:
+	case -EPERM: return PyExc_PermissionError;
+	case -ENOENT: return PyExc_FileNotFoundError;
+#ifdef FM_HAVE_PIPELINE_API
+	case -ENODATA: return end_of_stream;
+#endif
+	default: return flowshm_error;
+	}
+}
+
+/* Raise for rc with the library's words, prefixed by what failed. */
+static PyObject *raise_rc_msg(int rc, const char *what, const char *detail)
+{
+	PyObject *args, *exc;
+
+	if (detail && *detail)
+		args = Py_BuildValue("(is)", -rc, detail);
+	else
+		args = Py_BuildValue("(iN)", -rc, PyUnicode_FromFormat(
+			"%s: %s", what, flowshm_strerror(rc)));
+	if (!args)
+		return NULL;
+	exc = PyObject_Call(exc_type_for(rc), args, NULL);
+	Py_DECREF(args);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+static PyObject *raise_rc(int rc, const char *what)
+{
+	return raise_rc_msg(rc, what, NULL);
+}
+
+/* A timeout in seconds (float, None = forever) as flowshm.h's nanoseconds. */
+static int timeout_ns_of(PyObject *o, int64_t *ns)
+{
+	double s;
+
+	if (!o || o == Py_None) {
+		*ns = -1;
+		return 0;
+	}
+	s = PyFloat_AsDouble(o);
+	if (s == -1.0 && PyErr_Occurred())
+		return -1;
+	if (isnan(s) || s < 0) {
+		PyErr_SetString(PyExc_ValueError,
+				"timeout must be >= 0 seconds or None");
+		return -1;
+	}
+	*ns = s >= 9e9 ? -1 : (int64_t)(s * 1e9);
+	return 0;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- Flow -------------------------------------------------------------- */
+
+struct rec_obj;
+
+typedef struct {
+	PyObject_HEAD
+	flowshm_t *f;
+	int role;		/* FLOWSHM_PRODUCER or FLOWSHM_CONSUMER */
+	int busy;		/* a call runs (maybe without the GIL) */
+	uint32_t max_record;
+	PyObject *name;		/* str, or None for open_fd */
+	struct rec_obj *held;	/* the live Reservation or Record, if any */
+	PyObject *weakrefs;
+#ifdef FM_HAVE_PIPELINE_API
+	flowshm_set_t *set;	/* fileno()'s one-flow set, made on demand */
+#endif
+} FlowObject;
+
+/* A Reservation (producer) or a Record (consumer). */
+typedef struct rec_obj {
+	PyObject_HEAD
+	FlowObject *flow;	/* strong reference while live */
+	char *buf;
+	Py_ssize_t len;
+	Py_ssize_t exports;	/* buffers handed out and not yet released */
+	PyObject *view;		/* the memoryview of with/view, if made */
+	int live;		/* not yet committed/released */
+} RecObject;
+
+static PyTypeObject FlowType, ReservationType, RecordType;
+
+/* Take the handle for one call: it must be open and not in use. */
+static int flow_enter(FlowObject *fo)
+{
+	if (!fo->f) {
+		PyErr_SetString(PyExc_ValueError, "I/O operation on closed flow");
+		return -1;
+	}
+	if (fo->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"flow in use by another thread: a handle "
+				"belongs to one thread at a time");
+		return -1;
+	}
+	fo->busy = 1;
+	return 0;
+}
+
+static void flow_leave(FlowObject *fo)
+{
+	fo->busy = 0;
+}
+
+typedef int (*try_fn)(FlowObject *fo, void *arg, int64_t timeout_ns);
+
+/* A wait that ran out: -ETIMEDOUT, or (a producer's, flowshm.h) the
+ * reason it ran out when that was not a slow consumer. */
+static bool timed_out(int rc)
+{
+	return rc == -ETIMEDOUT || rc == -ENOTCONN || rc == -EHOSTDOWN;
+}
+
+/*
+ * Run try(timeout 0) with the GIL held (the fast path: no wait, no GIL
+ * traffic); if it would wait, release the GIL and retry in slices until
+ * the timeout runs out, checking for signals between slices.  A slice that
+ * times out is no error until the whole timeout has: then the last
+ * slice's code says why.  Returns the library's code, or 1 when a signal
+ * handler raised.
+ */
+static int run_waiting(FlowObject *fo, try_fn try, void *arg,
+		       int64_t timeout_ns)
+{
+	int64_t deadline;
+	int rc = try(fo, arg, 0), last = -ETIMEDOUT;
+
+	if (rc != -EAGAIN || timeout_ns == 0)
+		return rc;
+	deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+	for (;;) {
+		int64_t slice = WAIT_SLICE_NS;
+
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ns();
+
+			if (left <= 0)
+				return last;
+			if (left < slice)
+				slice = left;
+		}
+		Py_BEGIN_ALLOW_THREADS
+		rc = try(fo, arg, slice);
+		Py_END_ALLOW_THREADS
+		if (!timed_out(rc))
+			return rc;
+		last = rc;
+		if (PyErr_CheckSignals())
+			return 1;
+	}
+}
+
+static void flow_close_handle(FlowObject *fo)
+{
+	if (!fo->f)
+		return;
+#ifdef FM_HAVE_PIPELINE_API
+	if (fo->set) {	/* a set must not outlive its handles */
+		flowshm_set_destroy(fo->set);
+		fo->set = NULL;
+	}
+#endif
+	if (fo->name != Py_None)
+		flowshm_detach(fo->f);
+	else
+		flowshm_close(fo->f);
+	fo->f = NULL;
+}
+
+static FlowObject *flow_new(flowshm_t *f, int role, PyObject *name)
+{
+	FlowObject *fo = PyObject_New(FlowObject, &FlowType);
+	struct flowshm_info info;
+
+	if (!fo) {
+		flowshm_close(f);
+		return NULL;
+	}
+	fo->f = f;
+	fo->role = role;
+	fo->busy = 0;
+	fo->held = NULL;
+	fo->weakrefs = NULL;
+#ifdef FM_HAVE_PIPELINE_API
+	fo->set = NULL;
+#endif
+	fo->name = name;
+	Py_INCREF(name);
+	fo->max_record = flowshm_info(f, &info) ? 0 : info.max_record;
+	return fo;
+}
+
+static int role_of(const char *s)
+{
+	if (!strcmp(s, "producer"))
+		return FLOWSHM_PRODUCER;
+	if (!strcmp(s, "consumer"))
+		return FLOWSHM_CONSUMER;
+	PyErr_Format(PyExc_ValueError,
+		     "role must be 'producer' or 'consumer', not '%s'", s);
+	return 0;
+}
+
+static int opts_of(PyObject *recover, struct flowshm_opts *o)
+{
+	int64_t ns;
+
+	memset(o, 0, sizeof(*o));
+	if (!recover)
+		return 0;
+	if (recover == Py_None) {
+		o->recover_ns = UINT64_MAX;
+		return 0;
+	}
+	if (timeout_ns_of(recover, &ns))
+		return -1;
+	o->recover_ns = ns < 0 ? UINT64_MAX : (ns ? (uint64_t)ns : 1);
+	return 0;
+}
+
+PyDoc_STRVAR(attach_doc,
+"attach(name, role, *, recover=<default>) -> Flow\n\n"
+"Ask moverd (socket: $FLOWMOVER_SOCKET, else /run/flowmover/moverd.sock)\n"
+"for flow `name` and open its 'producer' or 'consumer' end.  `recover`\n"
+"(consumer, seconds; None = never) is how long a record may stay claimed\n"
+"and uncommitted before the consumer checks whether its producer died.\n"
+"Raises FileNotFoundError (no such flow), PermissionError, or\n"
+"flowshm.Error (moverd not running, flow busy, ...) with moverd's words.");
+
+static PyObject *py_attach(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "name", "role", "recover", NULL };
+	const char *role_s;
+	PyObject *name, *recover = NULL;
+	struct flowshm_opts o;
+	flowshm_t *f = NULL;
+	char err[512];
+	int role, rc;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Us|$O:attach", kwlist,
+					 &name, &role_s, &recover))
+		return NULL;
+	if (!(role = role_of(role_s)) || opts_of(recover, &o))
+		return NULL;
+	const char *cname = PyUnicode_AsUTF8(name);
+	if (!cname)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS	/* a control round trip to moverd */
+	rc = flowshm_attach(cname, role, &o, &f);
+	if (rc)	/* the words are per thread: copy them on this one */
+		snprintf(err, sizeof(err), "%s", flowshm_attach_error());
+	Py_END_ALLOW_THREADS
+	if (rc)
+		return raise_rc_msg(rc, "attach", err);
+	return (PyObject *)flow_new(f, role, name);
+}
+
+PyDoc_STRVAR(open_fd_doc,
+"open_fd(fd, role, *, recover=<default>) -> Flow\n\n"
+"Open an end of the ring behind file descriptor `fd` (from ring_create or\n"
+"received from another process) without moverd.  The fd may be closed\n"
+"afterwards.");
+
+static PyObject *py_open_fd(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "fd", "role", "recover", NULL };
+	const char *role_s;
+	PyObject *recover = NULL;
+	struct flowshm_opts o;
+	flowshm_t *f = NULL;
+	int fd, role, rc;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "is|$O:open_fd", kwlist,
+					 &fd, &role_s, &recover))
+		return NULL;
+	if (!(role = role_of(role_s)) || opts_of(recover, &o))
+		return NULL;
+	rc = flowshm_open_fd(fd, role, &o, &f);
+	if (rc)
+		return raise_rc(rc, "open_fd");
+	return (PyObject *)flow_new(f, role, Py_None);
+}
+
+PyDoc_STRVAR(ring_create_doc,
+"ring_create(ring_size, max_record, path=None, *, deposit=False) -> int\n\n"
+"Create and format a ring and return its file descriptor (close-on-exec;\n"
+"the caller closes it).  ring_size: bytes, a power of two >= 4096;\n"
+"max_record: 1..ring_size/2.  path None: an anonymous sealed memfd.");
+
+static PyObject *py_ring_create(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "ring_size", "max_record", "path",
+				  "deposit", NULL };
+	unsigned long long size;
+	unsigned int max_record;
+	PyObject *path = Py_None, *bpath = NULL;
+	int deposit = 0, fd = -1, rc;
+	struct flowshm_ring_params p;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "KI|O$p:ring_create", kwlist,
+					 &size, &max_record, &path, &deposit))
+		return NULL;
+	if (path != Py_None && !PyUnicode_FSConverter(path, &bpath))
+		return NULL;
+	p = (struct flowshm_ring_params){ size, max_record,
+					  deposit ? FLOWSHM_RING_DEPOSIT : 0 };
+	rc = flowshm_ring_create(&p, bpath ? PyBytes_AS_STRING(bpath) : NULL,
+				 &fd);
+	Py_XDECREF(bpath);
+	if (rc)
+		return raise_rc(rc, "ring_create");
+	return PyLong_FromLong(fd);
+}
+
+PyDoc_STRVAR(strerror_doc,
+"strerror(errno) -> str\n\n"
+"The library's words for an error number (positive, as in OSError.errno).");
+
+static PyObject *py_strerror(PyObject *self, PyObject *arg)
+{
+	long e = PyLong_AsLong(arg);
+
+	(void)self;
+	if (e == -1 && PyErr_Occurred())
+		return NULL;
+	return PyUnicode_FromString(flowshm_strerror(-(int)(e < 0 ? -e : e)));
+}
+
+/* Refuse producer calls on a consumer handle and the reverse. */
+static int check_role(FlowObject *fo, int role, const char *what)
+{
+	char msg[96];
+
+	if (fo->role == role)
+		return 0;
+	snprintf(msg, sizeof(msg), "%s: needs a %s end", what,
+		 role == FLOWSHM_PRODUCER ? "producer" : "consumer");
+	raise_rc_msg(-EINVAL, what, msg);
+	return -1;
+}
+
+/* Refuse a call while a Reservation/Record is held: the library handle
+ * has one such slot, and reusing it would publish or drop the wrong one. */
+static int check_not_held(FlowObject *fo, const char *what)
+{
+	if (!fo->held)
+		return 0;
+	PyErr_Format(PyExc_RuntimeError,
+		     "%s: a %s is still open on this flow: %s it first", what,
+		     fo->role == FLOWSHM_PRODUCER ? "reservation" : "peeked "
+		     "record", fo->role == FLOWSHM_PRODUCER ? "commit" :
+		     "release");
+	return -1;
+}
+
+/* Take the flow for a call of `role` that needs no held record. */
+static int flow_begin(FlowObject *fo, int role, const char *what)
+{
+	if (flow_enter(fo))
+		return -1;
+	if (check_role(fo, role, what) || check_not_held(fo, what)) {
+		flow_leave(fo);
+		return -1;
+	}
+	return 0;
+}
+
+/* send */
+struct send_arg { const void *data; size_t len; };
+
+static int try_send(FlowObject *fo, void *arg, int64_t t)
+{
+	struct send_arg *a = arg;
+
+	return flowshm_send(fo->f, a->data, a->len, t);
+}
+
+PyDoc_STRVAR(send_doc,
+"send(data, timeout=None)\n\n"
+"Send one record (any bytes-like object, copied into the ring).  Waits\n"
+"up to `timeout` seconds (None: forever, 0: not at all) while the ring\n"
+"is full: BlockingIOError (timeout 0) or TimeoutError when it stays\n"
+"full (its errno says why where the library tells: ETIMEDOUT a slow\n"
+"consumer, ENOTCONN the flow's link to its peer host is down, EHOSTDOWN\n"
+"moverd is gone), BrokenPipeError when the flow is closed.");
+
+static PyObject *flow_send(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "data", "timeout", NULL };
+	PyObject *tmo = Py_None;
+	Py_buffer b;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "y*|O:send", kwlist, &b,
+					 &tmo))
+		return NULL;
+	if (timeout_ns_of(tmo, &t) || flow_begin(fo, FLOWSHM_PRODUCER,
+						 "send")) {
+		PyBuffer_Release(&b);
+		return NULL;
+	}
+	struct send_arg a = { b.buf, (size_t)b.len };
+	/* b stays exported (pinned) while the GIL is released */
+	rc = run_waiting(fo, try_send, &a, t);
+	flow_leave(fo);
+	PyBuffer_Release(&b);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "send");
+	Py_RETURN_NONE;
+}
+
+/* send_batch */
+struct batch_arg { const struct iovec *v; unsigned n, sent; };
+
+static int try_send_batch(FlowObject *fo, void *arg, int64_t t)
+{
+	struct batch_arg *a = arg;
+
+	return flowshm_send_batch(fo->f, a->v, a->n, &a->sent, t);
+}
+
+PyDoc_STRVAR(send_batch_doc,
+"send_batch(records, timeout=None) -> int\n\n"
+"Send every record of the sequence `records` (bytes-like objects), in\n"
+"order, several per claim of the ring.  `timeout` bounds the whole call;\n"
+"if it runs out (or the flow closes) part way, the exception's `sent`\n"
+"attribute says how many records went.  Returns len(records).");
+
+static PyObject *send_batch_error(int rc, Py_ssize_t sent)
+{
+	PyObject *type, *val, *tb, *n;
+
+	if (rc != 1)
+		raise_rc(rc, "send_batch");
+	PyErr_Fetch(&type, &val, &tb);
+	PyErr_NormalizeException(&type, &val, &tb);
+	if (val && (n = PyLong_FromSsize_t(sent))) {
+		if (PyObject_SetAttrString(val, "sent", n))
+			PyErr_Clear();
+		Py_DECREF(n);
+	}
+	PyErr_Restore(type, val, tb);
+	return NULL;
+}
+
+static PyObject *flow_send_batch(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "records", "timeout", NULL };
+	PyObject *recs, *seq, *tmo = Py_None, *ret = NULL;
+	Py_buffer *bufs = NULL;
+	struct iovec *v = NULL;
+	Py_ssize_t n, got = 0, done = 0;
+	int64_t t, deadline;
+	int rc = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:send_batch", kwlist,
+					 &recs, &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	seq = PySequence_Fast(recs, "send_batch: records must be a sequence");
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	bufs = PyMem_Calloc(n ? n : 1, sizeof(*bufs));
+	v = PyMem_Calloc(n ? n : 1, sizeof(*v));
+	if (!bufs || !v) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (; got < n; got++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, got);
+
+		if (PyObject_GetBuffer(o, &bufs[got], PyBUF_SIMPLE))
+			goto out;
+		v[got] = (struct iovec){ bufs[got].buf, (size_t)bufs[got].len };
+	}
+	if (flow_begin(fo, FLOWSHM_PRODUCER, "send_batch"))
+		goto out;
+	deadline = t < 0 ? -1 : now_ns() + t;
+	while (done < n) {
+		struct batch_arg a = { v + done, 0, 0 };
+		int64_t left = -1;
+
+		a.n = n - done < BATCH_MAX ? (unsigned)(n - done) : BATCH_MAX;
+		if (deadline >= 0 && (left = deadline - now_ns()) < 0)
+			left = 0;
+		rc = run_waiting(fo, try_send_batch, &a, left);
+		if (rc)
+			break;
+		done += a.sent;
+	}
+	flow_leave(fo);
+	if (rc)
+		send_batch_error(rc, done);
+	else
+		ret = PyLong_FromSsize_t(done);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&bufs[i]);
+	PyMem_Free(bufs);
+	PyMem_Free(v);
+	Py_DECREF(seq);
+	return ret;
+}
+
+/* peek (and recv on top of it) */
+struct peek_arg { const void *buf; size_t len; };
+
+/*
+ * After a read found nothing, a flow whose fileno() an event loop watches
+ * must have its set polled once without waiting: that -EAGAIN is what arms
+ * the descriptor again (flowshm_set_fd).  Returns 1 when the set says a
+ * record came meanwhile (read again), else 0.
+ */
+static int rearm(FlowObject *fo)
+{
+#ifdef FM_HAVE_PIPELINE_API
+	flowshm_t *ready;
+	unsigned n;
+
+	if (fo->set)
+		return flowshm_set_poll(fo->set, &ready, 1, &n, 0) == 0;
+#else
+	(void)fo;
+#endif
+	return 0;
+}
+
+static int try_peek(FlowObject *fo, void *arg, int64_t t)
+{
+	struct peek_arg *a = arg;
+	int rc;
+
+	do
+		rc = flowshm_peek(fo->f, &a->buf, &a->len, t);
+	while (rc == -EAGAIN && t == 0 && rearm(fo));
+	return rc;
+}
+
+PyDoc_STRVAR(recv_doc,
+"recv(timeout=None) -> bytes\n\n"
+"Receive the next record as a new bytes object (one copy).  Waits up to\n"
+"`timeout` seconds while the ring is empty: BlockingIOError (timeout 0)\n"
+"or TimeoutError when it stays empty; BrokenPipeError when the flow is\n"
+"closed and everything in it has been received.");
+
+/* The next record as bytes, or NULL with *rc set (1: exception raised). */
+static PyObject *recv_one(FlowObject *fo, int64_t t, int *rc)
+{
+	struct peek_arg a;
+	PyObject *b;
+
+	*rc = run_waiting(fo, try_peek, &a, t);
+	if (*rc)
+		return NULL;
+	b = PyBytes_FromStringAndSize(a.buf, (Py_ssize_t)a.len);
+	if (!b) {
+		*rc = 1;	/* nothing released: the record stays next */
+		return NULL;
+	}
+	flowshm_release(fo->f);
+	return b;
+}
+
+static PyObject *flow_recv(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *tmo = Py_None, *b;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:recv", kwlist, &tmo) ||
+	    timeout_ns_of(tmo, &t) ||
+	    flow_begin(fo, FLOWSHM_CONSUMER, "recv"))
+		return NULL;
+	b = recv_one(fo, t, &rc);
+	flow_leave(fo);
+	if (!b && rc != 1)
+		return raise_rc(rc, "recv");
+	return b;
+}
+
+PyDoc_STRVAR(recv_batch_doc,
+"recv_batch(max=64, timeout=None) -> list[bytes]\n\n"
+"Receive up to `max` records: waits (per `timeout`) only for the first,\n"
+"then takes whatever else is already in the ring.  Never empty: the\n"
+"errors are those of recv().");
+
+static PyObject *flow_recv_batch(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "max", "timeout", NULL };
+	PyObject *tmo = Py_None, *list, *b;
+	Py_ssize_t max = 64;
+	int64_t t;
+	int rc = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|nO:recv_batch", kwlist,
+					 &max, &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	if (max < 1) {
+		PyErr_SetString(PyExc_ValueError, "recv_batch: max must be >= 1");
+		return NULL;
+	}
+	if (flow_begin(fo, FLOWSHM_CONSUMER, "recv_batch"))
+		return NULL;
+	list = PyList_New(0);
+	while (list && PyList_GET_SIZE(list) < max) {
+		b = recv_one(fo, PyList_GET_SIZE(list) ? 0 : t, &rc);
+		if (!b)
+			break;
+		if (PyList_Append(list, b))
+			Py_CLEAR(list);
+		Py_DECREF(b);
+	}
+	flow_leave(fo);
+	if (!list)
+		return NULL;
+	if (PyList_GET_SIZE(list) == 0) {
+		Py_DECREF(list);
+		return rc == 1 ? NULL : raise_rc(rc, "recv_batch");
+	}
+	if (rc == 1)	/* a signal after some records: keep them */
+		PyErr_Clear();
+	return list;
+}
+
+/* Reservation and Record objects */
+static RecObject *rec_new(PyTypeObject *type, FlowObject *fo, void *buf,
+			  size_t len)
+{
+	RecObject *r = PyObject_GC_New(RecObject, type);
+
+	if (!r)
+		return NULL;
+	r->flow = fo;
+	Py_INCREF(fo);
+	r->buf = buf;
+	r->len = (Py_ssize_t)len;
+	r->exports = 0;
+	r->view = NULL;
+	r->live = 1;
+	fo->held = r;
+	PyObject_GC_Track(r);
+	return r;
+}
+
+PyDoc_STRVAR(peek_doc,
+"peek(timeout=None) -> Record\n\n"
+"Look at the next record in place, without copying it.  The Record is a\n"
+"read-only bytes-like object (memoryview(rec), numpy.frombuffer(rec) are\n"
+"zero copy); use it as `with f.peek() as view:` (view: a read-only\n"
+"memoryview, released with the record on exit) or call rec.release().\n"
+"The record stays next in the flow until released: a Record dropped\n"
+"unreleased, a with block that raises, or close() leave it there for\n"
+"the next peek (or the next consumer), so a stage that dies or fails\n"
+"on a record does not lose it.  Errors as recv().");
+
+static PyObject *flow_peek(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *tmo = Py_None;
+	struct peek_arg a;
+	RecObject *r;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:peek", kwlist, &tmo) ||
+	    timeout_ns_of(tmo, &t) ||
+	    flow_begin(fo, FLOWSHM_CONSUMER, "peek"))
+		return NULL;
+	rc = run_waiting(fo, try_peek, &a, t);
+	flow_leave(fo);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "peek");
+	r = rec_new(&RecordType, fo, (void *)a.buf, a.len);
+	if (!r)	/* nothing was released: the record stays next */
+		return NULL;
+	return (PyObject *)r;
+}
+
+struct reserve_arg { size_t len; void *buf; };
+
+static int try_reserve(FlowObject *fo, void *arg, int64_t t)
+{
+	struct reserve_arg *a = arg;
+
+	return flowshm_reserve(fo->f, a->len, &a->buf, t);
+}
+
+PyDoc_STRVAR(reserve_doc,
+"reserve(n, timeout=None) -> Reservation\n\n"
+"Claim room for a record of exactly `n` bytes and write it in place.\n"
+"Use as `with f.reserve(n) as view:` (view: a writable memoryview of n\n"
+"bytes) or write through memoryview(res) and call res.commit().  On exit\n"
+"the record is committed, ALSO when the block raises: the ring cannot\n"
+"take a claim back (flowshm.h has no abort) and an uncommitted claim\n"
+"would stall every producer of the flow, so whatever was written is\n"
+"published and the exception propagates.  Errors as send().");
+
+static PyObject *flow_reserve(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "n", "timeout", NULL };
+	PyObject *tmo = Py_None;
+	struct reserve_arg a;
+	Py_ssize_t n;
+	RecObject *r;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|O:reserve", kwlist, &n,
+					 &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	if (n < 0) {
+		PyErr_SetString(PyExc_ValueError, "reserve: n must be >= 0");
+		return NULL;
+	}
+	if (flow_begin(fo, FLOWSHM_PRODUCER, "reserve"))
+		return NULL;
+	a.len = (size_t)n;
+	rc = run_waiting(fo, try_reserve, &a, t);
+	flow_leave(fo);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "reserve");
+	r = rec_new(&ReservationType, fo, a.buf, a.len);
+	if (!r) {	/* publish it anyway: a claim must not stay open */
+		flowshm_commit(fo->f);
+		return NULL;
+	}
+	return (PyObject *)r;
+}
+
+/* Iteration: records until the flow is closed and drained. */
+static PyObject *flow_iter(FlowObject *fo)
+{
+	if (check_role(fo, FLOWSHM_CONSUMER, "iteration"))
+		return NULL;
+	Py_INCREF(fo);
+	return (PyObject *)fo;
+}
+
+static PyObject *flow_next(FlowObject *fo)
+{
+	PyObject *b;
+	int rc;
+
+	if (flow_begin(fo, FLOWSHM_CONSUMER, "next"))
+		return NULL;
+	b = recv_one(fo, -1, &rc);
+	flow_leave(fo);
+	if (b || rc == 1)
+		return b;
+	if (rc == -EPIPE)	/* closed and drained: the end */
+		return NULL;	/* StopIteration, no exception set */
+#ifdef FM_HAVE_PIPELINE_API
+	if (rc == -ENODATA)	/* end of stream */
+		return NULL;
+#endif
+	return raise_rc(rc, "recv");
+}
+
+PyDoc_STRVAR(close_doc,
+"close()\n\n"
+"Close this end (the flow itself stays; moverd gives a consumer's place\n"
+"back).  An open Reservation is committed first; a peeked Record is\n"
+"left unreleased (the next consumer gets it).  BufferError if a view of\n"
+"either is still in use (release or delete the views, numpy arrays\n"
+"included, then close).  Idempotent.");
+
+static int rec_finish(RecObject *r, bool consume);
+
+static PyObject *flow_close(FlowObject *fo, PyObject *unused)
+{
+	(void)unused;
+	if (!fo->f)
+		Py_RETURN_NONE;
+	if (fo->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"close: flow in use by another thread");
+		return NULL;
+	}
+	if (fo->held && rec_finish(fo->held, false))
+		return NULL;
+	flow_close_handle(fo);
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(shutdown_doc,
+"shutdown()\n\n"
+"Close the flow for everyone: producers get BrokenPipeError, consumers\n"
+"receive what is left and then BrokenPipeError (iteration stops).");
+
+static PyObject *flow_shutdown(FlowObject *fo, PyObject *unused)
+{
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	flowshm_shutdown(fo->f);
+	flow_leave(fo);
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(info_doc,
+"info() -> dict\n\n"
+"The ring's geometry, positions and counters: ring_size, max_record,\n"
+"deposit, head, tail, closed, recovered.");
+
+static PyObject *flow_info(FlowObject *fo, PyObject *unused)
+{
+	struct flowshm_info i;
+	int rc;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	rc = flowshm_info(fo->f, &i);
+	flow_leave(fo);
+	if (rc)
+		return raise_rc(rc, "info");
+	return Py_BuildValue("{sKsIsOsKsKsOsI}", "ring_size",
+			     (unsigned long long)i.ring_size, "max_record",
+			     i.max_record, "deposit",
+			     i.flags & FLOWSHM_RING_DEPOSIT ? Py_True : Py_False,
+			     "head", (unsigned long long)i.head, "tail",
+			     (unsigned long long)i.tail, "closed",
+			     i.closed ? Py_True : Py_False, "recovered",
+			     i.recovered);
+}
+
+#ifdef FM_HAVE_PIPELINE_API
+static int try_end(FlowObject *fo, void *arg, int64_t t)
+{
+	(void)arg;
+	return flowshm_end(fo->f, t);
+}
+
+PyDoc_STRVAR(end_doc,
+"end(timeout=None)\n\n"
+"Producer: this producer's stream is complete (after its last send).\n"
+"Once every producer attached through moverd has ended (or the owner ran\n"
+"'moverctl flow end'), consumers get every record and then EndOfStream\n"
+"(iteration stops); later sends get BrokenPipeError.  `timeout` matters\n"
+"only for a ring from open_fd (the end record waits for room).");
+
+static PyObject *flow_end(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", NULL };
+	PyObject *tmo = Py_None;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:end", kwlist, &tmo) ||
+	    timeout_ns_of(tmo, &t) || flow_begin(fo, FLOWSHM_PRODUCER, "end"))
+		return NULL;
+	rc = run_waiting(fo, try_end, NULL, t);
+	flow_leave(fo);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "end");
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(state_doc,
+"state() -> dict\n\n"
+"The flow's state as moverd last wrote it into the ring, corrected by the\n"
+"ring itself: state ('open', 'connecting', 'peer down', 'draining',\n"
+"'ended', 'failed', 'closed', 'unknown'), reason (errno when failed, else\n"
+"0), since (seconds since the epoch, or None), producers, consumers,\n"
+"lag_bytes, daemon ('none', 'up', 'down', 'restarted').");
+
+static const char *daemon_name(enum flowshm_daemon d)
+{
+	switch (d) {
+	case FLOWSHM_DAEMON_UP: return "up";
+	case FLOWSHM_DAEMON_DOWN: return "down";
+	case FLOWSHM_DAEMON_RESTARTED: return "restarted";
+	default: return "none";
+	}
+}
+
+static PyObject *flow_state(FlowObject *fo, PyObject *unused)
+{
+	struct flowshm_state st;
+	PyObject *since;
+	int rc;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	rc = flowshm_state(fo->f, &st);
+	flow_leave(fo);
+	if (rc)
+		return raise_rc(rc, "state");
+	if (st.since_ns)
+		since = PyFloat_FromDouble((double)st.since_ns / 1e9);
+	else
+		since = Py_NewRef(Py_None);
+	if (!since)
+		return NULL;
+	return Py_BuildValue("{sssisNsIsIsKss}", "state",
+			     flowshm_state_name(st.state), "reason",
+			     -st.reason, "since", since, "producers",
+			     st.producers, "consumers", st.consumers,
+			     "lag_bytes", (unsigned long long)st.lag_bytes,
+			     "daemon", daemon_name(st.daemon));
+}
+
+static PyObject *flow_get_last_producer(FlowObject *fo, void *c)
+{
+	(void)c;
+	if (!fo->f)
+		return PyLong_FromLong(0);
+	return PyLong_FromUnsignedLong(flowshm_last_producer(fo->f));
+}
+
+PyDoc_STRVAR(fileno_doc,
+"fileno() -> int\n\n"
+"Consumer: a descriptor that becomes readable when records may have\n"
+"arrived, for event loops (asyncio's loop.add_reader, selectors).  When\n"
+"it is readable, read with timeout=0 until BlockingIOError: that\n"
+"BlockingIOError arms it again.  It belongs to the flow (do not close\n"
+"it); close() ends it.");
+
+static PyObject *flow_fileno(FlowObject *fo, PyObject *unused)
+{
+	int rc = 0;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	if (fo->role != FLOWSHM_CONSUMER) {
+		flow_leave(fo);
+		return raise_rc_msg(-EINVAL, "fileno",
+				    "fileno: needs a consumer end");
+	}
+	if (!fo->set && !(rc = flowshm_set_create(&fo->set)) &&
+	    (rc = flowshm_set_add(fo->set, fo->f))) {
+		flowshm_set_destroy(fo->set);
+		fo->set = NULL;
+	}
+	if (!rc && (rc = flowshm_set_fd(fo->set)) >= 0)
+		rearm(fo);	/* armed from the start */
+	flow_leave(fo);
+	if (rc < 0)
+		return raise_rc(rc, "fileno");
+	return PyLong_FromLong(rc);
+}
+#endif
+
+static PyObject *flow_enter_ctx(FlowObject *fo, PyObject *unused)
+{
+	(void)unused;
+	if (!fo->f) {
+		PyErr_SetString(PyExc_ValueError, "I/O operation on closed flow");
+		return NULL;
+	}
+	Py_INCREF(fo);
+	return (PyObject *)fo;
+}
+
+static PyObject *flow_exit_ctx(FlowObject *fo, PyObject *args)
+{
+	(void)args;
+	return flow_close(fo, NULL);
+}
+
+static PyObject *flow_get_closed(FlowObject *fo, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(!fo->f);
+}
+
+static PyObject *flow_get_role(FlowObject *fo, void *c)
+{
+	(void)c;
+	return PyUnicode_FromString(fo->role == FLOWSHM_PRODUCER ? "producer"
+								  : "consumer");
+}
+
+static PyObject *flow_get_name(FlowObject *fo, void *c)
+{
+	(void)c;
+	Py_INCREF(fo->name);
+	return fo->name;
+}
+
+static PyObject *flow_get_max_record(FlowObject *fo, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLong(fo->max_record);
+}
+
+static PyObject *flow_repr(FlowObject *fo)
+{
+	return PyUnicode_FromFormat("<flowshm.Flow %R %s%s>", fo->name,
+				    fo->role == FLOWSHM_PRODUCER ? "producer"
+								 : "consumer",
+				    fo->f ? "" : " closed");
+}
+
+static void flow_dealloc(FlowObject *fo)
+{
+	if (fo->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)fo);
+	/* A held record owns a reference to us: none is left here. */
+	flow_close_handle(fo);
+	Py_XDECREF(fo->name);
+	PyObject_Free(fo);
+}
+
+static PyMethodDef flow_methods[] = {
+	{ "send", (PyCFunction)(void (*)(void))flow_send,
+	  METH_VARARGS | METH_KEYWORDS, send_doc },
+	{ "send_batch", (PyCFunction)(void (*)(void))flow_send_batch,
+	  METH_VARARGS | METH_KEYWORDS, send_batch_doc },
+	{ "reserve", (PyCFunction)(void (*)(void))flow_reserve,
+	  METH_VARARGS | METH_KEYWORDS, reserve_doc },
+	{ "recv", (PyCFunction)(void (*)(void))flow_recv,
+	  METH_VARARGS | METH_KEYWORDS, recv_doc },
+	{ "recv_batch", (PyCFunction)(void (*)(void))flow_recv_batch,
+	  METH_VARARGS | METH_KEYWORDS, recv_batch_doc },
+	{ "peek", (PyCFunction)(void (*)(void))flow_peek,
+	  METH_VARARGS | METH_KEYWORDS, peek_doc },
+	{ "close", (PyCFunction)flow_close, METH_NOARGS, close_doc },
+	{ "shutdown", (PyCFunction)flow_shutdown, METH_NOARGS, shutdown_doc },
+	{ "info", (PyCFunction)flow_info, METH_NOARGS, info_doc },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "end", (PyCFunction)(void (*)(void))flow_end,
+	  METH_VARARGS | METH_KEYWORDS, end_doc },
+	{ "state", (PyCFunction)flow_state, METH_NOARGS, state_doc },
+	{ "fileno", (PyCFunction)flow_fileno, METH_NOARGS, fileno_doc },
+#endif
+	{ "__enter__", (PyCFunction)flow_enter_ctx, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)flow_exit_ctx, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyGetSetDef flow_getset[] = {
+	{ "closed", (getter)flow_get_closed, NULL, "True once closed", NULL },
+	{ "role", (getter)flow_get_role, NULL, "'producer' or 'consumer'",
+	  NULL },
+	{ "name", (getter)flow_get_name, NULL,
+	  "the flow's name (None for open_fd)", NULL },
+	{ "max_record", (getter)flow_get_max_record, NULL,
+	  "the largest record the flow takes, in bytes", NULL },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "last_producer", (getter)flow_get_last_producer, NULL,
+	  "who wrote the record read last: one number per producer handle "
+	  "attached at a time (0 before any)", NULL },
+#endif
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+PyDoc_STRVAR(flow_doc,
+"An open end of a flow: from attach() or open_fd().\n\n"
+"A context manager (closes on exit) and, for a consumer, an iterator over\n"
+"records (bytes) that ends when the flow is closed and drained.");
+
+static PyTypeObject FlowType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "flowshm.Flow",
+	.tp_basicsize = sizeof(FlowObject),
+	.tp_dealloc = (destructor)flow_dealloc,
+	.tp_repr = (reprfunc)flow_repr,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = flow_doc,
+	.tp_weaklistoffset = offsetof(FlowObject, weakrefs),
+	.tp_iter = (getiterfunc)flow_iter,
+	.tp_iternext = (iternextfunc)flow_next,
+	.tp_methods = flow_methods,
+	.tp_getset = flow_getset,
+};
+
+/* ---- Reservation and Record -------------------------------------------- */
+
+static int rec_getbuffer(RecObject *r, Py_buffer *view, int flags)
+{
+	int readonly = Py_TYPE(r) == &RecordType;
+
+	if (!r->live) {
+		PyErr_SetString(PyExc_BufferError, readonly ?
+				"record already released" :
+				"reservation already committed");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)r, r->buf, r->len, readonly,
+			      flags))
+		return -1;
+	r->exports++;
+	return 0;
+}
+
+static void rec_releasebuffer(RecObject *r, Py_buffer *view)
+{
+	(void)view;
+	r->exports--;
+}
+
+static PyBufferProcs rec_as_buffer = {
+	.bf_getbuffer = (getbufferproc)rec_getbuffer,
+	.bf_releasebuffer = (releasebufferproc)rec_releasebuffer,
+};
+
+/*
+ * Commit (Reservation) or release (Record, consume true) or let go of a
+ * Record without consuming it (consume false: it stays next in the flow):
+ * first release the memoryview that with/view handed out, then refuse
+ * while anything else still holds a buffer of the ring's memory.  Returns
+ * 0, or -1 with an exception.
+ */
+static int rec_finish(RecObject *r, bool consume)
+{
+	FlowObject *fo = r->flow;
+	int reserve = Py_TYPE(r) == &ReservationType;
+
+	if (!r->live)
+		return 0;
+	if (fo->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"flow in use by another thread");
+		return -1;
+	}
+	if (r->view) {
+		PyObject *res = PyObject_CallMethod(r->view, "release", NULL);
+
+		if (!res)	/* BufferError: the view has exports itself */
+			return -1;
+		Py_DECREF(res);
+		Py_CLEAR(r->view);
+	}
+	if (r->exports) {
+		PyErr_Format(PyExc_BufferError,
+			     "%zd view(s) of the %s still in use: release "
+			     "them (or delete the numpy arrays) first",
+			     r->exports, reserve ? "reservation" : "record");
+		return -1;
+	}
+	r->live = 0;
+	if (fo->f && reserve)
+		flowshm_commit(fo->f);
+	else if (fo->f && consume)
+		flowshm_release(fo->f);
+	fo->held = NULL;
+	r->buf = NULL;
+	r->len = 0;
+	return 0;
+}
+
+static PyObject *rec_finish_py(RecObject *r, PyObject *unused)
+{
+	(void)unused;
+	if (rec_finish(r, true))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* The memoryview `with` hands out (one per object, released by finish). */
+static PyObject *rec_view(RecObject *r, void *c)
+{
+	(void)c;
+	if (!r->live) {
+		PyErr_SetString(PyExc_ValueError,
+				Py_TYPE(r) == &RecordType ?
+				"record already released" :
+				"reservation already committed");
+		return NULL;
+	}
+	if (!r->view && !(r->view = PyMemoryView_FromObject((PyObject *)r)))
+		return NULL;
+	Py_INCREF(r->view);
+	return r->view;
+}
+
+static PyObject *rec_enter(RecObject *r, PyObject *unused)
+{
+	(void)unused;
+	return rec_view(r, NULL);
+}
+
+/* A with block that raised leaves its Record in the flow (the stage failed
+ * on it: the next peek, or the next consumer, gets it again); a
+ * Reservation is committed either way (see reserve_doc). */
+static PyObject *rec_exit(RecObject *r, PyObject *args)
+{
+	PyObject *exc_type = PyTuple_Size(args) ? PyTuple_GET_ITEM(args, 0)
+						: Py_None;
+
+	if (rec_finish(r, exc_type == Py_None))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static Py_ssize_t rec_length(RecObject *r)
+{
+	return r->len;
+}
+
+static PyObject *rec_get_live(RecObject *r, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(r->live);
+}
+
+/* r->view refers back to r (its buffer's owner): a cycle while the record
+ * is live, which the collector breaks if the program drops both. */
+static int rec_traverse(RecObject *r, visitproc visit, void *arg)
+{
+	Py_VISIT(r->view);
+	Py_VISIT(r->flow);
+	return 0;
+}
+
+static int rec_clear(RecObject *r)
+{
+	Py_CLEAR(r->view);
+	return 0;
+}
+
+static void rec_dealloc(RecObject *r)
+{
+	PyObject_GC_UnTrack(r);
+	/* No view is left (each holds a reference to r).  A forgotten
+	 * reservation is published (a claim must not stay open); a forgotten
+	 * record was not consumed: it stays next in the flow. */
+	if (r->live && r->flow->f && Py_TYPE(r) == &ReservationType)
+		flowshm_commit(r->flow->f);
+	if (r->flow->held == r)
+		r->flow->held = NULL;
+	Py_XDECREF(r->view);
+	Py_DECREF(r->flow);
+	PyObject_GC_Del(r);
+}
+
+static PySequenceMethods rec_as_sequence = {
+	.sq_length = (lenfunc)rec_length,
+};
+
+static PyMethodDef reservation_methods[] = {
+	{ "commit", (PyCFunction)rec_finish_py, METH_NOARGS,
+	  "commit()\n\nPublish the record.  BufferError while a view of it "
+	  "is in use; a no-op once committed." },
+	{ "__enter__", (PyCFunction)rec_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)rec_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyMethodDef record_methods[] = {
+	{ "release", (PyCFunction)rec_finish_py, METH_NOARGS,
+	  "release()\n\nLet the ring reuse the record's memory (it is gone "
+	  "from the flow).  BufferError while a view of it is in use; a "
+	  "no-op once released." },
+	{ "__enter__", (PyCFunction)rec_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)rec_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyGetSetDef reservation_getset[] = {
+	{ "view", (getter)rec_view, NULL,
+	  "a writable memoryview of the reserved bytes", NULL },
+	{ "live", (getter)rec_get_live, NULL, "False once committed", NULL },
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+static PyGetSetDef record_getset[] = {
+	{ "view", (getter)rec_view, NULL,
+	  "a read-only memoryview of the record", NULL },
+	{ "live", (getter)rec_get_live, NULL, "False once released", NULL },
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+static PyTypeObject ReservationType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "flowshm.Reservation",
+	.tp_basicsize = sizeof(RecObject),
+	.tp_dealloc = (destructor)rec_dealloc,
+	.tp_as_sequence = &rec_as_sequence,
+	.tp_as_buffer = &rec_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = (traverseproc)rec_traverse,
+	.tp_clear = (inquiry)rec_clear,
+	.tp_doc = "Room claimed in the ring for one record (Flow.reserve): a "
+		  "writable bytes-like object; commit() or a with block "
+		  "publishes it.",
+	.tp_methods = reservation_methods,
+	.tp_getset = reservation_getset,
+};
+
+static PyTypeObject RecordType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "flowshm.Record",
+	.tp_basicsize = sizeof(RecObject),
+	.tp_dealloc = (destructor)rec_dealloc,
+	.tp_as_sequence = &rec_as_sequence,
+	.tp_as_buffer = &rec_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = (traverseproc)rec_traverse,
+	.tp_clear = (inquiry)rec_clear,
+	.tp_doc = "The next record, in place in the ring (Flow.peek): a "
+		  "read-only bytes-like object; release() or a with block "
+		  "lets it go.",
+	.tp_methods = record_methods,
+	.tp_getset = record_getset,
+};
+
+/* ---- module ------------------------------------------------------------ */
+
+#ifdef FM_HAVE_PIPELINE_API
+struct poll_arg {
+	flowshm_t **f;
+	unsigned n, *ready, nready;
+};
+
+static int try_poll(FlowObject *fo, void *arg, int64_t t)
+{
+	struct poll_arg *a = arg;
+
+	(void)fo;
+	return flowshm_poll(a->f, a->n, a->ready, &a->nready, t);
+}
+
+PyDoc_STRVAR(poll_doc,
+"poll(flows, timeout=None) -> list[Flow]\n\n"
+"Wait until at least one of the consumer Flows has something to read (a\n"
+"record, or an end: EndOfStream, BrokenPipeError) and return every such\n"
+"flow, starting at one that moves on by one each call, so that serving\n"
+"only the first still serves every busy flow in turn.  One system call\n"
+"for any number of flows.  BlockingIOError (timeout 0) or TimeoutError\n"
+"when none is ready.  Remove a flow that ended: it stays ready.");
+
+static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "flows", "timeout", NULL };
+	PyObject *flows, *seq, *tmo = Py_None, *ret = NULL;
+	struct poll_arg a = { 0 };
+	Py_ssize_t n, taken = 0;
+	int64_t t;
+	int rc;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:poll", kwlist, &flows,
+					 &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	seq = PySequence_Fast(flows, "poll: flows must be a sequence");
+	if (!seq)
+		return NULL;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || n > FLOWSHM_POLL_MAX) {
+		PyErr_Format(PyExc_ValueError, "poll: 1 to %u flows",
+			     FLOWSHM_POLL_MAX);
+		goto out;
+	}
+	a.f = PyMem_Calloc(n, sizeof(*a.f));
+	a.ready = PyMem_Calloc(n, sizeof(*a.ready));
+	if (!a.f || !a.ready) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	a.n = (unsigned)n;
+	/* every flow is taken (busy) for the wait: none may close meanwhile */
+	for (; taken < n; taken++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, taken);
+		FlowObject *fo = (FlowObject *)o;
+
+		if (!PyObject_TypeCheck(o, &FlowType)) {
+			PyErr_SetString(PyExc_TypeError,
+					"poll: flows must be Flow objects");
+			goto out;
+		}
+		if (flow_begin(fo, FLOWSHM_CONSUMER, "poll"))
+			goto out;
+		a.f[taken] = fo->f;
+	}
+	rc = run_waiting((FlowObject *)PySequence_Fast_GET_ITEM(seq, 0),
+			 try_poll, &a, t);
+	if (rc == 1)
+		goto out;
+	if (rc) {
+		raise_rc(rc, "poll");
+		goto out;
+	}
+	ret = PyList_New(a.nready);
+	for (unsigned i = 0; ret && i < a.nready; i++) {
+		PyObject *o = PySequence_Fast_GET_ITEM(seq, a.ready[i]);
+
+		PyList_SET_ITEM(ret, i, Py_NewRef(o));
+	}
+out:
+	for (Py_ssize_t i = 0; i < taken; i++)
+		flow_leave((FlowObject *)PySequence_Fast_GET_ITEM(seq, i));
+	PyMem_Free(a.f);
+	PyMem_Free(a.ready);
+	Py_DECREF(seq);
+	return ret;
+}
+#endif
+
+static PyMethodDef module_methods[] = {
+	{ "attach", (PyCFunction)(void (*)(void))py_attach,
+	  METH_VARARGS | METH_KEYWORDS, attach_doc },
+	{ "open_fd", (PyCFunction)(void (*)(void))py_open_fd,
+	  METH_VARARGS | METH_KEYWORDS, open_fd_doc },
+	{ "ring_create", (PyCFunction)(void (*)(void))py_ring_create,
+	  METH_VARARGS | METH_KEYWORDS, ring_create_doc },
+	{ "strerror", (PyCFunction)py_strerror, METH_O, strerror_doc },
+#ifdef FM_HAVE_PIPELINE_API
+	{ "poll", (PyCFunction)(void (*)(void))py_poll,
+	  METH_VARARGS | METH_KEYWORDS, poll_doc },
+#endif
+	{ NULL, NULL, 0, NULL }
+};
+
+PyDoc_STRVAR(module_doc,
+"flowmover's client library (libflowshm) for Python.\n\n"
+"    with flowshm.attach('frames', 'consumer') as f:\n"
+"        for rec in f:              # bytes, until the flow is closed\n"
+"            ...\n"
+"        with f.peek() as view:     # zero copy, read-only memoryview\n"
+"            a = numpy.frombuffer(view, dtype=numpy.float32)\n"
+"            ...; del a             # views must go before the release\n\n"
+"Errors are OSError subclasses carrying errno: BlockingIOError (EAGAIN),\n"
+"TimeoutError, BrokenPipeError (EPIPE: flow closed), PermissionError,\n"
+"FileNotFoundError (no such flow), flowshm.Error for the others.");
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "flowshm",
+	.m_doc = module_doc,
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit_flowshm(void)
+{
+	PyObject *m;
+
+	if (PyType_Ready(&FlowType) || PyType_Ready(&ReservationType) ||
+	    PyType_Ready(&RecordType))
+		return NULL;
+	m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	flowshm_error = PyErr_NewExceptionWithDoc(
+		"flowshm.Error",
+		"A flowshm error without a builtin OSError subclass of its "
+		"own; errno and strerror say which.",
+		PyExc_OSError, NULL);
+	if (!flowshm_error ||
+	    PyModule_AddObjectRef(m, "Error", flowshm_error) ||
+#ifdef FM_HAVE_PIPELINE_API
+	    !(end_of_stream = PyErr_NewExceptionWithDoc(
+		"flowshm.EndOfStream",
+		"End of stream (ENODATA): every record of the flow was "
+		"delivered and its producers ended it.  Not an error of the "
+		"flow; iteration stops there.", flowshm_error, NULL)) ||
+	    PyModule_AddObjectRef(m, "EndOfStream", end_of_stream) ||
+#endif
+	    PyModule_AddObjectRef(m, "Flow", (PyObject *)&FlowType) ||
+	    PyModule_AddObjectRef(m, "Reservation",
+				  (PyObject *)&ReservationType) ||
+	    PyModule_AddObjectRef(m, "Record", (PyObject *)&RecordType) ||
+	    PyModule_AddStringConstant(m, "__version__", FLOWSHM_VERSION)) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}
