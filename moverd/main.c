@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "control.h"
 #include "declared.h"
+#include "fanout.h"
 #include "flows.h"
 #include "log.h"
 #include "loop.h"
@@ -954,8 +955,9 @@ int main(int argc, char **argv)
 		return 1;
 	if (flows_adopt(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)
-			if (f->role == FLOW_SENDER)
-				peer_add_sender(&d.peers, f);
+			if (f->role == FLOW_SENDER &&
+			    !peer_add_sender(&d.peers, f))
+				fanout_restore(&d.peers, f);
 	apply_declared(&d);
 	notify_init();
 	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());
