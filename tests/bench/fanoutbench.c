@@ -76,10 +76,8 @@ static double run(const char *sock, const char *name, const struct size_case *s,
 }
 
 static void print(const char *what, unsigned subs, const struct size_case *s,
-		  double secs, double ref)
+		  double rate, double ref)
 {
-	double rate = (double)s->count / secs;
-
 	if (s->len == BIG)
 		printf("%-28s %u  %8.3f GB/s      x%.2f\n", what, subs,
 		       rate * s->len / 1e9, ref ? rate / ref : 1.0);
@@ -89,7 +87,7 @@ static void print(const char *what, unsigned subs, const struct size_case *s,
 }
 
 /* A's flow to n peer hosts, one consumer on each. */
-static double remote(unsigned n, const struct size_case *s, double ref)
+static double remote(unsigned n, const struct size_case *s)
 {
 	static const char *const tcp[] = { "--transport", "tcp", NULL };
 	struct hd a, peers[4];
@@ -121,8 +119,6 @@ static double remote(unsigned n, const struct size_case *s, double ref)
 		CHECK(read(ready[0], &x, 1) == 1);
 	}
 	secs = run(a.sock, "f", s, pids, n);
-	print(s->len == BIG ? "fan-out to peer hosts, 64K" :
-			      "fan-out to peer hosts, 32B", n, s, secs, ref);
 	hd_stop(&a);
 	for (unsigned i = 0; i < n; i++)
 		hd_stop(&peers[i]);
@@ -132,8 +128,7 @@ static double remote(unsigned n, const struct size_case *s, double ref)
 }
 
 /* A local flow with n consumer processes. */
-static double local(struct hd *a, unsigned n, const struct size_case *s,
-		    double ref)
+static double local(struct hd *a, unsigned n, const struct size_case *s)
 {
 	char out[4096];
 	pid_t pids[4] = { 0 };
@@ -151,24 +146,42 @@ static double local(struct hd *a, unsigned n, const struct size_case *s,
 		CHECK(read(ready[0], &x, 1) == 1);
 	}
 	secs = run(a->sock, "l", s, pids, n);
-	print(s->len == BIG ? "local subscribers, 64K" :
-			      "local subscribers, 32B", n, s, secs, ref);
 	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow destroy l") == 0);
 	close(ready[0]);
 	close(ready[1]);
 	return (double)s->count / secs;
 }
 
+#define ROUNDS_MAX 9
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
 int main(int argc, char **argv)
 {
 	static const unsigned subs[] = { 1, 2, 4 };
+	static const char *const names[4] = {
+		"local subscribers, 32B", "local subscribers, 64K",
+		"fan-out to peer hosts, 32B", "fan-out to peer hosts, 64K",
+	};
 	long scale = argc > 3 ? atol(argv[3]) : 1;
+	long rounds = argc > 4 ? atol(argv[4]) : 3;
 	struct size_case small = { 32, 2000000 }, big = { BIG, 8192 };
-	struct hd a;
-	double ref;
+	double rate[4][3][ROUNDS_MAX];
 
-	if (argc < 3 || scale < 1) {
-		fprintf(stderr, "usage: %s MOVERD MOVERCTL [SCALE]\n", argv[0]);
+	if (argc < 3 || scale < 1 || rounds < 1 || rounds > ROUNDS_MAX) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL [SCALE [ROUNDS]]\n",
+			argv[0]);
 		return 2;
 	}
 	moverd_bin = argv[1];
@@ -176,32 +189,29 @@ int main(int argc, char **argv)
 	small.count *= (uint64_t)scale;
 	big.count *= (uint64_t)scale;
 	signal(SIGPIPE, SIG_IGN);
-	printf("%-28s subs  rate            vs 1 subscriber\n", "");
-	hd_start(&a, moverd_bin, "fob-L", false, NULL);
-	ref = 0;
-	for (unsigned i = 0; i < 3; i++) {
-		double r = local(&a, subs[i], &small, ref);
+	/* rounds interleaved, medians printed: the machine's other load
+	 * spreads over every configuration alike */
+	for (long r = 0; r < rounds; r++) {
+		struct hd a;
 
-		ref = ref ? ref : r;
+		hd_start(&a, moverd_bin, "fob-L", false, NULL);
+		for (unsigned i = 0; i < 3; i++) {
+			rate[0][i][r] = local(&a, subs[i], &small);
+			rate[1][i][r] = local(&a, subs[i], &big);
+		}
+		hd_stop(&a);
+		for (unsigned i = 0; i < 3; i++) {
+			rate[2][i][r] = remote(subs[i], &small);
+			rate[3][i][r] = remote(subs[i], &big);
+		}
 	}
-	ref = 0;
-	for (unsigned i = 0; i < 3; i++) {
-		double r = local(&a, subs[i], &big, ref);
+	printf("%-28s subs  median of %ld   vs 1 subscriber\n", "", rounds);
+	for (unsigned k = 0; k < 4; k++) {
+		double ref = median(rate[k][0], (unsigned)rounds);
 
-		ref = ref ? ref : r;
-	}
-	hd_stop(&a);
-	ref = 0;
-	for (unsigned i = 0; i < 3; i++) {
-		double r = remote(subs[i], &small, ref);
-
-		ref = ref ? ref : r;
-	}
-	ref = 0;
-	for (unsigned i = 0; i < 3; i++) {
-		double r = remote(subs[i], &big, ref);
-
-		ref = ref ? ref : r;
+		for (unsigned i = 0; i < 3; i++)
+			print(names[k], subs[i], k & 1 ? &big : &small,
+			      median(rate[k][i], (unsigned)rounds), ref);
 	}
 	return 0;
 }
