@@ -13,6 +13,8 @@
  *   5. --max-lag cuts a stopped peer (C's flow fails with the reason), B
  *      goes on; a local consumer that stops is cut (-ESTALE) and attaches
  *      again at the current position
+ *   6. A killed -9 and restarted: both peers come back from its state
+ *      file and each resumes exactly once
  *
  * usage: test_fanout MOVERD MOVERCTL   (FM_FANOUT_CASES=1,3 picks cases)
  */
@@ -508,6 +510,51 @@ static void case_max_lag(void)
 	close(ready[1]);
 }
 
+/* 6. */
+static void case_sender_restart(void)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	const uint64_t n1 = 3000, n2 = 3000;
+	struct three t;
+	char out[8192];
+	flowshm_t *p;
+	pid_t cb, cc;
+	int ready[2];
+
+	start_three(&t, "fo6");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	cc = consumer(&t.c, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, n1);
+	flowshm_detach(p);
+	/* A dies with records in flight; its state file names both peers */
+	hd_kill(&t.a);
+	hd_restart(&t.a, moverd_bin, tcp);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(strstr(out, t.baddr) && strstr(out, t.caddr));
+	p = producer_on(&t.a, "x");
+	produce(p, n1, n2);
+	CHECK(wait_child(cb) == 0);
+	CHECK(wait_child(cc) == 0);
+	printf("  A killed -9 after %llu records and restarted: both peers "
+	       "back, all %llu records once on B and C\n",
+	       (unsigned long long)n1, (unsigned long long)(n1 + n2));
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -520,6 +567,8 @@ int main(int argc, char **argv)
 		{ 4, case_peer_remove, "peer remove releases the producers" },
 		{ 5, case_max_lag, "--max-lag cuts a stopped peer and a "
 		  "stopped local consumer; the others go on" },
+		{ 6, case_sender_restart, "A killed -9 and restarted: its "
+		  "state file brings both peers back, each resumes once" },
 	};
 
 	if (argc != 3) {
