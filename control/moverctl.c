@@ -583,7 +583,7 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f)
 static void print_list(const Flowmover__FlowList *l, bool json)
 {
 	struct table t = { .ncol = 9 };
-	char ring[32], used[48], prod[16], cons[16];
+	char ring[32], used[48], prod[16], cons[16], peer[120];
 
 	if (json) {
 		struct json j = { 0 };
@@ -603,11 +603,16 @@ static void print_list(const Flowmover__FlowList *l, bool json)
 
 		snprintf(prod, sizeof(prod), "%" PRIu32, f->producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32, f->consumers);
+		/* several peer hosts: the first, and how many more */
+		if (f->n_fanout > 1)
+			snprintf(peer, sizeof(peer), "%s +%zu", f->peer,
+				 f->n_fanout - 1);
+		else
+			snprintf(peer, sizeof(peer), "%s", dash(f->peer));
 		tbl_row(&t, (const char *const[]){ dash(f->name),
 			dash(f->state), dash(f->role), dash(f->transport),
 			fmt_size(ring, sizeof(ring), f->ring_size),
-			fmt_used(used, sizeof(used), f), prod, cons,
-			dash(f->peer) });
+			fmt_used(used, sizeof(used), f), prod, cons, peer });
 	}
 	tbl_print(&t);
 }

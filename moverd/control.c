@@ -306,7 +306,7 @@ static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
 	if (f->view) /* relaxed: a number for operators */
 		fi->max_lag = atomic_load_explicit(&f->view->ring.sh->max_lag,
 						   memory_order_relaxed);
-	if (f->role != FLOW_SENDER || !f->fanout)
+	if (f->role != FLOW_SENDER || !f->fanout || !fo)
 		return;
 	for (const struct flow *s = f; s && n < FANOUT_MAX_PEERS;
 	     s = s == f ? f->fanout : s->fanout_next, n++) {
@@ -630,9 +630,11 @@ static void do_list(struct ctl_client *c, uint64_t id,
 	struct flow **flows = calloc(count ? count : 1, sizeof(*flows));
 	Flowmover__FlowInfo *infos = calloc(count ? count : 1, sizeof(*infos));
 	Flowmover__FlowInfo **ptrs = calloc(count ? count : 1, sizeof(*ptrs));
+	/* the peer hosts of the flows that have several (fanout.h) */
+	struct fanout_info **fos = calloc(count ? count : 1, sizeof(*fos));
 	size_t bytes = 0;
 
-	if (!flows || !infos || !ptrs) {
+	if (!flows || !infos || !ptrs || !fos) {
 		respond_error(c, id, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -642,6 +644,9 @@ static void do_list(struct ctl_client *c, uint64_t id,
 
 		flowmover__flow_info__init(&infos[i]);
 		fill_info(flows[i], &infos[i]);
+		if (flows[i]->fanout)
+			fos[i] = malloc(sizeof(*fos[i]));
+		fill_fanout(flows[i], &infos[i], fos[i]);
 		infos[i].declared = declared_has(c->srv->declared,
 						 flows[i]->name);
 		/* the message, its tag and its length prefix */
@@ -658,6 +663,9 @@ static void do_list(struct ctl_client *c, uint64_t id,
 	resp.list = &list;
 	respond(c, &resp, id, NULL);
 out:
+	for (i = 0; fos && i < count; i++)
+		free(fos[i]);
+	free(fos);
 	free(flows);
 	free(infos);
 	free(ptrs);

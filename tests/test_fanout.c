@@ -211,6 +211,13 @@ static void case_two_peers(void)
 		     "--peer %s --peer %s --ring-size " RING " --max-record "
 		     "1024", t.baddr, t.caddr) == 0);
 	wait_open_count(&t.a, "x", 3); /* the flow, and both peers */
+	/* one flow, listed once, with both peers (JSON) or the first and
+	 * how many more (table) */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list") == 0);
+	CHECK(strstr(out, " +1"));
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list --json")
+	      == 0);
+	CHECK(strstr(out, t.baddr) && strstr(out, t.caddr));
 	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(pipe(ready) == 0);
