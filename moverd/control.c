@@ -324,6 +324,15 @@ static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
 	}
 	fi->n_fanout = n;
 	fi->fanout = fo->ptrs;
+	/* the first peer's subscription is over (cut off, or failed by its
+	 * host) but the flow goes on for the others: their states say how */
+	for (const struct flow *s = f->fanout; s && f->sub_dropped;
+	     s = s->fanout_next) {
+		if (!s->sub_dropped) {
+			fi->state = (char *)flows_state_name(FLOW_OPEN);
+			break;
+		}
+	}
 }
 
 static void respond_flow(struct ctl_client *c, uint64_t id,

@@ -15,6 +15,8 @@
  *      again at the current position
  *   6. A killed -9 and restarted: both peers come back from its state
  *      file and each resumes exactly once
+ *   7. --max-lag cuts the first peer (the one whose flow owns the ring):
+ *      the flow goes on for the other
  *
  * usage: test_fanout MOVERD MOVERCTL   (FM_FANOUT_CASES=1,3 picks cases)
  */
@@ -562,6 +564,54 @@ static void case_sender_restart(void)
 	close(ready[1]);
 }
 
+/* 7. */
+static void case_first_cut(void)
+{
+	const uint64_t n = 1600;
+	struct three t;
+	char out[8192], reason[256];
+	flowshm_t *p;
+	pid_t cc;
+	int ready[2];
+
+	start_three(&t, "fo7");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	/* C reads everything; nobody reads on B, the first peer */
+	cc = consumer(&t.c, "x", 0, n, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	for (uint64_t s = 0; s < n; s += 8) {
+		produce(p, s, 8);
+		for (int i = 0; i < 400; i++) {
+			const char *pj = peer_json(&t.a, "x", t.caddr, out,
+						   sizeof(out));
+
+			if (hj_u64(pj, "acked") == hj_u64(out, "tail"))
+				break;
+			usleep(2000);
+		}
+	}
+	CHECK(wait_child(cc) == 0);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "failed", 10000, reason,
+			    sizeof(reason)));
+	CHECK(strstr(reason, "cut off"));
+	/* on A the flow goes on (for C); B's entry says why it stopped */
+	CHECK(hd_wait_state(&t.a, moverctl_bin, "x", "open", 1000, NULL, 0));
+	peer_json(&t.a, "x", t.baddr, out, sizeof(out));
+	CHECK(strstr(out, "cut off"));
+	printf("  --max-lag 16K: the first peer B cut off, C got all %llu\n",
+	       (unsigned long long)n);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -576,6 +626,8 @@ int main(int argc, char **argv)
 		  "stopped local consumer; the others go on" },
 		{ 6, case_sender_restart, "A killed -9 and restarted: its "
 		  "state file brings both peers back, each resumes once" },
+		{ 7, case_first_cut, "--max-lag cuts the first peer (which "
+		  "owns the ring); the flow goes on for the other" },
 	};
 
 	if (argc != 3) {
