@@ -207,6 +207,12 @@ static int check_request(const Flowmover__Request *r, char *err,
 				  errlen);
 	case FLOWMOVER__REQUEST__BODY_END_FLOW:
 		return check_name("end", r->end_flow->name, err, errlen);
+	case FLOWMOVER__REQUEST__BODY_FANOUT_PEER:
+		if (!r->fanout_peer->peer || !*r->fanout_peer->peer) {
+			seterr(err, errlen, "peer: missing HOST:PORT");
+			return -EINVAL;
+		}
+		return check_name("peer", r->fanout_peer->name, err, errlen);
 	case FLOWMOVER__REQUEST__BODY_LIST:
 	case FLOWMOVER__REQUEST__BODY_STATUS:
 	case FLOWMOVER__REQUEST__BODY_RELOAD:
@@ -362,6 +368,7 @@ const char *ctl_request_kind(const Flowmover__Request *req)
 	case FLOWMOVER__REQUEST__BODY_RELOAD:   return "reload";
 	case FLOWMOVER__REQUEST__BODY_END_STREAM: return "end stream";
 	case FLOWMOVER__REQUEST__BODY_END_FLOW: return "end";
+	case FLOWMOVER__REQUEST__BODY_FANOUT_PEER: return "peer";
 	default:                                return "none";
 	}
 }

@@ -42,7 +42,10 @@ static const char usage_text[] =
 "\n"
 "commands:\n"
 "  flow create NAME [--ring-size BYTES] [--max-record BYTES]\n"
-"                   [--peer HOST:PORT] [--allow-uid UID]... [--allow-gid GID]...\n"
+"                   [--peer HOST:PORT]... [--max-lag BYTES]\n"
+"                   [--allow-uid UID]... [--allow-gid GID]...\n"
+"  flow peer add NAME HOST:PORT     send the flow to one more peer host too\n"
+"  flow peer remove NAME HOST:PORT  stop sending it there\n"
 "  flow destroy NAME [--drain]   --drain: stop new sends, wait until the\n"
 "                    consumer (between hosts: the receiving one) has every\n"
 "                    record, then destroy (up to --timeout MS if given)\n"
@@ -78,7 +81,11 @@ static const char usage_text[] =
 "  -t, --timeout MS    how long to wait for moverd (default 5000; 0 = forever)\n"
 "  --ring-size BYTES   ring bytes, a power of two; suffixes K, M, G (64K, 16M)\n"
 "  --max-record BYTES  largest record; suffixes K, M, G\n"
-"  --peer HOST:PORT    the consumer's moverd, for a flow to another host\n"
+"  --peer HOST:PORT    the consumer's moverd, for a flow to another host;\n"
+"                      again for several hosts (each gets every record)\n"
+"  --max-lag BYTES     cut off a consumer or peer host this far behind the\n"
+"                      producers (it gets -ESTALE, the others go on);\n"
+"                      default 0: the slowest holds producers back\n"
 "  --allow-uid UID     also let this user (number or name) attach; repeatable\n"
 "  --allow-gid GID     also let this group (number or name) attach; repeatable\n"
 "  --uid USER          flow allow/disallow: this user (name or number) may\n"
@@ -104,6 +111,9 @@ struct opts {
 	uint64_t ring_size;
 	uint64_t max_record;
 	const char *peer;
+	const char *more_peers[8];  /* --peer again: fan-out (issue 11) */
+	size_t n_more_peers;
+	uint64_t max_lag;
 	uint32_t uids[MAX_IDS], gids[MAX_IDS];
 	size_t n_uids, n_gids;
 	/* flow allow / disallow */
@@ -531,6 +541,29 @@ static void j_ids(struct json *j, const char *k, const uint32_t *ids, size_t n)
 	putchar(']');
 }
 
+/* "peers": every peer host of a flow to several (fan-out) */
+static void j_fanout(struct json *j, const Flowmover__FlowInfo *f)
+{
+	j_key(j, "peers");
+	j_sep(j);
+	j_open(j, '[');
+	for (size_t i = 0; i < f->n_fanout; i++) {
+		const Flowmover__FanoutPeer *p = f->fanout[i];
+
+		j_open(j, '{');
+		j_str(j, "address", p->address);
+		j_str(j, "state", p->state);
+		j_str(j, "reason", p->reason);
+		j_str(j, "transport", p->transport);
+		j_u64(j, "acked", p->acked);
+		j_u64(j, "bytes_sent", p->bytes_sent);
+		j_u64(j, "bytes_acked", p->bytes_acked);
+		j_close(j, '}');
+	}
+	j_close(j, ']');
+}
+
+
 /*
  * The counters of `flow show` (issue 10): the counters file's record when
  * this user may read SOCKET.counters (moverd's group), else what the
@@ -626,6 +659,8 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f,
 	j_u64(j, "bytes_acked", f->bytes_acked);
 	j_bool(j, "declared", f->declared);
 	j_bool(j, "existed", f->existed);
+	j_u64(j, "max_lag", f->max_lag);
+	j_fanout(j, f);
 	if (k)
 		j_counters(j, k);
 	j_close(j, '}');
@@ -636,7 +671,7 @@ static void j_flow(struct json *j, const Flowmover__FlowInfo *f,
 static void print_list(const Flowmover__FlowList *l, bool json)
 {
 	struct table t = { .ncol = 9 };
-	char ring[32], used[48], prod[16], cons[16];
+	char ring[32], used[48], prod[16], cons[16], peer[120];
 
 	if (json) {
 		struct json j = { 0 };
@@ -656,11 +691,16 @@ static void print_list(const Flowmover__FlowList *l, bool json)
 
 		snprintf(prod, sizeof(prod), "%" PRIu32, f->producers);
 		snprintf(cons, sizeof(cons), "%" PRIu32, f->consumers);
+		/* several peer hosts: the first, and how many more */
+		if (f->n_fanout > 1)
+			snprintf(peer, sizeof(peer), "%s +%zu", f->peer,
+				 f->n_fanout - 1);
+		else
+			snprintf(peer, sizeof(peer), "%s", dash(f->peer));
 		tbl_row(&t, (const char *const[]){ dash(f->name),
 			dash(f->state), dash(f->role), dash(f->transport),
 			fmt_size(ring, sizeof(ring), f->ring_size),
-			fmt_used(used, sizeof(used), f), prod, cons,
-			dash(f->peer) });
+			fmt_used(used, sizeof(used), f), prod, cons, peer });
 	}
 	tbl_print(&t);
 }
@@ -725,6 +765,13 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json,
 	kv("bytes sent", "%" PRIu64, f->bytes_sent);
 	kv("bytes acked", "%" PRIu64, f->bytes_acked);
 	kv("declared", "%s", f->declared ? "yes (moverd's config)" : "no");
+	if (f->max_lag)
+		kv("max lag", "%" PRIu64 " bytes", f->max_lag);
+	for (size_t i = 0; i < f->n_fanout; i++)
+		kv(i ? "" : "peers", "%s %s%s%s (at %" PRIu64 ")",
+		   f->fanout[i]->address, f->fanout[i]->state,
+		   f->fanout[i]->reason[0] ? ": " : "", f->fanout[i]->reason,
+		   f->fanout[i]->acked);
 	if (k)
 		print_counters(k);
 }
@@ -973,6 +1020,9 @@ static int cmd_create(const struct opts *o, const char *name)
 	sp.ring_size = o->ring_size;
 	sp.max_record = (uint32_t)o->max_record;
 	sp.peer = (char *)(o->peer ? o->peer : "");
+	sp.more_peers = (char **)o->more_peers;
+	sp.n_more_peers = o->n_more_peers;
+	sp.max_lag = o->max_lag;
 	sp.allow_uids = (uint32_t *)o->uids;
 	sp.n_allow_uids = o->n_uids;
 	sp.allow_gids = (uint32_t *)o->gids;
@@ -1098,6 +1148,32 @@ static int cmd_allow(const struct opts *o, const char *name, bool remove)
 		printf("flow '%s': allowed uids %s; allowed gids %s\n", name,
 		       fmt_ids(u, sizeof(u), f->allow_uids, f->n_allow_uids),
 		       fmt_ids(g, sizeof(g), f->allow_gids, f->n_allow_gids));
+	ctl_response_free(resp);
+	return EX_OK;
+}
+
+/* flow peer add|remove NAME HOST:PORT (fan-out) */
+static int cmd_peer(const struct opts *o, const char *name, const char *addr,
+		    bool remove)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__FanoutPeerEdit e = FLOWMOVER__FANOUT_PEER_EDIT__INIT;
+	Flowmover__Response *resp;
+	int ex;
+
+	e.name = (char *)name;
+	e.peer = (char *)addr;
+	e.remove = remove;
+	req.body_case = FLOWMOVER__REQUEST__BODY_FANOUT_PEER;
+	req.fanout_peer = &e;
+	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_FLOW);
+	if (ex)
+		return ex;
+	if (o->json)
+		print_flow(resp->flow, true, NULL);
+	else
+		printf("flow '%s': %s peer %s\n", name,
+		       remove ? "removed" : "added", addr);
 	ctl_response_free(resp);
 	return EX_OK;
 }
@@ -1365,6 +1441,7 @@ enum {
 	OPT_PEER,
 	OPT_ALLOW_UID,
 	OPT_ALLOW_GID,
+	OPT_MAX_LAG,
 	OPT_UID,
 	OPT_GID,
 	OPT_DRAIN,
@@ -1381,6 +1458,7 @@ static const struct option long_opts[] = {
 	{ "ring-size",  required_argument, NULL, OPT_RING_SIZE },
 	{ "max-record", required_argument, NULL, OPT_MAX_RECORD },
 	{ "peer",       required_argument, NULL, OPT_PEER },
+	{ "max-lag",    required_argument, NULL, OPT_MAX_LAG },
 	{ "allow-uid",  required_argument, NULL, OPT_ALLOW_UID },
 	{ "allow-gid",  required_argument, NULL, OPT_ALLOW_GID },
 	{ "uid",        required_argument, NULL, OPT_UID },
@@ -1452,7 +1530,18 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			o->create_opts = true;
 			if ((rc = check_peer(optarg)))
 				return rc;
-			o->peer = optarg;
+			if (!o->peer) {
+				o->peer = optarg;
+				break;
+			}
+			if (o->n_more_peers == 7)
+				return usage_error("at most 8 --peer options");
+			o->more_peers[o->n_more_peers++] = optarg;
+			break;
+		case OPT_MAX_LAG:
+			o->create_opts = true;
+			if ((rc = parse_size("--max-lag", optarg, &o->max_lag)))
+				return rc;
 			break;
 		case OPT_ALLOW_UID:
 		case OPT_ALLOW_GID: {
@@ -1541,8 +1630,8 @@ int main(int argc, char **argv)
 	}
 	if (o.create_opts && !(n >= 2 && !strcmp(args[0], "flow") &&
 			       !strcmp(args[1], "create")))
-		return usage_error("--ring-size, --max-record, --peer and "
-				   "--allow-uid/gid go with 'flow create'");
+		return usage_error("--ring-size, --max-record, --peer, --max-lag "
+				   "and --allow-uid/gid go with 'flow create'");
 	if (o.acl_opts && !(n >= 2 && !strcmp(args[0], "flow") &&
 			    (!strcmp(args[1], "allow") ||
 			     !strcmp(args[1], "disallow"))))
@@ -1603,6 +1692,16 @@ int main(int argc, char **argv)
 		    (rc = check_name_arg(args[2])))
 			return rc;
 		return cmd_wait(&o, args[2]);
+	}
+	if (!strcmp(args[1], "peer")) {
+		bool add = n >= 3 && !strcmp(args[2], "add");
+
+		if (n != 5 || (!add && strcmp(args[2], "remove")))
+			return usage_error("flow peer: use flow peer add|remove "
+					   "NAME HOST:PORT");
+		if ((rc = check_name_arg(args[3])) || (rc = check_peer(args[4])))
+			return rc;
+		return cmd_peer(&o, args[3], args[4], !add);
 	}
 	if (!strcmp(args[1], "destroy")) {
 		if ((rc = need_args(n, 3, "flow destroy")) ||

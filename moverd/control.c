@@ -12,6 +12,7 @@
 #include "ctl_frame.h"
 #include "declared.h"
 #include "eos.h"
+#include "fanout.h"
 #include "log.h"
 #include "mover.h"
 
@@ -327,13 +328,58 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fill_counters(f, &in, fi);
 }
 
+/* A sender flow's peer hosts, the first included (fanout.h). */
+struct fanout_info {
+	Flowmover__FanoutPeer peers[FANOUT_MAX_PEERS];
+	Flowmover__FanoutPeer *ptrs[FANOUT_MAX_PEERS];
+};
+
+static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
+			struct fanout_info *fo)
+{
+	unsigned n = 0;
+
+	if (f->view) /* relaxed: a number for operators */
+		fi->max_lag = atomic_load_explicit(&f->view->ring.sh->max_lag,
+						   memory_order_relaxed);
+	if (f->role != FLOW_SENDER || !f->fanout || !fo)
+		return;
+	for (const struct flow *s = f; s && n < FANOUT_MAX_PEERS;
+	     s = s == f ? f->fanout : s->fanout_next, n++) {
+		Flowmover__FanoutPeer *p = &fo->peers[n];
+
+		flowmover__fanout_peer__init(p);
+		p->address = (char *)s->peer_addr;
+		p->state = (char *)flows_state_name(s->state);
+		p->reason = (char *)s->reason;
+		p->transport = (char *)s->transport;
+		p->acked = s->acked;
+		p->bytes_sent = s->bytes_sent;
+		p->bytes_acked = s->bytes_acked;
+		fo->ptrs[n] = p;
+	}
+	fi->n_fanout = n;
+	fi->fanout = fo->ptrs;
+	/* the first peer's subscription is over (cut off, or failed by its
+	 * host) but the flow goes on for the others: their states say how */
+	for (const struct flow *s = f->fanout; s && f->sub_dropped;
+	     s = s->fanout_next) {
+		if (!s->sub_dropped) {
+			fi->state = (char *)flows_state_name(FLOW_OPEN);
+			break;
+		}
+	}
+}
+
 static void respond_flow(struct ctl_client *c, uint64_t id,
 			 const struct flow *f, struct flow *pass)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+	struct fanout_info fo;
 
 	fill_info(f, &fi);
+	fill_fanout(f, &fi, &fo);
 	fi.declared = declared_has(c->srv->declared, f->name);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
@@ -353,6 +399,21 @@ int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
 		*out = NULL;
 		snprintf(err, cap, "cannot reach peer %s", spec->peer);
 	}
+	return rc;
+}
+
+/* create --peer B --peer C...: the peers after the first (fanout.h); all
+ * or nothing. */
+static int add_more_peers(struct ctl_server *s, struct flow *f,
+			  const Flowmover__FlowSpec *sp, char *err, size_t cap)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < sp->n_more_peers && !rc; i++)
+		rc = fanout_add(s->peers, f, sp->more_peers[i],
+				i + 1 == sp->n_more_peers, err, cap);
+	if (rc)
+		peer_destroy_flow(s->peers, f, NULL);
 	return rc;
 }
 
@@ -401,8 +462,9 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		.n_allow_uids = sp->n_allow_uids,
 		.allow_gids = sp->allow_gids,
 		.n_allow_gids = sp->n_allow_gids,
+		.max_lag = sp->max_lag,
 	};
-	struct flow *f;
+	struct flow *f = NULL;
 	char err[256];
 	int rc;
 
@@ -414,10 +476,20 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		}
 		spec.role = FLOW_SENDER;
 		spec.peer = sp->peer;
+	} else if (sp->n_more_peers) {
+		respond_error(c, id, -EINVAL, "more peers without a first one");
+		return;
+	}
+	if (sp->n_more_peers >= FANOUT_MAX_PEERS) {
+		respond_error(c, id, -EINVAL, "at most %u peer hosts per flow",
+			      FANOUT_MAX_PEERS);
+		return;
 	}
 	rc = ctl_create_flow(c->srv, &spec, c->uid, c->gid, &f, err,
 			     sizeof(err));
-	if (rc == -EEXIST)
+	if (!rc && sp->n_more_peers)
+		rc = add_more_peers(c->srv, f, sp, err, sizeof(err));
+	if (rc == -EEXIST && !f)
 		create_exists(c, id, &spec, err);
 	else if (rc)
 		respond_error(c, id, rc, "%s", err);
@@ -571,6 +643,31 @@ static void do_destroy(struct ctl_client *c, uint64_t id,
 	destroy_now(c, id, f);
 }
 
+/* flow peer add / remove: root and the flow's owner may. */
+static void do_fanout_peer(struct ctl_client *c, uint64_t id,
+			   const Flowmover__FanoutPeerEdit *e)
+{
+	struct flow *f = find_or_fail(c, id, e->name);
+	char err[256];
+	int rc;
+
+	if (!f)
+		return;
+	if (!flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
+		return;
+	}
+	rc = e->remove ? fanout_remove(c->srv->peers, f, e->peer, err,
+				       sizeof(err)) :
+			 fanout_add(c->srv->peers, f, e->peer, true, err,
+				    sizeof(err));
+	if (rc)
+		respond_error(c, id, rc, "%s", err);
+	else
+		respond_flow(c, id, f, NULL);
+}
+
 /* flow allow / disallow: root and the flow's owner may. */
 static void do_allow(struct ctl_client *c, uint64_t id,
 		     const Flowmover__FlowAllow *a)
@@ -662,9 +759,11 @@ static void do_list(struct ctl_client *c, uint64_t id,
 	struct flow **flows = calloc(count ? count : 1, sizeof(*flows));
 	Flowmover__FlowInfo *infos = calloc(count ? count : 1, sizeof(*infos));
 	Flowmover__FlowInfo **ptrs = calloc(count ? count : 1, sizeof(*ptrs));
+	/* the peer hosts of the flows that have several (fanout.h) */
+	struct fanout_info **fos = calloc(count ? count : 1, sizeof(*fos));
 	size_t bytes = 0;
 
-	if (!flows || !infos || !ptrs) {
+	if (!flows || !infos || !ptrs || !fos) {
 		respond_error(c, id, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -674,6 +773,9 @@ static void do_list(struct ctl_client *c, uint64_t id,
 
 		flowmover__flow_info__init(&infos[i]);
 		fill_info(flows[i], &infos[i]);
+		if (flows[i]->fanout)
+			fos[i] = malloc(sizeof(*fos[i]));
+		fill_fanout(flows[i], &infos[i], fos[i]);
 		infos[i].declared = declared_has(c->srv->declared,
 						 flows[i]->name);
 		/* the message, its tag and its length prefix */
@@ -690,6 +792,9 @@ static void do_list(struct ctl_client *c, uint64_t id,
 	resp.list = &list;
 	respond(c, &resp, id, NULL);
 out:
+	for (i = 0; fos && i < count; i++)
+		free(fos[i]);
+	free(fos);
 	free(flows);
 	free(infos);
 	free(ptrs);
@@ -1073,6 +1178,9 @@ static void run_request(struct ctl_client *c, const Flowmover__Request *req)
 		break;
 	case FLOWMOVER__REQUEST__BODY_END_FLOW:
 		do_end_flow(c, id, req->end_flow);
+		break;
+	case FLOWMOVER__REQUEST__BODY_FANOUT_PEER:
+		do_fanout_peer(c, id, req->fanout_peer);
 		break;
 	default:
 		respond_error(c, id, -EPROTO, "request has no known body");

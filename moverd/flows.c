@@ -60,6 +60,9 @@ static enum fr_flow_state status_of(const struct flow *f)
 {
 	if (f->dead)
 		return FR_STATE_CLOSED;
+	if (f->sub_dropped) /* one peer's subscription of several (fan-out)
+			       is over: the flow goes on for the others */
+		return FR_STATE_OPEN;
 	if (f->state == FLOW_FAILED)
 		return FR_STATE_FAILED;
 	if (f->draining)
@@ -152,6 +155,17 @@ static void write_list(FILE *f, const char *key, const uint32_t *v, unsigned n)
 	fputc('\n', f);
 }
 
+/* fanout=B:PORT,C:PORT: the peers besides peer= (fanout.h) */
+static void write_fanout(FILE *f, const struct flow *fl)
+{
+	if (!fl->fanout)
+		return;
+	fputs("fanout=", f);
+	for (const struct flow *s = fl->fanout; s; s = s->fanout_next)
+		fprintf(f, "%s%s", s == fl->fanout ? "" : ",", s->peer_addr);
+	fputc('\n', f);
+}
+
 /* A new file name.flow.tmp, never through a link; -errno. */
 static int open_tmp(const struct flow_table *t, const char *tmp, FILE **out)
 {
@@ -193,6 +207,7 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
+	write_fanout(f, fl);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
 		rc = -errno;
 		unlinkat(t->state_fd, tmp, 0);
@@ -252,14 +267,15 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_CREATED, K_COUNT };
+		K_CREATED, K_FANOUT, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids", "origin", "created_ms",
+	"allow_gids", "origin", "created_ms", "fanout",
 };
-/* keys a file written before they existed may lack */
-#define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED))
+/* keys a file written before they existed may lack (fanout: only a
+ * flow to several peers has it) */
+#define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -303,6 +319,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		return true;
 	case K_CREATED:
 		return parse_u64(v, &fl->created_unix_ms);
+	case K_FANOUT: /* each address is checked again when it is added */
+		if (!meta_value_ok(v) || fl->fanout_saved)
+			return false;
+		fl->fanout_saved = strdup(v);
+		return fl->fanout_saved != NULL;
 	default:
 		return false;
 	}
@@ -531,6 +552,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 refuse:
 	log_error("flow %s: refusing to re-adopt %s/%s: %s", name,
 		  t->state_dir, file, why);
+	free(fl->fanout_saved);
 	free(fl);
 	return NULL;
 }
@@ -889,6 +911,9 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 spec->origin ? spec->origin : "");
 	f->ring_bytes = p.ring_size;
 	guard_ring(f);
+	/* relaxed: the ring is not handed to anyone yet */
+	atomic_store_explicit(&f->view->ring.sh->max_lag, spec->max_lag,
+			      memory_order_relaxed);
 	f->owner_uid = uid;
 	f->owner_gid = gid;
 	f->n_allow_uids = (unsigned)spec->n_allow_uids;
@@ -937,10 +962,31 @@ static void unmap_kept(struct flow *f)
 	f->ring_fd = -1;
 }
 
+/*
+ * A sibling (fan-out) goes: its mapping of the shared ring, and with it
+ * its subscriber slot (flowshm_close gives it back: producers waiting on
+ * it are released), then its reference on the first flow, which owns the
+ * ring.  Only now, after the sends that read the ring through it.
+ */
+static void release_sibling(struct flow *s)
+{
+	struct flow *first = s->sibling_of;
+
+	flowshm_close(s->view);
+	ring_guard_remove(s->guard); /* after the last touch of the mapping */
+	free(s);
+	flow_put(first);
+}
+
 void flow_put(struct flow *f)
 {
 	if (--f->refs)
 		return;
+	if (f->sibling_of) {
+		release_sibling(f);
+		return;
+	}
+	free(f->fanout_saved);
 	/* no I/O refers to the ring any more: its pages go (now, or once
 	 * its consumer drained it: release_pages), unless it is kept */
 	if (f->kept)

@@ -44,6 +44,7 @@ struct flow_spec {
 	uint64_t ring_size;      /* 0 = default */
 	uint32_t max_record;     /* 0 = default */
 	const char *origin;      /* receiver: the identity of the peer asking */
+	uint64_t max_lag;        /* producer ring: cut laggards (0 = lossless) */
 	const uint32_t *allow_uids;
 	size_t n_allow_uids;
 	const uint32_t *allow_gids;
@@ -145,6 +146,23 @@ struct flow {
 	bool producers_ended_ever; /* one did, attached or gone since */
 	bool end_pending;        /* the END waits for room in the ring */
 	bool end_written;
+
+	/*
+	 * Fan-out (fanout.h): a sender flow to several peer hosts.  The first
+	 * peer's flow is in the table and owns the ring; each further peer
+	 * is a sibling flow, off the table, on its own peer connection, with
+	 * its own mapping of the same ring (so its own subscriber slot), its
+	 * own id, positions and resume.  A sibling holds a reference on its
+	 * first flow; the first flow's list holds the sibling's "table"
+	 * reference.  peer_destroy_flow of the first destroys every sibling.
+	 */
+	struct flow *fanout;      /* first flow: its siblings */
+	struct flow *fanout_next; /* sibling: the next in that list */
+	struct flow *sibling_of;  /* sibling: the first flow (referenced) */
+	bool sub_dropped;         /* its subscription is over (cut by
+				   * max_lag, or its peer failed it): its
+				   * slot is given back, others go on */
+	char *fanout_saved;       /* re-adopted: the state file's peers */
 };
 
 struct flow_limits {

@@ -11,6 +11,7 @@
 #include "control.h"
 #include "declared.h"
 #include "counters.h"
+#include "fanout.h"
 #include "flows.h"
 #include "log.h"
 #include "metrics_http.h"
@@ -1026,8 +1027,9 @@ int main(int argc, char **argv)
 	flows_count_start(&d.flows);
 	if (flows_adopt_timed(&d.flows))
 		for (struct flow *f = d.flows.head; f; f = f->next)
-			if (f->role == FLOW_SENDER)
-				peer_add_sender(&d.peers, f);
+			if (f->role == FLOW_SENDER &&
+			    !peer_add_sender(&d.peers, f))
+				fanout_restore(&d.peers, f);
 	apply_declared(&d);
 	notify_init();
 	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());

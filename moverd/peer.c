@@ -19,6 +19,7 @@
 #include "peer_impl.h"
 #include "bell_thread.h"
 #include "eos.h"
+#include "fanout.h"
 #include "log.h"
 #include "peer_allow.h"
 
@@ -689,6 +690,12 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 		/* the peer's words: logged and shown in `flow show` */
 		log_safe(op->message, msg, sizeof(msg));
+		/* one peer of several: only its subscription ends (its
+		 * receiving ring's trouble is not the producer ring's) */
+		if (fanout_member(f)) {
+			fanout_lost(f, msg);
+			return;
+		}
 		/* the receiver failed its flow for its consumer ring's words
 		 * (or file): the flow is over, and its producers are told
 		 * (-EPROTO) rather than left waiting for space that never
@@ -1297,6 +1304,7 @@ static void tick_done(struct loop_op *op, int res)
 	if (m->rdma)
 		rdma_tick(m, now);
 	eos_retry(m->flows);
+	fanout_police(m);
 	if (now - m->police_ns >= POLICE_NS) {
 		m->police_ns = now;
 		police_flows(m, now);
@@ -1416,10 +1424,30 @@ static void forget_flow(struct flow *f, const char *why)
 	detach_flow(f);
 }
 
+void peer_close_sender(struct flow *f, const char *failed)
+{
+	struct peer *p = f->peer;
+
+	if (!p)
+		return;
+	if (p->state == PEER_UP && p->auth_ok) {
+		Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
+
+		cl.name = f->name;
+		cl.failed = (char *)(failed ? failed : "");
+		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
+		msg.close = &cl;
+		queue_ctrl(p, &msg);
+	}
+	detach_flow(f);
+}
+
 void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why)
 {
 	if (m->flow_gone)
 		m->flow_gone(m->flow_gone_arg, f);
+	fanout_destroy(m, f); /* its other peer hosts first */
 	forget_flow(f, why);
 	flows_destroy(m->flows, f);
 }

@@ -1,0 +1,280 @@
+/*
+ * moverd/fanout.c - one sender flow, several peer hosts (see fanout.h).
+ */
+#include "fanout.h"
+#include "log.h"
+#include "peer_impl.h"
+#include "ring_guard.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static unsigned peer_count(const struct flow *f)
+{
+	unsigned n = 1;
+
+	for (const struct flow *s = f->fanout; s; s = s->fanout_next)
+		n++;
+	return n;
+}
+
+static struct flow *find_sibling(const struct flow *f, const char *addr)
+{
+	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+		if (!strcmp(s->peer_addr, addr))
+			return s;
+	return NULL;
+}
+
+/* HOST:PORT, printable, and nothing the state file's list uses. */
+static bool addr_ok(const char *a)
+{
+	size_t n = strlen(a);
+
+	if (!n || n >= FLOW_ORIGIN_MAX || n >= sizeof(((struct flow *)0)->peer_addr) ||
+	    !strchr(a, ':'))
+		return false;
+	for (; *a; a++)
+		if (*a <= 0x20 || *a > 0x7e || *a == '=' || *a == ',')
+			return false;
+	return true;
+}
+
+static int check_add(const struct flow *f, const char *addr, char *err,
+		     size_t cap)
+{
+	if (f->role != FLOW_SENDER || f->dead || !f->view || f->ring_fd < 0) {
+		snprintf(err, cap, "flow '%s' is not a flow to another host: "
+			 "create it with --peer first", f->name);
+		return -EINVAL;
+	}
+	if (!addr_ok(addr)) {
+		snprintf(err, cap, "peer '%.100s' is not HOST:PORT", addr);
+		return -EINVAL;
+	}
+	if (!strcmp(f->peer_addr, addr) || find_sibling(f, addr)) {
+		snprintf(err, cap, "flow '%s' goes to %s already", f->name,
+			 addr);
+		return -EEXIST;
+	}
+	if (peer_count(f) >= FANOUT_MAX_PEERS) {
+		snprintf(err, cap, "flow '%s' goes to %u peer hosts, the most "
+			 "one flow may", f->name, FANOUT_MAX_PEERS);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+/* The sibling's own mapping of f's ring and its own subscriber slot,
+ * taken at the slowest subscriber's position. */
+static int map_sibling(struct flow *f, struct flow *s)
+{
+	struct fr_ring *r;
+	unsigned slot;
+	uint64_t gen;
+	int rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &s->view);
+
+	if (rc)
+		return rc;
+	r = &s->view->ring;
+	if (f->path[0]) /* a ring file: a client may shrink it */
+		s->guard = ring_guard_add(r->sh, r->map_bytes);
+	rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
+	if (!rc)
+		rc = fr_sub_adopt(r, slot, gen);
+	if (rc) {
+		flowshm_close(s->view);
+		ring_guard_remove(s->guard);
+		s->view = NULL;
+	}
+	return rc;
+}
+
+static struct flow *new_sibling(struct flow *f, const char *addr)
+{
+	struct flow *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	memcpy(s->name, f->name, sizeof(s->name));
+	s->refs = 1; /* f's list: dropped by drop_sibling */
+	s->table = f->table;
+	s->ring_fd = -1; /* f's: the sibling only maps it */
+	s->owner_uid = f->owner_uid;
+	s->owner_gid = f->owner_gid;
+	s->created_unix_ms = f->created_unix_ms;
+	s->role = FLOW_SENDER;
+	s->state = FLOW_CONNECTING;
+	s->id = f->table->next_id++;
+	s->ring_bytes = f->ring_bytes;
+	s->transport = "tcp";
+	snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", addr);
+	return s;
+}
+
+static void link_sibling(struct flow *f, struct flow *s)
+{
+	struct flow **pp = &f->fanout;
+
+	while (*pp) /* at the end: the state file keeps the order given */
+		pp = &(*pp)->fanout_next;
+	*pp = s;
+	s->sibling_of = flow_get(f);
+}
+
+static void unlink_sibling(struct flow *s)
+{
+	for (struct flow **pp = &s->sibling_of->fanout; *pp;
+	     pp = &(*pp)->fanout_next) {
+		if (*pp == s) {
+			*pp = s->fanout_next;
+			break;
+		}
+	}
+	s->fanout_next = NULL;
+}
+
+/* Off f's list and its connection (the peer told to close the flow);
+ * the slot and mapping go with the last reference (flows.c). */
+static void drop_sibling(struct flow *s)
+{
+	unlink_sibling(s);
+	peer_close_sender(s, NULL);
+	s->dead = true; /* a send completing later publishes nothing */
+	flow_put(s);
+}
+
+int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
+	       bool save, char *err, size_t cap)
+{
+	struct flow *s;
+	int rc = check_add(f, addr, err, cap);
+
+	if (rc)
+		return rc;
+	s = new_sibling(f, addr);
+	if (!s) {
+		snprintf(err, cap, "out of memory");
+		return -ENOMEM;
+	}
+	rc = map_sibling(f, s);
+	if (rc) {
+		snprintf(err, cap, "no subscriber slot for peer %s in flow "
+			 "'%s': %s", addr, f->name, rc == -EBUSY ?
+			 "all in use (local consumers and peer hosts)" :
+			 flowshm_strerror(rc));
+		free(s);
+		return rc;
+	}
+	/* it joined at the slowest subscriber's position: the peer gets
+	 * everything from there (the receiver's resume says where it is) */
+	s->sent = s->acked = s->remote_head = s->view->ring.head;
+	link_sibling(f, s);
+	rc = peer_add_sender(m, s);
+	if (!rc && save && (rc = flows_save(f->table, f)))
+		snprintf(err, cap, "cannot write the flow's state file: %s",
+			 strerror(-rc));
+	else if (rc)
+		snprintf(err, cap, "cannot reach peer %s", addr);
+	if (rc) {
+		drop_sibling(s);
+		return rc;
+	}
+	log_info("flow %s: peer %s added (at position %llu)", f->name, addr,
+		 (unsigned long long)s->acked);
+	return 0;
+}
+
+int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
+		  char *err, size_t cap)
+{
+	struct flow *s = find_sibling(f, addr);
+	int rc;
+
+	(void)m;
+	if (!s) {
+		if (!strcmp(f->peer_addr, addr))
+			snprintf(err, cap, "%s is the first peer of flow '%s', "
+				 "which owns its ring: destroy the flow to stop "
+				 "it", addr, f->name);
+		else
+			snprintf(err, cap, "flow '%s' does not go to %.100s",
+				 f->name, addr);
+		return !strcmp(f->peer_addr, addr) ? -EINVAL : -ENOENT;
+	}
+	drop_sibling(s);
+	log_info("flow %s: peer %s removed", f->name, addr);
+	rc = flows_save(f->table, f);
+	if (rc)
+		snprintf(err, cap, "removed, but the flow's state file was not "
+			 "written (the peer comes back at a restart): %s",
+			 strerror(-rc));
+	return rc;
+}
+
+void fanout_destroy(struct peer_mgr *m, struct flow *f)
+{
+	(void)m;
+	while (f->fanout)
+		drop_sibling(f->fanout);
+}
+
+void fanout_restore(struct peer_mgr *m, struct flow *f)
+{
+	char *list = f->fanout_saved, *save = NULL, err[200];
+
+	if (!list)
+		return;
+	f->fanout_saved = NULL;
+	for (char *a = strtok_r(list, ",", &save); a;
+	     a = strtok_r(NULL, ",", &save))
+		if (fanout_add(m, f, a, false, err, sizeof(err)))
+			log_warn("flow %s: peer %s not restored: %s", f->name,
+				 a, err);
+	free(list);
+}
+
+void fanout_lost(struct flow *f, const char *why)
+{
+	struct fr_ring *r = ring_of(f);
+
+	log_warn("flow %s: the subscription of peer %s is over (the flow "
+		 "goes on for the others): %s", f->name, f->peer_addr, why);
+	/* our slot back now: producers are no longer held by it */
+	if (r->sub < FR_MAX_SUBS)
+		fr_sub_leave(r, r->sub, r->sub_gen);
+	f->sub_dropped = true;
+	flows_set_state(f, FLOW_FAILED, why);
+	peer_close_sender(f, why);
+}
+
+/* A producer cut f's slot (max_lag): f's peer fell too far behind. */
+static void police_one(struct flow *f)
+{
+	char why[160];
+	uint64_t lag;
+
+	if (!f->peer || f->sub_dropped || !f->view ||
+	    !fr_sub_lost(ring_of(f)))
+		return;
+	/* relaxed: a number for the message */
+	lag = atomic_load_explicit(&ring_of(f)->sh->max_lag,
+				   memory_order_relaxed);
+	snprintf(why, sizeof(why), "cut off: more than max_lag %llu bytes "
+		 "behind the producers", (unsigned long long)lag);
+	fanout_lost(f, why);
+}
+
+void fanout_police(struct peer_mgr *m)
+{
+	for (struct flow *f = m->flows->head; f; f = f->next) {
+		if (f->role != FLOW_SENDER)
+			continue;
+		police_one(f);
+		for (struct flow *s = f->fanout; s; s = s->fanout_next)
+			police_one(s);
+	}
+}

@@ -1,0 +1,60 @@
+/*
+ * moverd/fanout.h - one sender flow, several peer hosts (issue 11).
+ *
+ * Each peer host is a subscriber of the producer ring with its own slot:
+ * the first peer's flow (in the table) owns the ring; each further peer
+ * is a sibling struct flow (flows.h, "Fan-out") with its own mapping,
+ * slot, peer connection, id, acknowledgements and resume.  One copy goes
+ * to each peer host.  The slowest subscriber holds producers back unless
+ * the ring has a max_lag: then a producer cuts a subscriber too far
+ * behind, and moverd ends that peer's subscription (fanout_police).
+ */
+#ifndef MOVERD_FANOUT_H
+#define MOVERD_FANOUT_H
+
+#include "flows.h"
+#include "peer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Peer hosts of one flow, the first included.  Subscriber slots are
+ * shared with local consumers (FR_MAX_SUBS); the list must also fit one
+ * line of the state file. */
+#define FANOUT_MAX_PEERS 8u
+
+/*
+ * Add peer host addr ("HOST:PORT") to sender flow f: a sibling joins at
+ * the slowest subscriber's position (everything the ring still holds),
+ * connects and opens the flow there.  save: write f's state file.  0, or
+ * a negative errno with a sentence in err (-EINVAL, -EEXIST, -ENOSPC,
+ * -EBUSY: no subscriber slot left).
+ */
+int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
+	       bool save, char *err, size_t cap);
+
+/* Take peer host addr off f (not its first peer): the peer is told
+ * (PeerFlowClose) and its slot given back once no send reads through it. */
+int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
+		  char *err, size_t cap);
+
+/* f is being destroyed (peer_destroy_flow): every sibling goes too. */
+void fanout_destroy(struct peer_mgr *m, struct flow *f);
+
+/* f was re-adopted after a restart: add the peers its state file kept. */
+void fanout_restore(struct peer_mgr *m, struct flow *f);
+
+/* Is f one subscription among several (first or sibling)? */
+static inline bool fanout_member(const struct flow *f)
+{
+	return f->fanout || f->sibling_of;
+}
+
+/* One peer subscription is over (why): its slot goes back, its peer is
+ * told the flow failed there, the others go on. */
+void fanout_lost(struct flow *f, const char *why);
+
+/* On the peer timer: end the subscriptions max_lag cut off. */
+void fanout_police(struct peer_mgr *m);
+
+#endif

@@ -1,0 +1,642 @@
+/*
+ * Fan-out (issue 11): one flow from host A to several peer hosts, each a
+ * subscriber of A's producer ring with its own position; --max-lag.
+ * Real moverd daemons on loopback over TCP, real consumer processes.
+ *
+ *   1. A sends one flow to B and C: every record reaches both exactly once
+ *      and in order; two consumers on B share B's ring, each sees all
+ *   2. C killed -9 and restarted mid-stream: C resumes exactly once while
+ *      B goes on; with max-lag 0 the producer is held back meanwhile
+ *   3. peer add on a live flow: the new peer gets the records from its
+ *      join position (everything the slowest subscriber had not released)
+ *   4. peer remove of a stopped peer releases the producers
+ *   5. --max-lag cuts a stopped peer (C's flow fails with the reason), B
+ *      goes on; a local consumer that stops is cut (-ESTALE) and attaches
+ *      again at the current position
+ *   6. A killed -9 and restarted: both peers come back from its state
+ *      file and each resumes exactly once
+ *   7. --max-lag cuts the first peer (the one whose flow owns the ring):
+ *      the flow goes on for the other
+ *
+ * usage: test_fanout MOVERD MOVERCTL   (FM_FANOUT_CASES=1,3 picks cases)
+ */
+#include "harness.h"
+#include "flowshm_internal.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define REC_MAX 1024
+#define WAIT_NS 10000000000ll /* generous: a failure, never a figure */
+#define RING "64K"
+#define RING_BYTES 65536ull
+
+static const char *moverd_bin, *moverctl_bin;
+
+/* Send records seq first..first+n-1, retrying what a down link or a
+ * restarting daemon says (the test waits; a failure is a CHECK). */
+static void produce(flowshm_t *p, uint64_t first, uint64_t n)
+{
+	unsigned char buf[REC_MAX];
+
+	for (uint64_t s = first; s < first + n; s++) {
+		size_t len = tu_rec_len(0, s, 16, REC_MAX);
+		int rc;
+
+		tu_fill(buf, 0, s, len);
+		while ((rc = flowshm_send(p, buf, len, WAIT_NS)) == -ETIMEDOUT ||
+		       rc == -ENOTCONN)
+			;
+		CHECK_RC(rc, 0);
+	}
+}
+
+/* Receive records first..first+n-1 exactly, in order; then (last: the
+ * producer is done) nothing more for a moment (no duplicate). */
+static void consume(flowshm_t *c, uint64_t first, uint64_t n, bool last)
+{
+	unsigned char buf[REC_MAX];
+	size_t len;
+
+	for (uint64_t s = first; s < first + n; s++) {
+		uint32_t id;
+		uint64_t seq;
+
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS), 0);
+		CHECK(tu_verify(buf, len, &id, &seq));
+		if (seq != s)
+			fprintf(stderr, "want record %llu, got %llu\n",
+				(unsigned long long)s, (unsigned long long)seq);
+		CHECK(id == 0 && seq == s);
+	}
+	if (last)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 200000000),
+			 -ETIMEDOUT);
+}
+
+static int wait_child(pid_t pid)
+{
+	int st;
+
+	CHECK(waitpid(pid, &st, 0) == pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A consumer process on d: attached (a byte on `ready`), then records
+ * first..first+n-1 exactly once (last: and no more). */
+static pid_t consumer_of(const struct hd *d, const char *name, uint64_t first,
+			 uint64_t n, int ready, bool last)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	{
+		flowshm_t *c = NULL;
+
+		setenv("FLOWMOVER_SOCKET", d->sock, 1);
+		CHECK_RC(flowshm_attach(name, FLOWSHM_CONSUMER, NULL, &c), 0);
+		CHECK(write(ready, "x", 1) == 1);
+		consume(c, first, n, last);
+		flowshm_detach(c);
+		_exit(0);
+	}
+}
+
+static pid_t consumer(const struct hd *d, const char *name, uint64_t first,
+		      uint64_t n, int ready)
+{
+	return consumer_of(d, name, first, n, ready, true);
+}
+
+static void wait_ready(int ready)
+{
+	char x;
+
+	CHECK(read(ready, &x, 1) == 1);
+}
+
+/* How many times `"state": "open"` is in flow NAME's JSON on d (the flow
+ * itself, then each of its peers). */
+static int open_count(const struct hd *d, const char *name)
+{
+	char out[8192];
+	int n = 0;
+
+	if (!hd_flow_json(d, moverctl_bin, name, out, sizeof(out)))
+		return -1;
+	for (const char *p = out; (p = strstr(p, "\"state\": \"open\"")); p++)
+		n++;
+	return n;
+}
+
+static void wait_open_count(const struct hd *d, const char *name, int want)
+{
+	for (int i = 0; i < 400 && open_count(d, name) != want; i++) {
+		hd_alive(d);
+		usleep(50000);
+	}
+	if (open_count(d, name) != want)
+		fprintf(stderr, "flow %s: %d open, want %d\n", name,
+			open_count(d, name), want);
+	CHECK(open_count(d, name) == want);
+}
+
+/* The JSON object of peer addr in flow NAME's "peers" (in out). */
+static const char *peer_json(const struct hd *d, const char *name,
+			     const char *addr, char *out, size_t cap)
+{
+	char key[64];
+	const char *p;
+
+	CHECK(hd_flow_json(d, moverctl_bin, name, out, cap));
+	snprintf(key, sizeof(key), "\"address\": \"%s\"", addr);
+	p = strstr(out, key);
+	CHECK(p);
+	return p;
+}
+
+struct three {
+	struct hd a, b, c;
+	char baddr[32], caddr[32];
+};
+
+static void start_three(struct three *t, const char *tag)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	char name[32];
+
+	snprintf(name, sizeof(name), "%s-B", tag);
+	hd_start(&t->b, moverd_bin, name, true, NULL);
+	snprintf(name, sizeof(name), "%s-C", tag);
+	hd_start(&t->c, moverd_bin, name, true, NULL);
+	snprintf(name, sizeof(name), "%s-A", tag);
+	hd_start(&t->a, moverd_bin, name, false, tcp);
+	snprintf(t->baddr, sizeof(t->baddr), "127.0.0.1:%d", t->b.port);
+	snprintf(t->caddr, sizeof(t->caddr), "127.0.0.1:%d", t->c.port);
+}
+
+static void stop_three(struct three *t)
+{
+	hd_alive(&t->a);
+	hd_alive(&t->b);
+	hd_alive(&t->c);
+	hd_stop(&t->a);
+	hd_stop(&t->b);
+	hd_stop(&t->c);
+}
+
+static flowshm_t *producer_on(const struct hd *d, const char *name)
+{
+	flowshm_t *p = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	CHECK_RC(flowshm_attach(name, FLOWSHM_PRODUCER, NULL, &p), 0);
+	return p;
+}
+
+/* 1. */
+static void case_two_peers(void)
+{
+	const uint64_t n = 20000;
+	struct three t;
+	char out[8192];
+	flowshm_t *p;
+	pid_t c[3];
+	int ready[2];
+
+	start_three(&t, "fo1");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3); /* the flow, and both peers */
+	/* one flow, listed once, with both peers (JSON) or the first and
+	 * how many more (table) */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list") == 0);
+	CHECK(strstr(out, " +1"));
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list --json")
+	      == 0);
+	CHECK(strstr(out, t.baddr) && strstr(out, t.caddr));
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	c[0] = consumer(&t.b, "x", 0, n, ready[1]);
+	c[1] = consumer(&t.b, "x", 0, n, ready[1]);
+	c[2] = consumer(&t.c, "x", 0, n, ready[1]);
+	for (int i = 0; i < 3; i++)
+		wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, n);
+	for (int i = 0; i < 3; i++)
+		CHECK(wait_child(c[i]) == 0);
+	/* one copy per peer host: each got the ring's bytes once */
+	CHECK(hd_flow_json(&t.b, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(hj_u64(out, "tail") == hj_u64(out, "head"));
+	printf("  %llu records to B (two consumers) and C, each exactly once "
+	       "in order\n", (unsigned long long)n);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* 2. */
+static void case_peer_restart(void)
+{
+	const uint64_t n = 30000, k = 5000;
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	struct three t;
+	char out[8192];
+	uint64_t tail = 0;
+	pid_t cb, cc, prod;
+	int ready[2];
+
+	start_three(&t, "fo2");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	cb = consumer(&t.b, "x", 0, n, ready[1]);
+	/* C's first consumer reads k records, then detaches cleanly */
+	cc = consumer_of(&t.c, "x", 0, k, ready[1], false);
+	wait_ready(ready[0]);
+	wait_ready(ready[0]);
+	fflush(NULL);
+	prod = fork();
+	CHECK(prod >= 0);
+	if (prod == 0) {
+		flowshm_t *p = producer_on(&t.a, "x");
+
+		produce(p, 0, n);
+		flowshm_detach(p);
+		_exit(0);
+	}
+	CHECK(wait_child(cc) == 0);
+	hd_kill(&t.c);
+	/* C is down: the producer is held back by C's subscription, never
+	 * more than one ring ahead of it, and stops there */
+	for (int i = 0; i < 400; i++) {
+		const char *pj = peer_json(&t.a, "x", t.caddr, out, sizeof(out));
+		uint64_t acked = hj_u64(pj, "acked");
+
+		tail = hj_u64(out, "tail");
+		CHECK(tail - acked <= RING_BYTES);
+		if (tail - acked > RING_BYTES - 2 * (REC_MAX + 16))
+			break;
+		usleep(50000);
+	}
+	usleep(300000);
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(hj_u64(out, "tail") == tail);
+	CHECK(waitpid(prod, NULL, WNOHANG) == 0);
+	hd_restart(&t.c, moverd_bin, tcp);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 20000, NULL, 0));
+	/* the rest, from where C's first consumer left: exactly once */
+	cc = consumer(&t.c, "x", k, n - k, ready[1]);
+	wait_ready(ready[0]);
+	CHECK(wait_child(prod) == 0);
+	CHECK(wait_child(cc) == 0);
+	CHECK(wait_child(cb) == 0);
+	printf("  C killed -9 after %llu of %llu records, producer held at "
+	       "tail %llu; after its restart every record once on B and C\n",
+	       (unsigned long long)k, (unsigned long long)n,
+	       (unsigned long long)tail);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* 3. */
+static void case_peer_add(void)
+{
+	const uint64_t n1 = 3000, n2 = 10000;
+	struct three t;
+	char out[8192];
+	flowshm_t *p;
+	pid_t cb, cc;
+	int ready[2];
+
+	start_three(&t, "fo3");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --ring-size " RING " --max-record 1024",
+		     t.baddr) == 0);
+	CHECK(hd_wait_state(&t.a, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, n1);
+	/* B acknowledged everything: the slowest position is the tail */
+	for (int i = 0; i < 200; i++) {
+		CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+		if (hj_u64(out, "head") == hj_u64(out, "tail"))
+			break;
+		usleep(50000);
+	}
+	CHECK(hj_u64(out, "head") == hj_u64(out, "tail"));
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow peer add x %s",
+		     t.caddr) == 0);
+	/* a second add of the same peer is refused */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow peer add x %s",
+		     t.caddr) != 0);
+	CHECK(strstr(out, "already"));
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	cc = consumer(&t.c, "x", n1, n2, ready[1]);
+	wait_ready(ready[0]);
+	produce(p, n1, n2);
+	CHECK(wait_child(cb) == 0);
+	CHECK(wait_child(cc) == 0);
+	printf("  C added after %llu records: it got records %llu..%llu\n",
+	       (unsigned long long)n1, (unsigned long long)n1,
+	       (unsigned long long)(n1 + n2 - 1));
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* Send try-once until the ring is full for the slowest subscriber, then a
+ * short wait must time out; returns the next seq. */
+static uint64_t fill_until_held(flowshm_t *p, uint64_t seq)
+{
+	unsigned char buf[1000];
+	int rc;
+
+	for (;;) {
+		tu_fill(buf, 0, seq, sizeof(buf));
+		rc = flowshm_send(p, buf, sizeof(buf), 100000000);
+		if (rc)
+			break;
+		seq++;
+	}
+	CHECK_RC(rc, -ETIMEDOUT);
+	return seq;
+}
+
+/* 4. */
+static void case_peer_remove(void)
+{
+	struct three t;
+	char out[8192];
+	flowshm_t *p;
+	uint64_t seq;
+
+	start_three(&t, "fo4");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	/* nobody reads on B or C: both deposit rings fill, then A's */
+	p = producer_on(&t.a, "x");
+	seq = fill_until_held(p, 0);
+	/* the first peer cannot be removed (it owns the ring) */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow peer remove "
+		     "x %s", t.baddr) != 0);
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow peer remove "
+		     "x %s", t.caddr) == 0);
+	/* C's flow is closed there */
+	for (int i = 0; i < 200 && hd_flow_json(&t.c, moverctl_bin, "x", out,
+						sizeof(out)); i++)
+		usleep(50000);
+	CHECK(!hd_flow_json(&t.c, moverctl_bin, "x", out, sizeof(out)));
+	/* B still holds the ring: a consumer there drains it, and the
+	 * producer goes on */
+	{
+		int ready[2];
+		pid_t cb;
+
+		CHECK(pipe(ready) == 0);
+		cb = consumer(&t.b, "x", 0, seq + 500, ready[1]);
+		wait_ready(ready[0]);
+		produce(p, seq, 500);
+		CHECK(wait_child(cb) == 0);
+		close(ready[0]);
+		close(ready[1]);
+	}
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(!strstr(out, t.caddr));
+	printf("  held at %llu records by C; removed, B got all %llu\n",
+	       (unsigned long long)seq, (unsigned long long)(seq + 500));
+	flowshm_detach(p);
+	stop_three(&t);
+}
+
+/* 5. */
+static void case_max_lag(void)
+{
+	const uint64_t n = 1600; /* 8 records a step: ~25 laps of A's ring */
+	struct three t;
+	char out[8192], reason[256];
+	unsigned char buf[REC_MAX];
+	flowshm_t *p, *fast = NULL, *slow = NULL;
+	size_t len;
+	pid_t cb;
+	int ready[2];
+
+	start_three(&t, "fo5");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hj_u64(out, "max_lag") == 16384 ||
+	      (hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)) &&
+	       hj_u64(out, "max_lag") == 16384));
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	/* B reads everything; nobody reads on C */
+	cb = consumer(&t.b, "x", 0, n, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	/* 8 records at a time, each time until B acknowledged them: B is
+	 * never max_lag behind, C (which nobody reads) soon is */
+	for (uint64_t s = 0; s < n; s += 8) {
+		produce(p, s, 8);
+		for (int i = 0; i < 400; i++) {
+			CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out,
+					   sizeof(out)));
+			if (hj_u64(out, "head") == hj_u64(out, "tail"))
+				break;
+			usleep(2000);
+		}
+	}
+	CHECK(wait_child(cb) == 0);
+	/* C's subscription was cut off: C's flow failed with the reason */
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "failed", 10000, reason,
+			    sizeof(reason)));
+	CHECK(strstr(reason, "cut off"));
+	peer_json(&t.a, "x", t.caddr, out, sizeof(out));
+	CHECK(strstr(out, "cut off"));
+	CHECK(hd_log_count(&t.a, "cut off") >= 1);
+	flowshm_detach(p);
+
+	/* a local flow: a consumer that stops is cut off, attaches again */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create l "
+		     "--ring-size " RING " --max-record 1024 --max-lag 16K")
+	      == 0);
+	setenv("FLOWMOVER_SOCKET", t.a.sock, 1);
+	CHECK_RC(flowshm_attach("l", FLOWSHM_CONSUMER, NULL, &fast), 0);
+	CHECK_RC(flowshm_attach("l", FLOWSHM_CONSUMER, NULL, &slow), 0);
+	p = producer_on(&t.a, "l");
+	for (uint64_t s = 0; s < 300; s++) { /* ~300 KB through 64 KiB */
+		tu_fill(buf, 0, s, 1000);
+		CHECK_RC(flowshm_send(p, buf, 1000, WAIT_NS), 0);
+		CHECK_RC(flowshm_recv(fast, buf, sizeof(buf), &len, 0), 0);
+	}
+	CHECK_RC(flowshm_recv(slow, buf, sizeof(buf), &len, 0), -ESTALE);
+	flowshm_detach(slow);
+	slow = NULL;
+	CHECK_RC(flowshm_attach("l", FLOWSHM_CONSUMER, NULL, &slow), 0);
+	tu_fill(buf, 0, 300, 1000);
+	CHECK_RC(flowshm_send(p, buf, 1000, 0), 0);
+	{
+		uint64_t last = 0, seq;
+		uint32_t id;
+
+		while (flowshm_recv(slow, buf, sizeof(buf), &len, 0) == 0) {
+			CHECK(tu_verify(buf, len, &id, &seq));
+			last = seq;
+		}
+		CHECK(last == 300);
+	}
+	printf("  --max-lag 16K: C cut off (%s), B got all %llu; a stopped "
+	       "local consumer -ESTALE, attached again\n", reason,
+	       (unsigned long long)n);
+	flowshm_detach(slow);
+	flowshm_detach(fast);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* 6. */
+static void case_sender_restart(void)
+{
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	const uint64_t n1 = 3000, n2 = 3000;
+	struct three t;
+	char out[8192];
+	flowshm_t *p;
+	pid_t cb, cc;
+	int ready[2];
+
+	start_three(&t, "fo6");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	cc = consumer(&t.c, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, n1);
+	flowshm_detach(p);
+	/* A dies with records in flight; its state file names both peers */
+	hd_kill(&t.a);
+	hd_restart(&t.a, moverd_bin, tcp);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(strstr(out, t.baddr) && strstr(out, t.caddr));
+	p = producer_on(&t.a, "x");
+	produce(p, n1, n2);
+	CHECK(wait_child(cb) == 0);
+	CHECK(wait_child(cc) == 0);
+	printf("  A killed -9 after %llu records and restarted: both peers "
+	       "back, all %llu records once on B and C\n",
+	       (unsigned long long)n1, (unsigned long long)(n1 + n2));
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/* 7. */
+static void case_first_cut(void)
+{
+	const uint64_t n = 1600;
+	struct three t;
+	char out[8192], reason[256];
+	flowshm_t *p;
+	pid_t cc;
+	int ready[2];
+
+	start_three(&t, "fo7");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	/* C reads everything; nobody reads on B, the first peer */
+	cc = consumer(&t.c, "x", 0, n, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	for (uint64_t s = 0; s < n; s += 8) {
+		produce(p, s, 8);
+		for (int i = 0; i < 400; i++) {
+			const char *pj = peer_json(&t.a, "x", t.caddr, out,
+						   sizeof(out));
+
+			if (hj_u64(pj, "acked") == hj_u64(out, "tail"))
+				break;
+			usleep(2000);
+		}
+	}
+	CHECK(wait_child(cc) == 0);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "failed", 10000, reason,
+			    sizeof(reason)));
+	CHECK(strstr(reason, "cut off"));
+	/* on A the flow goes on (for C); B's entry says why it stopped */
+	CHECK(hd_wait_state(&t.a, moverctl_bin, "x", "open", 1000, NULL, 0));
+	peer_json(&t.a, "x", t.baddr, out, sizeof(out));
+	CHECK(strstr(out, "cut off"));
+	printf("  --max-lag 16K: the first peer B cut off, C got all %llu\n",
+	       (unsigned long long)n);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_two_peers, "A to B and C: every record to both "
+		  "exactly once in order; two consumers share B's ring" },
+		{ 2, case_peer_restart, "C killed -9 and restarted: it resumes "
+		  "exactly once, B goes on, the producer is held meanwhile" },
+		{ 3, case_peer_add, "peer add on a live flow: records from "
+		  "its join position" },
+		{ 4, case_peer_remove, "peer remove releases the producers" },
+		{ 5, case_max_lag, "--max-lag cuts a stopped peer and a "
+		  "stopped local consumer; the others go on" },
+		{ 6, case_sender_restart, "A killed -9 and restarted: its "
+		  "state file brings both peers back, each resumes once" },
+		{ 7, case_first_cut, "--max-lag cuts the first peer (which "
+		  "owns the ring); the flow goes on for the other" },
+	};
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+		return 2;
+	}
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	signal(SIGPIPE, SIG_IGN);
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		      "FM_FANOUT_CASES");
+}
