@@ -545,7 +545,6 @@ static void j_ids(struct json *j, const char *k, const uint32_t *ids, size_t n)
 static void j_fanout(struct json *j, const Flowmover__FlowInfo *f)
 {
 	j_key(j, "peers");
-	j_sep(j);
 	j_open(j, '[');
 	for (size_t i = 0; i < f->n_fanout; i++) {
 		const Flowmover__FanoutPeer *p = f->fanout[i];

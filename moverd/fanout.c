@@ -268,13 +268,11 @@ static void police_one(struct flow *f)
 	fanout_lost(f, why);
 }
 
-void fanout_police(struct peer_mgr *m)
+void fanout_police(struct flow *f)
 {
-	for (struct flow *f = m->flows->head; f; f = f->next) {
-		if (f->role != FLOW_SENDER)
-			continue;
-		police_one(f);
-		for (struct flow *s = f->fanout; s; s = s->fanout_next)
-			police_one(s);
-	}
+	if (f->role != FLOW_SENDER || f->state == FLOW_FAILED)
+		return;
+	police_one(f);
+	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+		police_one(s);
 }

@@ -54,7 +54,8 @@ static inline bool fanout_member(const struct flow *f)
  * told the flow failed there, the others go on. */
 void fanout_lost(struct flow *f, const char *why);
 
-/* On the peer timer: end the subscriptions max_lag cut off. */
-void fanout_police(struct peer_mgr *m);
+/* On the once-a-second check of a flow, after the ring's own checks: end
+ * the subscriptions of f (and its siblings) that max_lag cut off. */
+void fanout_police(struct flow *f);
 
 #endif

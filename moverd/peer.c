@@ -1244,6 +1244,9 @@ static void police_flows(struct peer_mgr *m, uint64_t now)
 			   ring_marked_failed(f, why, sizeof(why))) {
 			fail_tampered(f, why);
 		} else {
+			/* after the ring's own checks: a slot a client
+			 * scribbled on is tampering, reported as such above */
+			fanout_police(f);
 			flows_status(f);
 			flows_watch_inherited(f);
 		}
@@ -1304,7 +1307,6 @@ static void tick_done(struct loop_op *op, int res)
 	if (m->rdma)
 		rdma_tick(m, now);
 	eos_retry(m->flows);
-	fanout_police(m);
 	if (now - m->police_ns >= POLICE_NS) {
 		m->police_ns = now;
 		police_flows(m, now);
