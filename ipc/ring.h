@@ -62,15 +62,18 @@
  *
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
- * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), whenever producers are
- * sleeping or found the ring full (producers_waiting != 0, checked after
- * each release with the fence below), before it sleeps, when it finds
- * nothing to read, and when it detaches.  (Implementation note: a
- * producer that finds the ring full without sleeping - a try-once send -
- * sets FR_SPACE_WANTED in producers_waiting; without it such a producer
- * would see no space until the consumer's next ring_bytes/8, which
- * surprised callers that alternate one recv and one try-once send.  The
- * publisher clears it.)
+ * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), before it sleeps, when
+ * it finds nothing to read, and when it detaches.  Implementation notes
+ * (issue 12): a producer that gives up on a full ring (a try-once send)
+ * sets FR_SPACE_WANTED in producers_waiting (fr_want_space) and the
+ * subscribers publish on their next release, so that one recv frees room
+ * for one try-once send as before.  Sleeping producers are woken when a
+ * subscriber publishes and has handed back a quarter ring since it last
+ * woke them, or at once when it idles, sleeps or leaves: waking them for
+ * every record made both sides sleep per record.  The publisher fences
+ * between its pos store and its read of the sleeper count (the Dekker
+ * pairing of "Sleeping and waking"); a release that does not publish
+ * costs no fence.
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -349,6 +352,7 @@ struct fr_ring {
 	/* consumer side: one subscriber slot */
 	uint64_t head;       /* private position; published lazily to subs[sub] */
 	uint64_t head_pub;   /* last head stored in subs[sub].pos */
+	uint64_t wake_pos;   /* head when we last woke sleeping producers */
 	uint64_t records;    /* records consumed (private count) */
 	uint64_t pub_every;  /* publish after this many bytes */
 	uint64_t tail_cache; /* last tail seen (deposit: last published seen) */
@@ -462,6 +466,10 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c);
 /* Free bytes right now as seen by a producer (refreshes the head cache
  * from the minimum subscriber position). */
 int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes);
+
+/* A producer gives up on a full ring (returns -EAGAIN to its caller): ask
+ * the subscribers to publish their position on their next release. */
+void fr_want_space(struct fr_ring *r);
 
 /* Take this producer's attach number (fetch_add of producer_seq) into the
  * info word of every record it writes. */
