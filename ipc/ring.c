@@ -902,13 +902,21 @@ void fr_release(struct fr_ring *r, uint64_t pos)
 		publish_pos(r, false);
 }
 
-/* Nothing to read: hand the space we are done with back now, or a producer
- * (or a peer waiting for credit) would wait for our next lazy publication
- * while we wait for it. */
+/*
+ * Nothing to read.  A producer asleep or giving up for space must not wait
+ * for our next lazy publication while we wait for data: publish now.  If
+ * none is (relaxed: a hint, its line is read-mostly), keep polling without
+ * a store and a fence per empty poll: a subscriber that has read all there
+ * is holds back at most pub_every bytes of a ring, so producers fill the
+ * rest before they could sleep, and we publish before we sleep ourselves
+ * (fr_wait_data: fr_sub_publish).
+ */
 static void publish_idle(struct fr_ring *r)
 {
-	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
-		fr_sub_publish(r);
+	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub &&
+	    atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed))
+		publish_pos(r, true);
 }
 
 static bool pid_alive(uint32_t pid)
@@ -1289,7 +1297,9 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 	uint64_t until = recovery_deadline(r, deadline_ns);
 	int rc = 0;
 
-	publish_idle(r); /* producers must not wait for us while we sleep */
+	/* producers must not wait for us while we sleep */
+	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
+		publish_pos(r, true);
 	atomic_fetch_add_explicit(&sh->consumers_waiting, 1,
 				  memory_order_relaxed);
 	/* full fence: count before the re-check (pairs with wake_consumer) */

@@ -63,7 +63,7 @@
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
  * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), before it sleeps, when
- * it finds nothing to read, and when it detaches.  Implementation notes
+ * it finds nothing to read while a producer waits, and when it detaches.  Implementation notes
  * (issue 12): a producer that gives up on a full ring (a try-once send)
  * sets FR_SPACE_WANTED in producers_waiting (fr_want_space) and the
  * subscribers publish on their next release, so that one recv frees room
