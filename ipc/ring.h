@@ -60,6 +60,17 @@
  * this subscriber had a right to).  When the last active subscriber leaves,
  * its position becomes the floor, so records nobody has read are kept.
  *
+ * (Implementation, a fix to the design above: re-reading the others'
+ * minimum is not enough, a producer may have read the mask before our bit
+ * and the others' positions after they moved, and overwritten what we are
+ * about to read.  So a producer raises `floor` (fetch-max, seq_cst) to the
+ * minimum it is about to rely on and then re-reads the mask, computing
+ * again if it changed; a joiner, after setting its bit, moves up to the
+ * floor as well: one of the two sees the other.  The floor is thus also
+ * "nothing below it may still be read".  A producer's cached minimum never
+ * decreases: a lower position is a joiner about to move up, or a client
+ * lowering its own word, and is ignored rather than failed.)
+ *
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
  * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), before it sleeps, when
@@ -144,7 +155,8 @@
  *   4. commit: seal = COMMITTED (release): publishes header and payload.
  *   5. fence, then wake the consumer only if its sleeping flag is set.
  *
- * Consumer protocol (each subscriber: an application or moverd):
+ * Consumer protocol (each subscriber: an application or moverd; a reader
+ * without a slot hands nothing back to the producers):
  *   read the seal at its private head (acquire).  COMMITTED for this
  *   position: validate len against the geometry the consumer copied at
  *   attach time (never the shared copy), use the payload, advance the
