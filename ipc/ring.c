@@ -671,26 +671,17 @@ int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen)
 		return -EPROTO;
 	r->sub = slot;
 	r->sub_gen = gen;
-	r->head = r->head_pub = r->wake_pos = pos;
+	r->head = r->head_pub = pos;
 	r->records = atomic_load_explicit(&s->records, memory_order_relaxed);
 	r->stuck_pos = UINT64_MAX;
 	return 0;
 }
 
-/*
- * Store our head in our slot.  Sleeping producers are woken at once when
- * wake_now (we are about to sleep, are idle, or leave), else only once we
- * have handed back a quarter ring since we last woke them: a producer
- * woken for every record it could write fell into a sleep per record
- * (issue 12: 64 KiB records at 15-35% of memcpy in half the runs).  They
- * always get their wake: we go on releasing until the quarter is reached,
- * or run out of records and publish with wake_now (publish_idle).
- */
-static void publish_pos(struct fr_ring *r, bool wake_now)
+/* Store our head in our slot, then wake sleeping producers if any. */
+static void publish_pos(struct fr_ring *r)
 {
 	struct fr_sub *s = &r->sh->subs[r->sub];
 	_Atomic uint32_t *w = &r->sh->producers_waiting;
-	uint32_t waiting;
 
 	/* the hint is answered by this publication (relaxed: a hint; set
 	 * again after our store, it makes the next release publish too) */
@@ -702,22 +693,13 @@ static void publish_pos(struct fr_ring *r, bool wake_now)
 	 * producer that acquires this position overwrites them */
 	atomic_store_explicit(&s->pos, r->head, memory_order_release);
 	r->head_pub = r->head;
-	/* full fence: pos before the sleeper count (fr_wait_space counts,
-	 * fences, then re-checks the positions: one of us sees the other) */
-	atomic_thread_fence(memory_order_seq_cst);
-	waiting = atomic_load_explicit(w, memory_order_relaxed) &
-		  ~FR_SPACE_WANTED;
-	if (waiting && !wake_now && r->head - r->wake_pos < r->size / 4)
-		return;
-	if (waiting)
-		wake_all(&r->sh->space_futex);
-	r->wake_pos = r->head;
+	wake_producers(r);
 }
 
 void fr_sub_publish(struct fr_ring *r)
 {
 	if (r->sub < FR_MAX_SUBS)
-		publish_pos(r, true);
+		publish_pos(r);
 }
 
 bool fr_sub_lost(const struct fr_ring *r)
@@ -889,17 +871,22 @@ void fr_release(struct fr_ring *r, uint64_t pos)
 	r->head = pos;
 	if (r->sub >= FR_MAX_SUBS)
 		return;
+	/* lazy head (issue 12): store our slot's pos every pub_every bytes */
+	if (pos - r->head_pub >= r->pub_every) {
+		publish_pos(r);
+		return;
+	}
 	/*
-	 * lazy head (issue 12): store our slot's pos every pub_every bytes,
-	 * or at once for a producer that found the ring full and returned
-	 * (FR_SPACE_WANTED).  No fence per record: sleeping producers are
-	 * woken by publish_pos (a quarter ring later, or when we idle).
-	 * relaxed: a hint; its line is read-mostly, so this read is a hit.
+	 * ... and whenever a producer sleeps or gave up for space: full
+	 * fence, then the count (a producer counts itself, fences, then
+	 * re-checks the positions before it sleeps: one of us sees the
+	 * other, so a sleeping producer is never left waiting for a
+	 * publication that only our next release would make).
 	 */
-	if (pos - r->head_pub >= r->pub_every ||
-	    (atomic_load_explicit(&r->sh->producers_waiting,
-				  memory_order_relaxed) & FR_SPACE_WANTED))
-		publish_pos(r, false);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed))
+		publish_pos(r);
 }
 
 /*
@@ -916,7 +903,7 @@ static void publish_idle(struct fr_ring *r)
 	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub &&
 	    atomic_load_explicit(&r->sh->producers_waiting,
 				 memory_order_relaxed))
-		publish_pos(r, true);
+		publish_pos(r);
 }
 
 static bool pid_alive(uint32_t pid)
@@ -1299,7 +1286,7 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 
 	/* producers must not wait for us while we sleep */
 	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
-		publish_pos(r, true);
+		publish_pos(r);
 	atomic_fetch_add_explicit(&sh->consumers_waiting, 1,
 				  memory_order_relaxed);
 	/* full fence: count before the re-check (pairs with wake_consumer) */

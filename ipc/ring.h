@@ -73,18 +73,14 @@
  *
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
- * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), before it sleeps, when
- * it finds nothing to read while a producer waits, and when it detaches.  Implementation notes
- * (issue 12): a producer that gives up on a full ring (a try-once send)
- * sets FR_SPACE_WANTED in producers_waiting (fr_want_space) and the
- * subscribers publish on their next release, so that one recv frees room
- * for one try-once send as before.  Sleeping producers are woken when a
- * subscriber publishes and has handed back a quarter ring since it last
- * woke them, or at once when it idles, sleeps or leaves: waking them for
- * every record made both sides sleep per record.  The publisher fences
- * between its pos store and its read of the sleeper count (the Dekker
- * pairing of "Sleeping and waking"); a release that does not publish
- * costs no fence.
+ * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), whenever producers are
+ * sleeping (producers_waiting != 0, checked after each release with the
+ * fence below), before it sleeps, when it finds nothing to read while a
+ * producer waits, and when it detaches.  (Implementation note: a producer
+ * that gives up on a full ring - a try-once send - sets FR_SPACE_WANTED in
+ * producers_waiting (fr_want_space), so that the subscribers publish on
+ * their next release and one recv frees room for one try-once send; a
+ * producer that only spins does not set it.  The publisher clears it.)
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -364,7 +360,6 @@ struct fr_ring {
 	/* consumer side: one subscriber slot */
 	uint64_t head;       /* private position; published lazily to subs[sub] */
 	uint64_t head_pub;   /* last head stored in subs[sub].pos */
-	uint64_t wake_pos;   /* head when we last woke sleeping producers */
 	uint64_t records;    /* records consumed (private count) */
 	uint64_t pub_every;  /* publish after this many bytes */
 	uint64_t tail_cache; /* last tail seen (deposit: last published seen) */
