@@ -390,18 +390,16 @@ static void write_claims(struct fr_ring *r, const uint32_t *lens,
 	}
 }
 
-/* Full: ask the subscribers to publish on their next release (lazy head). */
-static int want_space(struct fr_ring *r)
+void fr_want_space(struct fr_ring *r)
 {
 	_Atomic uint32_t *w = &r->sh->producers_waiting;
 
-	/* relaxed: a hint; the subscriber's fence orders its read.  Read
-	 * first, so producers spinning on a full ring do not keep taking
-	 * the line from the subscriber */
+	/* relaxed: a hint that the subscribers read on their next release.
+	 * Read first, so a caller polling a full ring does not keep taking
+	 * the line from them */
 	if (!(atomic_load_explicit(w, memory_order_relaxed) & FR_SPACE_WANTED))
 		atomic_fetch_or_explicit(w, FR_SPACE_WANTED,
 					 memory_order_relaxed);
-	return -EAGAIN;
 }
 
 static bool ending(const struct fr_ring *r)
@@ -483,7 +481,7 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 			/* Not even one record: claim the padding alone if it
 			 * fits, so the record can start the next lap. */
 			if (!pad || t + pad > r->head_cache + r->size)
-				return want_space(r);
+				return -EAGAIN;
 			end = t + pad;
 		}
 		/*
@@ -679,20 +677,16 @@ int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen)
 	return 0;
 }
 
-void fr_sub_publish(struct fr_ring *r)
+/* Store our head in our slot, then wake sleeping producers if any. */
+static void publish_pos(struct fr_ring *r)
 {
-	struct fr_sub *s;
+	struct fr_sub *s = &r->sh->subs[r->sub];
+	_Atomic uint32_t *w = &r->sh->producers_waiting;
 
-	if (r->sub >= FR_MAX_SUBS)
-		return;
-	s = &r->sh->subs[r->sub];
-	/* the hint is answered by this publication (relaxed: a hint; a
-	 * producer that sets it again after our store only makes the next
-	 * release publish too) */
-	if (atomic_load_explicit(&r->sh->producers_waiting,
-				 memory_order_relaxed) & FR_SPACE_WANTED)
-		atomic_fetch_and_explicit(&r->sh->producers_waiting,
-					  ~FR_SPACE_WANTED,
+	/* the hint is answered by this publication (relaxed: a hint; set
+	 * again after our store, it makes the next release publish too) */
+	if (atomic_load_explicit(w, memory_order_relaxed) & FR_SPACE_WANTED)
+		atomic_fetch_and_explicit(w, ~FR_SPACE_WANTED,
 					  memory_order_relaxed);
 	atomic_store_explicit(&s->records, r->records, memory_order_relaxed);
 	/* release: our reads of the records before head happen before any
@@ -700,6 +694,12 @@ void fr_sub_publish(struct fr_ring *r)
 	atomic_store_explicit(&s->pos, r->head, memory_order_release);
 	r->head_pub = r->head;
 	wake_producers(r);
+}
+
+void fr_sub_publish(struct fr_ring *r)
+{
+	if (r->sub < FR_MAX_SUBS)
+		publish_pos(r);
 }
 
 bool fr_sub_lost(const struct fr_ring *r)
@@ -871,32 +871,39 @@ void fr_release(struct fr_ring *r, uint64_t pos)
 	r->head = pos;
 	if (r->sub >= FR_MAX_SUBS)
 		return;
-	/* lazy head (issue 12): store our slot's pos only every pub_every
-	 * bytes, or when producers sleep for space */
+	/* lazy head (issue 12): store our slot's pos every pub_every bytes */
 	if (pos - r->head_pub >= r->pub_every) {
-		fr_sub_publish(r);
+		publish_pos(r);
 		return;
 	}
 	/*
-	 * full fence, then the sleeper count: a producer counts itself,
-	 * fences and re-checks the published minimum before it sleeps.  If
-	 * we miss its count here, it has not counted yet; it then sleeps
-	 * (nothing was published) and the next release or the idle publish
-	 * (publish_idle) sees the count, so it waits for one record at most,
-	 * never for good.
+	 * ... and whenever a producer sleeps or gave up for space: full
+	 * fence, then the count (a producer counts itself, fences, then
+	 * re-checks the positions before it sleeps: one of us sees the
+	 * other, so a sleeping producer is never left waiting for a
+	 * publication that only our next release would make).
 	 */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&r->sh->producers_waiting,
 				 memory_order_relaxed))
-		fr_sub_publish(r);
+		publish_pos(r);
 }
 
-/* Nothing to read: hand the space we are done with back now, or a producer
- * (or a peer waiting for credit) would wait for our next lazy publication
- * while we wait for it. */
+/*
+ * Nothing to read.  A producer asleep or giving up for space must not wait
+ * for our next lazy publication while we wait for data: publish now.  If
+ * none is (relaxed: a hint, its line is read-mostly), keep polling without
+ * a store and a fence per empty poll: a subscriber that has read all there
+ * is holds back at most pub_every bytes of a ring, so producers fill the
+ * rest before they could sleep, and we publish before we sleep ourselves
+ * (fr_wait_data: fr_sub_publish).
+ */
 static void publish_idle(struct fr_ring *r)
 {
-	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
-		fr_sub_publish(r);
+	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub &&
+	    atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed))
+		publish_pos(r);
 }
 
 static bool pid_alive(uint32_t pid)
@@ -1277,7 +1284,9 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 	uint64_t until = recovery_deadline(r, deadline_ns);
 	int rc = 0;
 
-	publish_idle(r); /* producers must not wait for us while we sleep */
+	/* producers must not wait for us while we sleep */
+	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
+		publish_pos(r);
 	atomic_fetch_add_explicit(&sh->consumers_waiting, 1,
 				  memory_order_relaxed);
 	/* full fence: count before the re-check (pairs with wake_consumer) */

@@ -60,17 +60,27 @@
  * this subscriber had a right to).  When the last active subscriber leaves,
  * its position becomes the floor, so records nobody has read are kept.
  *
+ * (Implementation, a fix to the design above: re-reading the others'
+ * minimum is not enough, a producer may have read the mask before our bit
+ * and the others' positions after they moved, and overwritten what we are
+ * about to read.  So a producer raises `floor` (fetch-max, seq_cst) to the
+ * minimum it is about to rely on and then re-reads the mask, computing
+ * again if it changed; a joiner, after setting its bit, moves up to the
+ * floor as well: one of the two sees the other.  The floor is thus also
+ * "nothing below it may still be read".  A producer's cached minimum never
+ * decreases: a lower position is a joiner about to move up, or a client
+ * lowering its own word, and is ignored rather than failed.)
+ *
  * A subscriber publishes its position lazily (issue 12): its private head
  * advances per record; `pos` (and `records`) are stored every
  * FR_PUBLISH_BYTES or ring_bytes/8 (the smaller), whenever producers are
- * sleeping or found the ring full (producers_waiting != 0, checked after
- * each release with the fence below), before it sleeps, when it finds
- * nothing to read, and when it detaches.  (Implementation note: a
- * producer that finds the ring full without sleeping - a try-once send -
- * sets FR_SPACE_WANTED in producers_waiting; without it such a producer
- * would see no space until the consumer's next ring_bytes/8, which
- * surprised callers that alternate one recv and one try-once send.  The
- * publisher clears it.)
+ * sleeping (producers_waiting != 0, checked after each release with the
+ * fence below), before it sleeps, when it finds nothing to read while a
+ * producer waits, and when it detaches.  (Implementation note: a producer
+ * that gives up on a full ring - a try-once send - sets FR_SPACE_WANTED in
+ * producers_waiting (fr_want_space), so that the subscribers publish on
+ * their next release and one recv frees room for one try-once send; a
+ * producer that only spins does not set it.  The publisher clears it.)
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -141,7 +151,8 @@
  *   4. commit: seal = COMMITTED (release): publishes header and payload.
  *   5. fence, then wake the consumer only if its sleeping flag is set.
  *
- * Consumer protocol (each subscriber: an application or moverd):
+ * Consumer protocol (each subscriber: an application or moverd; a reader
+ * without a slot hands nothing back to the producers):
  *   read the seal at its private head (acquire).  COMMITTED for this
  *   position: validate len against the geometry the consumer copied at
  *   attach time (never the shared copy), use the payload, advance the
@@ -462,6 +473,10 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c);
 /* Free bytes right now as seen by a producer (refreshes the head cache
  * from the minimum subscriber position). */
 int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes);
+
+/* A producer gives up on a full ring (returns -EAGAIN to its caller): ask
+ * the subscribers to publish their position on their next release. */
+void fr_want_space(struct fr_ring *r);
 
 /* Take this producer's attach number (fetch_add of producer_seq) into the
  * info word of every record it writes. */

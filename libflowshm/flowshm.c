@@ -48,8 +48,12 @@ static bool past_deadline(const struct waiter *w)
 /* One step of back-off: 0 = try again, else -EAGAIN or -ETIMEDOUT. */
 static int backoff(flowshm_t *f, struct waiter *w, enum wait_for what)
 {
-	if (w->timeout_ns == 0)
+	if (w->timeout_ns == 0) {
+		/* full, and we give up: the subscribers publish at once */
+		if (what == WAIT_SPACE)
+			fr_want_space(&f->ring);
 		return -EAGAIN;
+	}
 	if (w->round++ == 0)
 		w->deadline_ns = w->timeout_ns < 0 ?
 					 UINT64_MAX :

@@ -5,14 +5,17 @@
  * test acting as moverd, and by a real moverd when a consumer process is
  * killed -9); max_lag cuts a laggard off (-ESTALE) and it may attach again;
  * the END record (-ENODATA after the last record), locally and between two
- * daemons over TCP.
+ * daemons over TCP; a ring file of format 1 refused at start with its
+ * version named.
  *
  * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/wait.h>
 
 #define REC_MAX 1024
@@ -398,6 +401,38 @@ static void case_end_remote(void)
 	close(ready[1]);
 }
 
+/* A ring file of format 1 in the state directory (an older moverd's) is
+ * refused at start with its version named; the daemon goes on. */
+static void case_v1_ring_file(void)
+{
+	char state[160], ring[200], out[4096];
+	const char *extra[] = { "--state-dir", state, NULL };
+	uint32_t v1 = 1;
+	struct hd d;
+	int fd;
+
+	snprintf(state, sizeof(state), "/tmp/fm-subs8-%d/state", (int)getpid());
+	hd_start(&d, moverd_bin, "subs8", false, extra);
+	/* a sender flow (its peer need not exist): a ring file */
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create old "
+		     "--peer 127.0.0.1:%d --ring-size 64K", hd_free_port()) == 0);
+	hd_kill(&d);
+	snprintf(ring, sizeof(ring), "%s/old.ring", state);
+	fd = open(ring, O_RDWR);
+	CHECK(fd >= 0);
+	CHECK(pwrite(fd, &v1, sizeof(v1), offsetof(struct fr_geometry,
+						   version)) == sizeof(v1));
+	close(fd);
+	hd_restart(&d, moverd_bin, extra);
+	for (int i = 0; i < 500 && !hd_log_count(&d, "ring format 1, this "
+						  "moverd speaks 2"); i++)
+		usleep(10000);
+	CHECK(hd_log_count(&d, "ring format 1, this moverd speaks 2") == 1);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show old") != 0);
+	hd_alive(&d);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -414,6 +449,8 @@ int main(int argc, char **argv)
 		{ 6, case_killed_consumer_moverd, "moverd: a consumer killed "
 		  "-9 releases the producers" },
 		{ 7, case_end_remote, "END between two daemons over TCP" },
+		{ 8, case_v1_ring_file, "a format 1 ring file is refused at "
+		  "start, its version named" },
 	};
 
 	if (argc != 3) {
