@@ -477,6 +477,8 @@ int peer_do_work(struct peer_mgr *m)
 
 	reap_peers(m);
 	work = m->rdma ? rdma_transport.poll(m) : 0;
+	work += (int)m->rx_deposits;
+	m->rx_deposits = 0;
 	for (struct peer *p = m->peers; p; p = p->next)
 		work += tx_build(p);
 	if (work)

@@ -54,6 +54,8 @@ struct peer_mgr {
 	struct __kernel_timespec tick_ts;
 	uint64_t police_ns;       /* last check of orphans and ring files */
 	uint64_t last_work_ns;
+	unsigned rx_deposits;     /* DATA deposited since the last duty cycle:
+				   * received records are work, too */
 	unsigned rr;              /* round-robin start among flows */
 
 	/* doorbell: a wait on the data futex of every open sender flow's
