@@ -313,6 +313,7 @@ struct daemon {
 	char listen[64];         /* "" or ADDR:PORT */
 	const char *netns;       /* NULL: ours */
 	const char *doorbell;    /* moverd --doorbell, NULL: its default */
+	const char *idle;        /* moverd --idle, NULL: its default */
 	int proc;                /* index in procs[], -1 when not running */
 };
 
@@ -350,6 +351,10 @@ static void daemon_exec(const void *arg)
 	if (d->doorbell) {
 		argv[n++] = "--doorbell";
 		argv[n++] = d->doorbell;
+	}
+	if (d->idle) {
+		argv[n++] = "--idle";
+		argv[n++] = d->idle;
 	}
 	argv[n] = NULL;
 	if (d->netns) {
@@ -1897,6 +1902,64 @@ static void test_doorbell(void)
 	doorbell_run("thread"); /* the pre-6.7 path, on any kernel */
 }
 
+/* ---- 11: every idle strategy delivers exactly once --------------------------- */
+
+/*
+ * Both daemons with --idle MODE: bursts (records back to back, the mover
+ * never idle), a beat (100 us apart: adaptive learns it and keeps
+ * polling) and gaps (20 ms: it sleeps and the doorbell must end each
+ * sleep), from two producers; the consumer checks every record arrives
+ * once and in each producer's order.  A mode that lost a wake-up would
+ * stall (the consumer's 30 s stall check), one that re-sent would
+ * duplicate.  Then A's status: sleeping modes slept, polling ones did not
+ * need to.
+ */
+static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
+{
+	struct pair P;
+	static struct run R;
+	char out[8192], name[24];
+	uint64_t sleeps;
+
+	snprintf(name, sizeof(name), "c11-%s-%u", mode, gap_us);
+	pair_init(&P, name, remote_addr, NULL, NULL, false);
+	P.a.idle = P.b.idle = mode;
+	pair_start(&P);
+	run_init(&R, &P, "idle", 1, 2, n);
+	R.prod[0].gap_us = R.prod[1].gap_us = gap_us;
+	run_create_flows(&R, "1M");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 90, NULL, NULL);
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "moverctl status on A: %s", out);
+	sleeps = jget_u64(out, "sleeps");
+	/* records 20 ms apart: a mover that may sleep sleeps before most */
+	if (gap_us >= 20000 && strcmp(mode, "spin") && strcmp(mode, "yield") &&
+	    sleeps < n / 2)
+		fail_run(&R, "--idle %s: %llu sleeps for %llu records 20 ms "
+			 "apart: it does not sleep when idle", mode,
+			 (unsigned long long)sleeps, (unsigned long long)n);
+	printf("# --idle %s, records %u us apart: %llu sleeps\n", mode, gap_us,
+	       (unsigned long long)sleeps);
+	snprintf(name, sizeof(name), "idle %s", mode);
+	run_report(&R, name);
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+static void test_idle(void)
+{
+	static const char *const modes[] = { "adaptive", "sleep", "yield",
+					      "spin" };
+
+	for (unsigned i = 0; i < 4; i++) {
+		idle_run(modes[i], 0, 20000);     /* bursts */
+		idle_run(modes[i], 100, 2000);    /* a beat */
+		idle_run(modes[i], 20000, 30);    /* gaps: sleeps */
+	}
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -1924,6 +1987,7 @@ int main(int argc, char **argv)
 		{ test_kill_sender, "kill -9 and restart of the sending moverd", 180 },
 		{ test_bad_peer, "hostile peers: garbage, wrong version, unknown flow", 120 },
 		{ test_doorbell, "idle mover woken by the doorbell (io_uring, thread)", 90 },
+		{ test_idle, "every --idle mode delivers exactly once (bursts, beat, gaps)", 600 },
 	};
 	uint64_t t0 = tu_now_ns();
 
