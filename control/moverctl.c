@@ -657,6 +657,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_u64(&j, "cycles", s->cycles);
 		j_u64(&j, "sleeps", s->sleeps);
 		j_u64(&j, "doorbell_rings", s->doorbell_rings);
+		j_str(&j, "idle", s->idle);
+		j_u64(&j, "idle_polls", s->idle_polls);
+		j_u64(&j, "idle_backoffs", s->idle_backoffs);
 		j_u64(&j, "clients_refused", s->clients_refused);
 		j_u64(&j, "peers_refused", s->peers_refused);
 		j_u64(&j, "accept_waits", s->accept_waits);
@@ -700,6 +703,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	kv("doorbell", "%s", dash(s->doorbell));
 	kv("mover", "%" PRIu64 " cycles, %" PRIu64 " sleeps, %" PRIu64
 	   " ended by the doorbell", s->cycles, s->sleeps, s->doorbell_rings);
+	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
+	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
+	   s->idle_backoffs);
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);

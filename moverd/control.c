@@ -11,6 +11,7 @@
 #include "ctl_frame.h"
 #include "declared.h"
 #include "eos.h"
+#include "idle.h"
 #include "log.h"
 #include "mover.h"
 
@@ -712,6 +713,11 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.cycles = c->srv->peers->cycles;
 	st.sleeps = c->srv->peers->sleeps;
 	st.doorbell_rings = c->srv->peers->rings;
+	if (c->srv->idle) {
+		st.idle = (char *)idle_name(c->srv->idle->mode);
+		st.idle_polls = c->srv->idle->spins + c->srv->idle->yields;
+		st.idle_backoffs = c->srv->idle->backoffs;
+	}
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +

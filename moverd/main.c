@@ -978,6 +978,7 @@ int main(int argc, char **argv)
 	/* before the loop runs: no client can have been accepted yet */
 	d.ctl.max_clients = d.opt.max_clients;
 	d.ctl.max_per_uid = d.opt.max_per_uid;
+	d.ctl.idle = &d.idle;
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);

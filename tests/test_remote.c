@@ -1918,7 +1918,7 @@ static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
 {
 	struct pair P;
 	static struct run R;
-	char out[8192], name[24];
+	char out[8192], name[24], got[32] = "";
 	uint64_t sleeps;
 
 	snprintf(name, sizeof(name), "c11-%s-%u", mode, gap_us);
@@ -1934,6 +1934,13 @@ static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
 	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
 		fail_run(&R, "moverctl status on A: %s", out);
 	sleeps = jget_u64(out, "sleeps");
+	if (!jget(out, "idle", got, sizeof(got)) || strcmp(got, mode))
+		fail_run(&R, "moverd A's idle strategy is '%s', want %s:\n%s",
+			 got, mode, out);
+	/* polling modes poll between records 20 ms apart */
+	if (gap_us >= 20000 && (!strcmp(mode, "spin") || !strcmp(mode, "yield")) &&
+	    jget_u64(out, "idle_polls") == 0)
+		fail_run(&R, "--idle %s: no empty cycle polled:\n%s", mode, out);
 	/* records 20 ms apart: a mover that may sleep sleeps before most */
 	if (gap_us >= 20000 && strcmp(mode, "spin") && strcmp(mode, "yield") &&
 	    sleeps < n / 2)
