@@ -18,7 +18,8 @@
  * polling span measures the cpu time it got (CLOCK_THREAD_CPUTIME_ID at its
  * start and end): less than IDLE_FAIR_SHARE of the wall time means the cpu
  * is contended, and adaptive then sleeps at once for IDLE_BACKOFF_NS before
- * it tries polling again.
+ * it tries polling again, twice as long after each span that failed again
+ * (up to IDLE_BACKOFF_MAX_NS).
  */
 #include "idle.h"
 
@@ -76,10 +77,17 @@ static void span_end(struct idle *s, uint64_t now)
 	s->span_wall_ns = 0;
 	if (s->mode != IDLE_ADAPTIVE || s->poll_ns || wall < IDLE_SPAN_MIN_NS)
 		return;
-	if (cpu * IDLE_FAIR_SHARE_DEN < wall * IDLE_FAIR_SHARE_NUM) {
-		s->backoff_until_ns = now + IDLE_BACKOFF_NS;
-		s->backoffs++;
+	if (cpu * IDLE_FAIR_SHARE_DEN >= wall * IDLE_FAIR_SHARE_NUM) {
+		s->backoff_ns = 0; /* it got the cpu: polling may go on */
+		return;
 	}
+	/* doubling, so a host that stays busy costs a failed span only
+	 * every IDLE_BACKOFF_MAX_NS, not every IDLE_BACKOFF_NS */
+	s->backoff_ns = s->backoff_ns ? s->backoff_ns * 2 : IDLE_BACKOFF_NS;
+	if (s->backoff_ns > IDLE_BACKOFF_MAX_NS)
+		s->backoff_ns = IDLE_BACKOFF_MAX_NS;
+	s->backoff_until_ns = now + s->backoff_ns;
+	s->backoffs++;
 }
 
 void idle_work(struct idle *s, uint64_t now)

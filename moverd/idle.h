@@ -40,6 +40,7 @@ enum idle_step { IDLE_STEP_SPIN, IDLE_STEP_YIELD, IDLE_STEP_SLEEP };
 #define IDLE_FAIR_SHARE_NUM  3u
 #define IDLE_FAIR_SHARE_DEN  4u
 #define IDLE_BACKOFF_NS      100000000ull
+#define IDLE_BACKOFF_MAX_NS  5000000000ull
 
 struct idle {
 	enum idle_mode mode;
@@ -51,6 +52,7 @@ struct idle {
 				 * none), and the thread's cpu time then */
 	uint64_t span_cpu_ns;
 	uint64_t backoff_until_ns; /* adaptive: cpu contended, sleep till */
+	uint64_t backoff_ns;    /* ... the last back-off, doubling */
 
 	/* counters for `moverctl status` and benchmarks */
 	uint64_t spins, yields, sleeps, backoffs;
