@@ -658,6 +658,10 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 		j_u64(&j, "sleeps", s->sleeps);
 		j_u64(&j, "doorbell_rings", s->doorbell_rings);
 		j_str(&j, "idle", s->idle);
+		j_key(&j, "bell_page");
+		j_sep(&j);
+		fputs(s->bell_page ? "true" : "false", stdout);
+		j_u64(&j, "bell_flows", s->bell_flows);
 		j_u64(&j, "idle_polls", s->idle_polls);
 		j_u64(&j, "idle_backoffs", s->idle_backoffs);
 		j_u64(&j, "clients_refused", s->clients_refused);
@@ -703,6 +707,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json)
 	kv("doorbell", "%s", dash(s->doorbell));
 	kv("mover", "%" PRIu64 " cycles, %" PRIu64 " sleeps, %" PRIu64
 	   " ended by the doorbell", s->cycles, s->sleeps, s->doorbell_rings);
+	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit",
+	   s->bell_page ? "yes" : "no (polls)", s->bell_flows);
 	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
 	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
 	   s->idle_backoffs);

@@ -28,4 +28,23 @@ const char *peer_doorbell_name(const struct peer_mgr *m);
 /* Awake again: clear those flags so producers stop making wake calls. */
 void peer_woke(struct peer_mgr *m);
 
+/*
+ * The doorbell page (ipc/bell.h), made at start: producers of every sender
+ * flow ring one bit of it, and an idle mover sleeps on its one futex word.
+ * mover_bell_index gives a sender flow its bit (plus one; 0: none), for
+ * the attach answer with mover_bell_fd; mover_forget_flow gives it back
+ * (peer_destroy_flow).  mover_sweep (the tick) re-arms idle flows and
+ * visits those with records, whatever a client did to the bits.
+ */
+struct flow;
+int mover_bell_start(struct peer_mgr *m);
+void mover_bell_stop(struct peer_mgr *m);
+int mover_bell_fd(const struct peer_mgr *m);
+unsigned mover_bell_index(struct peer_mgr *m, struct flow *f);
+void mover_forget_flow(struct peer_mgr *m, struct flow *f);
+/* f has work: a sender flow opened (again), a receiver flow owes an
+ * acknowledgement: visit it in the next cycle. */
+void mover_wake_flow(struct peer_mgr *m, struct flow *f);
+void mover_sweep(struct peer_mgr *m);
+
 #endif
