@@ -314,6 +314,7 @@ struct daemon {
 	const char *netns;       /* NULL: ours */
 	const char *doorbell;    /* moverd --doorbell, NULL: its default */
 	const char *idle;        /* moverd --idle, NULL: its default */
+	const char *extra[4];    /* more moverd arguments, NULL-ended */
 	int proc;                /* index in procs[], -1 when not running */
 };
 
@@ -331,7 +332,7 @@ static const char *remote_transport;
 static void daemon_exec(const void *arg)
 {
 	const struct daemon *d = arg;
-	const char *argv[20] = { moverd_bin, "--foreground", "--socket",
+	const char *argv[24] = { moverd_bin, "--foreground", "--socket",
 				 d->sock, "--log-level", log_level,
 				 "--peer-key", peer_key };
 	int n = 8, fd;
@@ -356,6 +357,8 @@ static void daemon_exec(const void *arg)
 		argv[n++] = "--idle";
 		argv[n++] = d->idle;
 	}
+	for (int i = 0; i < 4 && d->extra[i]; i++)
+		argv[n++] = d->extra[i];
 	argv[n] = NULL;
 	if (d->netns) {
 		/* what "ip netns exec NS" does for the network; the pid stays
@@ -1967,6 +1970,90 @@ static void test_idle(void)
 	}
 }
 
+/* ---- 12: 300 sender flows, one doorbell ------------------------------------- */
+
+/*
+ * 300 open sender flows (more than the 127 words the per-flow futex_waitv
+ * doorbell could watch: past them it polled every millisecond and counted
+ * no sleep), records on the first, the 150th and the last, 30 ms apart so
+ * that moverd A sleeps before each.  Every record must arrive once, in
+ * order; A must sleep on its doorbell page (status: bell_page, and sleeps
+ * growing by about one per record), and producers' rings must end those
+ * sleeps (doorbell_rings).
+ */
+static void test_many_flows(void)
+{
+	enum { TOTAL = 300, N = 40 };
+	static const int chosen[] = { 0, TOTAL / 2 - 1, TOTAL - 1 };
+	struct pair P;
+	static struct run R;
+	static char out[1 << 20];
+	char v[32];
+	uint64_t sleeps0, rings0, sleeps, rings, t0;
+	int rc, open;
+
+	pair_init(&P, "c12", remote_addr, NULL, NULL, false);
+	P.b.extra[0] = "--peer-max-flows";
+	P.b.extra[1] = "400";
+	pair_start(&P);
+	run_init(&R, &P, "m", 3, 1, N);
+	for (int i = 0; i < TOTAL; i++) {
+		rc = ctl(P.a.sock, out, sizeof(out), "flow create m%03d --peer "
+			 "%s --ring-size 64K --max-record 4K", i, P.peer);
+		if (rc)
+			fail_run(&R, "flow create m%03d on A: exit %d: %s", i,
+				 rc, out);
+	}
+	for (t0 = tu_now_ns();; usleep(100000)) {
+		const char *p = out;
+
+		if (ctl(P.a.sock, out, sizeof(out), "--json flow list"))
+			fail_run(&R, "flow list on A: %s", out);
+		for (open = 0; (p = strstr(p, "\"state\": \"open\"")); p++)
+			open++;
+		if (open == TOTAL)
+			break;
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 60 * SEC)
+			fail_run(&R, "%d of %d flows open on A after 60 s", open,
+				 TOTAL);
+	}
+	for (int f = 0; f < 3; f++) {
+		snprintf(R.flow[f], sizeof(R.flow[f]), "m%03d", chosen[f]);
+		memcpy(R.cons[f].flow, R.flow[f], sizeof(R.cons[f].flow));
+		memcpy(R.prod[f].flow, R.flow[f], sizeof(R.prod[f].flow));
+		R.prod[f].gap_us = 30000;
+	}
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "status on A: %s", out);
+	sleeps0 = jget_u64(out, "sleeps");
+	rings0 = jget_u64(out, "doorbell_rings");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 120, NULL, NULL);
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "status on A: %s", out);
+	sleeps = jget_u64(out, "sleeps") - sleeps0;
+	rings = jget_u64(out, "doorbell_rings") - rings0;
+	if (!jget(out, "bell_page", v, sizeof(v)) || strcmp(v, "true"))
+		fail_run(&R, "moverd A does not use its doorbell page:\n%s", out);
+	if (sleeps < N || rings < N / 2)
+		fail_run(&R, "%d open flows: %llu sleeps, %llu ended by the "
+			 "doorbell, for %d records 30 ms apart on each of 3 "
+			 "flows: moverd polls instead of sleeping", TOTAL,
+			 (unsigned long long)sleeps, (unsigned long long)rings,
+			 N);
+	printf("# %d open flows, %d records on 3: %llu sleeps, %llu ended by "
+	       "the doorbell, %llu bell bits in use\n", TOTAL, 3 * N,
+	       (unsigned long long)sleeps, (unsigned long long)rings,
+	       (unsigned long long)jget_u64(out, "bell_flows"));
+	run_report(&R, "300 flows");
+	for (int i = 0; i < TOTAL; i++)
+		if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy m%03d", i)))
+			fail_run(&R, "flow destroy m%03d: %s", i, out);
+	pair_stop(&P);
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -1995,6 +2082,7 @@ int main(int argc, char **argv)
 		{ test_bad_peer, "hostile peers: garbage, wrong version, unknown flow", 120 },
 		{ test_doorbell, "idle mover woken by the doorbell (io_uring, thread)", 90 },
 		{ test_idle, "every --idle mode delivers exactly once (bursts, beat, gaps)", 600 },
+		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
 	};
 	uint64_t t0 = tu_now_ns();
 
