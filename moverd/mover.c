@@ -12,6 +12,10 @@
  *         committed goes at once; while a send is in flight, records pile
  *         up and leave together in the next one.
  *
+ * Only flows with work are visited (the active lists), and an idle mover
+ * sleeps on one futex word of the doorbell page producers ring (ipc/bell.h),
+ * whatever the number of flows.
+ *
  * A producer ring's words are checked where they are read (next_span):
  * a corrupt record or tail fails its own flow only (fail_sender, peer.c).
  * What peers say to each other (hello, open, close, receiving) is peer.c.
@@ -415,20 +419,6 @@ int mover_bell_start(struct peer_mgr *m)
 	m->bell_page = map;
 	m->bell_fd = fd;
 	return 0;
-}
-
-void mover_bell_stop(struct peer_mgr *m)
-{
-	if (!m->bell_page)
-		return;
-	munmap(m->bell_page, FB_BYTES);
-	close(m->bell_fd);
-	free(m->bell_flows);
-	free(m->bell_free);
-	m->bell_page = NULL;
-	m->bell_flows = NULL;
-	m->bell_free = NULL;
-	m->bell_fd = -1;
 }
 
 int mover_bell_fd(const struct peer_mgr *m)
