@@ -90,18 +90,43 @@ int ctl_connect(const char *path)
 	return s;
 }
 
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
 int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
 	     int *fd_out, int timeout_ms)
+{
+	int fds[2];
+	int rc = ctl_call_fds(sock, req, resp, fds, 2, timeout_ms);
+
+	/* a second fd (the doorbell page) nobody asked for is closed */
+	close_fds(fds + 1, 1);
+	if (fd_out)
+		*fd_out = fds[0];
+	else
+		close_fds(fds, 1);
+	return rc;
+}
+
+int ctl_call_fds(int sock, Flowmover__Request *req,
+		 Flowmover__Response **resp, int *fds, unsigned max,
+		 int timeout_ms)
 {
 	char err[CTL_ERR_MAX];
 	Flowmover__Response *r = NULL;
 	uint8_t *buf;
 	size_t len = 0;
-	int fd = -1, rc;
+	int rc;
 
 	*resp = NULL;
-	if (fd_out)
-		*fd_out = -1;
+	for (unsigned i = 0; i < max; i++)
+		fds[i] = -1;
 	do
 		req->id = atomic_fetch_add(&next_id, 1) + 1;
 	while (req->id == 0);
@@ -117,7 +142,8 @@ int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
 		seterr("out of memory");
 		return -ENOMEM;
 	}
-	rc = ctl_recv_frame(sock, buf, CTL_MAX_FRAME, &len, &fd, timeout_ms);
+	rc = ctl_recv_frame_fds(sock, buf, CTL_MAX_FRAME, &len, fds, max,
+				timeout_ms);
 	if (rc) {
 		if (rc == -ETIMEDOUT)
 			seterr("no response from moverd within %d ms",
@@ -153,14 +179,9 @@ int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
 		goto fail;
 	}
 	*resp = r;
-	if (fd_out)
-		*fd_out = fd;
-	else if (fd >= 0)
-		close(fd);
 	return 0;
 fail:
 	ctl_response_free(r);
-	if (fd >= 0)
-		close(fd);
+	close_fds(fds, max);
 	return rc;
 }

@@ -46,6 +46,12 @@ int ctl_connect(const char *path);
 int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
 	     int *fd_out, int timeout_ms);
 
+/* The same with up to max passed fds into fds[0..max) (-1 where none
+ * came): the attach answer's ring and doorbell page. */
+int ctl_call_fds(int sock, Flowmover__Request *req,
+		 Flowmover__Response **resp, int *fds, unsigned max,
+		 int timeout_ms);
+
 /* Why the last failing ctl_* call of this thread failed (never NULL). */
 const char *ctl_last_error(void);
 

@@ -475,11 +475,12 @@ int ctl_send_msg(int sock, const ProtobufCMessage *msg, int fd)
 }
 
 /*
- * Read exactly n bytes, collecting passed fds: the first goes to *fd, any
- * further one (or truncated ancillary data) sets *bad and is closed.
+ * Read exactly n bytes, collecting passed fds: the first max go to
+ * fds[0..max) (each -1 until filled), any further one (or truncated
+ * ancillary data) sets *bad and is closed.
  */
-static int read_full(int sock, uint8_t *p, size_t n, int *fd, int *bad,
-		     int64_t deadline)
+static int read_full(int sock, uint8_t *p, size_t n, int *fds, unsigned max,
+		     int *bad, int64_t deadline)
 {
 	union {
 		char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -515,10 +516,14 @@ static int read_full(int sock, uint8_t *p, size_t n, int *fd, int *bad,
 			for (k = 0; k < nfd; k++) {
 				int f;
 
+				unsigned j = 0;
+
 				memcpy(&f, CMSG_DATA(c) + k * sizeof(int),
 				       sizeof(int));
-				if (*fd < 0) {
-					*fd = f;
+				while (j < max && fds[j] >= 0)
+					j++;
+				if (j < max) {
+					fds[j] = f;
 				} else {
 					close(f);
 					*bad = 1;
@@ -535,34 +540,46 @@ static int read_full(int sock, uint8_t *p, size_t n, int *fd, int *bad,
 	return 0;
 }
 
-int ctl_recv_frame(int sock, uint8_t *buf, size_t cap, size_t *len,
-		   int *fd_out, int timeout_ms)
+int ctl_recv_frame_fds(int sock, uint8_t *buf, size_t cap, size_t *len,
+		       int *fds, unsigned max, int timeout_ms)
 {
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 	uint8_t hdr[CTL_HDR_BYTES];
 	uint32_t n = 0;
-	int fd = -1, bad = 0, rc;
+	int bad = 0, rc;
 
-	if (fd_out)
-		*fd_out = -1;
-	rc = read_full(sock, hdr, sizeof(hdr), &fd, &bad, deadline);
+	for (unsigned i = 0; i < max; i++)
+		fds[i] = -1;
+	rc = read_full(sock, hdr, sizeof(hdr), fds, max, &bad, deadline);
 	if (!rc)
 		rc = ctl_frame_len(hdr, &n);
 	if (!rc && n > cap)
 		rc = -EMSGSIZE;
 	if (!rc)
-		rc = read_full(sock, buf, n, &fd, &bad, deadline);
+		rc = read_full(sock, buf, n, fds, max, &bad, deadline);
 	if (!rc && bad)
 		rc = -EPROTO;
 	if (rc) {
-		if (fd >= 0)
-			close(fd);
+		for (unsigned i = 0; i < max; i++) {
+			if (fds[i] >= 0)
+				close(fds[i]);
+			fds[i] = -1;
+		}
 		return rc;
 	}
+	*len = n;
+	return 0;
+}
+
+int ctl_recv_frame(int sock, uint8_t *buf, size_t cap, size_t *len,
+		   int *fd_out, int timeout_ms)
+{
+	int fd;
+	int rc = ctl_recv_frame_fds(sock, buf, cap, len, &fd, 1, timeout_ms);
+
 	if (fd_out)
 		*fd_out = fd;
 	else if (fd >= 0)
 		close(fd);
-	*len = n;
-	return 0;
+	return rc;
 }

@@ -117,4 +117,10 @@ int ctl_send_msg(int sock, const ProtobufCMessage *msg, int fd);
 int ctl_recv_frame(int sock, uint8_t *buf, size_t cap, size_t *len,
 		   int *fd_out, int timeout_ms);
 
+/* The same taking up to max passed fds into fds[0..max) (-1 where none
+ * came; more than max is -EPROTO): an attach answer carries the ring and,
+ * for a producer of a flow to another host, moverd's doorbell page. */
+int ctl_recv_frame_fds(int sock, uint8_t *buf, size_t cap, size_t *len,
+		       int *fds, unsigned max, int timeout_ms);
+
 #endif

@@ -868,6 +868,13 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_u64(&j, "cycles", s->cycles);
 		j_u64(&j, "sleeps", s->sleeps);
 		j_u64(&j, "doorbell_rings", s->doorbell_rings);
+		j_str(&j, "idle", s->idle);
+		j_key(&j, "bell_page");
+		j_sep(&j);
+		fputs(s->bell_page ? "true" : "false", stdout);
+		j_u64(&j, "bell_flows", s->bell_flows);
+		j_u64(&j, "idle_polls", s->idle_polls);
+		j_u64(&j, "idle_backoffs", s->idle_backoffs);
 		j_u64(&j, "clients_refused", s->clients_refused);
 		j_u64(&j, "peers_refused", s->peers_refused);
 		j_u64(&j, "accept_waits", s->accept_waits);
@@ -938,6 +945,11 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("cpu", "%.2f s user, %.2f s system", (double)s->cpu_user_ns / 1e9,
 	   (double)s->cpu_sys_ns / 1e9);
 	kv("open fds", "%" PRIu64, s->open_fds);
+	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit",
+	   s->bell_page ? "yes" : "no (polls)", s->bell_flows);
+	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
+	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
+	   s->idle_backoffs);
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);

@@ -52,7 +52,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
 	Flowmover__Response *resp = NULL;
 	const char *path;
-	int sock, fd = -1, rc;
+	int sock, fds[2] = { -1, -1 }, rc;
 
 	attach_err[0] = '\0';
 	if (!out || (role != FLOWSHM_PRODUCER && role != FLOWSHM_CONSUMER)) {
@@ -79,36 +79,52 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 					   : FLOWMOVER__ROLE__CONSUMER;
 	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
 	req.attach = &at;
-	rc = ctl_call(sock, &req, &resp, &fd, call_ms);
+	/* the ring, and for a producer of a flow to another host moverd's
+	 * doorbell page (ipc/bell.h) */
+	rc = ctl_call_fds(sock, &req, &resp, fds, 2, call_ms);
 	if (rc) {
 		snprintf(attach_err, sizeof(attach_err), "%s",
 			 ctl_last_error());
 		goto out;
 	}
-	if (resp->body_case != FLOWMOVER__RESPONSE__BODY_FLOW || fd < 0) {
+	if (resp->body_case != FLOWMOVER__RESPONSE__BODY_FLOW || fds[0] < 0 ||
+	    (resp->flow->bell_index != 0) != (fds[1] >= 0)) {
 		snprintf(attach_err, sizeof(attach_err),
 			 "bad response from moverd: %s",
-			 fd < 0 ? "no ring descriptor attached"
-				: "not a flow description");
+			 fds[0] < 0 ? "no ring descriptor attached" :
+			 resp->body_case != FLOWMOVER__RESPONSE__BODY_FLOW ?
+				"not a flow description" :
+				"a doorbell index without its page, or a page "
+				"without an index");
 		rc = -EPROTO;
 		goto out;
 	}
-	rc = flowshm_open_attached(fd, role, opts,
+	rc = flowshm_open_attached(fds[0], role, opts,
 				   resp->flow->sub_slot ?
 					   (int)resp->flow->sub_slot - 1 : -1,
 				   resp->flow->sub_gen, out);
-	if (rc)
-		open_error(fd, flow_name, rc);
-	else {
-		(*out)->ctl_fd = sock; /* held until detach: our liveness */
-		snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
-		/* the moverd start that owns the ring now (flowshm_state) */
-		(*out)->epoch = fsi_epoch(*out);
+	if (rc) {
+		open_error(fds[0], flow_name, rc);
+		goto out;
 	}
+	if (fds[1] >= 0 &&
+	    (rc = flowshm_use_bell(*out, fds[1], resp->flow->bell_index - 1))) {
+		snprintf(attach_err, sizeof(attach_err),
+			 "doorbell page of flow '%s' from moverd: %s",
+			 flow_name, flowshm_strerror(rc));
+		flowshm_close(*out);
+		*out = NULL;
+		goto out;
+	}
+	(*out)->ctl_fd = sock; /* held until detach: our liveness */
+	snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
+	/* the moverd start that owns the ring now (flowshm_state) */
+	(*out)->epoch = fsi_epoch(*out);
 out:
 	ctl_response_free(resp);
-	if (fd >= 0)
-		close(fd);
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
 	if (rc)
 		close(sock);
 	return rc;

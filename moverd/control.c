@@ -13,6 +13,7 @@
 #include "declared.h"
 #include "eos.h"
 #include "fanout.h"
+#include "idle.h"
 #include "log.h"
 #include "mover.h"
 
@@ -76,7 +77,8 @@ struct ctl_client {
 	struct flow *out_flow;  /* its ring_fd rides in the response */
 	struct msghdr msg;
 	struct iovec iov;
-	_Alignas(struct cmsghdr) char cmsg[CMSG_SPACE(sizeof(int))];
+	_Alignas(struct cmsghdr) char cmsg[CMSG_SPACE(2 * sizeof(int))];
+	int out_bell_fd;        /* the doorbell page rides too (-1: not) */
 	bool closing; /* close once the pending response is written */
 	bool gone;    /* connection finished; free when no op is in flight */
 	struct attachment att[ATTACH_MAX];
@@ -217,17 +219,20 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 	c->msg = (struct msghdr){ .msg_iov = &c->iov, .msg_iovlen = 1 };
 	if (pass) {
 		struct cmsghdr *cm;
-		int pass_fd = pass->ring_fd;
+		int fds[2] = { pass->ring_fd, c->out_bell_fd };
+		unsigned n = c->out_bell_fd >= 0 ? 2 : 1;
 
+		/* the bell page's fd lives as long as moverd: no reference */
 		c->msg.msg_control = c->cmsg;
-		c->msg.msg_controllen = sizeof(c->cmsg);
+		c->msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
 		cm = CMSG_FIRSTHDR(&c->msg);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
 		c->out_flow = flow_get(pass);
 	}
+	c->out_bell_fd = -1;
 	sqe = loop_sqe(c->srv->loop, &c->wr, write_done);
 	if (!sqe) {
 		client_gone(c);
@@ -818,7 +823,9 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 	return rc == 0;
 }
 
-/* The attach answer: the flow, its ring fd, and a consumer's slot. */
+/* The attach answer: the flow, its ring fd, and a consumer's slot; for
+ * a producer of a flow to another host, its bit in the doorbell page and
+ * the page's fd. */
 static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 			   const struct attachment *att)
 {
@@ -829,6 +836,10 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	if (att->role == FLOWSHM_CONSUMER) {
 		fi.sub_slot = att->slot + 1;
 		fi.sub_gen = att->gen;
+	} else if (mover_bell_fd(c->srv->peers) >= 0) {
+		fi.bell_index = mover_bell_index(c->srv->peers, f);
+		if (fi.bell_index)
+			c->out_bell_fd = mover_bell_fd(c->srv->peers);
 	}
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
@@ -1108,6 +1119,15 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.cycles = c->srv->peers->cycles;
 	st.sleeps = c->srv->peers->sleeps;
 	st.doorbell_rings = c->srv->peers->rings;
+	st.bell_page = mover_bell_fd(c->srv->peers) >= 0 &&
+		       c->srv->peers->bell_mode != BELL_POLL;
+	st.bell_flows = c->srv->peers->bell_next -
+			c->srv->peers->n_bell_free;
+	if (c->srv->idle) {
+		st.idle = (char *)idle_name(c->srv->idle->mode);
+		st.idle_polls = c->srv->idle->spins + c->srv->idle->yields;
+		st.idle_backoffs = c->srv->idle->backoffs;
+	}
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +
@@ -1396,6 +1416,7 @@ static void accept_done(struct loop_op *op, int res)
 	}
 	c->srv = s;
 	c->fd = res;
+	c->out_bell_fd = -1;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->pid = cred.pid;

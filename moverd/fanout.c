@@ -2,6 +2,7 @@
  * moverd/fanout.c - one sender flow, several peer hosts (see fanout.h).
  */
 #include "fanout.h"
+#include "mover.h"
 #include "log.h"
 #include "peer_impl.h"
 #include "ring_guard.h"
@@ -139,8 +140,9 @@ static void unlink_sibling(struct flow *s)
 
 /* Off f's list and its connection (the peer told to close the flow);
  * the slot and mapping go with the last reference (flows.c). */
-static void drop_sibling(struct flow *s)
+static void drop_sibling(struct peer_mgr *m, struct flow *s)
 {
+	mover_forget_flow(m, s); /* off the mover's lists before it goes */
 	unlink_sibling(s);
 	peer_close_sender(s, NULL);
 	s->dead = true; /* a send completing later publishes nothing */
@@ -180,7 +182,7 @@ int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
 	else if (rc)
 		snprintf(err, cap, "cannot reach peer %s", addr);
 	if (rc) {
-		drop_sibling(s);
+		drop_sibling(m, s);
 		return rc;
 	}
 	log_info("flow %s: peer %s added (at position %llu)", f->name, addr,
@@ -194,7 +196,6 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 	struct flow *s = find_sibling(f, addr);
 	int rc;
 
-	(void)m;
 	if (!s) {
 		if (!strcmp(f->peer_addr, addr))
 			snprintf(err, cap, "%s is the first peer of flow '%s', "
@@ -205,7 +206,7 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 				 f->name, addr);
 		return !strcmp(f->peer_addr, addr) ? -EINVAL : -ENOENT;
 	}
-	drop_sibling(s);
+	drop_sibling(m, s);
 	log_info("flow %s: peer %s removed", f->name, addr);
 	rc = flows_save(f->table, f);
 	if (rc)
@@ -217,9 +218,8 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 
 void fanout_destroy(struct peer_mgr *m, struct flow *f)
 {
-	(void)m;
 	while (f->fanout)
-		drop_sibling(f->fanout);
+		drop_sibling(m, f->fanout);
 }
 
 void fanout_restore(struct peer_mgr *m, struct flow *f)

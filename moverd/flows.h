@@ -122,6 +122,9 @@ struct flow {
 	uint64_t acked;          /* ... and published in the peer's ring */
 	uint64_t remote_head;    /* the peer consumer's position (window) */
 	uint64_t deficit;        /* deficit round robin: bytes it may send */
+	unsigned bell_index;     /* its bit in the doorbell page + 1, 0: none */
+	bool active;             /* on one of the mover's lists (mover.c) */
+	struct flow *act_prev, *act_next;
 	uint64_t stuck_checked_ns;
 
 	/* receiver */

@@ -13,6 +13,7 @@
 #include "counters.h"
 #include "fanout.h"
 #include "flows.h"
+#include "idle.h"
 #include "log.h"
 #include "metrics_http.h"
 #include "loop.h"
@@ -49,6 +50,7 @@ struct options {
 	char transport[8];
 	char doorbell[8];
 	uint64_t poll_ns;         /* keep polling this long after work */
+	enum idle_mode idle;      /* --idle */
 	mode_t socket_mode;
 	bool foreground;
 	bool use_syslog;
@@ -79,6 +81,7 @@ enum {
 	OPT_ORPHAN,
 	OPT_PEER_OWNER,
 	OPT_METRICS,
+	OPT_IDLE,
 };
 
 struct daemon {
@@ -87,6 +90,7 @@ struct daemon {
 	struct flow_table flows;
 	struct ctl_server ctl;
 	struct peer_mgr peers;
+	struct idle idle;         /* the duty cycle's idle strategy */
 	struct loop_op sig_op;
 	int sig_fd;
 	struct signalfd_siginfo si;
@@ -141,9 +145,19 @@ static void usage(FILE *out)
 "                           (io_uring FUTEX_WAITV on Linux 6.7+, else a\n"
 "                           futex_waitv thread; the default), thread or poll\n"
 "                           (every millisecond)\n"
-"  --poll-us N              keep polling (yielding the cpu between empty\n"
-"                           cycles) for N us after the last work before\n"
-"                           sleeping: lower latency for a cpu (default 0)\n"
+"  --idle MODE              what the mover does when a cycle finds no work:\n"
+"                           adaptive (the default: keep polling, yielding\n"
+"                           the cpu, across the gaps it has been seeing\n"
+"                           between records, up to 200 us; sleep at once\n"
+"                           when records are sparser or the host is idle),\n"
+"                           sleep (always sleep at once: the least cpu),\n"
+"                           yield (poll with sched_yield, never sleep: low\n"
+"                           latency for most of a cpu per daemon) or spin\n"
+"                           (the same without yielding: for a host with\n"
+"                           cores to spare)\n"
+"  --poll-us N              keep polling for N us after the last work before\n"
+"                           sleeping, whatever the gaps (fixes adaptive's\n"
+"                           window; bounds yield and spin)\n"
 "  --state-dir DIR          the ring file of every flow, re-adopted after a\n"
 "                           crash or an orderly stop; on a tmpfs (the\n"
 "                           default) flows do not survive a reboot\n"
@@ -227,6 +241,7 @@ static const struct option long_opts[] = {
 	{ "transport", required_argument, NULL, 'T' },
 	{ "doorbell", required_argument, NULL, 'B' },
 	{ "poll-us", required_argument, NULL, 'P' },
+	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
@@ -381,6 +396,10 @@ static int set_option(struct options *o, int key, const char *val)
 		if (parse_size(val, &v) || v > 10000000)
 			goto bad;
 		o->poll_ns = v * 1000;
+		return 0;
+	case OPT_IDLE:
+		if (idle_parse(val, &o->idle))
+			goto bad;
 		return 0;
 	case 'D':
 		if (strlen(val) >= sizeof(o->state_dir))
@@ -760,27 +779,35 @@ static int setup_signals(struct daemon *d)
 }
 
 /*
- * The duty cycle's idle strategy: go on while the mover finds work; when
- * it finds none, sleep in io_uring at once, with the doorbell and RDMA CQ
- * notification armed (peer_prepare_sleep re-checks the rings behind a
- * fence first).  Measured on 2 cores: a 500 us busy-poll window cost
- * ~0.5 ms per daemon hop (the woken daemon waited behind the other's
- * polling), and a 20 us window with sched_yield gave 50-90 ms tails at
- * 20k records/s; sleeping at once gave p50 62-91 us, p99 0.3-0.7 ms.
- * So polling is opt-in (--poll-us), for hosts with a cpu to spare: empty
- * cycles yield, so that a producer or consumer on the same cpu still runs.
+ * The duty cycle: go on while the mover finds work; when it finds none,
+ * the idle strategy (idle.h) says spin, yield or sleep.  Sleeping is in
+ * io_uring, with the doorbell and RDMA CQ notification armed
+ * (peer_prepare_sleep re-checks the rings behind a fence first).
+ * Polling's cost on 2 cores (before issue 12): a fixed 500 us busy-poll
+ * window cost ~0.5 ms per daemon hop (the woken daemon waited behind the
+ * other's polling) and a 20 us one with sched_yield gave 50-90 ms tails at
+ * 20k records/s; hence adaptive polls only across gaps it has seen, and
+ * yields.  Figures of each mode: moverd/README.md.
  */
 static int idle_timeout_ms(struct daemon *d)
 {
+	uint64_t now;
+
 	d->peers.cycles++;
 	if (peer_do_work(&d->peers)) {
 		d->ctr.d.work_cycles++;
+		idle_work(&d->idle, fr_now_ns());
 		return 0;
 	}
-	if (d->opt.poll_ns &&
-	    fr_now_ns() - d->peers.last_work_ns < d->opt.poll_ns) {
+	now = fr_now_ns();
+	switch (idle_next(&d->idle, now)) {
+	case IDLE_STEP_SPIN:
+		return 0;
+	case IDLE_STEP_YIELD:
 		sched_yield();
 		return 0;
+	case IDLE_STEP_SLEEP:
+		break;
 	}
 	return peer_prepare_sleep(&d->peers);
 }
@@ -1018,8 +1045,12 @@ int main(int argc, char **argv)
 	d.ctl.max_clients = d.opt.max_clients;
 	d.ctl.max_per_uid = d.opt.max_per_uid;
 	d.ctl.counters = &d.ctr;
+	d.ctl.idle = &d.idle;
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
+	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);
+	log_info("idle strategy: %s%s", idle_name(d.opt.idle),
+		 d.opt.poll_ns ? " (--poll-us)" : "");
 	/* after setup_signals: its thread inherits the blocked signals */
 	if (d.opt.metrics[0] &&
 	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))

@@ -12,6 +12,10 @@
  *         committed goes at once; while a send is in flight, records pile
  *         up and leave together in the next one.
  *
+ * Only flows with work are visited (the active lists), and an idle mover
+ * sleeps on one futex word of the doorbell page producers ring (ipc/bell.h),
+ * whatever the number of flows.
+ *
  * A producer ring's words are checked where they are read (next_span):
  * a corrupt record or tail fails its own flow only (fail_sender, peer.c).
  * What peers say to each other (hello, open, close, receiving) is peer.c.
@@ -21,9 +25,16 @@
 #include "bell_thread.h"
 #include "log.h"
 
+#include "bell.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- sending ------------------------------------------------------------- */
 
@@ -68,18 +79,27 @@ static void build_ctrl(struct peer *p)
 	}
 }
 
-/* Receiver flows: acknowledge deposits, return consumer credit lazily. */
+static void deactivate(struct peer_mgr *m, struct flow *f);
+
+/* Receiver flows: acknowledge deposits, return consumer credit lazily.
+ * Only the flows owing credit (m->owing) are visited. */
 static int build_acks(struct peer *p)
 {
+	struct peer_mgr *m = p->m;
+	struct flow *f, *next;
 	int n = 0;
 
-	for (struct flow *f = p->flows; f && tx_room(p, 2); f = f->peer_next) {
+	for (f = m->owing.head; f && tx_room(p, 2); f = next) {
 		struct fr_ring *r;
 		uint64_t head;
 		uint8_t *h;
 
-		if (f->role != FLOW_RECEIVER || f->state != FLOW_OPEN ||
-		    !consumer_head(p, f, &head))
+		next = f->act_next;
+		if (f->state != FLOW_OPEN || !f->peer) {
+			deactivate(m, f); /* a deposit brings it back */
+			continue;
+		}
+		if (f->peer != p || !consumer_head(p, f, &head))
 			continue;
 		r = ring_of(f);
 		if (!f->ack_due && head - f->reported_head < r->size / 4 &&
@@ -90,6 +110,8 @@ static int build_acks(struct peer *p)
 		tx_add(p, h, WIRE_HDR);
 		f->reported_head = head;
 		f->ack_due = false;
+		if (head == f->sent)
+			deactivate(m, f); /* all credited: nothing to tell */
 		n++;
 	}
 	return n;
@@ -171,49 +193,7 @@ static uint64_t flow_quantum(const struct flow *f)
 	return rec > FLOW_QUANTUM ? rec : FLOW_QUANTUM;
 }
 
-static int build_data(struct peer *p)
-{
-	unsigned n = flow_count(p), start;
-	uint64_t total = 0;
-	struct flow *f = p->flows;
-	int spans = 0;
-
-	if (!n)
-		return 0;
-	start = p->m->rr++ % n;
-	for (unsigned i = 0; i < start; i++)
-		f = f->peer_next;
-	for (unsigned i = 0; i < n && total < BATCH_MAX && tx_room(p, 4); i++) {
-		uint64_t len;
-
-		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN) {
-			uint64_t quantum = flow_quantum(f), budget;
-			bool idle;
-
-			/*
-			 * Deficit round robin: each round a flow earns a
-			 * quantum and sends whole records up to what it has
-			 * earned; what it could not use carries over (a
-			 * record larger than the rest of this batch waits
-			 * for the next), an idle flow keeps nothing.
-			 */
-			if (f->deficit < 2 * quantum)
-				f->deficit += quantum;
-			budget = f->deficit;
-			if (total && budget > BATCH_MAX - total)
-				budget = BATCH_MAX - total;
-			len = next_span(f, budget, &idle);
-			f->deficit = idle ? 0 : f->deficit - len;
-			if (len) {
-				add_data(p, f, len);
-				total += len;
-				spans++;
-			}
-		}
-		f = f->peer_next ? f->peer_next : p->flows;
-	}
-	return spans;
-}
+static int build_data(struct peer *p);
 
 /* Build and post the next send if none is in flight; returns work done. */
 static int tx_build(struct peer *p)
@@ -246,98 +226,70 @@ static int tx_build(struct peer *p)
 	return work;
 }
 
-/* ---- doorbell -------------------------------------------------------------- */
+/* ---- the active lists -------------------------------------------------------- */
 
-#ifndef IORING_OP_FUTEX_WAITV
-#define IORING_OP_FUTEX_WAITV 53 /* Linux 6.7; Debian 12's headers predate it */
-#endif
-
-void bell_use_thread(struct peer_mgr *m)
+/*
+ * The flows a duty cycle visits, so that a cycle costs what the flows with
+ * work cost, whatever the number of open ones:
+ *   m->active  sender flows a producer rang for, those the tick's sweep
+ *              found with records, and those that still have work (a
+ *              window to wait for, more records); a flow leaves when it
+ *              has nothing committed, after arming its ring (go_idle);
+ *   m->owing   receiver flows with deposits not yet fully credited back
+ *              (reported_head < sent); a flow leaves when the consumer
+ *              has everything and the peer has been told.
+ * A flow has one role, so it is on at most one list (f->active).
+ */
+static struct flow_list *list_of(struct peer_mgr *m, const struct flow *f)
 {
-	m->bell_thread = bell_thread_start();
-	if (m->bell_thread) {
-		m->bell_mode = BELL_THREAD;
-		log_info("doorbell: futex_waitv in a helper thread");
+	return f->role == FLOW_SENDER ? &m->active : &m->owing;
+}
+
+static void activate(struct peer_mgr *m, struct flow *f)
+{
+	struct flow_list *l = list_of(m, f);
+
+	if (f->active)
 		return;
-	}
-	m->bell_mode = BELL_POLL;
-	log_warn("doorbell thread: %s: an idle mover polls every millisecond",
-		 strerror(errno));
+	f->active = true;
+	f->act_next = NULL;
+	f->act_prev = l->tail;
+	if (l->tail)
+		l->tail->act_next = f;
+	else
+		l->head = f;
+	l->tail = f;
+	l->n++;
 }
 
-static void bell_uring_done(struct loop_op *op, int res)
+static void deactivate(struct peer_mgr *m, struct flow *f)
 {
-	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+	struct flow_list *l = list_of(m, f);
 
-	if (res >= 0)
-		m->rings++; /* res: which word was woken */
-	if (res != -EINVAL && res != -EOPNOTSUPP)
-		return; /* the loop re-checks the rings */
-	log_info("no io_uring FUTEX_WAITV on this kernel (before Linux 6.7)");
-	bell_use_thread(m);
+	if (!f->active)
+		return;
+	if (f->act_prev)
+		f->act_prev->act_next = f->act_next;
+	else
+		l->head = f->act_next;
+	if (f->act_next)
+		f->act_next->act_prev = f->act_prev;
+	else
+		l->tail = f->act_prev;
+	f->act_prev = f->act_next = NULL;
+	f->active = false;
+	l->n--;
 }
 
-static void bell_thread_done(struct loop_op *op, int res)
+/* Round robin between batches: the next one starts one flow later. */
+static void rotate_active(struct peer_mgr *m)
 {
-	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+	struct flow *f = m->active.head;
 
-	/* the eventfd fired: waking the loop was the whole point */
-	if (res > 0)
-		m->rings++;
-}
-
-/* Open sender flows: the ones whose producers ring the doorbell. */
-static struct flow *bell_flow(struct peer_mgr *m, struct peer **pp,
-			      struct flow *f)
-{
-	struct peer *p = *pp;
-
-	f = f ? f->peer_next : (p ? p->flows : NULL);
-	for (;;) {
-		for (; f; f = f->peer_next) {
-			if (f->role == FLOW_SENDER && f->state == FLOW_OPEN &&
-			    f->view) {
-				*pp = p;
-				return f;
-			}
-		}
-		if (!p || !(p = p->next))
-			break;
-		f = p->flows;
-	}
-	*pp = NULL;
-	(void)m;
-	return NULL;
-}
-
-/* Set every flag and collect the futex words; false if more than max. */
-static bool ring_bell_flags(struct peer_mgr *m, uint64_t *sig, unsigned max)
-{
-	struct peer *p = m->peers;
-
-	m->n_bell = 0;
-	*sig = 0;
-	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
-		struct fr_shared *sh = ring_of(f)->sh;
-
-		if (m->n_bell == max)
-			return false;
-		/* acquire: read the word before re-checking the ring (as a
-		 * consumer does in fr_wait_data) */
-		m->bell[m->n_bell++] = (struct futex_waitv){
-			.val = atomic_load_explicit(&sh->data_futex,
-						    memory_order_acquire),
-			.uaddr = (uintptr_t)&sh->data_futex,
-			.flags = FUTEX_32,
-		};
-		/* our own mark, apart from the clients' count of sleepers:
-		 * idempotent, and peer_woke clears it whatever we armed */
-		atomic_fetch_or_explicit(&sh->consumers_waiting,
-					 FR_WAITING_MOVERD,
-					 memory_order_relaxed);
-		*sig = *sig * 31 + (uintptr_t)sh;
-	}
-	return true;
+	if (!f || f == m->active.tail)
+		return;
+	deactivate(m, f);
+	activate(m, f);
 }
 
 /*
@@ -362,51 +314,307 @@ static bool record_ready(struct flow *f)
 	return f->sent + fr_record_bytes(len) <= f->remote_head + r->size;
 }
 
-/* Did a producer commit at some flow's send position meanwhile? */
-static bool bell_data_ready(struct peer_mgr *m)
+/*
+ * f had nothing committed: ask its producers to ring the doorbell on their
+ * next commit, then look again (fr_bell_arm stores and fences; a producer
+ * commits, fences and reads the arm: one of the two sees the other).
+ */
+static void go_idle(struct peer_mgr *m, struct flow *f)
 {
-	struct peer *p = m->peers;
+	fr_bell_arm(ring_of(f));
+	if (!record_ready(f))
+		deactivate(m, f);
+}
 
-	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f)) {
-		/* a send in flight: its completion wakes us, do not spin */
-		if (f->peer->wr_op.busy)
+/* ---- sending (data) -------------------------------------------------------- */
+
+static int build_data(struct peer *p)
+{
+	struct peer_mgr *m = p->m;
+	struct flow *f, *next, *last = m->active.tail;
+	uint64_t total = 0;
+	int spans = 0;
+
+	/* each flow active at the start once; flows activated meanwhile
+	 * (none are, in this loop) would wait for the next batch */
+	for (f = m->active.head; f && total < BATCH_MAX && tx_room(p, 4); f = next) {
+		uint64_t quantum, budget, len;
+		bool idle;
+
+		next = f == last ? NULL : f->act_next;
+		if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
+		    !f->view || !f->peer) {
+			deactivate(m, f); /* the sweep brings it back */
 			continue;
-		if (record_ready(f))
-			return true;
+		}
+		if (f->peer != p)
+			continue;
+		/*
+		 * Deficit round robin: each round a flow earns a quantum and
+		 * sends whole records up to what it has earned; what it could
+		 * not use carries over (a record larger than the rest of this
+		 * batch waits for the next), an idle flow keeps nothing.
+		 */
+		quantum = flow_quantum(f);
+		if (f->deficit < 2 * quantum)
+			f->deficit += quantum;
+		budget = f->deficit;
+		if (total && budget > BATCH_MAX - total)
+			budget = BATCH_MAX - total;
+		len = next_span(f, budget, &idle);
+		if (f->state != FLOW_OPEN) {
+			deactivate(m, f); /* failed by what it read */
+			continue;
+		}
+		f->deficit = idle ? 0 : f->deficit - len;
+		if (len) {
+			add_data(p, f, len);
+			total += len;
+			spans++;
+		} else if (idle) {
+			go_idle(m, f);
+		}
 	}
+	rotate_active(m);
+	return spans;
+}
+
+/* ---- doorbell ---------------------------------------------------------------- */
+
+#ifndef IORING_OP_FUTEX_WAITV
+#define IORING_OP_FUTEX_WAITV 53 /* Linux 6.7; Debian 12's headers predate it */
+#endif
+
+/*
+ * The doorbell page (ipc/bell.h): a sealed memfd every client of a sender
+ * flow maps from its attach answer.  moverd keeps privately which flow
+ * each bit means; a bit a client sets or clears only makes a flow visited
+ * early or late (the sweep), never an index moverd trusts.
+ */
+int mover_bell_start(struct peer_mgr *m)
+{
+	int fd = memfd_create("flowmover-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	void *map;
+
+	m->bell_fd = -1;
+	if (fd < 0)
+		return -errno;
+	/* sealed: a client cannot shrink it under moverd's mapping */
+	if (ftruncate(fd, FB_BYTES) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	map = mmap(NULL, FB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m->bell_flows = calloc(FB_BITS, sizeof(*m->bell_flows));
+	m->bell_free = calloc(FB_BITS, sizeof(*m->bell_free));
+	if (map == MAP_FAILED || !m->bell_flows || !m->bell_free) {
+		if (map != MAP_FAILED)
+			munmap(map, FB_BYTES);
+		free(m->bell_flows);
+		free(m->bell_free);
+		m->bell_flows = NULL;
+		m->bell_free = NULL;
+		close(fd);
+		return -ENOMEM;
+	}
+	fb_format(map, (uint64_t)time(NULL));
+	m->bell_page = map;
+	m->bell_fd = fd;
+	return 0;
+}
+
+int mover_bell_fd(const struct peer_mgr *m)
+{
+	return m->bell_page ? m->bell_fd : -1;
+}
+
+unsigned mover_bell_index(struct peer_mgr *m, struct flow *f)
+{
+	uint32_t idx;
+
+	if (f->role != FLOW_SENDER || !m->bell_page)
+		return 0;
+	if (f->bell_index)
+		return f->bell_index;
+	if (m->n_bell_free)
+		idx = m->bell_free[--m->n_bell_free];
+	else if (m->bell_next < FB_BITS)
+		idx = m->bell_next++;
+	else
+		return 0; /* no bit left: its records are found by the sweep */
+	m->bell_flows[idx] = f;
+	f->bell_index = idx + 1;
+	/* a new flow's producers ring from their first commit */
+	activate(m, f);
+	return f->bell_index;
+}
+
+void mover_forget_flow(struct peer_mgr *m, struct flow *f)
+{
+	deactivate(m, f);
+	if (!f->bell_index)
+		return;
+	/* a ring of the old flow still mapped somewhere may ring this bit
+	 * for the next flow that gets it: one visit for nothing */
+	m->bell_flows[f->bell_index - 1] = NULL;
+	m->bell_free[m->n_bell_free++] = f->bell_index - 1;
+	f->bell_index = 0;
+}
+
+void mover_wake_flow(struct peer_mgr *m, struct flow *f)
+{
+	if (f->role != FLOW_LOCAL)
+		activate(m, f);
+}
+
+/* The flows producers rang for since the last call join the active list.
+ * Bounded: a client that keeps setting every bit costs FB_BITS visits. */
+static void collect_bell(struct peer_mgr *m)
+{
+	uint32_t ids[256];
+	unsigned n, rounds = FB_BITS / 256;
+
+	if (!m->bell_page)
+		return;
+	do {
+		n = fb_collect(m->bell_page, ids, 256);
+		for (unsigned i = 0; i < n; i++) {
+			struct flow *f = ids[i] < FB_BITS ?
+						 m->bell_flows[ids[i]] : NULL;
+
+			if (!f)
+				continue;
+			/* the ring's producers ring the first flow's bit:
+			 * its other peer hosts (fan-out) read the same ring */
+			activate(m, f);
+			for (struct flow *s = f->fanout; s; s = s->fanout_next)
+				activate(m, s);
+		}
+	} while (n == 256 && --rounds);
+}
+
+/*
+ * Every SWEEP_NS, on the tick: every open sender flow off the active list
+ * is armed again and joins it if its producers have written past the send
+ * position.  A client can clear its ring's arm word or the page's bits;
+ * this bounds what that costs its own flow to one sweep period, and it is
+ * how a producer that has no page (a ring opened without moverd) or a
+ * producer that died mid-record (fr_check_stuck, in next_span) is noticed.
+ * Each sweep touches every idle flow's control page: at 1000 idle flows,
+ * every 20 ms tick cost moverd ~1% of a cpu, hence the longer period.
+ */
+#define SWEEP_NS 100000000ull
+
+void mover_sweep(struct peer_mgr *m)
+{
+	uint64_t now = fr_now_ns();
+	bool armed = false;
+
+	if (now - m->swept_ns < SWEEP_NS)
+		return;
+	m->swept_ns = now;
+	for (struct peer *p = m->peers; p; p = p->next) {
+		for (struct flow *f = p->flows; f; f = f->peer_next) {
+			struct fr_shared *sh;
+
+			if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
+			    !f->view || f->active)
+				continue;
+			sh = ring_of(f)->sh;
+			/* relaxed: fr_bell_arm's store without its fence, which
+			 * is taken once below for every flow; the line is
+			 * written only where a producer (or a client) took
+			 * the arm */
+			if (!atomic_load_explicit(&sh->bell_armed,
+						  memory_order_relaxed)) {
+				atomic_store_explicit(&sh->bell_armed, 1,
+						      memory_order_relaxed);
+				armed = true;
+			}
+		}
+	}
+	/* the arms before the re-reads of the tails (fr_bell_arm's fence) */
+	if (armed)
+		atomic_thread_fence(memory_order_seq_cst);
+	for (struct peer *p = m->peers; p; p = p->next) {
+		for (struct flow *f = p->flows; f; f = f->peer_next) {
+			if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
+			    !f->view || f->active)
+				continue;
+			/* relaxed: only a hint to visit; next_span checks */
+			if (atomic_load_explicit(&ring_of(f)->sh->tail,
+						 memory_order_relaxed) != f->sent)
+				activate(m, f);
+		}
+	}
+}
+
+void bell_use_thread(struct peer_mgr *m)
+{
+	m->bell_thread = bell_thread_start();
+	if (m->bell_thread) {
+		m->bell_mode = BELL_THREAD;
+		log_info("doorbell: futex_wait in a helper thread");
+		return;
+	}
+	m->bell_mode = BELL_POLL;
+	log_warn("doorbell thread: %s: an idle mover polls every millisecond",
+		 strerror(errno));
+}
+
+static void bell_uring_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+
+	if (res >= 0)
+		m->rings++;
+	if (res != -EINVAL && res != -EOPNOTSUPP)
+		return; /* the loop collects the bits */
+	log_info("no io_uring FUTEX_WAITV on this kernel (before Linux 6.7)");
+	bell_use_thread(m);
+}
+
+static void bell_thread_done(struct loop_op *op, int res)
+{
+	struct peer_mgr *m = CONTAINER(op, struct peer_mgr, bell_op);
+
+	/* the eventfd fired: waking the loop was the whole point */
+	if (res > 0)
+		m->rings++;
+}
+
+/* An active flow with a record it could send now (no send in flight:
+ * its completion wakes us, do not spin on it). */
+static bool active_ready(struct peer_mgr *m)
+{
+	for (struct flow *f = m->active.head; f; f = f->act_next)
+		if (f->peer && !f->peer->wr_op.busy &&
+		    f->state == FLOW_OPEN && f->view && record_ready(f))
+			return true;
 	return false;
 }
 
-/* Native doorbell: one IORING_OP_FUTEX_WAITV.  Loop timeout in ms. */
-static int arm_bell_uring(struct peer_mgr *m, uint64_t sig)
+/* Native: one IORING_OP_FUTEX_WAITV on the page's one word. */
+static int arm_bell_uring(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe;
 
-	if (m->bell_op.busy) { /* armed in an earlier idle period */
-		if (m->bell_sig == sig)
-			return 1000;
-		/* the set of rings changed: cancel, re-arm when it ends */
-		sqe = io_uring_get_sqe(&m->loop->ring);
-		if (!sqe)
-			return 1;
-		io_uring_prep_cancel(sqe, &m->bell_op, 0);
-		io_uring_sqe_set_data(sqe, NULL);
-		m->bell_sig = 0;
-		return 1000;
-	}
+	if (m->bell_op.busy)
+		return 1000; /* armed in an earlier idle period, still queued */
 	sqe = loop_sqe(m->loop, &m->bell_op, bell_uring_done);
 	if (!sqe)
 		return 1;
-	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, m->bell, m->n_bell, 0);
-	m->bell_sig = sig;
+	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, &m->bell_wait, 1, 0);
 	return 1000;
 }
 
 /* Doorbell thread: keep a read of its eventfd in flight and arm it. */
-static int arm_bell_thread(struct peer_mgr *m, uint64_t sig)
+static int arm_bell_thread(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe;
-	int rc;
 
 	if (!m->bell_op.busy) {
 		sqe = loop_sqe(m->loop, &m->bell_op, bell_thread_done);
@@ -415,43 +623,35 @@ static int arm_bell_thread(struct peer_mgr *m, uint64_t sig)
 		io_uring_prep_read(sqe, bell_thread_fd(m->bell_thread),
 				   &m->bell_count, sizeof(m->bell_count), 0);
 	}
-	rc = bell_thread_arm(m->bell_thread, m->bell, m->n_bell);
-	if (rc == 0)
-		m->bell_sig = sig;
-	else if (rc == -EBUSY && m->bell_sig != sig)
-		bell_thread_kick(m->bell_thread); /* stale set: re-arm after */
+	/* -EBUSY: the last wait, on the same word, has not ended yet */
+	bell_thread_arm(m->bell_thread, &m->bell_wait, 1);
 	return 1000;
 }
 
 int peer_prepare_sleep(struct peer_mgr *m)
 {
-	struct peer *p = m->peers;
-	unsigned max = m->bell_mode == BELL_THREAD ? BELL_THREAD_MAX : BELL_MAX;
-	uint64_t sig;
+	uint32_t v;
 
 	if (m->rdma && !rdma_transport.arm(m))
 		return 0; /* completions arrived meanwhile */
-	if (!bell_flow(m, &p, NULL))
-		return 1000; /* no sender flow: sleep until an event */
-	if (m->bell_mode == BELL_POLL)
-		return 1;
-	if (!ring_bell_flags(m, &sig, max)) {
-		peer_woke(m);
-		return 1;
-	}
+	if (!m->bell_page || m->bell_mode == BELL_POLL)
+		return m->bell_next ? 1 : 1000;
 	/*
-	 * Full fence between setting the flags and re-checking the rings;
-	 * a producer's commit does the mirror image (seal, fence, flag), so
-	 * either we see its record or it sees our flag and wakes the futex.
+	 * fb_prepare_sleep reads the word, sets `sleeping`, fences and looks
+	 * for rung bits; a producer rings (bits), fences and reads
+	 * `sleeping`: either we see its bit or it bumps the word we wait on.
 	 */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (bell_data_ready(m)) {
-		peer_woke(m);
+	if (fb_prepare_sleep(m->bell_page, &v) || active_ready(m)) {
+		fb_woke(m->bell_page);
 		return 0;
 	}
+	m->bell_wait = (struct futex_waitv){
+		.val = v, .uaddr = (uintptr_t)&m->bell_page->futex,
+		.flags = FUTEX_32,
+	};
 	m->sleeps++;
-	return m->bell_mode == BELL_THREAD ? arm_bell_thread(m, sig) :
-					     arm_bell_uring(m, sig);
+	return m->bell_mode == BELL_THREAD ? arm_bell_thread(m) :
+					     arm_bell_uring(m);
 }
 
 const char *peer_doorbell_name(const struct peer_mgr *m)
@@ -466,12 +666,8 @@ const char *peer_doorbell_name(const struct peer_mgr *m)
 
 void peer_woke(struct peer_mgr *m)
 {
-	struct peer *p = m->peers;
-
-	for (struct flow *f = bell_flow(m, &p, NULL); f; f = bell_flow(m, &p, f))
-		atomic_fetch_and_explicit(&ring_of(f)->sh->consumers_waiting,
-					  ~FR_WAITING_MOVERD,
-					  memory_order_relaxed);
+	if (m->bell_page)
+		fb_woke(m->bell_page);
 }
 
 /* ---- the duty cycle -------------------------------------------------------- */
@@ -481,7 +677,10 @@ int peer_do_work(struct peer_mgr *m)
 	int work;
 
 	reap_peers(m);
+	collect_bell(m);
 	work = m->rdma ? rdma_transport.poll(m) : 0;
+	work += (int)m->rx_deposits;
+	m->rx_deposits = 0;
 	for (struct peer *p = m->peers; p; p = p->next)
 		work += tx_build(p);
 	if (work)

@@ -17,15 +17,35 @@ struct peer_mgr;
 int peer_do_work(struct peer_mgr *m);
 
 /*
- * The mover found no work for a while: set the "consumer sleeps" flag of
- * every open sender flow's producer ring and arm the doorbell.  Returns
- * the loop timeout in ms: 0 if data arrived meanwhile, 1000 with the
- * doorbell armed, 1 where it cannot be (BELL_POLL, too many flows).
+ * The mover found no work: set the doorbell page's `sleeping` flag, look
+ * for rung bits once more behind a fence, and arm the wait on the page's
+ * futex word.  Returns the loop timeout in ms: 0 if a bit or a ready
+ * record was there meanwhile, 1000 with the doorbell armed, 1 where it
+ * cannot be (BELL_POLL: no page, or no futex wait on this kernel).
  */
 int peer_prepare_sleep(struct peer_mgr *m);
 /* "io_uring", "thread" or "poll" */
 const char *peer_doorbell_name(const struct peer_mgr *m);
-/* Awake again: clear those flags so producers stop making wake calls. */
+/* Awake again: clear `sleeping` so producers stop making wake calls. */
 void peer_woke(struct peer_mgr *m);
+
+/*
+ * The doorbell page (ipc/bell.h), made at start: producers of every sender
+ * flow ring one bit of it, and an idle mover sleeps on its one futex word.
+ * mover_bell_index gives a sender flow its bit (plus one; 0: none), for
+ * the attach answer with mover_bell_fd; mover_forget_flow gives it back
+ * (peer_destroy_flow).  mover_sweep (the tick) re-arms idle flows and
+ * visits those with records, whatever a client did to the bits.  The page
+ * lives as long as moverd: a response in flight may still carry its fd.
+ */
+struct flow;
+int mover_bell_start(struct peer_mgr *m);
+int mover_bell_fd(const struct peer_mgr *m);
+unsigned mover_bell_index(struct peer_mgr *m, struct flow *f);
+void mover_forget_flow(struct peer_mgr *m, struct flow *f);
+/* f has work: a sender flow opened (again), a receiver flow owes an
+ * acknowledgement: visit it in the next cycle. */
+void mover_wake_flow(struct peer_mgr *m, struct flow *f);
+void mover_sweep(struct peer_mgr *m);
 
 #endif

@@ -20,6 +20,7 @@
 #include "bell_thread.h"
 #include "eos.h"
 #include "fanout.h"
+#include "mover.h"
 #include "log.h"
 #include "peer_allow.h"
 
@@ -740,6 +741,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	fr_sub_publish(r);
 	f->st.resumes += f->state == FLOW_RECONNECTING;
 	flows_set_state(f, FLOW_OPEN, "");
+	mover_wake_flow(p->m, f);
 }
 
 static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
@@ -1097,6 +1099,8 @@ static void finish_data(struct peer *p)
 		/* release store of `published`, then wake the consumer */
 		fr_publish(ring_of(f), f->sent);
 		f->ack_due = true;
+		mover_wake_flow(p->m, f); /* owes an acknowledgement */
+		p->m->rx_deposits++; /* work for the duty cycle (idle.h) */
 	}
 	rx_release(p);
 }
@@ -1311,6 +1315,7 @@ static void tick_done(struct loop_op *op, int res)
 		m->police_ns = now;
 		police_flows(m, now);
 	}
+	mover_sweep(m);
 	arm_tick(m);
 }
 
@@ -1332,6 +1337,11 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		.allow = o->allow, .key = o->key,
 	};
 	arm_tick(m);
+	if (mover_bell_start(m)) {
+		log_warn("no doorbell page (%s): an idle mover polls every "
+			 "millisecond", strerror(errno));
+		m->bell_mode = BELL_POLL;
+	}
 	if (peer_resolver_start(m))
 		log_warn("no resolver thread: peers must be numeric addresses");
 	if (!strcmp(o->doorbell, "thread"))
@@ -1357,6 +1367,7 @@ void peer_mgr_stop(struct peer_mgr *m)
 {
 	resolver_stop(&m->resolver); /* a lookup in progress is not waited for */
 	bell_thread_stop(m->bell_thread);
+	/* the doorbell page stays: a response in flight may carry its fd */
 	m->bell_thread = NULL;
 	m->bell_mode = BELL_POLL;
 	tcp_transport.stop_listening(m);
@@ -1450,6 +1461,7 @@ void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why)
 	if (m->flow_gone)
 		m->flow_gone(m->flow_gone_arg, f);
 	fanout_destroy(m, f); /* its other peer hosts first */
+	mover_forget_flow(m, f);
 	forget_flow(f, why);
 	flows_destroy(m->flows, f);
 }

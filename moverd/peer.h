@@ -33,9 +33,14 @@ struct transport;
  * or a 1 ms poll.  "auto" takes the first the kernel offers.
  */
 enum bell_mode { BELL_URING, BELL_THREAD, BELL_POLL };
-#define BELL_MAX 128u   /* futex_waitv's limit */
 
 struct bell_thread;
+struct fr_bell;
+
+struct flow_list {
+	struct flow *head, *tail;
+	unsigned n;
+};
 
 struct peer_mgr {
 	struct loop *loop;
@@ -54,18 +59,25 @@ struct peer_mgr {
 	struct __kernel_timespec tick_ts;
 	uint64_t police_ns;       /* last check of orphans and ring files */
 	uint64_t last_work_ns;
+	unsigned rx_deposits;     /* DATA deposited since the last duty cycle:
+				   * received records are work, too */
 	unsigned rr;              /* round-robin start among flows */
 
-	/* doorbell: a wait on the data futex of every open sender flow's
-	 * producer ring, so that an idle moverd sleeps and a producer's
-	 * commit wakes it (see peer_prepare_sleep) */
+	/* doorbell: the page producers of every sender flow ring (ipc/bell.h,
+	 * mover.c), and one wait on its futex word while the mover sleeps */
 	enum bell_mode bell_mode;
 	struct loop_op bell_op;   /* the FUTEX_WAITV, or the eventfd read */
-	struct futex_waitv bell[BELL_MAX];
-	unsigned n_bell;
-	uint64_t bell_sig;        /* which rings the armed doorbell watches */
+	struct fr_bell *bell_page;
+	int bell_fd;
+	struct flow **bell_flows; /* bit -> flow (NULL: free), ours only */
+	uint32_t *bell_free;      /* bits given back, to hand out again */
+	unsigned n_bell_free, bell_next;
+	struct futex_waitv bell_wait;
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
+	/* the flows the duty cycle visits (mover.c, "the active lists") */
+	struct flow_list active, owing;
+	uint64_t swept_ns;        /* the last sweep of idle flows (mover.c) */
 
 	/* who may connect (NULL: anyone) and the key peers must prove
 	 * (NULL: insecure, hellos carry no proof); see auth.h */

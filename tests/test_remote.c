@@ -313,6 +313,8 @@ struct daemon {
 	char listen[64];         /* "" or ADDR:PORT */
 	const char *netns;       /* NULL: ours */
 	const char *doorbell;    /* moverd --doorbell, NULL: its default */
+	const char *idle;        /* moverd --idle, NULL: its default */
+	const char *extra[4];    /* more moverd arguments, NULL-ended */
 	int proc;                /* index in procs[], -1 when not running */
 };
 
@@ -330,7 +332,7 @@ static const char *remote_transport;
 static void daemon_exec(const void *arg)
 {
 	const struct daemon *d = arg;
-	const char *argv[20] = { moverd_bin, "--foreground", "--socket",
+	const char *argv[24] = { moverd_bin, "--foreground", "--socket",
 				 d->sock, "--log-level", log_level,
 				 "--peer-key", peer_key };
 	int n = 8, fd;
@@ -351,6 +353,12 @@ static void daemon_exec(const void *arg)
 		argv[n++] = "--doorbell";
 		argv[n++] = d->doorbell;
 	}
+	if (d->idle) {
+		argv[n++] = "--idle";
+		argv[n++] = d->idle;
+	}
+	for (int i = 0; i < 4 && d->extra[i]; i++)
+		argv[n++] = d->extra[i];
 	argv[n] = NULL;
 	if (d->netns) {
 		/* what "ip netns exec NS" does for the network; the pid stays
@@ -1897,6 +1905,155 @@ static void test_doorbell(void)
 	doorbell_run("thread"); /* the pre-6.7 path, on any kernel */
 }
 
+/* ---- 11: every idle strategy delivers exactly once --------------------------- */
+
+/*
+ * Both daemons with --idle MODE: bursts (records back to back, the mover
+ * never idle), a beat (100 us apart: adaptive learns it and keeps
+ * polling) and gaps (20 ms: it sleeps and the doorbell must end each
+ * sleep), from two producers; the consumer checks every record arrives
+ * once and in each producer's order.  A mode that lost a wake-up would
+ * stall (the consumer's 30 s stall check), one that re-sent would
+ * duplicate.  Then A's status: sleeping modes slept, polling ones did not
+ * need to.
+ */
+static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
+{
+	struct pair P;
+	static struct run R;
+	char out[8192], name[24], got[32] = "";
+	uint64_t sleeps;
+
+	snprintf(name, sizeof(name), "c11-%s-%u", mode, gap_us);
+	pair_init(&P, name, remote_addr, NULL, NULL, false);
+	P.a.idle = P.b.idle = mode;
+	pair_start(&P);
+	run_init(&R, &P, "idle", 1, 2, n);
+	R.prod[0].gap_us = R.prod[1].gap_us = gap_us;
+	run_create_flows(&R, "1M");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 90, NULL, NULL);
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "moverctl status on A: %s", out);
+	sleeps = jget_u64(out, "sleeps");
+	if (!jget(out, "idle", got, sizeof(got)) || strcmp(got, mode))
+		fail_run(&R, "moverd A's idle strategy is '%s', want %s:\n%s",
+			 got, mode, out);
+	/* polling modes poll between records 20 ms apart */
+	if (gap_us >= 20000 && (!strcmp(mode, "spin") || !strcmp(mode, "yield")) &&
+	    jget_u64(out, "idle_polls") == 0)
+		fail_run(&R, "--idle %s: no empty cycle polled:\n%s", mode, out);
+	/* records 20 ms apart: a mover that may sleep sleeps before most */
+	if (gap_us >= 20000 && strcmp(mode, "spin") && strcmp(mode, "yield") &&
+	    sleeps < n / 2)
+		fail_run(&R, "--idle %s: %llu sleeps for %llu records 20 ms "
+			 "apart: it does not sleep when idle", mode,
+			 (unsigned long long)sleeps, (unsigned long long)n);
+	printf("# --idle %s, records %u us apart: %llu sleeps\n", mode, gap_us,
+	       (unsigned long long)sleeps);
+	snprintf(name, sizeof(name), "idle %s", mode);
+	run_report(&R, name);
+	run_destroy_flows(&R);
+	pair_stop(&P);
+}
+
+static void test_idle(void)
+{
+	static const char *const modes[] = { "adaptive", "sleep", "yield",
+					      "spin" };
+
+	for (unsigned i = 0; i < 4; i++) {
+		idle_run(modes[i], 0, 20000);     /* bursts */
+		idle_run(modes[i], 100, 2000);    /* a beat */
+		idle_run(modes[i], 20000, 30);    /* gaps: sleeps */
+	}
+}
+
+/* ---- 12: 300 sender flows, one doorbell ------------------------------------- */
+
+/*
+ * 300 open sender flows (more than the 127 words the per-flow futex_waitv
+ * doorbell could watch: past them it polled every millisecond and counted
+ * no sleep), records on the first, the 150th and the last, 30 ms apart so
+ * that moverd A sleeps before each.  Every record must arrive once, in
+ * order; A must sleep on its doorbell page (status: bell_page, and sleeps
+ * growing by about one per record), and producers' rings must end those
+ * sleeps (doorbell_rings).
+ */
+static void test_many_flows(void)
+{
+	enum { TOTAL = 300, N = 40 };
+	static const int chosen[] = { 0, TOTAL / 2 - 1, TOTAL - 1 };
+	struct pair P;
+	static struct run R;
+	static char out[1 << 20];
+	char v[32];
+	uint64_t sleeps0, rings0, sleeps, rings, t0;
+	int rc, open;
+
+	pair_init(&P, "c12", remote_addr, NULL, NULL, false);
+	P.b.extra[0] = "--peer-max-flows";
+	P.b.extra[1] = "400";
+	pair_start(&P);
+	run_init(&R, &P, "m", 3, 1, N);
+	for (int i = 0; i < TOTAL; i++) {
+		rc = ctl(P.a.sock, out, sizeof(out), "flow create m%03d --peer "
+			 "%s --ring-size 64K --max-record 4K", i, P.peer);
+		if (rc)
+			fail_run(&R, "flow create m%03d on A: exit %d: %s", i,
+				 rc, out);
+	}
+	for (t0 = tu_now_ns();; usleep(100000)) {
+		const char *p = out;
+
+		if (ctl(P.a.sock, out, sizeof(out), "--json flow list"))
+			fail_run(&R, "flow list on A: %s", out);
+		for (open = 0; (p = strstr(p, "\"state\": \"open\"")); p++)
+			open++;
+		if (open == TOTAL)
+			break;
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 60 * SEC)
+			fail_run(&R, "%d of %d flows open on A after 60 s", open,
+				 TOTAL);
+	}
+	for (int f = 0; f < 3; f++) {
+		snprintf(R.flow[f], sizeof(R.flow[f]), "m%03d", chosen[f]);
+		memcpy(R.cons[f].flow, R.flow[f], sizeof(R.cons[f].flow));
+		memcpy(R.prod[f].flow, R.flow[f], sizeof(R.prod[f].flow));
+		R.prod[f].gap_us = 30000;
+	}
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "status on A: %s", out);
+	sleeps0 = jget_u64(out, "sleeps");
+	rings0 = jget_u64(out, "doorbell_rings");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 120, NULL, NULL);
+	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
+		fail_run(&R, "status on A: %s", out);
+	sleeps = jget_u64(out, "sleeps") - sleeps0;
+	rings = jget_u64(out, "doorbell_rings") - rings0;
+	if (!jget(out, "bell_page", v, sizeof(v)) || strcmp(v, "true"))
+		fail_run(&R, "moverd A does not use its doorbell page:\n%s", out);
+	if (sleeps < N || rings < N / 2)
+		fail_run(&R, "%d open flows: %llu sleeps, %llu ended by the "
+			 "doorbell, for %d records 30 ms apart on each of 3 "
+			 "flows: moverd polls instead of sleeping", TOTAL,
+			 (unsigned long long)sleeps, (unsigned long long)rings,
+			 N);
+	printf("# %d open flows, %d records on 3: %llu sleeps, %llu ended by "
+	       "the doorbell, %llu bell bits in use\n", TOTAL, 3 * N,
+	       (unsigned long long)sleeps, (unsigned long long)rings,
+	       (unsigned long long)jget_u64(out, "bell_flows"));
+	run_report(&R, "300 flows");
+	for (int i = 0; i < TOTAL; i++)
+		if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy m%03d", i)))
+			fail_run(&R, "flow destroy m%03d: %s", i, out);
+	pair_stop(&P);
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -1924,6 +2081,8 @@ int main(int argc, char **argv)
 		{ test_kill_sender, "kill -9 and restart of the sending moverd", 180 },
 		{ test_bad_peer, "hostile peers: garbage, wrong version, unknown flow", 120 },
 		{ test_doorbell, "idle mover woken by the doorbell (io_uring, thread)", 90 },
+		{ test_idle, "every --idle mode delivers exactly once (bursts, beat, gaps)", 600 },
+		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
 	};
 	uint64_t t0 = tu_now_ns();
 
