@@ -580,6 +580,21 @@ int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 	return 0;
 }
 
+/*
+ * An explicit release (peek/release, peek_batch/release_batch: the
+ * zero-copy reads a stage uses to be exactly once) is published at once,
+ * not lazily: a consumer killed after it released a record must not see
+ * that record handed to the next consumer.  One store (and the wake
+ * protocol's fence) per release call; recv and recv_batch, which copy out
+ * and so cannot be exactly once across their caller's crash anyway, keep
+ * the lazy publication (ring.h, "Subscribers").
+ */
+static void publish_released(flowshm_t *f)
+{
+	if (f->ring.head != f->ring.head_pub)
+		fr_sub_publish(&f->ring);
+}
+
 int flowshm_release(flowshm_t *f)
 {
 	if (f && f->batch_n)
@@ -589,6 +604,7 @@ int flowshm_release(flowshm_t *f)
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
 	f->peeked = 0;
 	f->ring.records++;
+	publish_released(f);
 	return 0;
 }
 
@@ -680,6 +696,7 @@ int flowshm_release_batch(flowshm_t *f)
 		return -ESTALE;
 	f->ring.records += n;
 	fr_release(&f->ring, f->batch_end);
+	publish_released(f);
 	return 0;
 }
 

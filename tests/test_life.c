@@ -29,10 +29,9 @@
  *      moverd is down, with no consumer yet on the receiving host: done
  *      once the receiving consumer has every record
  *   9  a consumer killed (-9) with a record peeked and not released: the
- *      next consumer gets that record first; one that released a record
- *      before it was killed loses nothing, and the released record may
- *      come again (lazy position publishing, ring format 2); the same
- *      across a kill -9 of moverd meanwhile
+ *      next consumer gets that record first; a record it released before
+ *      it was killed does not come again (a release is published at once);
+ *      the same across a kill -9 of moverd meanwhile
  *  10  a local flow's ring is a file now: a client that truncates or grows
  *      it fails that flow only (repaired, state failed with the reason);
  *      moverd stays up and another local flow moves on
@@ -566,15 +565,15 @@ static void case_peeked(void)
 	flowshm_detach(f); /* a clean detach publishes its position */
 	printf("  peeked by a killed consumer: the next one got it\n");
 
-	/* released 1, peeked 2, killed: nothing is lost; 1 may come again
-	 * (subscribers publish their position lazily, ring format 2) */
+	/* released 1, peeked 2, killed: the next consumer starts at 2 (an
+	 * explicit release is published at once, not lazily) */
 	child = peeking_child(&d, "pk", 1, 1, &ready);
 	kill_child(child, ready);
 	f = consumer_on(&d, "pk");
 	n = next_rec(f);
 	printf("  released 1, peeked 2, killed: the next consumer starts at "
 	       "%d\n", n);
-	CHECK(n == 1 || n == 2);
+	CHECK(n == 2);
 	read_run(f, n, 4);
 	flowshm_detach(f);
 
