@@ -1057,6 +1057,21 @@ static int cmd_create(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
+/* An Ok answer about flow `name`: {"KEY": "name"} or "TEXT 'name'". */
+static void print_done(const struct opts *o, const char *key,
+		       const char *text, const char *name)
+{
+	struct json j = { 0 };
+
+	if (!o->json) {
+		printf("%s '%s'\n", text, name);
+		return;
+	}
+	j_open(&j, '{');
+	j_str(&j, key, name);
+	j_close(&j, '}');
+}
+
 static int cmd_end(const struct opts *o, const char *name)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
@@ -1070,15 +1085,7 @@ static int cmd_end(const struct opts *o, const char *name)
 	ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
 	if (ex)
 		return ex;
-	if (o->json) {
-		struct json j = { 0 };
-
-		j_open(&j, '{');
-		j_str(&j, "ended", name);
-		j_close(&j, '}');
-	} else {
-		printf("ended the stream of flow '%s'\n", name);
-	}
+	print_done(o, "ended", "ended the stream of flow", name);
 	ctl_response_free(resp);
 	return EX_OK;
 }
@@ -1116,15 +1123,7 @@ static int cmd_destroy(const struct opts *o, const char *name)
 	ex = call(&w, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
 	if (ex)
 		return ex;
-	if (o->json) {
-		struct json j = { 0 };
-
-		j_open(&j, '{');
-		j_str(&j, "destroyed", name);
-		j_close(&j, '}');
-	} else {
-		printf("destroyed flow '%s'\n", name);
-	}
+	print_done(o, "destroyed", "destroyed flow", name);
 	ctl_response_free(resp);
 	return EX_OK;
 }

@@ -554,6 +554,22 @@ static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
 	return f;
 }
 
+/* The flow, if it exists and this client may change it (root and the
+ * flow's owner); else the error is answered and NULL returned. */
+static struct flow *manageable_or_fail(struct ctl_client *c, uint64_t id,
+				       const char *name)
+{
+	struct flow *f = find_or_fail(c, id, name);
+
+	if (f && !flows_may_manage(f, c->uid)) {
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "belongs to uid %u (only root and its owner may "
+			      "change it)", f->name, (unsigned)f->owner_uid);
+		return NULL;
+	}
+	return f;
+}
+
 /*
  * Has every committed record reached the consumer?  Local and receiver
  * flows: the consumer's head is at the tail.  Sender flows: the peer has
@@ -632,15 +648,10 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 static void do_destroy(struct ctl_client *c, uint64_t id,
 		       const Flowmover__DestroyFlow *d)
 {
-	struct flow *f = find_or_fail(c, id, d->name);
+	struct flow *f = manageable_or_fail(c, id, d->name);
 
 	if (!f)
 		return;
-	if (!flows_may_manage(f, c->uid)) {
-		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
-			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
-		return;
-	}
 	if (d->drain) {
 		start_drain(c, id, f, d->drain_timeout_ms);
 		return;
@@ -652,17 +663,12 @@ static void do_destroy(struct ctl_client *c, uint64_t id,
 static void do_fanout_peer(struct ctl_client *c, uint64_t id,
 			   const Flowmover__FanoutPeerEdit *e)
 {
-	struct flow *f = find_or_fail(c, id, e->name);
+	struct flow *f = manageable_or_fail(c, id, e->name);
 	char err[256];
 	int rc;
 
 	if (!f)
 		return;
-	if (!flows_may_manage(f, c->uid)) {
-		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
-			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
-		return;
-	}
 	rc = e->remove ? fanout_remove(c->srv->peers, f, e->peer, err,
 				       sizeof(err)) :
 			 fanout_add(c->srv->peers, f, e->peer, true, err,
@@ -677,18 +683,12 @@ static void do_fanout_peer(struct ctl_client *c, uint64_t id,
 static void do_allow(struct ctl_client *c, uint64_t id,
 		     const Flowmover__FlowAllow *a)
 {
-	struct flow *f = find_or_fail(c, id, a->name);
+	struct flow *f = manageable_or_fail(c, id, a->name);
 	char err[256];
 	int rc;
 
 	if (!f)
 		return;
-	if (!flows_may_manage(f, c->uid)) {
-		respond_error(c, id, -EACCES, "permission denied: only root and "
-			      "the owner of flow '%s' (uid %u) may change who "
-			      "attaches", f->name, (unsigned)f->owner_uid);
-		return;
-	}
 	rc = flows_allow(c->srv->flows, f, a->uids, a->n_uids, a->gids,
 			 a->n_gids, a->remove, err, sizeof(err));
 	if (rc) {
@@ -932,15 +932,10 @@ static void do_end_stream(struct ctl_client *c, uint64_t id,
 static void do_end_flow(struct ctl_client *c, uint64_t id,
 			const Flowmover__EndFlow *e)
 {
-	struct flow *f = find_or_fail(c, id, e->name);
+	struct flow *f = manageable_or_fail(c, id, e->name);
 
 	if (!f)
 		return;
-	if (!flows_may_manage(f, c->uid)) {
-		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
-			      "belongs to uid %u", f->name, (unsigned)f->owner_uid);
-		return;
-	}
 	if (f->role == FLOW_RECEIVER) {
 		respond_error(c, id, -EINVAL, "flow '%s' is fed from %s: end "
 			      "it on that host", f->name,

@@ -126,6 +126,29 @@ static inline void hd_wait_peer_port(const struct hd *d, const char **argv)
 }
 
 /*
+ * Does the moverd at sock answer a status request?  A connect alone is not
+ * enough after a kill -9: the killed moverd's socket file is still there
+ * (connect refused, or reset), or the new moverd is between its unlink and
+ * its bind, or it is re-adopting flows before it listens.
+ */
+static inline bool hd_status_answered(const char *sock)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__GetStatus st = FLOWMOVER__GET_STATUS__INIT;
+	Flowmover__Response *resp = NULL;
+	int fd = ctl_connect(sock), rc;
+
+	if (fd < 0)
+		return false;
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &st;
+	rc = ctl_call(fd, &req, &resp, NULL, 2000);
+	close(fd);
+	ctl_response_free(resp);
+	return rc == 0;
+}
+
+/*
  * Run `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
  * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated) in d's
  * directory, its stderr appended to d's log; wait until it serves.
@@ -162,10 +185,7 @@ static inline void hd_exec(struct hd *d, const char *moverd,
 	}
 	hd_track(d);
 	for (int i = 0; i < 1000; i++) {
-		int fd = ctl_connect(d->sock);
-
-		if (fd >= 0) {
-			close(fd);
+		if (hd_status_answered(d->sock)) {
 			hd_wait_peer_port(d, argv);
 			return;
 		}
