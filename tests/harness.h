@@ -1092,19 +1092,8 @@ static inline bool hx_running(pid_t pid)
  */
 static inline void hd_answers(const struct hd *d)
 {
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__GetStatus st = FLOWMOVER__GET_STATUS__INIT;
-
-	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
-	req.status = &st;
 	for (int i = 0; i < 500; i++) {
-		int sock = ctl_connect(d->sock), rc = -1;
-
-		if (sock >= 0) {
-			rc = hc_call(sock, &req, NULL);
-			close(sock);
-		}
-		if (!rc)
+		if (hd_status_answered(d->sock))
 			return;
 		usleep(10000);
 	}
