@@ -226,22 +226,26 @@ static inline void hd_alive(const struct hd *d)
 /* Remove the private directory (unless FM_KEEP is set, for inspection). */
 static inline void hd_cleanup(const struct hd *d)
 {
-	char cmd[160];
+	char cmd[sizeof(d->dir) + 16];
 
 	if (getenv("FM_KEEP"))
 		return;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+	if (snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir) >=
+	    (int)sizeof(cmd))
+		return;
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", d->dir);
 }
 
-/* SIGTERM; it must exit 0 within 10 s (sanitizers exit non-zero). */
-static inline void hd_stop(struct hd *d)
+/*
+ * SIGTERM (an orderly stop); it must exit 0 within 10 s (sanitizers exit
+ * non-zero).  Unlike hd_stop, d's directory stays (its state directory, its
+ * rings): for hd_restart.
+ */
+static inline void hd_term(struct hd *d)
 {
 	int st = 0;
 
-	if (d->pid <= 0)
-		return;
 	hd_alive(d);
 	kill(d->pid, SIGTERM);
 	for (int i = 0; i < 1000; i++) {
@@ -253,13 +257,21 @@ static inline void hd_stop(struct hd *d)
 					"%#x; log %s\n", st, d->log);
 				exit(1);
 			}
-			hd_cleanup(d);
 			return;
 		}
 		usleep(10000);
 	}
 	kill(d->pid, SIGKILL);
 	CHECK(!"moverd did not stop within 10 s");
+}
+
+/* SIGTERM, then remove its directory: the end of a daemon's life. */
+static inline void hd_stop(struct hd *d)
+{
+	if (d->pid <= 0)
+		return;
+	hd_term(d);
+	hd_cleanup(d);
 }
 
 /* Kill without checks (a failure path, or a test of a crash). */
@@ -1047,33 +1059,6 @@ static inline int hp_accept(int lfd, int timeout_ms)
 }
 
 /* ---- more of the same (added for issue 15's cases) ----------------------- */
-
-/*
- * SIGTERM (an orderly stop); it must exit 0 within 10 s.  Unlike hd_stop,
- * d's directory stays (its state directory, its rings): for hd_restart.
- */
-static inline void hd_term(struct hd *d)
-{
-	int st = 0;
-
-	hd_alive(d);
-	kill(d->pid, SIGTERM);
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			hd_untrack(d->pid);
-			d->pid = 0;
-			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-				fprintf(stderr, "moverd exited with status "
-					"%#x; log %s\n", st, d->log);
-				exit(1);
-			}
-			return;
-		}
-		usleep(10000);
-	}
-	kill(d->pid, SIGKILL);
-	CHECK(!"moverd did not stop within 10 s");
-}
 
 /* Is pid (our child) still running?  Not reaped: hx_wait still can. */
 static inline bool hx_running(pid_t pid)
