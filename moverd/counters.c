@@ -306,6 +306,10 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	fmc_set(r, FMC_F_CONSUMERS, f->consumers);
 	fmc_set(r, FMC_F_BYTES_COMMITTED, in.tail);
 	fmc_set(r, FMC_F_BYTES_SENT, f->role == FLOW_SENDER ? f->bytes_sent : 0);
+	fmc_set(r, FMC_F_RECORDS_SENT,
+		f->role == FLOW_SENDER ? f->st.records_sent : 0);
+	fmc_set(r, FMC_F_RECORDS_DEPOSITED,
+		f->role == FLOW_RECEIVER ? f->st.records_deposited : 0);
 	fmc_set(r, FMC_F_BYTES_ACKED, f->role == FLOW_SENDER ? f->bytes_acked : 0);
 	fmc_set(r, FMC_F_BYTES_DEPOSITED,
 		f->role == FLOW_RECEIVER ? f->bytes_sent : 0);
@@ -318,6 +322,12 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	if (f->view) {
 		struct fr_shared *ring = ring_of(f)->sh;
 
+		/* the producers' own count of records they claimed; a
+		 * receiver's ring has moverd as its only writer */
+		fmc_set(r, FMC_F_RECORDS_COMMITTED,
+			f->role == FLOW_RECEIVER ? f->st.records_deposited :
+			atomic_load_explicit(&ring->records,
+					     memory_order_relaxed));
 		/* the producers' own counts, written only when full */
 		fmc_set(r, FMC_F_BACKPRESSURE, atomic_load_explicit(
 				&ring->full_events, memory_order_relaxed));

@@ -37,9 +37,17 @@
  *   9  the text itself (metrics_text.c on a counters file made here): label
  *      values with a quote, a backslash and a newline come out escaped,
  *      promtool check metrics accepts it, OpenMetrics ends with # EOF
+ *  10  record counters between hosts: N records of known, varied sizes
+ *      (sent one by one and in batches) over a 256 KiB ring: on the sender
+ *      records committed = sent = N, bytes committed = sent = the ring
+ *      bytes of those records and their lap-end pads; on the receiver
+ *      records deposited = committed = consumed = N, bytes deposited the
+ *      same; each counter 0 on the side it does not belong to; the same
+ *      figures in flow show --json, top --once --json and /metrics' text
  */
 #include "harness.h"
 #include "../ipc/counters.h"
+#include "../ipc/ring.h"
 #include "metrics_http.h"
 
 #include <pthread.h>
@@ -352,6 +360,7 @@ static void case_file(void)
 		CHECK(v[FMC_SUB_PID] == (uint64_t)c);
 	}
 	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000);
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == 20000);
 	atomic_store(&seen->release, true);
 	wait_ok(c, 60000, "consumer");
 	next_pass(&m);
@@ -1011,6 +1020,199 @@ static void case_text(void)
 	free(h);
 }
 
+/* ---- 10: record counters between hosts ------------------------------------------ */
+
+#define REC_N    30000u
+#define REC_RING (256u << 10)
+
+/* Record i's length: 1 .. 3001 bytes, every alignment. */
+static size_t rec_len(uint64_t i)
+{
+	return 1 + (size_t)(i * 7919 % 3001);
+}
+
+/* Send REC_N records of rec_len(i) bytes: the first half one by one, the
+ * rest in batches of up to 7 (a claim of several records); exit 0. */
+static pid_t produce_sizes(const struct hd *d, const char *flow)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	static char buf[4096];
+	struct iovec iov[7];
+	flowshm_t *f;
+	uint64_t i = 0;
+
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f)) {
+		fprintf(stderr, "producer: %s\n", flowshm_attach_error());
+		_exit(2);
+	}
+	for (; i < REC_N / 2; i++)
+		if (flowshm_send(f, buf, rec_len(i), 30 * (int64_t)SEC))
+			_exit(3);
+	while (i < REC_N) {
+		unsigned n = 0, sent = 0;
+
+		for (; n < 7 && i + n < REC_N; n++)
+			iov[n] = (struct iovec){ buf, rec_len(i + n) };
+		if (flowshm_send_batch(f, iov, n, &sent, 30 * (int64_t)SEC) ||
+		    !sent)
+			_exit(4);
+		i += sent;
+	}
+	flowshm_detach(f);
+	_exit(0);
+}
+
+/* The value of the first sample of `name` whose labels hold `label`. */
+static uint64_t metric_value(const char *text, const char *name,
+			     const char *label)
+{
+	char want[160];
+	const char *p = text;
+
+	snprintf(want, sizeof(want), "\n%s{", name);
+	while ((p = strstr(p, want))) {
+		const char *end = strchr(p + 1, '\n');
+
+		p += strlen(want);
+		if (end && strstr(p, label) && strstr(p, label) < end)
+			return strtoull(strstr(p, "} ") + 2, NULL, 10);
+	}
+	return UINT64_MAX;
+}
+
+/* A JSON number "key":N in text after `after` (UINT64_MAX: none). */
+static uint64_t json_value(const char *text, const char *after,
+			   const char *key)
+{
+	char want[96];
+	const char *p = strstr(text, after);
+
+	snprintf(want, sizeof(want), "\"%s\":", key);
+	p = p ? strstr(p, want) : NULL;
+	return p ? strtoull(p + strlen(want), NULL, 10) : UINT64_MAX;
+}
+
+static void case_records(void)
+{
+	struct hd a, b;
+	struct cmap ma, mb;
+	struct fmc_snap s, r;
+	struct seen *seen = seen_new();
+	uint64_t payload = 0, ring_pos = 0;
+	size_t len;
+	char *text;
+	pid_t c, p;
+
+	/* where REC_N records from position 0 end, pads included: a record
+	 * that does not fit the rest of a lap starts the next one */
+	for (uint64_t i = 0; i < REC_N; i++) {
+		uint64_t bytes = fr_record_bytes(rec_len(i));
+		uint64_t rest = REC_RING - ring_pos % REC_RING;
+
+		if (bytes > rest)
+			ring_pos += rest;
+		ring_pos += bytes;
+		payload += rec_len(i);
+	}
+	hd_start(&b, moverd, "metrics10b", true, NULL);
+	hd_start(&a, moverd, "metrics10a", false,
+		 (const char *[]){ "--transport", "tcp", NULL });
+	ma = cmap_open(&a);
+	mb = cmap_open(&b);
+	create_remote(&a, &b, "recs", "256K");
+	seen->linger = true;
+	c = consume(&b, "recs", REC_N, seen);
+	p = produce_sizes(&a, "recs");
+	wait_ok(p, 60000, "producer");
+	CHECK(wait_flow_value(&ma, "recs", FMC_F_BYTES_ACKED, ring_pos, 10000,
+			      &s));
+	for (int i = 0; i < 3000 && seen->records < REC_N; i++)
+		usleep(10000);
+	CHECK(seen->records == REC_N && seen->total == payload);
+	usleep(200000); /* the consumer sleeps: its slot is published */
+	next_pass(&ma);
+	next_pass(&mb);
+	CHECK(find_rec(&ma, FMC_FLOW, "recs", &s, NULL));
+	CHECK(find_rec(&mb, FMC_FLOW, "recs", &r, NULL));
+	printf("  %u records, %llu payload bytes, %llu ring bytes\n"
+	       "  sender: records committed %llu sent %llu, bytes committed "
+	       "%llu sent %llu, %llu batches (mean %llu records)\n"
+	       "  receiver: records deposited %llu committed %llu consumed "
+	       "%llu, bytes deposited %llu\n", REC_N,
+	       (unsigned long long)payload, (unsigned long long)ring_pos,
+	       (unsigned long long)s.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_RECORDS_SENT],
+	       (unsigned long long)s.v[FMC_F_BYTES_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_BYTES_SENT],
+	       (unsigned long long)s.v[FMC_F_BATCHES],
+	       (unsigned long long)(s.v[FMC_F_BATCHES] ?
+			s.v[FMC_F_RECORDS_SENT] / s.v[FMC_F_BATCHES] : 0),
+	       (unsigned long long)r.v[FMC_F_RECORDS_DEPOSITED],
+	       (unsigned long long)r.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)r.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)r.v[FMC_F_BYTES_DEPOSITED]);
+	/* the sender's side */
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == REC_N);
+	CHECK(s.v[FMC_F_RECORDS_SENT] == REC_N);
+	CHECK(s.v[FMC_F_RECORDS_DEPOSITED] == 0);
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] == ring_pos);
+	CHECK(s.v[FMC_F_BYTES_SENT] == ring_pos);
+	CHECK(s.v[FMC_F_BATCHES] > 0 && s.v[FMC_F_BATCHES] <= REC_N);
+	/* the receiver's */
+	CHECK(r.v[FMC_F_RECORDS_DEPOSITED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_COMMITTED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_CONSUMED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_SENT] == 0);
+	CHECK(r.v[FMC_F_BYTES_DEPOSITED] == ring_pos);
+
+	/* the same in every view: flow show --json (the file, as root) */
+	CHECK(hd_flow_json(&a, moverctl, "recs", out, sizeof(out)));
+	CHECK(json_value(out, "\"counters\"", "records_committed") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "records_sent") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "mean_batch_records") ==
+	      REC_N / s.v[FMC_F_BATCHES]);
+	CHECK(hd_flow_json(&b, moverctl, "recs", out, sizeof(out)));
+	CHECK(json_value(out, "\"counters\"", "records_deposited") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "records_consumed") == REC_N);
+	/* top --once --json */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(json_value(out, "\"name\":\"recs\"", "records_sent") == REC_N);
+	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(json_value(out, "\"name\":\"recs\"", "records_deposited") ==
+	      REC_N);
+	/* /metrics' text, rendered from each daemon's file */
+	text = metrics_render(ma.h, false, &len);
+	CHECK(text);
+	CHECK(strstr(text, "# HELP flowmover_flow_records_sent_total "));
+	CHECK(strstr(text, "# TYPE flowmover_flow_records_sent_total counter"));
+	CHECK(metric_value(text, "flowmover_flow_records_sent_total",
+			   "flow=\"recs\"") == REC_N);
+	CHECK(metric_value(text, "flowmover_flow_records_committed_total",
+			   "flow=\"recs\"") == REC_N);
+	free(text);
+	text = metrics_render(mb.h, false, &len);
+	CHECK(text);
+	CHECK(metric_value(text, "flowmover_flow_records_deposited_total",
+			   "flow=\"recs\"") == REC_N);
+	CHECK(metric_value(text, "flowmover_flow_records_consumed_total",
+			   "flow=\"recs\"") == REC_N);
+	free(text);
+	atomic_store(&seen->release, true);
+	wait_ok(c, 60000, "consumer");
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+	cmap_close(&mb);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1023,6 +1225,7 @@ int main(int argc, char **argv)
 		{ 7, case_access, "who may read the counters" },
 		{ 8, case_show, "flow show and status with the counters" },
 		{ 9, case_text, "the Prometheus text: names, types, escaping" },
+		{ 10, case_records, "record counters between hosts" },
 	};
 
 	if (argc != 4) {
