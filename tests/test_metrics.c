@@ -22,8 +22,9 @@
  *   4  a peer that stops answering (SIGSTOP for 3 s): heartbeats missed
  *      on the other side, no reconnect; then killed and restarted:
  *      reconnects and resumes counted on the flow and the peer
- *   5  moverctl top in an 80x24 tmux during a transfer: the flow with a
- *      non-zero rate, the sort keys, q quits
+ *   5  moverctl top in an 80x24 tmux during a transfer: the flow with
+ *      non-zero rates (records/s, bytes in and out), the sort keys, q
+ *      quits
  *   6  a real Prometheus scraping both daemons every second during a
  *      paced transfer: rate(flowmover_flow_bytes_received_total) matches
  *      what the consumer measured over the same window within 10%
@@ -44,6 +45,10 @@
  *      records deposited = committed = consumed = N, bytes deposited the
  *      same; each counter 0 on the side it does not belong to; the same
  *      figures in flow show --json, top --once --json and /metrics' text
+ *  11  records consumed by a consumer that leaves right after its last
+ *      record: the sampler saw it attached, then it takes every record
+ *      (publishing lazily) and detaches between two passes: the count it
+ *      published as it left is not lost
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -663,6 +668,7 @@ static void case_tmux(void)
 	struct hd d;
 	struct seen *seen = seen_new();
 	char screen[8192], line[256], sess[64], in[16] = "", outr[16] = "";
+	char recs[16] = "";
 	pid_t c, p;
 	bool moving = false;
 
@@ -689,8 +695,10 @@ static void case_tmux(void)
 		sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s",
 		   sess, sess);
 		if (screen_line(screen, "zbusy ", line, sizeof(line)) &&
-		    sscanf(line, "zbusy %*s %*s %15s %15s", in, outr) == 2)
-			moving = strcmp(in, "0B") && strcmp(outr, "0B");
+		    sscanf(line, "zbusy %*s %*s %15s %15s %15s", recs, in,
+			   outr) == 3)
+			moving = strcmp(recs, "0") && strcmp(in, "0B") &&
+				 strcmp(outr, "0B");
 	}
 	printf("--- moverctl top in tmux (80x24) ---\n%s------\n", screen);
 	CHECK(moving);
@@ -1213,6 +1221,65 @@ static void case_records(void)
 	cmap_close(&mb);
 }
 
+/* ---- 11: a consumer that leaves right after its last record ------------------- */
+
+/* Attach, wait ms (the sampler sees the slot), take n records without
+ * sleeping, detach at once; exit 0. */
+static pid_t consume_late(const struct hd *d, const char *flow, uint64_t n,
+			  int ms)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	static char buf[65536];
+	flowshm_t *f;
+	size_t len;
+
+	if (flowshm_attach(flow, FLOWSHM_CONSUMER, NULL, &f))
+		_exit(2);
+	usleep((useconds_t)ms * 1000);
+	for (uint64_t i = 0; i < n; i++)
+		if (flowshm_recv(f, buf, sizeof(buf), &len, SEC))
+			_exit(3);
+	flowshm_detach(f);
+	_exit(0);
+}
+
+static void case_leaver(void)
+{
+	struct hd d;
+	struct cmap m;
+	struct fmc_snap s;
+	pid_t p, c;
+
+	hd_start(&d, moverd, "metrics11", false, NULL);
+	m = cmap_open(&d);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create leave --ring-size 1M"), 0);
+	/* 500 records wait in the ring (kept: no subscriber yet) */
+	p = produce(&d, "leave", 500, 1000, 0);
+	wait_ok(p, 30000, "producer");
+	c = consume_late(&d, "leave", 500, 400);
+	wait_ok(c, 30000, "consumer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "leave", &s, NULL));
+	printf("  records committed %llu, consumed %llu, subscribers %#llx\n",
+	       (unsigned long long)s.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)s.v[FMC_F_SUB_MASK]);
+	CHECK(s.v[FMC_F_SUB_MASK] == 0);
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == 500);
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 500);
+	hd_stop(&d);
+	cmap_close(&m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1226,6 +1293,7 @@ int main(int argc, char **argv)
 		{ 8, case_show, "flow show and status with the counters" },
 		{ 9, case_text, "the Prometheus text: names, types, escaping" },
 		{ 10, case_records, "record counters between hosts" },
+		{ 11, case_leaver, "records of a consumer that just left" },
 	};
 
 	if (argc != 4) {
