@@ -72,7 +72,8 @@ ctl a status
 # take the one send that may be in flight at each snapshot.  Registrations
 # (a gauge) = the open flows' rings on each side, pinned bytes = their
 # sizes; one less of each once a flow is destroyed.  Record counters: N
-# committed and sent on the sender, N deposited on the receiver.
+# committed and sent on the sender, N deposited and consumed on the
+# receiver.
 n=20000
 snap() { sleep 0.3; ctl "$1" top --once --json; }  # a sampler pass (100 ms) later
 check_counters() {  # STAGE BEFORE_A AFTER_A AFTER_B [EXPECTED_REGS]
@@ -118,8 +119,9 @@ print("counters (transfer): flow cnt: sender %d records committed, %d sent in "
 if f["records_committed"] != n or f["records_sent"] != n:
     fail("sender records %d committed, %d sent, not %d" % (
         f["records_committed"], f["records_sent"], n))
-if fb["records_deposited"] != n:
-    fail("receiver records %d deposited, not %d" % (fb["records_deposited"], n))
+if fb["records_deposited"] != n or fb["records_consumed"] != n:
+    fail("receiver records %d deposited, %d consumed, not %d" % (
+        fb["records_deposited"], fb["records_consumed"], n))
 if d["wr_posted"] < 2 * f["batches"] or d["wr_posted"] < d["sends"]:
     fail("%d WRs posted for %d batches in %d sends" % (
         d["wr_posted"], f["batches"], d["sends"]))
