@@ -655,18 +655,19 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	/* flows get what the peers (at most a third of the screen) leave */
 	if (peer_rows > (unsigned)sc->rows / 3)
 		peer_rows = (unsigned)sc->rows / 3;
-	/* 79 columns: the names give up what REC/s takes */
-	line(sc, "%-12s %-4s %-6s %6s %6s %6s %6s %5s %5s %-14s", "FLOW",
+	/* 79 columns: the flow's name and RECN give up what REC/s takes;
+	 * the peer keeps room for an IPv4 address and port */
+	line(sc, "%-12s %-4s %-6s %5s %6s %6s %6s %5s %4s %-16s", "FLOW",
 	     "ROLE", "STATE", "REC/s", "IN/s", "OUT/s", "LAG", "BATCH",
-	     "RECON", "PEER");
+	     "RECN", "PEER");
 	for (unsigned i = 0; i < f->n_flows; i++) {
 		const struct fmc_snap *s = &f->flows[i].s;
 		uint64_t batches = s->v[FMC_F_BATCHES];
 
 		if (sc->used >= sc->rows - (int)peer_rows)
 			break;
-		line(sc, "%-12.12s %-4.4s %-6.6s %6s %6s %6s %6s %5s %5" PRIu64
-		     " %-14.14s", s->text[FMC_NAME],
+		line(sc, "%-12.12s %-4.4s %-6.6s %5s %6s %6s %6s %5s %4" PRIu64
+		     " %-16.16s", s->text[FMC_NAME],
 		     role_short(s->v[FMC_F_ROLE]),
 		     fmc_flow_state_name(s->v[FMC_F_STATE]),
 		     count(k, sizeof(k), f->flows[i].recs),
