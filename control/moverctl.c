@@ -571,6 +571,8 @@ static void j_fanout(struct json *j, const Flowmover__FlowInfo *f)
 struct flow_counters {
 	const char *source;      /* "counters file" or "control socket" */
 	uint64_t batches, bytes_sent, reconnects, resumes, lag, consumed;
+	uint64_t records_committed, records_sent, records_deposited;
+	uint64_t records_consumed;         /* file only */
 	uint64_t bp_events, full_ns;
 	uint64_t state_since_ns, error_ns; /* file only */
 	const char *last_error;            /* file only */
@@ -584,6 +586,9 @@ static void counters_of(const char *socket, const Flowmover__FlowInfo *f,
 
 	*k = (struct flow_counters){
 		.source = "control socket", .batches = f->batches,
+		.records_committed = f->records_committed,
+		.records_sent = f->records_sent,
+		.records_deposited = f->records_deposited,
 		.bytes_sent = f->bytes_sent, .reconnects = f->reconnects,
 		.resumes = f->resumes, .lag = f->lag_bytes,
 		.consumed = f->bytes_consumed,
@@ -596,6 +601,10 @@ static void counters_of(const char *socket, const Flowmover__FlowInfo *f,
 		*k = (struct flow_counters){
 			.source = "counters file",
 			.batches = s.v[FMC_F_BATCHES],
+			.records_committed = s.v[FMC_F_RECORDS_COMMITTED],
+			.records_sent = s.v[FMC_F_RECORDS_SENT],
+			.records_deposited = s.v[FMC_F_RECORDS_DEPOSITED],
+			.records_consumed = s.v[FMC_F_RECORDS_CONSUMED],
 			.bytes_sent = s.v[FMC_F_BYTES_SENT],
 			.reconnects = s.v[FMC_F_RECONNECTS],
 			.resumes = s.v[FMC_F_RESUMES],
@@ -618,6 +627,12 @@ static void j_counters(struct json *j, const struct flow_counters *k)
 	j_str(j, "source", k->source);
 	j_u64(j, "batches", k->batches);
 	j_u64(j, "mean_batch_bytes", k->batches ? k->bytes_sent / k->batches : 0);
+	j_u64(j, "mean_batch_records",
+	      k->batches ? k->records_sent / k->batches : 0);
+	j_u64(j, "records_committed", k->records_committed);
+	j_u64(j, "records_sent", k->records_sent);
+	j_u64(j, "records_deposited", k->records_deposited);
+	j_u64(j, "records_consumed", k->records_consumed);
 	j_u64(j, "lag_bytes", k->lag);
 	j_u64(j, "bytes_consumed", k->consumed);
 	j_u64(j, "backpressure_events", k->bp_events);
@@ -711,9 +726,14 @@ static void print_counters(const struct flow_counters *k)
 	kv("lag", "%s (%" PRIu64 " bytes)", fmt_size(a, sizeof(a), k->lag),
 	   k->lag);
 	kv("consumed", "%" PRIu64, k->consumed);
+	kv("records", "%" PRIu64 " committed, %" PRIu64 " sent, %" PRIu64
+	   " deposited, %" PRIu64 " consumed", k->records_committed,
+	   k->records_sent, k->records_deposited, k->records_consumed);
 	if (k->batches)
-		kv("batches", "%" PRIu64 " (mean %s)", k->batches,
-		   fmt_size(b, sizeof(b), k->bytes_sent / k->batches));
+		kv("batches", "%" PRIu64 " (mean %s, %" PRIu64 " records)",
+		   k->batches,
+		   fmt_size(b, sizeof(b), k->bytes_sent / k->batches),
+		   k->records_sent / k->batches);
 	kv("back-pressure", "%" PRIu64 " times full, %.3f s waiting",
 	   k->bp_events, (double)k->full_ns / 1e9);
 	kv("reconnects", "%" PRIu64 " (resumed %" PRIu64 ")", k->reconnects,

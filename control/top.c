@@ -133,6 +133,7 @@ struct row {
 	struct fmc_snap s;
 	double in, out;          /* bytes/s: committed (deposited), consumed
 				  * (sender: sent) */
+	double recs;             /* flows: records/s committed (deposited) */
 	double frames, rx;       /* peers: frames/s, bytes/s received */
 	uint64_t p50, p99, max;  /* peers: RTT over the frame, ns */
 };
@@ -208,6 +209,8 @@ static int read_frame(const struct fmc_map *m, const struct frame *prev,
 			continue;
 		r->in = per_s(flow_in(&r->s), flow_in(&p->s), dt);
 		r->out = per_s(flow_out(&r->s), flow_out(&p->s), dt);
+		r->recs = per_s(r->s.v[FMC_F_RECORDS_COMMITTED],
+				p->s.v[FMC_F_RECORDS_COMMITTED], dt);
 	}
 	for (unsigned i = 0; i < h->n_peer; i++) {
 		struct row *r = &f->peers[f->n_peers];
@@ -295,6 +298,9 @@ static void flow_row(struct row *r, const Flowmover__FlowInfo *f)
 	v[FMC_F_BYTES_DEPOSITED] = v[FMC_F_ROLE] == 2 ? f->bytes_sent : 0;
 	v[FMC_F_BYTES_CONSUMED] = f->bytes_consumed;
 	v[FMC_F_BATCHES] = f->batches;
+	v[FMC_F_RECORDS_COMMITTED] = f->records_committed;
+	v[FMC_F_RECORDS_SENT] = f->records_sent;
+	v[FMC_F_RECORDS_DEPOSITED] = f->records_deposited;
 	v[FMC_F_LAG_BYTES] = f->lag_bytes;
 	v[FMC_F_BACKPRESSURE] = f->backpressure_events;
 	v[FMC_F_FULL_NS] = f->full_ns;
@@ -454,6 +460,8 @@ static void frame_rates(struct frame *f, const struct frame *prev)
 			continue;
 		r->in = per_s(flow_in(&r->s), flow_in(&p->s), dt);
 		r->out = per_s(flow_out(&r->s), flow_out(&p->s), dt);
+		r->recs = per_s(r->s.v[FMC_F_RECORDS_COMMITTED],
+				p->s.v[FMC_F_RECORDS_COMMITTED], dt);
 	}
 	for (unsigned i = 0; prev && i < f->n_peers; i++) {
 		struct row *r = &f->peers[i];
@@ -527,6 +535,25 @@ static const char *human(char *buf, size_t cap, double v)
 		u++;
 	}
 	if (u == 0 || v >= 9.95)
+		snprintf(buf, cap, "%.0f%c", v, units[u]);
+	else
+		snprintf(buf, cap, "%.1f%c", v, units[u]);
+	return buf;
+}
+
+/* A rate of things (records), not bytes: 950, 12k, 3.4M */
+static const char *count(char *buf, size_t cap, double v)
+{
+	static const char units[] = " kMGTPE";
+	int u = 0;
+
+	while (v >= 999.5 && u < 6) {
+		v /= 1000;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%.0f", v);
+	else if (v >= 9.95)
 		snprintf(buf, cap, "%.0f%c", v, units[u]);
 	else
 		snprintf(buf, cap, "%.1f%c", v, units[u]);
@@ -618,7 +645,7 @@ static const char *role_short(uint64_t r)
 static void draw(const struct fmc_map *m, const struct frame *f,
 		 const struct frame *prev, struct screen *sc)
 {
-	char a[16], b[16], c[16], e[16], g[16], h[16];
+	char a[16], b[16], c[16], e[16], g[16], h[16], k[16];
 	unsigned peer_rows = f->n_peers ? f->n_peers + 2 : 0;
 
 	if (!sc->plain)
@@ -628,18 +655,22 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	/* flows get what the peers (at most a third of the screen) leave */
 	if (peer_rows > (unsigned)sc->rows / 3)
 		peer_rows = (unsigned)sc->rows / 3;
-	line(sc, "%-16s %-4s %-6s %6s %6s %6s %5s %5s %-17s", "FLOW", "ROLE",
-	     "STATE", "IN/s", "OUT/s", "LAG", "BATCH", "RECON", "PEER");
+	/* 79 columns: the flow's name and RECN give up what REC/s takes;
+	 * the peer keeps room for an IPv4 address and port */
+	line(sc, "%-12s %-4s %-6s %5s %6s %6s %6s %5s %4s %-16s", "FLOW",
+	     "ROLE", "STATE", "REC/s", "IN/s", "OUT/s", "LAG", "BATCH",
+	     "RECN", "PEER");
 	for (unsigned i = 0; i < f->n_flows; i++) {
 		const struct fmc_snap *s = &f->flows[i].s;
 		uint64_t batches = s->v[FMC_F_BATCHES];
 
 		if (sc->used >= sc->rows - (int)peer_rows)
 			break;
-		line(sc, "%-16.16s %-4.4s %-6.6s %6s %6s %6s %5s %5" PRIu64
-		     " %-17.17s", s->text[FMC_NAME],
+		line(sc, "%-12.12s %-4.4s %-6.6s %5s %6s %6s %6s %5s %4" PRIu64
+		     " %-16.16s", s->text[FMC_NAME],
 		     role_short(s->v[FMC_F_ROLE]),
 		     fmc_flow_state_name(s->v[FMC_F_STATE]),
+		     count(k, sizeof(k), f->flows[i].recs),
 		     human(a, sizeof(a), f->flows[i].in),
 		     human(b, sizeof(b), f->flows[i].out),
 		     human(c, sizeof(c), (double)s->v[FMC_F_LAG_BYTES]),
@@ -754,9 +785,11 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		putchar(',');
 		jstr("last_error", r->s.text[FMC_ERROR]);
 		printf(",\"state_name\":\"%s\",\"role_name\":\"%s\","
-		       "\"in_bytes_per_s\":%.0f,\"out_bytes_per_s\":%.0f",
+		       "\"in_bytes_per_s\":%.0f,\"out_bytes_per_s\":%.0f,"
+		       "\"records_per_s\":%.0f,\"records_deposited\":%" PRIu64,
 		       fmc_flow_state_name(r->s.v[FMC_F_STATE]),
-		       fmc_role_name(r->s.v[FMC_F_ROLE]), r->in, r->out);
+		       fmc_role_name(r->s.v[FMC_F_ROLE]), r->in, r->out,
+		       r->recs, r->s.v[FMC_F_RECORDS_DEPOSITED]);
 		for (unsigned k = 0; k < FMC_F_SUB0; k++)
 			printf(",\"%s\":%" PRIu64, fnames[k], r->s.v[k]);
 		print_json_subs(&r->s);

@@ -170,9 +170,15 @@ enum fmc_flow {
 	FMC_F_CONSUMERS,
 	FMC_F_BYTES_COMMITTED, /* producers' tail since the ring began
 				* (sender, local; receiver: = deposited) */
-	FMC_F_RECORDS_COMMITTED, /* 0 until ring format 2 counts them */
+	FMC_F_RECORDS_COMMITTED, /* data records producers claimed, counted
+				  * by the client library in the ring's
+				  * control page (ipc/ring.h `records`; a
+				  * producer killed before its commit: also
+				  * in FMC_F_RECOVERED); receiver: = records
+				  * deposited */
 	FMC_F_BYTES_SENT,      /* sender: put on the wire */
-	FMC_F_RECORDS_SENT,    /* sender: records sent (0: not counted yet) */
+	FMC_F_RECORDS_SENT,    /* sender: data records put on the wire (its
+				* scan counts them; END and pads are not) */
 	FMC_F_BYTES_ACKED,     /* sender: published in the peer's ring */
 	FMC_F_BYTES_DEPOSITED, /* receiver: published in this ring */
 	FMC_F_BYTES_CONSUMED,  /* the consumer's position since the ring
@@ -180,7 +186,9 @@ enum fmc_flow {
 				* consumer's, as last acknowledged) */
 	FMC_F_RECORDS_CONSUMED, /* by the slowest active subscriber (ring
 				 * format 2's slot count, published lazily) */
-	FMC_F_BATCHES,         /* sender: sends that carried its data */
+	FMC_F_BATCHES,         /* sender: sends that carried its data; a
+				* mean batch is BYTES_SENT / BATCHES bytes,
+				* RECORDS_SENT / BATCHES records */
 	FMC_F_LAG_BYTES,       /* committed (receiver: deposited) but not
 				* consumed yet (gauge) */
 	FMC_F_BACKPRESSURE,    /* producers found the ring full and waited
@@ -193,7 +201,12 @@ enum fmc_flow {
 				* ACTIVE; bit 16 + i CUT (by max_lag) */
 	FMC_F_SUB0,            /* then per slot i < FMC_SUBS, FMC_SUB_VALUES
 				* each: enum fmc_sub */
-	FMC_F_COUNT = FMC_F_SUB0 + 16 * 3
+	/* appended after the subscriber slots (layout version 1 still:
+	 * nothing before moved; a moverd older than this writes 0) */
+	FMC_F_RECORDS_DEPOSITED = FMC_F_SUB0 + 16 * 3, /* receiver: data
+				* records published in its ring, as moverd's
+				* walk of each deposit finds them */
+	FMC_F_COUNT
 };
 
 /* A flow's subscriber slots (ring format 2, ipc/ring.h "Subscribers"):
@@ -207,8 +220,8 @@ enum fmc_sub {
 	FMC_SUB_RECORDS,       /* records it consumed */
 	FMC_SUB_PID,           /* the holder's pid (0: moverd's own) */
 };
-_Static_assert(FMC_F_COUNT == FMC_F_SUB0 + FMC_SUBS * FMC_SUB_VALUES,
-	       "subscriber values");
+_Static_assert(FMC_F_RECORDS_DEPOSITED == FMC_F_SUB0 +
+	       FMC_SUBS * FMC_SUB_VALUES, "subscriber values");
 _Static_assert(FMC_F_COUNT <= FMC_VALUES, "flow values");
 
 enum fmc_flow_state {

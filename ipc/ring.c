@@ -496,6 +496,11 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 			continue;
 		if (!end_record && ending(r))
 			return refuse_claim(r, t, pad, end);
+		/* relaxed: a count for operators, ordered with nothing; the
+		 * CAS above just took tail's line, which this word shares */
+		if (!end_record && k)
+			atomic_fetch_add_explicit(&r->sh->records, k,
+						  memory_order_relaxed);
 		if (pad) {
 			pad_at(r, t, pad);
 			/* a consumer asleep at the pad must move past it */
@@ -1212,6 +1217,21 @@ static uint64_t committed_bytes(const struct fr_ring *r, const struct fr_rec *h,
 int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 	    uint64_t *end, bool *stuck)
 {
+	uint64_t records = 0;
+
+	return fr_scan_records(r, pos, limit, end, stuck, &records);
+}
+
+/* A data record: neither a pad nor a control record (END). */
+static bool data_record(const struct fr_rec *h)
+{
+	return !(atomic_load_explicit(&h->info, memory_order_relaxed) &
+		 (FR_INFO_PAD | FR_INFO_CTRL));
+}
+
+int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+		    uint64_t *end, bool *stuck, uint64_t *records)
+{
 	*stuck = false;
 	while (pos < limit) {
 		const struct fr_rec *h = fr_rec_at(r, pos);
@@ -1231,6 +1251,7 @@ int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 		}
 		if (bytes > limit - pos)
 			break;
+		*records += data_record(h);
 		pos += bytes;
 	}
 	*end = pos;

@@ -22,7 +22,9 @@
  *   line 1      state        flags (CLOSED, FAILED, ENDED), recovery counter,
  *                            producer attach numbers: rarely written
  *   line 2      producer     tail: the claim position (all producers CAS it);
- *                            back-pressure counters (written only when full)
+ *                            back-pressure counters (written only when full);
+ *                            records claimed (added right after the CAS that
+ *                            won the claim, while the line is still ours)
  *   line 3      subscribers  mask of ACTIVE subscriber slots, the floor
  *                            (position kept when no subscriber is active),
  *                            max_lag: written at attach/detach only
@@ -315,6 +317,11 @@ struct fr_shared {
 	_Alignas(FR_LINE) _Atomic uint64_t tail;
 	_Atomic uint64_t full_events;   /* a producer found the ring full */
 	_Atomic uint64_t full_ns;       /* time producers spent waiting for space */
+	/* data records producers claimed (every claim is committed, or padded
+	 * over by recovery if its producer dies first: `recovered`); END and
+	 * pads are not counted.  Reported by moverd, never trusted.  A ring
+	 * made before this word existed starts it at 0 (same layout). */
+	_Atomic uint64_t records;
 	_Alignas(FR_LINE) _Atomic uint32_t sub_mask; /* bit i: slot i ACTIVE */
 	_Atomic uint32_t pad_;
 	_Atomic uint64_t floor;         /* kept position when no slot is active */
@@ -574,6 +581,11 @@ void fr_release(struct fr_ring *r, uint64_t pos);
  */
 int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 	    uint64_t *end, bool *stuck);
+
+/* fr_scan that also adds the data records of the run (neither pads nor
+ * control records) to *records: moverd's per-flow record counters. */
+int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+		    uint64_t *end, bool *stuck, uint64_t *records);
 
 /* Producer-crash recovery at pos (see above), for scanners.  0 = the
  * record at pos was turned into padding; -EAGAIN = keep waiting. */

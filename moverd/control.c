@@ -285,6 +285,10 @@ static void fill_counters(const struct flow *f, const struct flowshm_info *in,
 	uint64_t consumed = f->role == FLOW_SENDER ? f->remote_head : in->head;
 
 	fi->batches = f->st.batches;
+	fi->records_sent = f->role == FLOW_SENDER ? f->st.records_sent : 0;
+	fi->records_deposited =
+		f->role == FLOW_RECEIVER ? f->st.records_deposited : 0;
+	fi->records_committed = fi->records_deposited;
 	fi->reconnects = f->st.reconnects;
 	fi->resumes = f->st.resumes;
 	fi->bytes_consumed = consumed;
@@ -294,6 +298,10 @@ static void fill_counters(const struct flow *f, const struct flowshm_info *in,
 			&f->view->ring.sh->full_events, memory_order_relaxed);
 		fi->full_ns = atomic_load_explicit(&f->view->ring.sh->full_ns,
 						   memory_order_relaxed);
+		if (f->role != FLOW_RECEIVER)
+			fi->records_committed = atomic_load_explicit(
+				&f->view->ring.sh->records,
+				memory_order_relaxed);
 	}
 }
 

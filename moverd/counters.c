@@ -200,6 +200,26 @@ static bool flow_state(struct counters *c, const struct flow *f,
 }
 
 /*
+ * A slot shown last pass is free now: its holder left since (a leave
+ * publishes the holder's count, then bumps gen once, then frees the
+ * slot).  The records it took since the last pass count, or a consumer
+ * that takes its last records and detaches between two passes would
+ * lose them (up to FR_PUBLISH_BYTES, or everything it took since the
+ * last pass).  Taken again since (another gen): its count is gone.
+ */
+static void count_leaver(struct flow_shadow *sh, struct fr_sub *s,
+			 unsigned i)
+{
+	uint64_t gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
+	uint64_t recs = atomic_load_explicit(&s->records,
+					     memory_order_relaxed);
+
+	if (gen == sh->sub_gen[i] + 1 && recs > sh->sub_records[i])
+		sh->records_consumed += recs - sh->sub_records[i];
+	sh->sub_records[i] = recs;
+}
+
+/*
  * The ring's subscriber slots (ring format 2) into r, and the records
  * they consumed, summed, into sh.  Every word is a client's: only
  * reported, never trusted (a position beyond the tail reads as no lag).
@@ -222,10 +242,13 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
 
 		if (!(visit & (1u << i)))
 			continue;
-		st = atomic_load_explicit(&s->state, memory_order_relaxed);
+		/* acquire: pairs with a leave's release of FREE, so a slot
+		 * seen free shows the count its holder published leaving */
+		st = atomic_load_explicit(&s->state, memory_order_acquire);
 		if (st != FR_SUB_ACTIVE && st != FR_SUB_CUT) {
 			/* a free slot's zeros once, not every pass */
 			if (sh->sub_written & (1u << i)) {
+				count_leaver(sh, s, i);
 				fmc_set(r, base + FMC_SUB_LAG, 0);
 				fmc_set(r, base + FMC_SUB_RECORDS, 0);
 				fmc_set(r, base + FMC_SUB_PID, 0);
@@ -306,6 +329,10 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	fmc_set(r, FMC_F_CONSUMERS, f->consumers);
 	fmc_set(r, FMC_F_BYTES_COMMITTED, in.tail);
 	fmc_set(r, FMC_F_BYTES_SENT, f->role == FLOW_SENDER ? f->bytes_sent : 0);
+	fmc_set(r, FMC_F_RECORDS_SENT,
+		f->role == FLOW_SENDER ? f->st.records_sent : 0);
+	fmc_set(r, FMC_F_RECORDS_DEPOSITED,
+		f->role == FLOW_RECEIVER ? f->st.records_deposited : 0);
 	fmc_set(r, FMC_F_BYTES_ACKED, f->role == FLOW_SENDER ? f->bytes_acked : 0);
 	fmc_set(r, FMC_F_BYTES_DEPOSITED,
 		f->role == FLOW_RECEIVER ? f->bytes_sent : 0);
@@ -318,6 +345,12 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	if (f->view) {
 		struct fr_shared *ring = ring_of(f)->sh;
 
+		/* the producers' own count of records they claimed; a
+		 * receiver's ring has moverd as its only writer */
+		fmc_set(r, FMC_F_RECORDS_COMMITTED,
+			f->role == FLOW_RECEIVER ? f->st.records_deposited :
+			atomic_load_explicit(&ring->records,
+					     memory_order_relaxed));
 		/* the producers' own counts, written only when full */
 		fmc_set(r, FMC_F_BACKPRESSURE, atomic_load_explicit(
 				&ring->full_events, memory_order_relaxed));

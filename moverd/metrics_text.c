@@ -105,6 +105,16 @@ static const struct flow_metric flow_metrics[] = {
 	{ { "flowmover_flow_bytes_committed", "counter",
 	    "Bytes producers committed to the flow's ring (a receiver: "
 	    "deposited)." }, FMC_F_BYTES_COMMITTED, 0, -1 },
+	{ { "flowmover_flow_records_committed", "counter",
+	    "Data records producers committed to the flow's ring, as the "
+	    "client library counts them (a receiver: deposited)." },
+	  FMC_F_RECORDS_COMMITTED, 0, -1 },
+	{ { "flowmover_flow_records_sent", "counter",
+	    "Data records moverd put on the wire to the peer (sender "
+	    "flows)." }, FMC_F_RECORDS_SENT, 0, 1 },
+	{ { "flowmover_flow_records_deposited", "counter",
+	    "Data records received from the peer and published to the "
+	    "consumer (receiver flows)." }, FMC_F_RECORDS_DEPOSITED, 0, 2 },
 	{ { "flowmover_flow_bytes_sent", "counter",
 	    "Bytes moverd put on the wire to the peer (sender flows)." },
 	  FMC_F_BYTES_SENT, 0, 1 },

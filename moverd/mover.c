@@ -121,8 +121,11 @@ static int build_acks(struct peer *p)
 /*
  * The next committed span of a sender flow (whole records) within the
  * peer consumer's window and `budget` bytes.  *idle: nothing committed.
+ * *records: its data records (the scan walks them anyway: counting them
+ * costs no extra read).
  */
-static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
+static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
+			  uint64_t *records)
 {
 	struct fr_ring *r = ring_of(f);
 	uint64_t limit = f->remote_head + r->size, end;
@@ -132,7 +135,8 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 	*idle = false;
 	if (limit > f->sent + budget)
 		limit = f->sent + budget;
-	rc = fr_scan(r, f->sent, limit, &end, &stuck);
+	*records = 0;
+	rc = fr_scan_records(r, f->sent, limit, &end, &stuck, records);
 	if (rc == -EPROTO && end == f->sent) {
 		char why[120];
 
@@ -147,7 +151,7 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 		f->stuck_checked_ns = fr_now_ns();
 		rc = fr_check_stuck(r, f->sent);
 		if (rc == 0)
-			return next_span(f, budget, idle);
+			return next_span(f, budget, idle, records);
 		if (rc == -EPROTO) {
 			char why[120] = "the producer ring's tail is outside "
 					"the ring around the send position";
@@ -164,7 +168,8 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle)
 	return end - f->sent;
 }
 
-static void add_data(struct peer *p, struct flow *f, uint64_t len)
+static void add_data(struct peer *p, struct flow *f, uint64_t len,
+		     uint64_t records)
 {
 	struct fr_ring *r = ring_of(f);
 	uint64_t off = f->sent & r->mask, first = r->size - off;
@@ -182,6 +187,7 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len)
 	}
 	f->sent += len;
 	f->bytes_sent += len;
+	f->st.records_sent += records;
 	stats_sent(&f->st, f->sent, fr_now_ns());
 }
 
@@ -338,7 +344,7 @@ static int build_data(struct peer *p)
 	/* each flow active at the start once; flows activated meanwhile
 	 * (none are, in this loop) would wait for the next batch */
 	for (f = m->active.head; f && total < BATCH_MAX && tx_room(p, 4); f = next) {
-		uint64_t quantum, budget, len;
+		uint64_t quantum, budget, len, records;
 		bool idle;
 
 		next = f == last ? NULL : f->act_next;
@@ -361,14 +367,14 @@ static int build_data(struct peer *p)
 		budget = f->deficit;
 		if (total && budget > BATCH_MAX - total)
 			budget = BATCH_MAX - total;
-		len = next_span(f, budget, &idle);
+		len = next_span(f, budget, &idle, &records);
 		if (f->state != FLOW_OPEN) {
 			deactivate(m, f); /* failed by what it read */
 			continue;
 		}
 		f->deficit = idle ? 0 : f->deficit - len;
 		if (len) {
-			add_data(p, f, len);
+			add_data(p, f, len, records);
 			total += len;
 			spans++;
 		} else if (idle) {

@@ -14,6 +14,9 @@
 /* In struct flow. */
 struct flow_stats {
 	uint64_t batches;       /* sender: sends that carried its data */
+	uint64_t records_sent;  /* sender: data records put on the wire */
+	uint64_t records_deposited; /* receiver: valid data records
+				     * published in its ring */
 	uint64_t reconnects;    /* links lost under it */
 	uint64_t resumes;       /* opened again after a lost link / restart */
 	/* one acknowledgement timed at a time: the send that ends at

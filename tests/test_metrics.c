@@ -22,8 +22,9 @@
  *   4  a peer that stops answering (SIGSTOP for 3 s): heartbeats missed
  *      on the other side, no reconnect; then killed and restarted:
  *      reconnects and resumes counted on the flow and the peer
- *   5  moverctl top in an 80x24 tmux during a transfer: the flow with a
- *      non-zero rate, the sort keys, q quits
+ *   5  moverctl top in an 80x24 tmux during a transfer: the flow with
+ *      non-zero rates (records/s, bytes in and out), the sort keys, q
+ *      quits
  *   6  a real Prometheus scraping both daemons every second during a
  *      paced transfer: rate(flowmover_flow_bytes_received_total) matches
  *      what the consumer measured over the same window within 10%
@@ -37,9 +38,21 @@
  *   9  the text itself (metrics_text.c on a counters file made here): label
  *      values with a quote, a backslash and a newline come out escaped,
  *      promtool check metrics accepts it, OpenMetrics ends with # EOF
+ *  10  record counters between hosts: N records of known, varied sizes
+ *      (sent one by one and in batches) over a 256 KiB ring: on the sender
+ *      records committed = sent = N, bytes committed = sent = the ring
+ *      bytes of those records and their lap-end pads; on the receiver
+ *      records deposited = committed = consumed = N, bytes deposited the
+ *      same; each counter 0 on the side it does not belong to; the same
+ *      figures in flow show --json, top --once --json and /metrics' text
+ *  11  records consumed by a consumer that leaves right after its last
+ *      record: the sampler saw it attached, then it takes every record
+ *      (publishing lazily) and detaches between two passes: the count it
+ *      published as it left is not lost
  */
 #include "harness.h"
 #include "../ipc/counters.h"
+#include "../ipc/ring.h"
 #include "metrics_http.h"
 
 #include <pthread.h>
@@ -352,6 +365,7 @@ static void case_file(void)
 		CHECK(v[FMC_SUB_PID] == (uint64_t)c);
 	}
 	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 20000);
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == 20000);
 	atomic_store(&seen->release, true);
 	wait_ok(c, 60000, "consumer");
 	next_pass(&m);
@@ -654,6 +668,7 @@ static void case_tmux(void)
 	struct hd d;
 	struct seen *seen = seen_new();
 	char screen[8192], line[256], sess[64], in[16] = "", outr[16] = "";
+	char recs[16] = "";
 	pid_t c, p;
 	bool moving = false;
 
@@ -680,8 +695,10 @@ static void case_tmux(void)
 		sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s",
 		   sess, sess);
 		if (screen_line(screen, "zbusy ", line, sizeof(line)) &&
-		    sscanf(line, "zbusy %*s %*s %15s %15s", in, outr) == 2)
-			moving = strcmp(in, "0B") && strcmp(outr, "0B");
+		    sscanf(line, "zbusy %*s %*s %15s %15s %15s", recs, in,
+			   outr) == 3)
+			moving = strcmp(recs, "0") && strcmp(in, "0B") &&
+				 strcmp(outr, "0B");
 	}
 	printf("--- moverctl top in tmux (80x24) ---\n%s------\n", screen);
 	CHECK(moving);
@@ -1011,6 +1028,258 @@ static void case_text(void)
 	free(h);
 }
 
+/* ---- 10: record counters between hosts ------------------------------------------ */
+
+#define REC_N    30000u
+#define REC_RING (256u << 10)
+
+/* Record i's length: 1 .. 3001 bytes, every alignment. */
+static size_t rec_len(uint64_t i)
+{
+	return 1 + (size_t)(i * 7919 % 3001);
+}
+
+/* Send REC_N records of rec_len(i) bytes: the first half one by one, the
+ * rest in batches of up to 7 (a claim of several records); exit 0. */
+static pid_t produce_sizes(const struct hd *d, const char *flow)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	static char buf[4096];
+	struct iovec iov[7];
+	flowshm_t *f;
+	uint64_t i = 0;
+
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f)) {
+		fprintf(stderr, "producer: %s\n", flowshm_attach_error());
+		_exit(2);
+	}
+	for (; i < REC_N / 2; i++)
+		if (flowshm_send(f, buf, rec_len(i), 30 * (int64_t)SEC))
+			_exit(3);
+	while (i < REC_N) {
+		unsigned n = 0, sent = 0;
+
+		for (; n < 7 && i + n < REC_N; n++)
+			iov[n] = (struct iovec){ buf, rec_len(i + n) };
+		if (flowshm_send_batch(f, iov, n, &sent, 30 * (int64_t)SEC) ||
+		    !sent)
+			_exit(4);
+		i += sent;
+	}
+	flowshm_detach(f);
+	_exit(0);
+}
+
+/* The value of the first sample of `name` whose labels hold `label`. */
+static uint64_t metric_value(const char *text, const char *name,
+			     const char *label)
+{
+	char want[160];
+	const char *p = text;
+
+	snprintf(want, sizeof(want), "\n%s{", name);
+	while ((p = strstr(p, want))) {
+		const char *end = strchr(p + 1, '\n');
+
+		p += strlen(want);
+		if (end && strstr(p, label) && strstr(p, label) < end)
+			return strtoull(strstr(p, "} ") + 2, NULL, 10);
+	}
+	return UINT64_MAX;
+}
+
+/* A JSON number "key":N in text after `after` (UINT64_MAX: none). */
+static uint64_t json_value(const char *text, const char *after,
+			   const char *key)
+{
+	char want[96];
+	const char *p = strstr(text, after);
+
+	snprintf(want, sizeof(want), "\"%s\":", key);
+	p = p ? strstr(p, want) : NULL;
+	return p ? strtoull(p + strlen(want), NULL, 10) : UINT64_MAX;
+}
+
+static void case_records(void)
+{
+	struct hd a, b;
+	struct cmap ma, mb;
+	struct fmc_snap s, r;
+	struct seen *seen = seen_new();
+	uint64_t payload = 0, ring_pos = 0;
+	size_t len;
+	char *text;
+	pid_t c, p;
+
+	/* where REC_N records from position 0 end, pads included: a record
+	 * that does not fit the rest of a lap starts the next one */
+	for (uint64_t i = 0; i < REC_N; i++) {
+		uint64_t bytes = fr_record_bytes(rec_len(i));
+		uint64_t rest = REC_RING - ring_pos % REC_RING;
+
+		if (bytes > rest)
+			ring_pos += rest;
+		ring_pos += bytes;
+		payload += rec_len(i);
+	}
+	hd_start(&b, moverd, "metrics10b", true, NULL);
+	hd_start(&a, moverd, "metrics10a", false,
+		 (const char *[]){ "--transport", "tcp", NULL });
+	ma = cmap_open(&a);
+	mb = cmap_open(&b);
+	create_remote(&a, &b, "recs", "256K");
+	seen->linger = true;
+	c = consume(&b, "recs", REC_N, seen);
+	p = produce_sizes(&a, "recs");
+	wait_ok(p, 60000, "producer");
+	CHECK(wait_flow_value(&ma, "recs", FMC_F_BYTES_ACKED, ring_pos, 10000,
+			      &s));
+	for (int i = 0; i < 3000 && seen->records < REC_N; i++)
+		usleep(10000);
+	CHECK(seen->records == REC_N && seen->total == payload);
+	usleep(200000); /* the consumer sleeps: its slot is published */
+	next_pass(&ma);
+	next_pass(&mb);
+	CHECK(find_rec(&ma, FMC_FLOW, "recs", &s, NULL));
+	CHECK(find_rec(&mb, FMC_FLOW, "recs", &r, NULL));
+	printf("  %u records, %llu payload bytes, %llu ring bytes\n"
+	       "  sender: records committed %llu sent %llu, bytes committed "
+	       "%llu sent %llu, %llu batches (mean %llu records)\n"
+	       "  receiver: records deposited %llu committed %llu consumed "
+	       "%llu, bytes deposited %llu\n", REC_N,
+	       (unsigned long long)payload, (unsigned long long)ring_pos,
+	       (unsigned long long)s.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_RECORDS_SENT],
+	       (unsigned long long)s.v[FMC_F_BYTES_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_BYTES_SENT],
+	       (unsigned long long)s.v[FMC_F_BATCHES],
+	       (unsigned long long)(s.v[FMC_F_BATCHES] ?
+			s.v[FMC_F_RECORDS_SENT] / s.v[FMC_F_BATCHES] : 0),
+	       (unsigned long long)r.v[FMC_F_RECORDS_DEPOSITED],
+	       (unsigned long long)r.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)r.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)r.v[FMC_F_BYTES_DEPOSITED]);
+	/* the sender's side */
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == REC_N);
+	CHECK(s.v[FMC_F_RECORDS_SENT] == REC_N);
+	CHECK(s.v[FMC_F_RECORDS_DEPOSITED] == 0);
+	CHECK(s.v[FMC_F_BYTES_COMMITTED] == ring_pos);
+	CHECK(s.v[FMC_F_BYTES_SENT] == ring_pos);
+	CHECK(s.v[FMC_F_BATCHES] > 0 && s.v[FMC_F_BATCHES] <= REC_N);
+	/* the receiver's */
+	CHECK(r.v[FMC_F_RECORDS_DEPOSITED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_COMMITTED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_CONSUMED] == REC_N);
+	CHECK(r.v[FMC_F_RECORDS_SENT] == 0);
+	CHECK(r.v[FMC_F_BYTES_DEPOSITED] == ring_pos);
+
+	/* the same in every view: flow show --json (the file, as root) */
+	CHECK(hd_flow_json(&a, moverctl, "recs", out, sizeof(out)));
+	CHECK(json_value(out, "\"counters\"", "records_committed") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "records_sent") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "mean_batch_records") ==
+	      REC_N / s.v[FMC_F_BATCHES]);
+	CHECK(hd_flow_json(&b, moverctl, "recs", out, sizeof(out)));
+	CHECK(json_value(out, "\"counters\"", "records_deposited") == REC_N);
+	CHECK(json_value(out, "\"counters\"", "records_consumed") == REC_N);
+	/* top --once --json */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(json_value(out, "\"name\":\"recs\"", "records_sent") == REC_N);
+	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(json_value(out, "\"name\":\"recs\"", "records_deposited") ==
+	      REC_N);
+	/* /metrics' text, rendered from each daemon's file */
+	text = metrics_render(ma.h, false, &len);
+	CHECK(text);
+	CHECK(strstr(text, "# HELP flowmover_flow_records_sent_total "));
+	CHECK(strstr(text, "# TYPE flowmover_flow_records_sent_total counter"));
+	CHECK(metric_value(text, "flowmover_flow_records_sent_total",
+			   "flow=\"recs\"") == REC_N);
+	CHECK(metric_value(text, "flowmover_flow_records_committed_total",
+			   "flow=\"recs\"") == REC_N);
+	free(text);
+	text = metrics_render(mb.h, false, &len);
+	CHECK(text);
+	CHECK(metric_value(text, "flowmover_flow_records_deposited_total",
+			   "flow=\"recs\"") == REC_N);
+	CHECK(metric_value(text, "flowmover_flow_records_consumed_total",
+			   "flow=\"recs\"") == REC_N);
+	free(text);
+	atomic_store(&seen->release, true);
+	wait_ok(c, 60000, "consumer");
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+	cmap_close(&mb);
+}
+
+/* ---- 11: a consumer that leaves right after its last record ------------------- */
+
+/* Attach, wait ms (the sampler sees the slot), take n records without
+ * sleeping, detach at once; exit 0. */
+static pid_t consume_late(const struct hd *d, const char *flow, uint64_t n,
+			  int ms)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	static char buf[65536];
+	flowshm_t *f;
+	size_t len;
+
+	if (flowshm_attach(flow, FLOWSHM_CONSUMER, NULL, &f))
+		_exit(2);
+	usleep((useconds_t)ms * 1000);
+	for (uint64_t i = 0; i < n; i++)
+		if (flowshm_recv(f, buf, sizeof(buf), &len, SEC))
+			_exit(3);
+	flowshm_detach(f);
+	_exit(0);
+}
+
+static void case_leaver(void)
+{
+	struct hd d;
+	struct cmap m;
+	struct fmc_snap s;
+	pid_t p, c;
+
+	hd_start(&d, moverd, "metrics11", false, NULL);
+	m = cmap_open(&d);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out),
+			"flow create leave --ring-size 1M"), 0);
+	/* 500 records wait in the ring (kept: no subscriber yet) */
+	p = produce(&d, "leave", 500, 1000, 0);
+	wait_ok(p, 30000, "producer");
+	c = consume_late(&d, "leave", 500, 400);
+	wait_ok(c, 30000, "consumer");
+	next_pass(&m);
+	CHECK(find_rec(&m, FMC_FLOW, "leave", &s, NULL));
+	printf("  records committed %llu, consumed %llu, subscribers %#llx\n",
+	       (unsigned long long)s.v[FMC_F_RECORDS_COMMITTED],
+	       (unsigned long long)s.v[FMC_F_RECORDS_CONSUMED],
+	       (unsigned long long)s.v[FMC_F_SUB_MASK]);
+	CHECK(s.v[FMC_F_SUB_MASK] == 0);
+	CHECK(s.v[FMC_F_RECORDS_COMMITTED] == 500);
+	CHECK(s.v[FMC_F_RECORDS_CONSUMED] == 500);
+	hd_stop(&d);
+	cmap_close(&m);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1023,6 +1292,8 @@ int main(int argc, char **argv)
 		{ 7, case_access, "who may read the counters" },
 		{ 8, case_show, "flow show and status with the counters" },
 		{ 9, case_text, "the Prometheus text: names, types, escaping" },
+		{ 10, case_records, "record counters between hosts" },
+		{ 11, case_leaver, "records of a consumer that just left" },
 	};
 
 	if (argc != 4) {
