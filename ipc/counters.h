@@ -184,8 +184,9 @@ enum fmc_flow {
 	FMC_F_BYTES_CONSUMED,  /* the consumer's position since the ring
 				* began (local, receiver; sender: the peer
 				* consumer's, as last acknowledged) */
-	FMC_F_RECORDS_CONSUMED, /* by the slowest active subscriber (ring
-				 * format 2's slot count, published lazily) */
+	FMC_F_RECORDS_CONSUMED, /* summed over the subscribers (ring format
+				 * 2's slot counts, published lazily; two
+				 * subscribers reading N records give 2N) */
 	FMC_F_BATCHES,         /* sender: sends that carried its data; a
 				* mean batch is BYTES_SENT / BATCHES bytes,
 				* RECORDS_SENT / BATCHES records */
