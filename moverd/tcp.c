@@ -12,6 +12,7 @@
 #include "peer_impl.h"
 #include "listener.h"
 #include "log.h"
+#include "lattrace.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -40,6 +41,7 @@ static void tcp_send(struct peer *p)
 	p->tx_msg = (struct msghdr){ .msg_iov = p->tx_iov + p->tx_first,
 				     .msg_iovlen = p->tx_niov - p->tx_first };
 	io_uring_prep_sendmsg(sqe, p->fd, &p->tx_msg, MSG_NOSIGNAL);
+	fmlt_mark(LT_TX_SUBMIT, p->tx_niov);
 	p->last_tx_ns = fr_now_ns();
 }
 
@@ -48,6 +50,7 @@ static void write_done(struct loop_op *op, int res)
 	struct peer *p = CONTAINER(op, struct peer, wr_op);
 	size_t done;
 
+	fmlt_mark(LT_TX_DONE, (uint64_t)res);
 	if (p->state == PEER_CLOSING)
 		return; /* reap_peers takes it from here */
 	if (res <= 0) {
@@ -81,6 +84,7 @@ static void read_done(struct loop_op *op, int res)
 		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
 		return;
 	}
+	fmlt_mark(p->in_body ? LT_RX_BODY : LT_RX_HDR, (uint64_t)res);
 	p->last_rx_ns = fr_now_ns();
 	p->bytes_rx += (uint64_t)res;
 	if (!p->in_body) {
