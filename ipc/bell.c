@@ -3,6 +3,7 @@
  * per flow and, only when moverd sleeps, its one futex word.
  */
 #include "bell.h"
+#include "lattrace.h"
 #include "futex.h"
 
 #include <errno.h>
@@ -38,6 +39,7 @@ void fb_ring(struct fr_bell *b, uint32_t idx)
 		return;
 	/* release: a woken moverd that reads the word sees our bits */
 	atomic_fetch_add_explicit(&b->futex, 1, memory_order_release);
+	fmlt_mark(LT_BELL_WAKE, 0);
 	fm_futex_wake(&b->futex);
 }
 

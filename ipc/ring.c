@@ -6,6 +6,7 @@
 #include "ring.h"
 #include "futex.h"
 #include "bell.h"
+#include "lattrace.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -184,8 +185,10 @@ static void wake_consumer(struct fr_ring *r)
 	 */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&r->sh->consumers_waiting,
-				 memory_order_relaxed))
+				 memory_order_relaxed)) {
+		fmlt_mark(LT_CONS_WAKE, 0);
 		wake_all(&r->sh->data_futex);
+	}
 	/*
 	 * The doorbell: only a handle that got the page from moverd rings
 	 * it.  The exchange makes one of several producers ring; relaxed is
@@ -1312,8 +1315,11 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 				  memory_order_relaxed);
 	/* full fence: count before the re-check (pairs with wake_consumer) */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!data_maybe_ready(r))
+	if (!data_maybe_ready(r)) {
+		fmlt_mark(LT_CONS_SLEEP, 0);
 		rc = fm_futex_wait(&sh->data_futex, v, until);
+		fmlt_mark(LT_CONS_WOKE, 0);
+	}
 	atomic_fetch_sub_explicit(&sh->consumers_waiting, 1,
 				  memory_order_relaxed);
 	if (rc == -ETIMEDOUT && until != deadline_ns)

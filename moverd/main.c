@@ -14,6 +14,7 @@
 #include "fanout.h"
 #include "flows.h"
 #include "idle.h"
+#include "lattrace.h"
 #include "log.h"
 #include "metrics_http.h"
 #include "loop.h"
@@ -1003,6 +1004,7 @@ int main(int argc, char **argv)
 	struct peer_opts popt;
 	int rc, ready_fd = -1;
 
+	fmlt_init("moverd");
 	rc = parse_options(&d.opt, argc, argv);
 	if (rc)
 		return rc;
@@ -1075,8 +1077,11 @@ int main(int argc, char **argv)
 
 		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
 
+		if (timeout)
+			fmlt_mark(LT_SLEEP, (uint64_t)timeout);
 		rc = loop_run_once(&d.loop, timeout);
 		if (timeout) {
+			fmlt_mark(LT_WAKE, (uint64_t)rc);
 			count_wake(&d, rings, ticks, rc);
 			peer_woke(&d.peers);
 		}
@@ -1088,6 +1093,7 @@ int main(int argc, char **argv)
 		}
 	}
 	shutdown_daemon(&d);
+	fmlt_dump();
 	auth_forget(&d.key);
 	return rc < 0 ? 1 : 0;
 }

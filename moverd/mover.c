@@ -26,6 +26,7 @@
 #include "log.h"
 
 #include "bell.h"
+#include "lattrace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -487,6 +488,8 @@ static void collect_bell(struct peer_mgr *m)
 		return;
 	do {
 		n = fb_collect(m->bell_page, ids, 256);
+		if (n)
+			fmlt_mark(LT_BELL, n);
 		for (unsigned i = 0; i < n; i++) {
 			struct flow *f = ids[i] < FB_BITS ?
 						 m->bell_flows[ids[i]] : NULL;
@@ -689,7 +692,9 @@ int peer_do_work(struct peer_mgr *m)
 	m->rx_deposits = 0;
 	for (struct peer *p = m->peers; p; p = p->next)
 		work += tx_build(p);
-	if (work)
+	if (work) {
+		fmlt_mark(LT_WORK, (uint64_t)work);
 		m->last_work_ns = fr_now_ns();
+	}
 	return work;
 }

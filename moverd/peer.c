@@ -17,6 +17,7 @@
  * connection with a logged reason; other peers and flows go on.
  */
 #include "peer_impl.h"
+#include "lattrace.h"
 #include "bell_thread.h"
 #include "eos.h"
 #include "fanout.h"
@@ -1114,6 +1115,7 @@ static void finish_data(struct peer *p)
 		f->sent = p->hdr.pos + p->hdr.len;
 		f->bytes_sent += p->hdr.len;
 		/* release store of `published`, then wake the consumer */
+		fmlt_mark(LT_PUBLISH, f->sent);
 		fr_publish(ring_of(f), f->sent);
 		f->ack_due = true;
 		mover_wake_flow(p->m, f); /* owes an acknowledgement */

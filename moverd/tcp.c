@@ -4,11 +4,15 @@
  * (headers and producer-ring spans, no copy); a short send goes on from
  * where it stopped.  Receives read a header, then its body: control bodies
  * into a buffer, DATA bodies straight into the consumer ring (readv of the
- * one or two pieces the protocol pointed at).
+ * one or two pieces the protocol pointed at).  A body that is already in
+ * the socket when its header completes is read at once, in the same pass
+ * (read_body_now), so a record is deposited and its consumer woken one
+ * loop pass earlier.
  */
 #include "peer_impl.h"
 #include "listener.h"
 #include "log.h"
+#include "lattrace.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 static void tcp_recv(struct peer *p);
+static void read_body_now(struct peer *p);
 
 /* ---- sending -------------------------------------------------------------- */
 
@@ -36,6 +41,7 @@ static void tcp_send(struct peer *p)
 	p->tx_msg = (struct msghdr){ .msg_iov = p->tx_iov + p->tx_first,
 				     .msg_iovlen = p->tx_niov - p->tx_first };
 	io_uring_prep_sendmsg(sqe, p->fd, &p->tx_msg, MSG_NOSIGNAL);
+	fmlt_mark(LT_TX_SUBMIT, p->tx_niov);
 	p->last_tx_ns = fr_now_ns();
 }
 
@@ -44,6 +50,7 @@ static void write_done(struct loop_op *op, int res)
 	struct peer *p = CONTAINER(op, struct peer, wr_op);
 	size_t done;
 
+	fmlt_mark(LT_TX_DONE, (uint64_t)res);
 	if (p->state == PEER_CLOSING)
 		return; /* reap_peers takes it from here */
 	if (res <= 0) {
@@ -77,12 +84,15 @@ static void read_done(struct loop_op *op, int res)
 		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
 		return;
 	}
+	fmlt_mark(p->in_body ? LT_RX_BODY : LT_RX_HDR, (uint64_t)res);
 	p->last_rx_ns = fr_now_ns();
 	p->bytes_rx += (uint64_t)res;
 	if (!p->in_body) {
 		p->hdr_have += (size_t)res;
 		if (p->hdr_have == WIRE_HDR)
 			peer_rx_header(p);
+		if (p->state == PEER_UP && p->in_body)
+			read_body_now(p);
 	} else {
 		p->body_have += (size_t)res;
 		if (p->body_have == p->hdr.len)
@@ -92,34 +102,26 @@ static void read_done(struct loop_op *op, int res)
 		tcp_recv(p);
 }
 
-static void tcp_recv(struct peer *p)
+/*
+ * The rest of the current body as p->rx_msg over p->rx_cur: a control body
+ * into ctrl_buf, a discarded one into ctrl_buf in pieces, DATA straight
+ * into the consumer ring (one or two pieces).  Returns the recv flags:
+ * MSG_WAITALL for DATA (one completion per body, not one per segment).
+ */
+static int body_msg(struct peer *p)
 {
-	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->rd_op, read_done);
 	struct iovec *iov = p->rx_cur;
-	size_t skip;
+	size_t skip, rest = p->hdr.len - p->body_have;
 
-	if (!sqe) {
-		peer_fail(p, "no submission slot");
-		return;
+	if (p->hdr.type == WIRE_CTRL || p->rx_discard) {
+		/* a body nobody takes is read in pieces */
+		iov[0] = p->hdr.type == WIRE_CTRL ?
+			 (struct iovec){ p->ctrl_buf + p->body_have, rest } :
+			 (struct iovec){ p->ctrl_buf, rest < WIRE_MAX_CTRL ?
+						     rest : WIRE_MAX_CTRL };
+		p->rx_msg = (struct msghdr){ .msg_iov = iov, .msg_iovlen = 1 };
+		return 0;
 	}
-	if (!p->in_body) {
-		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
-				   WIRE_HDR - p->hdr_have, MSG_WAITALL);
-		return;
-	}
-	if (p->hdr.type == WIRE_CTRL) {
-		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf + p->body_have,
-				   p->hdr.len - p->body_have, 0);
-		return;
-	}
-	if (p->rx_discard) { /* a body nobody takes: read it in pieces */
-		size_t rest = p->hdr.len - p->body_have;
-
-		io_uring_prep_recv(sqe, p->fd, p->ctrl_buf, rest < WIRE_MAX_CTRL ?
-				   rest : WIRE_MAX_CTRL, 0);
-		return;
-	}
-	/* DATA: straight into the consumer ring, one or two pieces */
 	skip = p->body_have;
 	if (skip < p->rx_iov[0].iov_len) {
 		iov[0] = (struct iovec){ (char *)p->rx_iov[0].iov_base + skip,
@@ -131,10 +133,50 @@ static void tcp_recv(struct peer *p)
 					 p->rx_iov[1].iov_len - skip };
 		iov[1] = (struct iovec){ NULL, 0 };
 	}
-	/* MSG_WAITALL: one completion per body, not one per arriving segment */
 	p->rx_msg = (struct msghdr){ .msg_iov = iov,
 				     .msg_iovlen = iov[1].iov_len ? 2 : 1 };
-	io_uring_prep_recvmsg(sqe, p->fd, &p->rx_msg, MSG_WAITALL);
+	return MSG_WAITALL;
+}
+
+static void tcp_recv(struct peer *p)
+{
+	struct io_uring_sqe *sqe = loop_sqe(p->m->loop, &p->rd_op, read_done);
+	int flags;
+
+	if (!sqe) {
+		peer_fail(p, "no submission slot");
+		return;
+	}
+	if (!p->in_body) {
+		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
+				   WIRE_HDR - p->hdr_have, MSG_WAITALL);
+		return;
+	}
+	flags = body_msg(p);
+	io_uring_prep_recvmsg(sqe, p->fd, &p->rx_msg, flags);
+}
+
+/*
+ * A header just completed: its body was almost always sent in the same
+ * sendmsg and is in the socket already, so read it now, without waiting.
+ * Otherwise the body's receive would be submitted by the next duty cycle
+ * and reaped by the one after (measured: ~3 us of a record's one-way
+ * latency, and the deposit and the consumer's wake-up a loop pass later).
+ * Whatever does not come now (EAGAIN, a short read, an error or EOF) is
+ * left to the io_uring receive armed after us, which reports errors.
+ */
+static void read_body_now(struct peer *p)
+{
+	ssize_t n;
+
+	body_msg(p);
+	n = recvmsg(p->fd, &p->rx_msg, MSG_DONTWAIT);
+	if (n <= 0)
+		return;
+	p->bytes_rx += (uint64_t)n;
+	p->body_have += (size_t)n;
+	if (p->body_have == p->hdr.len)
+		peer_rx_body(p);
 }
 
 /* ---- connections ---------------------------------------------------------- */

@@ -27,6 +27,7 @@
  */
 #include "flowshm.h"
 #include "counters.h"   /* ipc/: --counter-reader */
+#include "lattrace.h"   /* ipc/: FM_LATTRACE */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1765,6 +1766,8 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 	flowshm_t *p;
 	int rc;
 
+	if (rate > 0)
+		fmlt_init("prod");
 	if ((rc = r_attach(name, 0, FLOWSHM_PRODUCER, &p)))
 		r_child_fail(c, "producer attach", name, rc);
 	for (unsigned i = 0; i < nb; i++)
@@ -1789,6 +1792,7 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 				;
 			rec_stamp(buf, size, id, seq);
 			rec_time(buf, now_ns());
+			fmlt_mark(LT_SEND, seq);
 			rc = flowshm_send(p, buf, size, R_WAIT_NS);
 			if (rc == -ETIMEDOUT)
 				continue; /* same seq again, new time */
@@ -1824,6 +1828,7 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 		}
 	}
 	s->f[id].cpu_prod = self_cpu_s() - cpu0;
+	fmlt_dump();
 	flowshm_detach(p);
 	if (rc && rc != -ETIMEDOUT && !(rc == -EPIPE &&
 					phase_of(c) == PH_STOP)) {
@@ -1860,6 +1865,8 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 	flowshm_t *cons;
 	int rc;
 
+	if (count)
+		fmlt_init("cons");
 	if ((rc = r_attach(name, 1, FLOWSHM_CONSUMER, &cons)))
 		r_child_fail(c, "consumer attach", name, rc);
 	/* rec_check: ids below nprod are valid, our producer's id is `id` */
@@ -1893,6 +1900,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 				_exit(1);
 			}
 			memcpy(&ts, p + 8, 8);
+			fmlt_mark(LT_GOT, ts);
 			if (ts && nlat < R_LAT_MAX &&
 			    (count ? n + i >= skip : seen == PH_MEASURE))
 				lat[nlat++] = now_ns() - ts;
@@ -1902,6 +1910,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 	rf->total = n;
 	rf->nlat = nlat;
 	rf->cpu_cons = self_cpu_s() - cpu0;
+	fmlt_dump();
 	flowshm_detach(cons);
 	if (rc && rc != -ETIMEDOUT) {
 		snprintf(c->err, sizeof(c->err), "consumer of %s: %s after "
@@ -2276,6 +2285,7 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 	double cpu0;
 	int rc = 0;
 
+	fmlt_init("pinger");
 	if ((rc = r_attach(ping, 0, FLOWSHM_PRODUCER, &out)))
 		r_child_fail(c, "pinger attach", ping, rc);
 	if ((rc = r_attach(pong, 0, FLOWSHM_CONSUMER, &in)))
@@ -2294,12 +2304,16 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 			break;
 		rec_stamp(sbuf, size, 0, seq++);
 		rec_time(sbuf, t0);
+		fmlt_mark(LT_PING_SEND, seq);
 		/* 5 s: a mover that lost the record fails the run, not hangs */
-		if ((rc = flowshm_send(out, sbuf, size, 5000000000ll)) ||
-		    (rc = r_recv_wait(in, rbuf, size, &len, o->spin,
+		if ((rc = flowshm_send(out, sbuf, size, 5000000000ll)))
+			break;
+		fmlt_mark(LT_PING_SENT, seq);
+		if ((rc = r_recv_wait(in, rbuf, size, &len, o->spin,
 				      5000000000ll)))
 			break;
 		t1 = now_ns();
+		fmlt_mark(LT_PING_GOT, seq);
 		if (rec_check(c, rbuf, len, size, 1, &next)) {
 			fprintf(stderr, "flowbench: pinger: echo of %s: %s\n",
 				ping, c->err);
@@ -2309,6 +2323,7 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 			s->lat[nlat++] = t1 - t0;
 	}
 	rf->cpu_prod = self_cpu_s() - cpu0;
+	fmlt_dump();
 	rf->total = next;
 	rf->nlat = nlat;
 	flowshm_detach(out);
@@ -2333,6 +2348,7 @@ static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
 	double cpu0;
 	int rc;
 
+	fmlt_init("echo");
 	if ((rc = r_attach(ping, 1, FLOWSHM_CONSUMER, &in)))
 		r_child_fail(c, "echo attach", ping, rc);
 	if ((rc = r_attach(pong, 1, FLOWSHM_PRODUCER, &out)))
@@ -2348,10 +2364,13 @@ static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
 				break;
 			continue;
 		}
+		fmlt_mark(LT_ECHO_GOT, 0);
 		if (rc || (rc = flowshm_send(out, buf, len, 5000000000ll)))
 			break;
+		fmlt_mark(LT_ECHO_SENT, 0);
 	}
 	s->f[0].cpu_cons = self_cpu_s() - cpu0;
+	fmlt_dump();
 	flowshm_detach(in);
 	flowshm_detach(out);
 	if (rc && rc != -ETIMEDOUT && !(rc == -EPIPE &&
