@@ -669,6 +669,15 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
 	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);
+	/*
+	 * A resumed flow whose consumer has not read everything owes credit
+	 * for what it reads next.  Only a deposit would put it on the owing
+	 * list, and when the sender's window was full at the cut no deposit
+	 * ever comes: the sender waits for our ACK, we for its DATA (issue
+	 * 11, test_fanout cases 8 and 9).
+	 */
+	if (f->reported_head != f->sent)
+		mover_wake_flow(m, f);
 }
 
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
