@@ -130,6 +130,7 @@ struct flow {
 	/* receiver */
 	uint64_t reported_head;  /* the consumer position last sent back */
 	bool ack_due;
+	bool cut_off;            /* failed: the sender cut it (max_lag) */
 	struct peer *rx_peer;    /* a receive into the ring is in flight */
 
 	/* sender: the peer answered "busy, retry" (-EAGAIN) to an open */

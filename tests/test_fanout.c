@@ -10,8 +10,8 @@
  *   3. peer add on a live flow: the new peer gets the records from its
  *      join position (everything the slowest subscriber had not released)
  *   4. peer remove of a stopped peer releases the producers
- *   5. --max-lag cuts a stopped peer (C's flow fails with the reason), B
- *      goes on; a local consumer that stops is cut (-ESTALE) and attaches
+ *   5. --max-lag cuts a stopped peer (C's flow fails with the reason, its
+ *      consumer gets -ESTALE), B goes on; a local consumer that stops is cut (-ESTALE) and attaches
  *      again at the current position
  *   6. A killed -9 and restarted: both peers come back from its state
  *      file and each resumes exactly once
@@ -510,7 +510,8 @@ static void case_max_lag(void)
 	struct three t;
 	char out[8192], reason[256];
 	unsigned char buf[REC_MAX];
-	flowshm_t *p, *fast = NULL, *slow = NULL;
+	flowshm_t *p, *fast = NULL, *slow = NULL, *onc = NULL;
+	struct flowshm_state st;
 	size_t len;
 	pid_t cb;
 	int ready[2];
@@ -526,7 +527,9 @@ static void case_max_lag(void)
 	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(pipe(ready) == 0);
-	/* B reads everything; nobody reads on C */
+	/* B reads everything; a consumer attached on C reads nothing */
+	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
 	cb = consumer(&t.b, "x", 0, n, ready[1]);
 	wait_ready(ready[0]);
 	p = producer_on(&t.a, "x");
@@ -550,6 +553,12 @@ static void case_max_lag(void)
 	peer_json(&t.a, "x", t.caddr, out, sizeof(out));
 	CHECK(strstr(out, "cut off"));
 	CHECK(hd_log_count(&t.a, "cut off") >= 1);
+	/* C's consumer was cut with it: -ESTALE, as a local one cut off
+	 * (not the -EPROTO of a corrupt flow), and the state says so */
+	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 0), -ESTALE);
+	CHECK_RC(flowshm_state(onc, &st), 0);
+	CHECK(st.state == FLOWSHM_STATE_FAILED && st.reason == -ESTALE);
+	flowshm_detach(onc);
 	flowshm_detach(p);
 
 	/* a local flow: a consumer that stops is cut off, attaches again */
