@@ -40,11 +40,7 @@ step "AddressSanitizer + UndefinedBehaviorSanitizer"
 build build-asan -DFM_SANITIZE=address,undefined
 # The python label runs here too: its ctest entry preloads libasan into
 # /usr/bin/python3 for the ASan-built module (python/tests/CMakeLists.txt).
-# test_fanout case 2 (a peer host killed -9 and restarted mid-stream) is left
-# out here: under ASan it once stalled for good, the restarted peer's
-# subscription open but never sent to (a known bug of fan-out resume, open
-# on issue 11); it runs in the release step above.
-(cd build-asan && FM_STRESS_RECORDS=100000 FM_FANOUT_CASES=1,3,4,5,6,7 \
+(cd build-asan && FM_STRESS_RECORDS=100000 \
     ctest --output-on-failure -LE 'vm|package')
 
 step "ThreadSanitizer (lock-free ring)"

@@ -710,6 +710,26 @@ void fr_sub_publish(struct fr_ring *r)
 		publish_pos(r);
 }
 
+unsigned fr_sub_cut_all(struct fr_ring *r)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		struct fr_sub *s = &r->sh->subs[i];
+		uint32_t st = FR_SUB_ACTIVE;
+
+		/* CAS (seq_cst, as cut_laggards): a holder leaving at the
+		 * same time either frees its slot or finds it CUT, never
+		 * both; its reads are over before it looks (fr_sub_lost's
+		 * acquire) */
+		if (atomic_compare_exchange_strong(&s->state, &st, FR_SUB_CUT)) {
+			atomic_fetch_and(&r->sh->sub_mask, ~(1u << i));
+			n++;
+		}
+	}
+	return n;
+}
+
 bool fr_sub_lost(const struct fr_ring *r)
 {
 	const struct fr_sub *s;

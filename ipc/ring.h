@@ -525,6 +525,12 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen);
 /* Publish our private head to our slot now (lazy publishing otherwise). */
 void fr_sub_publish(struct fr_ring *r);
 
+/* Cut off every active subscriber (as max_lag would): each gets -ESTALE
+ * from its next read.  moverd, on a receiving host whose subscription on
+ * the sending host was cut (fan-out --max-lag): "you were cut" reaches
+ * the consumers there with the same meaning.  Returns how many. */
+unsigned fr_sub_cut_all(struct fr_ring *r);
+
 /* Was our slot cut off by max_lag (or taken from us)?  A consumer that
  * copied a record checks this after the copy: -ESTALE if true. */
 bool fr_sub_lost(const struct fr_ring *r);

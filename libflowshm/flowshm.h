@@ -27,7 +27,10 @@
  *               returns it from then on.  Not an error of the flow.
  *   -ESTALE     this consumer fell more than the flow's max lag behind and
  *               was cut off; detach and attach again (at the current
- *               position)
+ *               position).  On a receiving host: the sending host cut
+ *               this host's subscription (fan-out --max-lag); the flow
+ *               here is failed (flowshm_state: FAILED, reason -ESTALE)
+ *               until destroyed here and this peer added again there
  *   -EPROTO     the ring is corrupt or of another version: stop using it
  *   -EINVAL     bad argument (zero length, wrong role, misuse of reserve
  *               or peek)

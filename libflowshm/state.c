@@ -110,8 +110,11 @@ static void ring_override(const flowshm_t *f, struct flowshm_state *out)
 		out->reason = -EPROTO;
 	} else if (flags & FR_FLAG_CLOSED) {
 		/* destroy --drain closes the ring to producers first: it is
-		 * closed once moverd says so (issue 15) */
-		if (out->state != FLOWSHM_STATE_DRAINING)
+		 * closed once moverd says so (issue 15); a flow moverd failed
+		 * without FR_FLAG_FAILED (a receiving host cut off by its
+		 * sender's --max-lag: reason -ESTALE) stays failed */
+		if (out->state != FLOWSHM_STATE_DRAINING &&
+		    out->state != FLOWSHM_STATE_FAILED)
 			out->state = FLOWSHM_STATE_CLOSED;
 	} else if ((flags & FR_FLAG_ENDED) || consumer_at_end(f)) {
 		out->state = FLOWSHM_STATE_ENDED;

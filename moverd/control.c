@@ -476,6 +476,8 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		.allow_gids = sp->allow_gids,
 		.n_allow_gids = sp->n_allow_gids,
 		.max_lag = sp->max_lag,
+		.more_peers = (const char *const *)sp->more_peers,
+		.n_more_peers = sp->n_more_peers,
 	};
 	struct flow *f = NULL;
 	char err[256];

@@ -19,6 +19,14 @@
 
 /* ---- reading ------------------------------------------------------------ */
 
+static bool has_more(const struct declared_flow *df, const char *addr)
+{
+	for (unsigned i = 0; i < df->n_more; i++)
+		if (!strcmp(df->more[i], addr))
+			return true;
+	return false;
+}
+
 struct parse {
 	const char *path;
 	int line;
@@ -108,6 +116,26 @@ static int parse_ids(struct parse *p, const char *key, char *val, bool group,
 	return 0;
 }
 
+/* peer=HOST:PORT: the first, or one more (fan-out), each once. */
+static int parse_peer(struct parse *p, struct declared_flow *df,
+		      const char *val)
+{
+	if (!strchr(val, ':') || strlen(val) >= sizeof(df->peer))
+		return fail(p, "flow %s: peer '%s': use HOST:PORT", df->name,
+			    val);
+	if (!strcmp(df->peer, val) || has_more(df, val))
+		return fail(p, "flow %s: peer %s given twice", df->name, val);
+	if (!df->peer[0]) {
+		strcpy(df->peer, val);
+		return 0;
+	}
+	if (df->n_more >= FANOUT_MAX_PEERS - 1)
+		return fail(p, "flow %s: at most %u peer hosts per flow",
+			    df->name, FANOUT_MAX_PEERS);
+	strcpy(df->more[df->n_more++], val);
+	return 0;
+}
+
 static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 {
 	char *val = strchr(tok, '=');
@@ -128,18 +156,20 @@ static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 				    "(K, M, G)", df->name, val);
 		df->max_record = (uint32_t)v;
 	} else if (!strcmp(tok, "peer")) {
-		if (!strchr(val, ':') || strlen(val) >= sizeof(df->peer))
-			return fail(p, "flow %s: peer '%s': use HOST:PORT",
-				    df->name, val);
-		strcpy(df->peer, val);
+		return parse_peer(p, df, val);
+	} else if (!strcmp(tok, "max-lag")) {
+		if (parse_size(val, &v))
+			return fail(p, "flow %s: max-lag '%s': use a size (K, M, "
+				    "G)", df->name, val);
+		df->max_lag = v;
 	} else if (!strcmp(tok, "allow-uid")) {
 		return parse_ids(p, tok, val, false, df->uids, &df->n_uids);
 	} else if (!strcmp(tok, "allow-gid")) {
 		return parse_ids(p, tok, val, true, df->gids, &df->n_gids);
 	} else {
 		return fail(p, "flow %s: unknown parameter '%s' (use ring-size, "
-			    "max-record, peer, allow-uid, allow-gid)", df->name,
-			    tok);
+			    "max-record, peer, max-lag, allow-uid, allow-gid)",
+			    df->name, tok);
 	}
 	return 0;
 }
@@ -181,8 +211,8 @@ static int parse_flow(struct parse *p, char *rest, const char *listen,
 
 	if (!name)
 		return fail(p, "flow: missing NAME (flow = NAME [ring-size=N] "
-			    "[max-record=N] [peer=HOST:PORT] [allow-uid=ID,...] "
-			    "[allow-gid=ID,...])");
+			    "[max-record=N] [peer=HOST:PORT]... [max-lag=N] "
+			    "[allow-uid=ID,...] [allow-gid=ID,...])");
 	if (!flows_valid_name(name))
 		return fail(p, "invalid flow name '%.80s': use 1-64 of "
 			    "[A-Za-z0-9._-]", name);
@@ -270,11 +300,23 @@ static bool same_ids(const uint32_t *a, unsigned na, const uint32_t *b,
 	return true;
 }
 
+static bool same_more(const struct declared_flow *a,
+		      const struct declared_flow *b)
+{
+	if (a->n_more != b->n_more)
+		return false;
+	for (unsigned i = 0; i < a->n_more; i++)
+		if (!has_more(b, a->more[i]))
+			return false;
+	return true;
+}
+
 static bool same_decl(const struct declared_flow *a,
 		      const struct declared_flow *b)
 {
 	return a->ring_size == b->ring_size && a->max_record == b->max_record &&
 	       !strcmp(a->peer, b->peer) && a->receiver == b->receiver &&
+	       same_more(a, b) && a->max_lag == b->max_lag &&
 	       same_ids(a->uids, a->n_uids, b->uids, b->n_uids) &&
 	       same_ids(a->gids, a->n_gids, b->gids, b->n_gids);
 }
@@ -289,6 +331,51 @@ static void ids_text(char *buf, size_t cap, const uint32_t *ids, size_t n)
 	for (size_t i = 0; i < n && len < cap; i++)
 		len += (size_t)snprintf(buf + len, cap - len, "%s%u",
 					i ? "," : "", ids[i]);
+}
+
+/* f's peer hosts after the first, as a set: those of s? */
+static bool same_peers(const struct flow *f, const struct flow_spec *s)
+{
+	size_t n = 0;
+
+	for (const struct flow *p = f->fanout; p; p = p->fanout_next, n++) {
+		size_t i = 0;
+
+		while (i < s->n_more_peers && strcmp(s->more_peers[i],
+						     p->peer_addr))
+			i++;
+		if (i == s->n_more_peers)
+			return false;
+	}
+	return n == s->n_more_peers;
+}
+
+static void peers_text(char *buf, size_t cap, const struct flow *f,
+		       const struct flow_spec *s)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	if (f) {
+		for (const struct flow *p = f->fanout; p && len < cap;
+		     p = p->fanout_next)
+			len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+						len ? "," : "", p->peer_addr);
+	} else {
+		for (size_t i = 0; i < s->n_more_peers && len < cap; i++)
+			len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+						len ? "," : "",
+						s->more_peers[i]);
+	}
+	if (!buf[0])
+		snprintf(buf, cap, "none");
+}
+
+static uint64_t max_lag_of(const struct flow *f)
+{
+	/* relaxed: moverd wrote it at create, nobody else may */
+	return f->view ? atomic_load_explicit(&f->view->ring.sh->max_lag,
+					      memory_order_relaxed) : 0;
 }
 
 const char *declared_differs(const struct flow_table *t, const struct flow *f,
@@ -318,6 +405,15 @@ const char *declared_differs(const struct flow_table *t, const struct flow *f,
 	else if (strcmp(f->peer_addr, peer))
 		snprintf(why, cap, "peer (the flow has '%s', asked '%s')",
 			 f->peer_addr, peer);
+	else if (!same_peers(f, s)) {
+		peers_text(a, sizeof(a), f, NULL);
+		peers_text(b, sizeof(b), NULL, s);
+		snprintf(why, cap, "set of peers after the first (the flow "
+			 "has %s, asked %s)", a, b);
+	} else if (max_lag_of(f) != s->max_lag)
+		snprintf(why, cap, "max-lag (the flow has %llu, asked %llu)",
+			 (unsigned long long)max_lag_of(f),
+			 (unsigned long long)s->max_lag);
 	else if (!same_ids(f->allow_uids, f->n_allow_uids, s->allow_uids,
 			   (unsigned)s->n_allow_uids)) {
 		ids_text(a, sizeof(a), f->allow_uids, f->n_allow_uids);
@@ -362,14 +458,20 @@ static void say(struct declared_report *r, enum log_level lvl,
 							r->cap - r->len - 1;
 }
 
-static struct flow_spec spec_of(const struct declared_flow *df)
+/* more: room for df's peers after the first, which the spec points at */
+static struct flow_spec spec_of(const struct declared_flow *df,
+				const char *more[FANOUT_MAX_PEERS])
 {
+	for (unsigned i = 0; i < df->n_more; i++)
+		more[i] = df->more[i];
 	return (struct flow_spec){
 		.name = df->name,
 		.role = df->peer[0] ? FLOW_SENDER : FLOW_LOCAL,
 		.peer = df->peer[0] ? df->peer : NULL,
 		.ring_size = df->ring_size,
 		.max_record = df->max_record,
+		.max_lag = df->max_lag,
+		.more_peers = more, .n_more_peers = df->n_more,
 		.allow_uids = df->uids, .n_allow_uids = df->n_uids,
 		.allow_gids = df->gids, .n_allow_gids = df->n_gids,
 	};
@@ -391,11 +493,20 @@ static bool idle(const struct flow *f, char *why, size_t cap)
 static bool create(struct declared *d, const struct declared_flow *df,
 		   struct declared_report *r, const char *what)
 {
-	struct flow_spec spec = spec_of(df);
-	struct flow *f;
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec spec = spec_of(df, more);
+	struct flow *f = NULL;
 	char err[256];
 	int rc = ctl_create_flow(d->ctl, &spec, d->uid, d->gid, &f, err,
 				 sizeof(err));
+
+	/* the other peer hosts: all or nothing, as `flow create` */
+	for (unsigned i = 0; !rc && i < df->n_more; i++) {
+		rc = fanout_add(d->peers, f, df->more[i], i + 1 == df->n_more,
+				err, sizeof(err));
+		if (rc)
+			peer_destroy_flow(d->peers, f, NULL);
+	}
 
 	if (rc) {
 		r->refused++;
@@ -470,7 +581,8 @@ static int regrant(struct declared *d, const struct declared_flow *o,
 		    const struct declared_flow *n, struct flow *f,
 		    struct declared_report *r)
 {
-	struct flow_spec same = spec_of(n);
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec same = spec_of(n, more);
 	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
 	unsigned nu = 0, ng = 0;
 	char why[256], err[200];
@@ -503,12 +615,69 @@ static int regrant(struct declared *d, const struct declared_flow *o,
 	return 1;
 }
 
+/*
+ * Only the peers after the first of o's flow changed (and maybe its
+ * allowed ids, which regrant does next): the peers n drops are removed,
+ * those it adds are added, as `flow peer remove` / `add`; the flow, its
+ * first peer and its other subscribers go on.  1 if done (and nothing but
+ * the ids may still differ: regrant's work), 0 if more differs, -1 if a
+ * change failed (refused; what was done stays, and says so).
+ */
+static int repeer(struct declared *d, const struct declared_flow *o,
+		  const struct declared_flow *n, struct flow *f,
+		  struct declared_report *r)
+{
+	struct declared_flow same = *n;
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec spec;
+	char why[256], err[256];
+	int rc = 0;
+
+	if (same_more(o, n) || f->role != FLOW_SENDER)
+		return 0;
+	/* everything but the other peers as the flow has them now */
+	same.n_uids = o->n_uids;
+	same.n_gids = o->n_gids;
+	memcpy(same.uids, o->uids, sizeof(same.uids));
+	memcpy(same.gids, o->gids, sizeof(same.gids));
+	spec = spec_of(&same, more);
+	spec.n_more_peers = 0;
+	for (const struct flow *s = f->fanout; s; s = s->fanout_next)
+		more[spec.n_more_peers++] = s->peer_addr;
+	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
+		return 0;
+	for (unsigned i = 0; !rc && i < o->n_more; i++)
+		if (!has_more(n, o->more[i]))
+			rc = fanout_remove(d->peers, f, o->more[i], err,
+					   sizeof(err));
+	for (unsigned i = 0; !rc && i < n->n_more; i++)
+		if (!has_more(o, n->more[i]))
+			rc = fanout_add(d->peers, f, n->more[i], true, err,
+					sizeof(err));
+	if (rc && rc != -ENOENT && rc != -EEXIST) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change its peer "
+		    "hosts: %s (the changes before this one are in force)",
+		    n->name, n->line, err);
+		return -1;
+	}
+	if (same_ids(o->uids, o->n_uids, n->uids, n->n_uids) &&
+	    same_ids(o->gids, o->n_gids, n->gids, n->n_gids))
+		r->changed++;
+	say(r, LOG_LVL_INFO, "flow %s (line %d): peer hosts after the first "
+	    "changed in place", n->name, n->line);
+	/* the ids may differ too: regrant does them (and counts the change) */
+	return same_ids(o->uids, o->n_uids, n->uids, n->n_uids) &&
+	       same_ids(o->gids, o->n_gids, n->gids, n->n_gids) ? 1 : 0;
+}
+
 /* One declaration now in the file, o what was applied for it (or NULL).
  * True if n is in force now; false keeps o (or nothing). */
 static bool apply_one(struct declared *d, const struct declared_flow *o,
 		      const struct declared_flow *n, struct declared_report *r)
 {
-	struct flow_spec spec = spec_of(n);
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec spec = spec_of(n, more);
 	struct flow *f = flows_find(d->flows, n->name);
 	char why[256], use[128];
 	int rc;
@@ -544,7 +713,9 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 		    "reload", n->name, n->line, why);
 		return false;
 	}
-	rc = regrant(d, o, n, f, r);
+	rc = repeer(d, o, n, f, r);
+	if (!rc)
+		rc = regrant(d, o, n, f, r);
 	if (rc)
 		return rc > 0;
 	if (!idle(f, use, sizeof(use))) {

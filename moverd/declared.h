@@ -1,8 +1,8 @@
 /*
  * moverd/declared.h - flows declared in moverd's config file.
  *
- *   flow = NAME [ring-size=N] [max-record=N] [peer=HOST:PORT]
- *               [allow-uid=ID[,ID...]] [allow-gid=ID[,ID...]]
+ *   flow = NAME [ring-size=N] [max-record=N] [peer=HOST:PORT]...
+ *               [max-lag=N] [allow-uid=ID[,ID...]] [allow-gid=ID[,ID...]]
  *
  * (the spellings of `moverctl flow create`; moverd.conf(5)).  Declared
  * flows are created at start, owned by moverd's own user, and kept as
@@ -11,7 +11,10 @@
  * allowed ids in place where only they changed, re-creates a flow whose
  * declaration changed otherwise if it is idle (refuses, with a log line,
  * if not), and touches nothing else: neither the flows whose declaration
- * did not change nor any flow moverctl created.
+ * did not change nor any flow moverctl created.  Several peer= make a
+ * flow to several peer hosts (fan-out): a reload that changes only the
+ * peers after the first adds and removes those (as `flow peer add` /
+ * `remove`), leaving the flow and its other subscribers alone.
  *
  * A declaration whose peer is this moverd's own --listen address is the
  * receiving end of a flow between hosts (so one file serves a whole
@@ -21,6 +24,7 @@
 #ifndef MOVERD_DECLARED_H
 #define MOVERD_DECLARED_H
 
+#include "fanout.h"
 #include "flows.h"
 
 #include <limits.h>
@@ -39,6 +43,9 @@ struct declared_flow {
 	uint64_t ring_size;      /* 0: the daemon's default */
 	uint32_t max_record;     /* 0: the daemon's default */
 	char peer[80];           /* "" = a local flow */
+	char more[FANOUT_MAX_PEERS - 1][80]; /* the peers after the first */
+	unsigned n_more;
+	uint64_t max_lag;        /* 0: lossless */
 	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
 	unsigned n_uids, n_gids;
 	bool receiver;           /* peer is our own --listen address */
@@ -98,7 +105,7 @@ bool declared_has(const struct declared *d, const char *name);
 /*
  * How an existing flow differs from a create request: NULL if it does
  * not (same ring size and max record after defaults, same peer, same
- * allowed ids as sets), else the first parameter that differs, with both
+ * other peers as a set, same max lag, same allowed ids as sets), else the first parameter that differs, with both
  * values, in why.
  */
 const char *declared_differs(const struct flow_table *t, const struct flow *f,

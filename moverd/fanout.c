@@ -144,7 +144,7 @@ static void drop_sibling(struct peer_mgr *m, struct flow *s)
 {
 	mover_forget_flow(m, s); /* off the mover's lists before it goes */
 	unlink_sibling(s);
-	peer_close_sender(s, NULL);
+	peer_close_sender(s, NULL, false);
 	s->dead = true; /* a send completing later publishes nothing */
 	flow_put(s);
 }
@@ -237,7 +237,7 @@ void fanout_restore(struct peer_mgr *m, struct flow *f)
 	free(list);
 }
 
-void fanout_lost(struct flow *f, const char *why)
+void fanout_lost(struct flow *f, const char *why, bool cut)
 {
 	struct fr_ring *r = ring_of(f);
 
@@ -248,7 +248,7 @@ void fanout_lost(struct flow *f, const char *why)
 		fr_sub_leave(r, r->sub, r->sub_gen);
 	f->sub_dropped = true;
 	flows_set_state(f, FLOW_FAILED, why);
-	peer_close_sender(f, why);
+	peer_close_sender(f, why, cut);
 }
 
 /* A producer cut f's slot (max_lag): f's peer fell too far behind. */
@@ -265,7 +265,7 @@ static void police_one(struct flow *f)
 				   memory_order_relaxed);
 	snprintf(why, sizeof(why), "cut off: more than max_lag %llu bytes "
 		 "behind the producers", (unsigned long long)lag);
-	fanout_lost(f, why);
+	fanout_lost(f, why, true);
 }
 
 void fanout_police(struct flow *f)

@@ -51,8 +51,9 @@ static inline bool fanout_member(const struct flow *f)
 }
 
 /* One peer subscription is over (why): its slot goes back, its peer is
- * told the flow failed there, the others go on. */
-void fanout_lost(struct flow *f, const char *why);
+ * told the flow failed there (cut: by max_lag, its consumers get -ESTALE),
+ * the others go on. */
+void fanout_lost(struct flow *f, const char *why, bool cut);
 
 /* On the once-a-second check of a flow, after the ring's own checks: end
  * the subscriptions of f (and its siblings) that max_lag cut off. */

@@ -95,7 +95,8 @@ void flows_status(struct flow *f)
 	r = &f->view->ring;
 	if (st != FR_STATE_UNKNOWN &&
 	    (fr_status_read(r, &v) || v.state != (uint32_t)st))
-		fr_status_set(r, st, st == FR_STATE_FAILED ? EIO : 0);
+		fr_status_set(r, st, st != FR_STATE_FAILED ? 0 :
+				     f->cut_off ? ESTALE : EIO);
 	if (fr_status_read(r, &v) || v.producers != f->producers ||
 	    v.consumers != f->consumers)
 		fr_status_counts(r, f->producers, f->consumers);

@@ -45,6 +45,10 @@ struct flow_spec {
 	uint32_t max_record;     /* 0 = default */
 	const char *origin;      /* receiver: the identity of the peer asking */
 	uint64_t max_lag;        /* producer ring: cut laggards (0 = lossless) */
+	/* sender: the peer hosts after the first (fan-out), for comparing a
+	 * create with an existing flow (fanout_add adds them) */
+	const char *const *more_peers;
+	size_t n_more_peers;
 	const uint32_t *allow_uids;
 	size_t n_allow_uids;
 	const uint32_t *allow_gids;
@@ -130,6 +134,7 @@ struct flow {
 	/* receiver */
 	uint64_t reported_head;  /* the consumer position last sent back */
 	bool ack_due;
+	bool cut_off;            /* failed: the sender cut it (max_lag) */
 	struct peer *rx_peer;    /* a receive into the ring is in flight */
 
 	/* sender: the peer answered "busy, retry" (-EAGAIN) to an open */

@@ -670,6 +670,15 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
 	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);
+	/*
+	 * A resumed flow whose consumer has not read everything owes credit
+	 * for what it reads next.  Only a deposit would put it on the owing
+	 * list, and when the sender's window was full at the cut no deposit
+	 * ever comes: the sender waits for our ACK, we for its DATA (issue
+	 * 11, test_fanout cases 8 and 9).
+	 */
+	if (f->reported_head != f->sent)
+		mover_wake_flow(m, f);
 }
 
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
@@ -695,7 +704,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		/* one peer of several: only its subscription ends (its
 		 * receiving ring's trouble is not the producer ring's) */
 		if (fanout_member(f)) {
-			fanout_lost(f, msg);
+			fanout_lost(f, msg, false);
 			return;
 		}
 		/* the receiver failed its flow for its consumer ring's words
@@ -745,6 +754,31 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	mover_wake_flow(p->m, f);
 }
 
+/*
+ * The sender cut this host's subscription (fan-out --max-lag): the same
+ * "you were cut, re-attach" as a local consumer's, so the consumers here
+ * get -ESTALE (their slots cut before the ring closes: a read checks its
+ * slot first), not the -EPROTO of a corrupt flow.  The flow stays failed
+ * for `flow show`, its state's errno ESTALE (flowshm_state), until
+ * destroyed here.
+ */
+static void cut_receiver(struct flow *f, const char *what)
+{
+	char why[LOG_SAFE_BUF + 80];
+
+	if (!strncmp(what, "cut off: ", 9)) /* fanout.c's words */
+		what += 9;
+	snprintf(why, sizeof(why), "cut off by the sender: %s (destroy the "
+		 "flow here, and remove and add this peer there)", what);
+	fr_sub_cut_all(ring_of(f));
+	f->cut_off = true; /* flows_status: ESTALE */
+	flows_set_state(f, FLOW_FAILED, why); /* logged as a warning */
+	/* closed, not FR_FLAG_FAILED (which means -EPROTO): wakes the
+	 * consumers sleeping for data, who then find their slot cut */
+	fr_close(ring_of(f));
+	detach_flow(f);
+}
+
 static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 {
 	struct flow *f = flows_find(p->m->flows, cl->name ? cl->name : "");
@@ -761,6 +795,10 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 	 * -EPROTO once it read what arrived), and it stays for `flow show`
 	 * until destroyed here (it counts against its peer's quota: a peer
 	 * failing flows only spends its own); DATA in flight is dropped */
+	if (cl->cut) {
+		cut_receiver(f, log_safe(cl->failed, msg, sizeof(msg)));
+		return;
+	}
 	snprintf(why, sizeof(why), "the sender failed the flow: %s",
 		 log_safe(cl->failed, msg, sizeof(msg)));
 	flows_fail(f, why);
@@ -1457,7 +1495,7 @@ static void forget_flow(struct flow *f, const char *why)
 	detach_flow(f);
 }
 
-void peer_close_sender(struct flow *f, const char *failed)
+void peer_close_sender(struct flow *f, const char *failed, bool cut)
 {
 	struct peer *p = f->peer;
 
@@ -1469,6 +1507,7 @@ void peer_close_sender(struct flow *f, const char *failed)
 
 		cl.name = f->name;
 		cl.failed = (char *)(failed ? failed : "");
+		cl.cut = failed && cut;
 		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
 		msg.close = &cl;
 		queue_ctrl(p, &msg);

@@ -204,8 +204,9 @@ void reap_peers(struct peer_mgr *m);
 /* a sender flow's producer ring is corrupt: fail it, tell the receiver */
 void fail_sender(struct flow *f, const char *why);
 /* take sender flow f off its connection, telling the peer to close it
- * (failed: why it failed there, or NULL: a plain close) - fanout.c */
-void peer_close_sender(struct flow *f, const char *failed);
+ * (failed: why it failed there, or NULL: a plain close; cut: f's
+ * subscription was cut by max_lag) - fanout.c */
+void peer_close_sender(struct flow *f, const char *failed, bool cut);
 /* a client set FR_FLAG_FAILED on a flow between hosts; why: the sentence */
 bool ring_marked_failed(struct flow *f, char *why, size_t cap);
 /* a receiver flow's consumer position, checked (false: the flow failed) */

@@ -26,6 +26,11 @@
  *      allow-uid=65534`: A (sender) creates it, B (its --listen is the
  *      peer) grants uid 65534, whose consumer gets every record of A's
  *      producer exactly once
+ *   7  a declared flow to two peer hosts (peer= twice) with max-lag=:
+ *      flow create with the same peers and max-lag exists, with another
+ *      peer set or max-lag fails naming it; a reload that drops a peer
+ *      or adds one does it in place (the attached producer stays), one
+ *      that changes max-lag of a flow in use is refused
  */
 #include "harness.h"
 
@@ -452,6 +457,100 @@ static void case_two_hosts(void)
 	hd_stop(&b);
 }
 
+/* A declares a flow to B and C (several peer=, max-lag=). */
+static void conf_fan(char *out, size_t cap, int bport, int cport, bool with_c,
+		     const char *lag)
+{
+	char c[64] = "";
+
+	if (with_c)
+		snprintf(c, sizeof(c), " peer=127.0.0.1:%d", cport);
+	snprintf(out, cap, "log-level = debug\n"
+		 "flow = fan ring-size=64K max-record=1K peer=127.0.0.1:%d%s "
+		 "max-lag=%s\n", bport, c, lag);
+}
+
+static void case_fanout(void)
+{
+	struct hd a, b, c;
+	char text[512], out[8192], baddr[32], caddr[32];
+	int bport = hd_free_port(), cport;
+	flowshm_t *p = NULL;
+
+	start_conf(&b, "cfg7b", bport, "log-level = debug\n");
+	cport = hd_free_port();
+	start_conf(&c, "cfg7c", cport, "log-level = debug\n");
+	snprintf(baddr, sizeof(baddr), "127.0.0.1:%d", bport);
+	snprintf(caddr, sizeof(caddr), "127.0.0.1:%d", cport);
+	conf_fan(text, sizeof(text), bport, cport, true, "16K");
+	start_conf(&a, "cfg7a", 0, text);
+	CHECK(hd_wait_state(&b, moverctl_bin, "fan", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&c, moverctl_bin, "fan", "open", 10000, NULL, 0));
+	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
+	expect_out(out, baddr);
+	expect_out(out, caddr);
+	CHECK(hj_u64(out, "max_lag") == 16384);
+	/* flow create of it: the same peers (in any order after the first)
+	 * and max-lag exist; another set or max-lag is named */
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow create fan --ring-size 64K "
+		     "--max-record 1K --peer %s --peer %s --max-lag 16K", baddr,
+		     caddr), 0);
+	expect_out(out, "exists");
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow create fan --ring-size 64K "
+		     "--max-record 1K --peer %s --max-lag 16K", baddr), 1);
+	expect_out(out, "different set of peers after the first");
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow create fan --ring-size 64K "
+		     "--max-record 1K --peer %s --peer %s --peer 127.0.0.1:9 "
+		     "--max-lag 16K", baddr, caddr), 1);
+	expect_out(out, "different set of peers after the first");
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow create fan --ring-size 64K "
+		     "--max-record 1K --peer %s --peer %s --max-lag 32K", baddr,
+		     caddr), 1);
+	expect_out(out, "different max-lag (the flow has 16384, asked 32768)");
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow create fan --ring-size 64K "
+		     "--max-record 1K --peer %s --peer %s", baddr, caddr), 1);
+	expect_out(out, "different max-lag");
+	/* a reload that drops C, with a producer attached: C goes (as flow
+	 * peer remove), the flow and its producer stay */
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("fan", FLOWSHM_PRODUCER, NULL, &p), 0);
+	conf_fan(text, sizeof(text), bport, cport, false, "16K");
+	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
+	CHECK(!strstr(out, caddr));
+	CHECK(hj_u64(out, "producers") == 1);
+	for (int i = 0; i < 200 && flow_exists(&c, "fan"); i++)
+		usleep(50000);
+	CHECK(!flow_exists(&c, "fan"));
+	/* and one that adds it back */
+	conf_fan(text, sizeof(text), bport, cport, true, "16K");
+	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	CHECK(hd_wait_state(&c, moverctl_bin, "fan", "open", 10000, NULL, 0));
+	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
+	expect_out(out, caddr);
+	CHECK(hj_u64(out, "producers") == 1);
+	/* a changed max-lag of a flow in use is refused, clearly */
+	conf_fan(text, sizeof(text), bport, cport, true, "32K");
+	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 1);
+	expect_out(out, "max-lag");
+	expect_out(out, "in use");
+	/* a malformed peer list is refused at reload, naming the line */
+	snprintf(text, sizeof(text), "flow = fan peer=127.0.0.1:%d "
+		 "peer=127.0.0.1:%d\n", bport, bport);
+	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 1);
+	expect_out(out, ":1: flow fan: peer 127.0.0.1:");
+	flowshm_detach(p);
+	hd_stop(&a);
+	hd_stop(&b);
+	hd_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -466,6 +565,9 @@ int main(int argc, char **argv)
 		  "reload" },
 		{ 6, case_two_hosts, "two hosts declare the same flow; records "
 		  "move" },
+		{ 7, case_fanout, "a declared flow to two peers with max-lag: "
+		  "create compares the peer set and max-lag; a reload "
+		  "removes and adds a peer in place" },
 	};
 
 	if (argc != 4) {

@@ -10,13 +10,17 @@
  *   3. peer add on a live flow: the new peer gets the records from its
  *      join position (everything the slowest subscriber had not released)
  *   4. peer remove of a stopped peer releases the producers
- *   5. --max-lag cuts a stopped peer (C's flow fails with the reason), B
- *      goes on; a local consumer that stops is cut (-ESTALE) and attaches
+ *   5. --max-lag cuts a stopped peer (C's flow fails with the reason, its
+ *      consumer gets -ESTALE), B goes on; a local consumer that stops is cut (-ESTALE) and attaches
  *      again at the current position
  *   6. A killed -9 and restarted: both peers come back from its state
  *      file and each resumes exactly once
  *   7. --max-lag cuts the first peer (the one whose flow owns the ring):
  *      the flow goes on for the other
+ *   8. case 2 with C killed exactly when A's window to C is full (C's
+ *      ring full, all of it acknowledged): the resumed C must acknowledge
+ *      what its new consumer reads, or nothing more is ever sent to it
+ *   9. case 8 for an ordinary flow to C alone (the resume is the same)
  *
  * usage: test_fanout MOVERD MOVERCTL   (FM_FANOUT_CASES=1,3 picks cases)
  */
@@ -243,8 +247,47 @@ static void case_two_peers(void)
 	close(ready[1]);
 }
 
-/* 2. */
-static void case_peer_restart(void)
+/* What C acknowledged of flow x on A (out: A's flow JSON).  An ordinary
+ * flow to one peer has no "peers": its bytes acknowledged are the
+ * position, the flow having started at 0. */
+static uint64_t c_acked(struct three *t, bool fan, char *out, size_t cap)
+{
+	if (fan)
+		return hj_u64(peer_json(&t->a, "x", t->caddr, out, cap),
+			      "acked");
+	CHECK(hd_flow_json(&t->a, moverctl_bin, "x", out, cap));
+	return hj_u64(out, "bytes_acked");
+}
+
+/*
+ * A's window to C is full: C has every byte A sent (acknowledged), A has
+ * a ring of records for C and sends none of them (C's consumer left at k
+ * and its credit is spent), the same for two looks 200 ms apart.
+ */
+static void wait_c_window_full(struct three *t, bool fan)
+{
+	char out[8192];
+	uint64_t last = 0;
+
+	for (int i = 0; i < 400; i++) {
+		uint64_t acked = c_acked(t, fan, out, sizeof(out)), tail;
+
+		tail = hj_u64(out, "tail");
+		CHECK(hd_flow_json(&t->c, moverctl_bin, "x", out, sizeof(out)));
+		if (tail - acked > RING_BYTES - 2 * (REC_MAX + 16) &&
+		    acked == hj_u64(out, "tail")) {
+			if (acked == last)
+				return;
+			last = acked;
+		}
+		usleep(200000);
+	}
+	CHECK(!"A's window to C never filled");
+}
+
+/* 2., 8. and 9. (full: C killed once A's window to it is full; !fan:
+ * an ordinary flow to C alone) */
+static void peer_restart(bool full, bool fan)
 {
 	const uint64_t n = 30000, k = 5000;
 	static const char *const tcp[] = { "--transport", "tcp", NULL };
@@ -254,19 +297,29 @@ static void case_peer_restart(void)
 	pid_t cb, cc, prod;
 	int ready[2];
 
-	start_three(&t, "fo2");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_three(&t, !fan ? "fo9" : full ? "fo8" : "fo2");
+	if (fan) {
+		CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow "
+			     "create x --peer %s --peer %s --ring-size " RING
+			     " --max-record 1024", t.baddr, t.caddr) == 0);
+		wait_open_count(&t.a, "x", 3);
+		CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000,
+				    NULL, 0));
+	} else {
+		CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow "
+			     "create x --peer %s --ring-size " RING
+			     " --max-record 1024", t.caddr) == 0);
+		CHECK(hd_wait_state(&t.a, moverctl_bin, "x", "open", 10000,
+				    NULL, 0));
+	}
 	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(pipe(ready) == 0);
-	cb = consumer(&t.b, "x", 0, n, ready[1]);
+	cb = fan ? consumer(&t.b, "x", 0, n, ready[1]) : 0;
 	/* C's first consumer reads k records, then detaches cleanly */
 	cc = consumer_of(&t.c, "x", 0, k, ready[1], false);
 	wait_ready(ready[0]);
-	wait_ready(ready[0]);
+	if (fan)
+		wait_ready(ready[0]);
 	fflush(NULL);
 	prod = fork();
 	CHECK(prod >= 0);
@@ -278,12 +331,13 @@ static void case_peer_restart(void)
 		_exit(0);
 	}
 	CHECK(wait_child(cc) == 0);
+	if (full)
+		wait_c_window_full(&t, fan);
 	hd_kill(&t.c);
 	/* C is down: the producer is held back by C's subscription, never
 	 * more than one ring ahead of it, and stops there */
 	for (int i = 0; i < 400; i++) {
-		const char *pj = peer_json(&t.a, "x", t.caddr, out, sizeof(out));
-		uint64_t acked = hj_u64(pj, "acked");
+		uint64_t acked = c_acked(&t, fan, out, sizeof(out));
 
 		tail = hj_u64(out, "tail");
 		CHECK(tail - acked <= RING_BYTES);
@@ -300,9 +354,11 @@ static void case_peer_restart(void)
 	/* the rest, from where C's first consumer left: exactly once */
 	cc = consumer(&t.c, "x", k, n - k, ready[1]);
 	wait_ready(ready[0]);
-	CHECK(wait_child(prod) == 0);
+	/* C's consumer first: a stalled resume fails it (its recv times
+	 * out), where the producer would wait for room for ever */
 	CHECK(wait_child(cc) == 0);
-	CHECK(wait_child(cb) == 0);
+	CHECK(wait_child(prod) == 0);
+	CHECK(!fan || wait_child(cb) == 0);
 	printf("  C killed -9 after %llu of %llu records, producer held at "
 	       "tail %llu; after its restart every record once on B and C\n",
 	       (unsigned long long)k, (unsigned long long)n,
@@ -310,6 +366,23 @@ static void case_peer_restart(void)
 	stop_three(&t);
 	close(ready[0]);
 	close(ready[1]);
+}
+
+static void case_peer_restart(void)
+{
+	peer_restart(false, true);
+}
+
+/* 8. */
+static void case_peer_restart_full(void)
+{
+	peer_restart(true, true);
+}
+
+/* 9. */
+static void case_single_restart_full(void)
+{
+	peer_restart(true, false);
 }
 
 /* 3. */
@@ -437,7 +510,8 @@ static void case_max_lag(void)
 	struct three t;
 	char out[8192], reason[256];
 	unsigned char buf[REC_MAX];
-	flowshm_t *p, *fast = NULL, *slow = NULL;
+	flowshm_t *p, *fast = NULL, *slow = NULL, *onc = NULL;
+	struct flowshm_state st;
 	size_t len;
 	pid_t cb;
 	int ready[2];
@@ -453,7 +527,9 @@ static void case_max_lag(void)
 	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(pipe(ready) == 0);
-	/* B reads everything; nobody reads on C */
+	/* B reads everything; a consumer attached on C reads nothing */
+	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
 	cb = consumer(&t.b, "x", 0, n, ready[1]);
 	wait_ready(ready[0]);
 	p = producer_on(&t.a, "x");
@@ -477,6 +553,12 @@ static void case_max_lag(void)
 	peer_json(&t.a, "x", t.caddr, out, sizeof(out));
 	CHECK(strstr(out, "cut off"));
 	CHECK(hd_log_count(&t.a, "cut off") >= 1);
+	/* C's consumer was cut with it: -ESTALE, as a local one cut off
+	 * (not the -EPROTO of a corrupt flow), and the state says so */
+	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 0), -ESTALE);
+	CHECK_RC(flowshm_state(onc, &st), 0);
+	CHECK(st.state == FLOWSHM_STATE_FAILED && st.reason == -ESTALE);
+	flowshm_detach(onc);
 	flowshm_detach(p);
 
 	/* a local flow: a consumer that stops is cut off, attaches again */
@@ -628,6 +710,11 @@ int main(int argc, char **argv)
 		  "state file brings both peers back, each resumes once" },
 		{ 7, case_first_cut, "--max-lag cuts the first peer (which "
 		  "owns the ring); the flow goes on for the other" },
+		{ 8, case_peer_restart_full, "C killed -9 once A's window to "
+		  "it is full: after its restart C acknowledges what its new "
+		  "consumer reads, and the rest comes (the resume stall)" },
+		{ 9, case_single_restart_full, "the same for an ordinary flow "
+		  "to one peer host (no fan-out)" },
 	};
 
 	if (argc != 3) {
