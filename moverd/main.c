@@ -937,6 +937,14 @@ static void open_counters(struct daemon *d)
 	counters_open(&d->ctr, d->run_fd, name, d->opt.limits.max_flows);
 }
 
+/* The shorter of two loop timeouts in ms (-1: none). */
+static int sooner_ms(int a, int b)
+{
+	if (a < 0)
+		return b;
+	return b >= 0 && b < a ? b : a;
+}
+
 /* Who ended a sleep: the doorbell, else I/O (peers, clients, RDMA), else
  * only the peer timer; handled: completions loop_run_once ran. */
 static void count_wake(struct daemon *d, uint64_t rings, uint64_t ticks,
@@ -1073,6 +1081,10 @@ int main(int argc, char **argv)
 	while (!d.loop.stop) {
 		int timeout = idle_timeout_ms(&d);
 
+		if (timeout) /* asleep until the doorbell, I/O, the peer
+			      * timer's next deadline or the counters' pass */
+			timeout = peer_timer_ms(&d.peers, sooner_ms(timeout,
+					counters_due_ms(&d.ctr, fr_now_ns())));
 		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
 
 		rc = loop_run_once(&d.loop, timeout);
@@ -1082,6 +1094,9 @@ int main(int argc, char **argv)
 		}
 		notify_tick(fr_now_ns());
 		counters_tick(&d.ctr, &d.flows, &d.peers, &d.ctl, fr_now_ns());
+		/* after the counters' pass: the flow checks, due no sooner,
+		 * ride on its wake-up (peer_timer) */
+		peer_timer(&d.peers, fr_now_ns());
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;
