@@ -172,7 +172,7 @@ static void usage(FILE *out)
 "  --default-ring-size N    ring size of flows that do not say (default 4M)\n"
 "  --default-max-record N   max record of flows that do not say (default 64K)\n"
 "  --max-ring-size N        largest ring a client may ask for (default 1G)\n"
-"  --max-flows N            (default 1024)\n"
+"  --max-flows N            flows in all (default 16384; each holds a ring fd)\n"
 "  --peer-flow-owner USER[:GROUP]\n"
 "                           who owns, on this host, a flow a peer opens here\n"
 "                           (names or numbers; default root: only root may\n"
@@ -547,7 +547,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.limits = { .default_ring_size = 4u << 20,
 			    .default_max_record = 64u << 10,
 			    .max_ring_size = 1u << 30,
-			    .max_flows = 1024,
+			    .max_flows = 16384,
 			    /* a shared host: no one user or peer host holds
 			     * more than a sixteenth of the table, 4 GiB of
 			     * rings, or the state dir's last 10 % */

@@ -15,7 +15,7 @@
  * No timing is asserted.  The defaults take ~5-15 s here, ~11 s under
  * ASan+UBSan; FM_MANYFLOWS_N=10000 FM_MANYFLOWS_CHURN=10000 ~52 s (release).
  * Both daemons get --max-flows and --peer-max-flows above the counts: the
- * defaults (1024 flows, 64 per peer host) are limits, not targets.
+ * defaults (16384 flows, 64 per peer host) are limits, not targets.
  * FM_MANYFLOWS_CASES=1,2 selects cases.
  *
  * usage: test_manyflows MOVERD MOVERCTL
