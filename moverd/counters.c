@@ -474,7 +474,8 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
  * flow's counts show since the last pass (a duty cycle's work, a peer's
  * frame, a control request, a flow made or gone), while clients are
  * connected (attached producers and consumers move local rings without
- * moverd), and once a second whatever happens.  Otherwise (an idle
+ * moverd) and when one left (its subscriber slot given back), and once a
+ * second whatever happens.  Otherwise (an idle
  * daemon) only the daemon's and peers' records are written: a sample of
  * 1000 idle flows ten times a second was a quarter of idle moverd's cpu
  * (perf, issue 12).  A flow's record is at most SLOW_NS old then.
@@ -489,6 +490,7 @@ static bool every_flow(struct counters *c, const struct flow_table *t,
 	for (const struct peer *p = m->peers; p; p = p->next)
 		frames += p->st.frames_rx + p->st.frames_tx;
 	full = !c->full_ns || now - c->full_ns >= SLOW_NS || s->n_clients ||
+	       s->n_clients != c->seen_clients ||
 	       m->last_work_ns != c->seen_work_ns ||
 	       s->stats.requests != c->seen_requests ||
 	       frames != c->seen_frames || t->count != c->seen_flows;
@@ -496,6 +498,7 @@ static bool every_flow(struct counters *c, const struct flow_table *t,
 	c->seen_requests = s->stats.requests;
 	c->seen_frames = frames;
 	c->seen_flows = t->count;
+	c->seen_clients = s->n_clients;
 	if (full)
 		c->full_ns = now;
 	return full;

@@ -34,7 +34,7 @@ struct counters {
 	uint64_t sampler_ns;      /* time spent in sample() so far */
 	/* what decides a pass over every flow (counters.c, every_flow) */
 	uint64_t full_ns, seen_work_ns, seen_requests, seen_frames;
-	unsigned seen_flows;
+	unsigned seen_flows, seen_clients;
 	uint64_t *slot_pass;      /* per record: the pass that last saw it */
 	struct flow_shadow *shadow; /* per flow record: its state, seen */
 	struct daemon_stats d;

@@ -1082,9 +1082,11 @@ int main(int argc, char **argv)
 		int timeout = idle_timeout_ms(&d);
 
 		if (timeout) /* asleep until the doorbell, I/O, the peer
-			      * timer's next deadline or the counters' pass */
+			      * timer's next deadline, the counters' pass or
+			      * the watchdog's ping */
 			timeout = peer_timer_ms(&d.peers, sooner_ms(timeout,
-					counters_due_ms(&d.ctr, fr_now_ns())));
+					sooner_ms(counters_due_ms(&d.ctr, fr_now_ns()),
+						  notify_due_ms(fr_now_ns()))));
 		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
 
 		rc = loop_run_once(&d.loop, timeout);
