@@ -475,10 +475,10 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
  * frame, a control request, a flow made or gone), while clients are
  * connected (attached producers and consumers move local rings without
  * moverd) and when one left (its subscriber slot given back), and once a
- * second whatever happens.  Otherwise (an idle
- * daemon) only the daemon's and peers' records are written: a sample of
- * 1000 idle flows ten times a second was a quarter of idle moverd's cpu
- * (perf, issue 12).  A flow's record is at most SLOW_NS old then.
+ * second whatever happens.  Otherwise (an idle daemon) only the daemon's
+ * and peers' records are written: a sample of 1000 idle flows ten times a
+ * second was a quarter of idle moverd's cpu (perf, issue 12).  A flow's
+ * record is at most SLOW_NS old then.
  */
 static bool every_flow(struct counters *c, const struct flow_table *t,
 		       const struct peer_mgr *m, const struct ctl_server *s,

@@ -945,8 +945,23 @@ static int sooner_ms(int a, int b)
 	return b >= 0 && b < a ? b : a;
 }
 
+/*
+ * How long the loop may sleep: the idle strategy's timeout (doorbell armed:
+ * a second), cut to the counters' next pass, the watchdog's next ping and
+ * the peer timer's next deadline.  The loop has no period of its own.
+ */
+static int sleep_ms(struct daemon *d, int timeout)
+{
+	uint64_t now = fr_now_ns();
+
+	timeout = sooner_ms(timeout, counters_due_ms(&d->ctr, now));
+	timeout = sooner_ms(timeout, notify_due_ms(now));
+	return peer_timer_ms(&d->peers, timeout);
+}
+
 /* Who ended a sleep: the doorbell, else I/O (peers, clients, RDMA), else
- * only the peer timer; handled: completions loop_run_once ran. */
+ * the loop's own timeout (sleep_ms); handled: completions loop_run_once
+ * ran (the peer timer is not one any more: ticks no longer moves here). */
 static void count_wake(struct daemon *d, uint64_t rings, uint64_t ticks,
 		       int handled)
 {
@@ -1081,12 +1096,8 @@ int main(int argc, char **argv)
 	while (!d.loop.stop) {
 		int timeout = idle_timeout_ms(&d);
 
-		if (timeout) /* asleep until the doorbell, I/O, the peer
-			      * timer's next deadline, the counters' pass or
-			      * the watchdog's ping */
-			timeout = peer_timer_ms(&d.peers, sooner_ms(timeout,
-					sooner_ms(counters_due_ms(&d.ctr, fr_now_ns()),
-						  notify_due_ms(fr_now_ns()))));
+		if (timeout)
+			timeout = sleep_ms(&d, timeout);
 		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
 
 		rc = loop_run_once(&d.loop, timeout);
