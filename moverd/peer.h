@@ -59,6 +59,7 @@ struct peer_mgr {
 	uint64_t timer_due;       /* when peer_timer runs next (peer.c) */
 	uint64_t reopen_due;      /* the earliest flow reopen, UINT64_MAX */
 	uint64_t police_ns;       /* the last slice of the flow checks */
+	uint64_t swept_ns;        /* the last sweep of every flow (busy) */
 	uint64_t last_work_ns;
 	unsigned rx_deposits;     /* DATA deposited since the last duty cycle:
 				   * received records are work, too */
