@@ -502,24 +502,66 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	fmc_end(r);
 }
 
+/*
+ * Does this pass write every flow's record?  Yes if moverd did anything a
+ * flow's counts show since the last pass (a duty cycle's work, a peer's
+ * frame, a control request, a flow made or gone), while clients are
+ * connected (attached producers and consumers move local rings without
+ * moverd) and when one left (its subscriber slot given back), and once a
+ * second whatever happens.  Otherwise (an idle daemon) only the daemon's
+ * and peers' records are written: a sample of 1000 idle flows ten times a
+ * second was a quarter of idle moverd's cpu (perf, issue 12).  A flow's
+ * record is at most SLOW_NS old then.
+ */
+static bool every_flow(struct counters *c, const struct flow_table *t,
+		       const struct peer_mgr *m, const struct ctl_server *s,
+		       uint64_t now)
+{
+	uint64_t frames = 0;
+	bool full;
+
+	for (const struct peer *p = m->peers; p; p = p->next)
+		frames += p->st.frames_rx + p->st.frames_tx;
+	full = !c->full_ns || now - c->full_ns >= SLOW_NS || s->n_clients ||
+	       s->n_clients != c->seen_clients ||
+	       m->last_work_ns != c->seen_work_ns ||
+	       s->stats.requests != c->seen_requests ||
+	       frames != c->seen_frames || t->count != c->seen_flows;
+	c->seen_work_ns = m->last_work_ns;
+	c->seen_requests = s->stats.requests;
+	c->seen_frames = frames;
+	c->seen_flows = t->count;
+	c->seen_clients = s->n_clients;
+	if (full)
+		c->full_ns = now;
+	return full;
+}
+
 static void sample(struct counters *c, const struct flow_table *t,
 		   const struct peer_mgr *m, const struct ctl_server *s,
 		   uint64_t now)
 {
 	uint64_t wall = realtime_ns();
 	unsigned peers = 0;
+	bool full = every_flow(c, t, m, s, now);
 
 	c->pass++;
 	c->last_ns = now;
 	sample_slow(c, now);
-	atomic_store_explicit(&c->h->flows_unrecorded, 0, memory_order_relaxed);
+	if (full) {
+		atomic_store_explicit(&c->h->flows_unrecorded, 0,
+				      memory_order_relaxed);
+		for (struct flow *f = t->head; f; f = f->next)
+			write_flow(c, f, wall);
+	}
 	atomic_store_explicit(&c->h->peers_unrecorded, 0, memory_order_relaxed);
-	for (struct flow *f = t->head; f; f = f->next)
-		write_flow(c, f, wall);
 	for (struct peer *p = m->peers; p; p = p->next, peers++)
 		write_peer(c, p, now);
 	write_daemon(c, t, m, s, peers);
-	free_unseen(c, fmc_first_flow(c->h), c->h->n_flow + c->h->n_peer);
+	/* a record not claimed in a pass that wrote its kind is gone */
+	if (full)
+		free_unseen(c, fmc_first_flow(c->h), c->h->n_flow);
+	free_unseen(c, fmc_first_peer(c->h), c->h->n_peer);
 	atomic_store_explicit(&c->h->sample_unix_ns, wall, memory_order_relaxed);
 	atomic_store_explicit(&c->h->sample_mono_ns, now, memory_order_relaxed);
 	/* release: a reader that sees this pass's number sees its records */
@@ -534,6 +576,15 @@ void counters_tick(struct counters *c, const struct flow_table *t,
 	if (!c->h || now - c->last_ns < FMC_DEFAULT_PERIOD_MS * 1000000ull)
 		return;
 	sample(c, t, m, s, now);
+}
+
+int counters_due_ms(const struct counters *c, uint64_t now)
+{
+	uint64_t due = c->last_ns + FMC_DEFAULT_PERIOD_MS * 1000000ull;
+
+	if (!c->h)
+		return -1;
+	return due <= now ? 1 : (int)((due - now + 999999) / 1000000);
 }
 
 void counters_close(struct counters *c, const struct flow_table *t,

@@ -32,6 +32,9 @@ struct counters {
 	uint64_t last_ns, slow_ns;
 	uint64_t cpu_user_ns, cpu_sys_ns, fds; /* sampled once a second */
 	uint64_t sampler_ns;      /* time spent in sample() so far */
+	/* what decides a pass over every flow (counters.c, every_flow) */
+	uint64_t full_ns, seen_work_ns, seen_requests, seen_frames;
+	unsigned seen_flows, seen_clients;
 	uint64_t *slot_pass;      /* per record: the pass that last saw it */
 	struct flow_shadow *shadow; /* per flow record: its state, seen */
 	struct daemon_stats d;
@@ -49,6 +52,9 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 void counters_tick(struct counters *c, const struct flow_table *t,
 		   const struct peer_mgr *m, const struct ctl_server *s,
 		   uint64_t now);
+
+/* ms until the next sample is due (the loop sleeps no longer). */
+int counters_due_ms(const struct counters *c, uint64_t now);
 
 /* A last sample, then mark the file closed and unmap it. */
 void counters_close(struct counters *c, const struct flow_table *t,

@@ -64,3 +64,8 @@ void eos_retry(struct flow_table *t)
 	}
 	ends_pending = still;
 }
+
+bool eos_waiting(void)
+{
+	return ends_pending != 0;
+}

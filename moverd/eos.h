@@ -22,5 +22,7 @@ void eos_force(struct flow *f);
 
 /* Each tick: write the END records a full ring delayed. */
 void eos_retry(struct flow_table *t);
+/* Are END records waiting for room (the timer ticks while they do)? */
+bool eos_waiting(void);
 
 #endif

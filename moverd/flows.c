@@ -1027,6 +1027,8 @@ static void unlist(struct flow_table *t, struct flow *f)
 		if (*pp == f) {
 			*pp = f->next;
 			t->count--;
+			if (t->cursor == f)
+				t->cursor = f->next;
 			return;
 		}
 	}

@@ -198,6 +198,9 @@ struct flow_remains;
 struct flow_table {
 	struct flow *head;
 	unsigned count;
+	/* the next flow of the flow checks' round (peer.c, police_slice);
+	 * unlisting its flow moves it on */
+	struct flow *cursor;
 	uint32_t next_id;
 	struct flow_limits limits;
 	char state_dir[256];      /* ring files of flows between hosts */

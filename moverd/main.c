@@ -174,7 +174,7 @@ static void usage(FILE *out)
 "  --default-ring-size N    ring size of flows that do not say (default 4M)\n"
 "  --default-max-record N   max record of flows that do not say (default 64K)\n"
 "  --max-ring-size N        largest ring a client may ask for (default 1G)\n"
-"  --max-flows N            (default 1024)\n"
+"  --max-flows N            flows in all (default 16384; each holds a ring fd)\n"
 "  --peer-flow-owner USER[:GROUP]\n"
 "                           who owns, on this host, a flow a peer opens here\n"
 "                           (names or numbers; default root: only root may\n"
@@ -549,7 +549,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.limits = { .default_ring_size = 4u << 20,
 			    .default_max_record = 64u << 10,
 			    .max_ring_size = 1u << 30,
-			    .max_flows = 1024,
+			    .max_flows = 16384,
 			    /* a shared host: no one user or peer host holds
 			     * more than a sixteenth of the table, 4 GiB of
 			     * rings, or the state dir's last 10 % */
@@ -939,8 +939,31 @@ static void open_counters(struct daemon *d)
 	counters_open(&d->ctr, d->run_fd, name, d->opt.limits.max_flows);
 }
 
+/* The shorter of two loop timeouts in ms (-1: none). */
+static int sooner_ms(int a, int b)
+{
+	if (a < 0)
+		return b;
+	return b >= 0 && b < a ? b : a;
+}
+
+/*
+ * How long the loop may sleep: the idle strategy's timeout (doorbell armed:
+ * a second), cut to the counters' next pass, the watchdog's next ping and
+ * the peer timer's next deadline.  The loop has no period of its own.
+ */
+static int sleep_ms(struct daemon *d, int timeout)
+{
+	uint64_t now = fr_now_ns();
+
+	timeout = sooner_ms(timeout, counters_due_ms(&d->ctr, now));
+	timeout = sooner_ms(timeout, notify_due_ms(now));
+	return peer_timer_ms(&d->peers, timeout);
+}
+
 /* Who ended a sleep: the doorbell, else I/O (peers, clients, RDMA), else
- * only the peer timer; handled: completions loop_run_once ran. */
+ * the loop's own timeout (sleep_ms); handled: completions loop_run_once
+ * ran (the peer timer is not one any more: ticks no longer moves here). */
 static void count_wake(struct daemon *d, uint64_t rings, uint64_t ticks,
 		       int handled)
 {
@@ -1076,6 +1099,8 @@ int main(int argc, char **argv)
 	while (!d.loop.stop) {
 		int timeout = idle_timeout_ms(&d);
 
+		if (timeout)
+			timeout = sleep_ms(&d, timeout);
 		uint64_t rings = d.peers.rings, ticks = d.peers.ticks;
 
 		if (timeout)
@@ -1088,6 +1113,9 @@ int main(int argc, char **argv)
 		}
 		notify_tick(fr_now_ns());
 		counters_tick(&d.ctr, &d.flows, &d.peers, &d.ctl, fr_now_ns());
+		/* after the counters' pass: the flow checks, due no sooner,
+		 * ride on its wake-up (peer_timer) */
+		peer_timer(&d.peers, fr_now_ns());
 		if (rc < 0) {
 			log_error("event loop: %s", strerror(-rc));
 			break;

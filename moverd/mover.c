@@ -506,58 +506,61 @@ static void collect_bell(struct peer_mgr *m)
 }
 
 /*
- * Every SWEEP_NS, on the tick: every open sender flow off the active list
- * is armed again and joins it if its producers have written past the send
- * position.  A client can clear its ring's arm word or the page's bits;
- * this bounds what that costs its own flow to one sweep period, and it is
- * how a producer that has no page (a ring opened without moverd) or a
- * producer that died mid-record (fr_check_stuck, in next_span) is noticed.
- * Each sweep touches every idle flow's control page: at 1000 idle flows,
- * every 20 ms tick cost moverd ~1% of a cpu, hence the longer period.
+ * The doorbell sweep, a slice of the flow table at a time (peer.c,
+ * police_slice: every flow once a round, POLICE_NS): each open sender flow
+ * off the active list, and its fan-out siblings, is armed again and joins
+ * the list if its producers have written past the send position.  A client
+ * can clear its ring's arm word or the page's bits; this bounds what that
+ * costs its own flow to one round, and it is how a producer that has no
+ * page (a ring opened without moverd) or a producer that died mid-record
+ * (fr_check_stuck, in next_span) is noticed.  It touches each idle flow's
+ * control page: a sweep of every flow every 20 ms cost moverd ~1% of a cpu
+ * at 1000 idle flows, every 100 ms still ~0.1% (moverd/README.md).
  */
-#define SWEEP_NS 100000000ull
-
-void mover_sweep(struct peer_mgr *m)
+static bool sweepable(const struct flow *f)
 {
-	uint64_t now = fr_now_ns();
+	return f->role == FLOW_SENDER && f->state == FLOW_OPEN && f->view &&
+	       f->peer && !f->active;
+}
+
+/* relaxed: fr_bell_arm's store without its fence, which the caller takes
+ * once for the slice; the line is written only where a producer (or a
+ * client) took the arm.  True if it was. */
+static bool sweep_arm(struct flow *f)
+{
+	struct fr_shared *sh = ring_of(f)->sh;
+
+	if (!sweepable(f) ||
+	    atomic_load_explicit(&sh->bell_armed, memory_order_relaxed))
+		return false;
+	atomic_store_explicit(&sh->bell_armed, 1, memory_order_relaxed);
+	return true;
+}
+
+static void sweep_look(struct peer_mgr *m, struct flow *f)
+{
+	/* relaxed: only a hint to visit; next_span checks */
+	if (sweepable(f) && atomic_load_explicit(&ring_of(f)->sh->tail,
+						 memory_order_relaxed) != f->sent)
+		activate(m, f);
+}
+
+void mover_sweep(struct peer_mgr *m, struct flow *const *fs, unsigned n)
+{
 	bool armed = false;
 
-	if (now - m->swept_ns < SWEEP_NS)
-		return;
-	m->swept_ns = now;
-	for (struct peer *p = m->peers; p; p = p->next) {
-		for (struct flow *f = p->flows; f; f = f->peer_next) {
-			struct fr_shared *sh;
-
-			if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
-			    !f->view || f->active)
-				continue;
-			sh = ring_of(f)->sh;
-			/* relaxed: fr_bell_arm's store without its fence, which
-			 * is taken once below for every flow; the line is
-			 * written only where a producer (or a client) took
-			 * the arm */
-			if (!atomic_load_explicit(&sh->bell_armed,
-						  memory_order_relaxed)) {
-				atomic_store_explicit(&sh->bell_armed, 1,
-						      memory_order_relaxed);
-				armed = true;
-			}
-		}
+	for (unsigned i = 0; i < n; i++) {
+		armed |= sweep_arm(fs[i]);
+		for (struct flow *s = fs[i]->fanout; s; s = s->fanout_next)
+			armed |= sweep_arm(s);
 	}
 	/* the arms before the re-reads of the tails (fr_bell_arm's fence) */
 	if (armed)
 		atomic_thread_fence(memory_order_seq_cst);
-	for (struct peer *p = m->peers; p; p = p->next) {
-		for (struct flow *f = p->flows; f; f = f->peer_next) {
-			if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
-			    !f->view || f->active)
-				continue;
-			/* relaxed: only a hint to visit; next_span checks */
-			if (atomic_load_explicit(&ring_of(f)->sh->tail,
-						 memory_order_relaxed) != f->sent)
-				activate(m, f);
-		}
+	for (unsigned i = 0; i < n; i++) {
+		sweep_look(m, fs[i]);
+		for (struct flow *s = fs[i]->fanout; s; s = s->fanout_next)
+			sweep_look(m, s);
 	}
 }
 

@@ -34,7 +34,7 @@ void peer_woke(struct peer_mgr *m);
  * flow ring one bit of it, and an idle mover sleeps on its one futex word.
  * mover_bell_index gives a sender flow its bit (plus one; 0: none), for
  * the attach answer with mover_bell_fd; mover_forget_flow gives it back
- * (peer_destroy_flow).  mover_sweep (the tick) re-arms idle flows and
+ * (peer_destroy_flow).  mover_sweep (the timer, a slice at a time) re-arms idle flows and
  * visits those with records, whatever a client did to the bits.  The page
  * lives as long as moverd: a response in flight may still carry its fd.
  */
@@ -46,6 +46,8 @@ void mover_forget_flow(struct peer_mgr *m, struct flow *f);
 /* f has work: a sender flow opened (again), a receiver flow owes an
  * acknowledgement: visit it in the next cycle. */
 void mover_wake_flow(struct peer_mgr *m, struct flow *f);
-void mover_sweep(struct peer_mgr *m);
+/* Flows of the table (and their fan-out siblings): re-arm the idle ones,
+ * visit those whose producers wrote (peer.c's flow checks, a slice). */
+void mover_sweep(struct peer_mgr *m, struct flow *const *fs, unsigned n);
 
 #endif

@@ -62,3 +62,12 @@ void notify_tick(uint64_t now_ns)
 	last_ping_ns = now_ns;
 	send_state("WATCHDOG=1");
 }
+
+int notify_due_ms(uint64_t now_ns)
+{
+	uint64_t due = last_ping_ns + watchdog_ns;
+
+	if (!watchdog_ns)
+		return -1;
+	return due <= now_ns ? 1 : (int)((due - now_ns + 999999) / 1000000);
+}

@@ -23,5 +23,8 @@ void notify_stopping(void);
 /* From every turn of the event loop: a ping when half the watchdog
  * interval has passed since the last one (now: fr_now_ns()). */
 void notify_tick(uint64_t now_ns);
+/* ms until the next ping is due (-1: no watchdog): the loop, which has no
+ * period, sleeps no longer. */
+int notify_due_ms(uint64_t now_ns);
 
 #endif

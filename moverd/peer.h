@@ -54,10 +54,12 @@ struct peer_mgr {
 	struct peer *peers;
 	int listen_fd;
 	char listen_addr[80];
-	struct loop_op accept_op, tick_op;
+	struct loop_op accept_op;
 	struct listener_backoff accept_wait; /* after a failed accept */
-	struct __kernel_timespec tick_ts;
-	uint64_t police_ns;       /* last check of orphans and ring files */
+	uint64_t timer_due;       /* when peer_timer runs next (peer.c) */
+	uint64_t reopen_due;      /* the earliest flow reopen, UINT64_MAX */
+	uint64_t police_ns;       /* the last slice of the flow checks */
+	uint64_t swept_ns;        /* the last sweep of every flow (busy) */
 	uint64_t last_work_ns;
 	unsigned rx_deposits;     /* DATA deposited since the last duty cycle:
 				   * received records are work, too */
@@ -77,7 +79,6 @@ struct peer_mgr {
 	uint64_t bell_count;      /* eventfd read buffer */
 	/* the flows the duty cycle visits (mover.c, "the active lists") */
 	struct flow_list active, owing;
-	uint64_t swept_ns;        /* the last sweep of idle flows (mover.c) */
 
 	/* who may connect (NULL: anyone) and the key peers must prove
 	 * (NULL: insecure, hellos carry no proof); see auth.h */
@@ -95,7 +96,7 @@ struct peer_mgr {
 	uint64_t cycles;          /* duty cycles run */
 	uint64_t sleeps;          /* idle periods begun with the bell armed */
 	uint64_t rings;           /* ... and ended by the doorbell */
-	uint64_t ticks;           /* peer timer expiries (counters.c) */
+	uint64_t ticks;           /* peer timer runs (counters.c) */
 };
 
 struct peer_opts {
@@ -126,6 +127,16 @@ struct peer_opts {
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   const struct peer_opts *o);
 void peer_mgr_stop(struct peer_mgr *m);
+
+/*
+ * The peer timer: heartbeats' and hellos' deadlines, reconnections,
+ * reopens, and a slice of the flow checks (ring files, orphans, the
+ * doorbell sweep).  The loop calls peer_timer after every loop_run_once
+ * (it runs only when due) and sleeps at most peer_timer_ms(max_ms): the
+ * ms until the next deadline, at most max_ms (-1: no cap), at least 1.
+ */
+void peer_timer(struct peer_mgr *m, uint64_t now);
+int peer_timer_ms(struct peer_mgr *m, int max_ms);
 bool peer_mgr_busy(struct peer_mgr *m);
 
 /* A sender flow was created or re-adopted: connect and open it. */

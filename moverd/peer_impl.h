@@ -26,8 +26,9 @@
 #define TX_MAX_IOV     192
 #define BATCH_MAX      (2u << 20)   /* high watermark of one send */
 #define FLOW_QUANTUM   (512u << 10) /* per flow per send */
-#define TICK_MS        20
-#define POLICE_NS      1000000000ull /* orphans, ring files: 1/s */
+#define TICK_MS        20            /* the timer's period for RDMA
+				      * device checks and a delayed END */
+#define POLICE_NS      1000000000ull /* a round of the flow checks */
 #define HEARTBEAT_NS   1000000000ull
 #define DEAD_NS        5000000000ull
 #define STUCK_CHECK_NS 100000000ull
@@ -85,6 +86,7 @@ struct peer {
 	int fd;
 	struct loop_op conn_op, rd_op, wr_op;
 	struct flow *flows;
+	unsigned n_flows;         /* in p->flows (link_flow, unlink_flow) */
 
 	/* receive: a header, then its body (see peer_rx_header) */
 	uint8_t hdr_buf[WIRE_HDR];
@@ -164,7 +166,8 @@ extern const struct transport rdma_transport;
 
 /* The RDMA transport can run here (a device exists and it initialised). */
 bool rdma_available(struct peer_mgr *m);
-/* On the peer timer (TICK_MS): the device's removal, seen and handled. */
+/* On the peer timer (every TICK_MS while RDMA is in use): the device's
+ * removal, seen and handled. */
 void rdma_tick(struct peer_mgr *m, uint64_t now);
 
 /* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno.  May
@@ -207,6 +210,8 @@ void fail_sender(struct flow *f, const char *why);
  * (failed: why it failed there, or NULL: a plain close; cut: f's
  * subscription was cut by max_lag) - fanout.c */
 void peer_close_sender(struct flow *f, const char *failed, bool cut);
+/* ask the peer to open sender flow f again at `at` (it answered busy) */
+void peer_reopen_at(struct peer_mgr *m, struct flow *f, uint64_t at);
 /* a client set FR_FLAG_FAILED on a flow between hosts; why: the sentence */
 bool ring_marked_failed(struct flow *f, char *why, size_t cap);
 /* a receiver flow's consumer position, checked (false: the flow failed) */

@@ -7,11 +7,15 @@
  *   2. flows created and destroyed in a loop (FM_MANYFLOWS_CHURN, default
  *      1000) while records move on two other flows: those get every record
  *      exactly once; moverd's fds and RSS come back near their baseline
+ *   3. FM_MANYFLOWS_IDLE idle flows (default 300) for 7 s: no reconnect
+ *      (heartbeats on the timer's deadlines, a dead peer's 5 s passed),
+ *      each daemon under 25 wake-ups a second (the 20 ms tick was 50),
+ *      and a record still crosses
  *
  * No timing is asserted.  The defaults take ~5-15 s here, ~11 s under
  * ASan+UBSan; FM_MANYFLOWS_N=10000 FM_MANYFLOWS_CHURN=10000 ~52 s (release).
  * Both daemons get --max-flows and --peer-max-flows above the counts: the
- * defaults (1024 flows, 64 per peer host) are limits, not targets.
+ * defaults (16384 flows, 64 per peer host) are limits, not targets.
  * FM_MANYFLOWS_CASES=1,2 selects cases.
  *
  * usage: test_manyflows MOVERD MOVERCTL
@@ -373,6 +377,87 @@ static void case_churn(void)
 	hd_stop(&b);
 }
 
+/* ---- 3: idle flows wake moverd only when something is due ----------------- */
+
+/* The sleeps moverd has ended so far, whatever ended them (status),
+ * and the timer's among them in *timer. */
+static uint64_t wakes(const struct hd *d, uint64_t *timer)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	*timer = hj_u64(out, "wakes_timer");
+	return hj_u64(out, "wakes_doorbell") + hj_u64(out, "wakes_network") +
+	       *timer;
+}
+
+static uint64_t reconnects(const struct hd *d)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	return hj_u64(out, "reconnects");
+}
+
+/*
+ * Idle flows between two daemons for longer than a dead peer's silence
+ * (DEAD_NS, 5 s): the link stays up on heartbeats the timer's deadlines
+ * send, and each daemon wakes far less often than the 20 ms tick it had
+ * (50 wake-ups a second whatever was due; now the counters' 100 ms pass,
+ * the flow checks riding on it, and a heartbeat each way a second).  A
+ * count of wake-ups, not a time.  Then a record still crosses.
+ */
+static void case_idle(void)
+{
+	unsigned n = (unsigned)tu_env_long("FM_MANYFLOWS_IDLE", 300);
+	const double secs = 7;
+	uint64_t w0[2], w1[2], tm0[2], tm1[2], t0, t1;
+	struct hd d[2];
+	char name[32];
+	pid_t cons, prod;
+	int sock;
+
+	two_daemons(&d[0], &d[1], "many3", n);
+	sock = ctl_connect(d[0].sock);
+	CHECK(sock >= 0);
+	for (unsigned i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "m%u", i);
+		CHECK_RC(create_remote(sock, &d[1], name), 0);
+	}
+	close(sock);
+	wait_flow_count(&d[0], n, 10000);
+	wait_flow_count(&d[1], n, 60000);
+	snprintf(name, sizeof(name), "m%u", n - 1);
+	CHECK(hd_wait_state(&d[0], moverctl_bin, name, "open", 15000, NULL, 0));
+	usleep(500000); /* the opens' aftermath */
+	t0 = tu_now_ns();
+	for (int i = 0; i < 2; i++)
+		w0[i] = wakes(&d[i], &tm0[i]);
+	usleep((useconds_t)(secs * 1e6));
+	for (int i = 0; i < 2; i++)
+		w1[i] = wakes(&d[i], &tm1[i]);
+	t1 = tu_now_ns();
+	for (int i = 0; i < 2; i++) {
+		double rate = (double)(w1[i] - w0[i]) /
+			      ((double)(t1 - t0) / 1e9);
+
+		printf("  %u idle flows, moverd %c: %.1f wake-ups/s (%.1f/s "
+		       "the timer's) over %.1f s\n", n, 'A' + i, rate,
+		       (double)(tm1[i] - tm0[i]) / ((double)(t1 - t0) / 1e9),
+		       (double)(t1 - t0) / 1e9);
+		CHECK(rate < 25);
+	}
+	CHECK(reconnects(&d[0]) == 0);
+	CHECK(hd_wait_state(&d[0], moverctl_bin, name, "open", 1000, NULL, 0));
+	cons = consume(&d[1], name, n - 1, 20);
+	prod = produce(&d[0], name, n - 1, 20);
+	wait_ok(prod, "a producer", 30000);
+	wait_ok(cons, "a consumer", 30000);
+	printf("  the link stayed up; a record still crosses\n");
+	hd_stop(&d[0]);
+	hd_stop(&d[1]);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -380,6 +465,8 @@ int main(int argc, char **argv)
 				"the first, the 500th, the last, random ones" },
 		{ 2, case_churn, "flows created and destroyed while two others "
 				 "move records; fds and RSS back after" },
+		{ 3, case_idle, "idle flows: the link outlives DEAD_NS on "
+				"heartbeats; wake-ups only when due" },
 	};
 
 	if (argc != 3) {
