@@ -2060,9 +2060,10 @@ static PyObject *set_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	SetObject *so;
 	int rc;
 
-	if (!_PyArg_NoPositional("Set", args) ||
-	    !_PyArg_NoKeywords("Set", kw))
+	if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+		PyErr_SetString(PyExc_TypeError, "Set() takes no arguments");
 		return NULL;
+	}
 	so = (SetObject *)type->tp_alloc(type, 0);
 	if (!so)
 		return NULL;

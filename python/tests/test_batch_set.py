@@ -481,3 +481,9 @@ def test_new_calls_have_docstrings():
                 flowshm.Set.fileno, flowshm.Set.close):
         assert obj.__doc__, obj
     assert flowshm.SET_MAX == 127
+    with pytest.raises(TypeError):
+        flowshm.Set(1)
+    s = flowshm.Set()
+    assert repr(s) == "<flowshm.Set of 0 flow(s)>"
+    s.close()
+    assert repr(s).endswith(" closed>")
