@@ -11,6 +11,9 @@ does; the consumer checks every record's sequence number.  Cases:
           are buffers themselves; 1 MiB: the payload copied in from a numpy
           array through the memoryview, and copied out into a preallocated
           buffer, i.e. one memcpy each way as in C's send/recv)
+  batch   32 B only: send_batch() of 64 records / peek_batch(max=64) and
+          each record's sequence number read in place through its
+          memoryview (the batch API: one synchronisation per batch)
   view-0  1 MiB only: as view, but the consumer reads just the sequence
           number in place (zero copy: what a numpy stage that reduces the
           record where it lies costs)
@@ -36,6 +39,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 RING = 8 << 20
 SEQ = struct.Struct("<Q")
+BATCH = 64
 
 
 def producer(fd, size, mode):
@@ -50,6 +54,13 @@ def producer(fd, size, mode):
                 SEQ.pack_into(payload, 0, seq)
                 p.send(payload)
                 seq += 1
+        elif mode == "batch":
+            bufs = [bytearray(payload) for _ in range(BATCH)]
+            while True:
+                for b in bufs:
+                    SEQ.pack_into(b, 0, seq)
+                    seq += 1
+                p.send_batch(bufs)
         elif size <= 64:
             while True:
                 r = p.reserve(size)
@@ -76,6 +87,19 @@ def consumer(c, size, mode, seconds, warmup):
     t_start = time.monotonic()
     t0 = n0 = None
     while True:
+        if mode == "batch":
+            with c.peek_batch(max=BATCH) as views:
+                for v in views:
+                    got = SEQ.unpack_from(v, 0)[0]
+                    if got != seq:
+                        raise SystemExit(f"record {seq}: got {got}")
+                    seq += 1
+            now = time.monotonic()      # once per batch
+            if t0 is None and now - t_start >= warmup:
+                t0, n0 = now, seq
+            elif t0 is not None and now - t0 >= seconds:
+                return seq - n0, now - t0
+            continue
         if mode == "copy":
             rec = c.recv()
             got = SEQ.unpack_from(rec, 0)[0]
@@ -148,7 +172,7 @@ def main():
         machine, rows = flowbench(a.build, a.seconds)
         for r in rows:
             runs.setdefault((r["size"], "C"), []).append(r)
-        for size, modes in ((32, ("copy", "view")),
+        for size, modes in ((32, ("copy", "view", "batch")),
                             (1 << 20, ("copy", "view", "view-0"))):
             for mode in modes:
                 runs.setdefault((size, mode), []).append(

@@ -2,10 +2,14 @@
  * python/flowshm.c - the CPython module `flowshm`, over the public
  * libflowshm/flowshm.h only.
  *
- * Three types:
+ * The types:
  *   Flow         an open end of a flow (attach by name, or open_fd)
  *   Reservation  a claimed record a producer writes in place (reserve)
  *   Record       the next record a consumer looks at in place (peek)
+ *   Batch        the next records in place, one memoryview each
+ *                (peek_batch), released together
+ *   Set          consumer Flows waited on together, with a descriptor
+ *                for event loops (flowshm_set)
  *
  * Memory lifetime: Reservation and Record export the ring's memory through
  * the buffer protocol and count their exports.  Committing, releasing or
@@ -14,7 +18,9 @@
  * into.  Every view holds a reference to its Reservation/Record, which holds
  * one to its Flow, so garbage collection cannot unmap the ring under a view
  * either.  A memoryview released by Record.release() raises ValueError on
- * use (CPython's own check).
+ * use (CPython's own check).  A Batch exports one buffer per record, the
+ * memoryviews it hands out; its release releases them all first, so every
+ * view of a released batch raises ValueError on use.
  *
  * Threads: a handle belongs to one thread at a time (flowshm.h).  Every
  * call marks its Flow busy while it runs (and while the GIL is released for
@@ -144,6 +150,12 @@ typedef struct {
 	PyObject *weakrefs;
 #ifdef FM_HAVE_PIPELINE_API
 	flowshm_set_t *set;	/* fileno()'s one-flow set, made on demand */
+	struct batch_obj *batch;	/* the live Batch, if any */
+	struct flowshm_rec *brecs;	/* the batch the library holds: */
+	unsigned bn;			/* bn records (0: none), of the live
+					   Batch or pending (left unreleased) */
+	struct set_obj **sets;	/* the Sets this flow is in (they hold it) */
+	Py_ssize_t nsets;
 #endif
 } FlowObject;
 
@@ -159,6 +171,10 @@ typedef struct rec_obj {
 } RecObject;
 
 static PyTypeObject FlowType, ReservationType, RecordType;
+#ifdef FM_HAVE_PIPELINE_API
+static PyTypeObject BatchType, SetType;
+static void flow_leave_sets(FlowObject *fo);
+#endif
 
 /* Take the handle for one call: it must be open and not in use. */
 static int flow_enter(FlowObject *fo)
@@ -239,6 +255,10 @@ static void flow_close_handle(FlowObject *fo)
 		flowshm_set_destroy(fo->set);
 		fo->set = NULL;
 	}
+	flow_leave_sets(fo);	/* the same for the Sets it is in */
+	PyMem_Free(fo->brecs);	/* a pending batch goes with the handle */
+	fo->brecs = NULL;
+	fo->bn = 0;
 #endif
 	if (fo->name != Py_None)
 		flowshm_detach(fo->f);
@@ -263,6 +283,11 @@ static FlowObject *flow_new(flowshm_t *f, int role, PyObject *name)
 	fo->weakrefs = NULL;
 #ifdef FM_HAVE_PIPELINE_API
 	fo->set = NULL;
+	fo->batch = NULL;
+	fo->brecs = NULL;
+	fo->bn = 0;
+	fo->sets = NULL;
+	fo->nsets = 0;
 #endif
 	fo->name = name;
 	Py_INCREF(name);
@@ -426,6 +451,17 @@ static int check_role(FlowObject *fo, int role, const char *what)
  * has one such slot, and reusing it would publish or drop the wrong one. */
 static int check_not_held(FlowObject *fo, const char *what)
 {
+#ifdef FM_HAVE_PIPELINE_API
+	if (fo->bn) {	/* the library refuses every read meanwhile */
+		PyErr_Format(PyExc_RuntimeError, fo->batch ?
+			     "%s: a peeked batch is still open on this flow: "
+			     "release it first" :
+			     "%s: a batch left unreleased is pending on this "
+			     "flow: peek_batch() hands it out again, "
+			     "release_batch() consumes it", what);
+		return -1;
+	}
+#endif
 	if (!fo->held)
 		return 0;
 	PyErr_Format(PyExc_RuntimeError,
@@ -856,6 +892,9 @@ PyDoc_STRVAR(close_doc,
 "included, then close).  Idempotent.");
 
 static int rec_finish(RecObject *r, bool consume);
+#ifdef FM_HAVE_PIPELINE_API
+static int batch_finish(struct batch_obj *b, bool consume);
+#endif
 
 static PyObject *flow_close(FlowObject *fo, PyObject *unused)
 {
@@ -869,6 +908,10 @@ static PyObject *flow_close(FlowObject *fo, PyObject *unused)
 	}
 	if (fo->held && rec_finish(fo->held, false))
 		return NULL;
+#ifdef FM_HAVE_PIPELINE_API
+	if (fo->batch && batch_finish(fo->batch, false))
+		return NULL;
+#endif
 	flow_close_handle(fo);
 	Py_RETURN_NONE;
 }
@@ -1034,6 +1077,434 @@ static PyObject *flow_fileno(FlowObject *fo, PyObject *unused)
 		return raise_rc(rc, "fileno");
 	return PyLong_FromLong(rc);
 }
+
+/* ---- Batch: peek_batch's records in place --------------------------------- */
+
+/*
+ * The Batch exports one buffer per record: while peek_batch builds the
+ * views, `cur` says which record a getbuffer is for; at any other time a
+ * getbuffer is refused (the records are the items, not the Batch).  Every
+ * view holds the Batch and the Batch holds its views (a cycle the
+ * collector breaks), and the Batch holds its Flow, whose brecs say where
+ * the records lie while it is live.
+ */
+typedef struct batch_obj {
+	PyObject_HEAD
+	FlowObject *flow;	/* strong reference */
+	PyObject *views;	/* list of memoryviews; NULL once released */
+	Py_ssize_t exports;	/* buffers handed out and not yet released */
+	Py_ssize_t cur;		/* record a getbuffer is for, -1: none */
+	int live;		/* not yet released or let go */
+} BatchObject;
+
+static PyObject *str_release;	/* "release", interned */
+
+struct peek_batch_arg { struct flowshm_rec *recs; unsigned max, got; };
+
+static int try_peek_batch(FlowObject *fo, void *arg, int64_t t)
+{
+	struct peek_batch_arg *a = arg;
+	int rc;
+
+	do
+		rc = flowshm_peek_batch(fo->f, a->recs, a->max, &a->got, t);
+	while (rc == -EAGAIN && t == 0 && rearm(fo));
+	return rc;
+}
+
+static int batch_getbuffer(BatchObject *b, Py_buffer *view, int flags)
+{
+	const struct flowshm_rec *r;
+
+	if (!b->live || b->cur < 0) {
+		PyErr_SetString(PyExc_BufferError, b->live ?
+				"a Batch is no buffer itself: its records "
+				"are, as the memoryviews batch[i]" :
+				"batch already released");
+		return -1;
+	}
+	r = &b->flow->brecs[b->cur];
+	if (PyBuffer_FillInfo(view, (PyObject *)b, (void *)r->data,
+			      (Py_ssize_t)r->len, 1, flags))
+		return -1;
+	b->exports++;
+	return 0;
+}
+
+static void batch_releasebuffer(BatchObject *b, Py_buffer *view)
+{
+	(void)view;
+	b->exports--;
+}
+
+static PyBufferProcs batch_as_buffer = {
+	.bf_getbuffer = (getbufferproc)batch_getbuffer,
+	.bf_releasebuffer = (releasebufferproc)batch_releasebuffer,
+};
+
+/* A Batch over the flow's held records (fo->brecs[0..bn)), or NULL with
+ * an exception; the library's batch stays held (pending) either way. */
+static BatchObject *batch_new(FlowObject *fo)
+{
+	BatchObject *b = PyObject_GC_New(BatchObject, &BatchType);
+
+	if (!b)
+		return NULL;
+	b->flow = (FlowObject *)Py_NewRef(fo);
+	b->exports = 0;
+	b->live = 1;
+	b->cur = -1;
+	b->views = PyList_New(fo->bn);
+	fo->batch = b;
+	PyObject_GC_Track(b);
+	for (unsigned i = 0; b->views && i < fo->bn; i++) {
+		PyObject *v;
+
+		b->cur = i;
+		v = PyMemoryView_FromObject((PyObject *)b);
+		b->cur = -1;
+		if (!v) {
+			PyObject *type, *val, *tb;
+
+			/* let go of the views made so far, then b can go */
+			PyErr_Fetch(&type, &val, &tb);
+			if (batch_finish(b, false))
+				PyErr_Clear();
+			PyErr_Restore(type, val, tb);
+			Py_DECREF(b);
+			return NULL;
+		}
+		PyList_SET_ITEM(b->views, i, v);
+	}
+	if (!b->views) {
+		fo->batch = NULL;
+		Py_DECREF(b);
+		return NULL;
+	}
+	return b;
+}
+
+/* A view still exported (a numpy array made from it, a buffer held by C
+ * code)?  Checked before releasing anything, so that a refused release
+ * leaves every view of the batch usable. */
+static bool view_exported(PyObject *v)
+{
+	return ((PyMemoryViewObject *)v)->exports > 0;
+}
+
+/*
+ * Release (consume true) or let go of (consume false: the records stay
+ * held by the library, pending, and come again with the next peek_batch,
+ * or go to the next consumer if the flow is closed) a live Batch: release
+ * every view first, then refuse while anything still holds a buffer of
+ * the records (a slice of a view, a numpy array).  0, or -1 with an
+ * exception (for a consuming release also ESTALE: cut off meanwhile, the
+ * batch is released but what was read may have been overwritten).
+ */
+static int batch_finish(BatchObject *b, bool consume)
+{
+	FlowObject *fo = b->flow;
+	Py_ssize_t n;
+	int rc;
+
+	if (!b->live)
+		return 0;
+	if (fo->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"flow in use by another thread");
+		return -1;
+	}
+	n = b->views ? PyList_GET_SIZE(b->views) : 0;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *v = PyList_GET_ITEM(b->views, i);
+
+		if (v && view_exported(v)) {
+			PyErr_Format(PyExc_BufferError,
+				     "record %zd of the batch is still in use "
+				     "(a numpy array, a buffer): delete it "
+				     "first", i);
+			return -1;
+		}
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *v = PyList_GET_ITEM(b->views, i), *res;
+
+		if (!v)
+			continue;
+		res = PyObject_CallMethodNoArgs(v, str_release);
+		if (!res)
+			return -1;
+		Py_DECREF(res);
+	}
+	if (b->exports) {
+		PyErr_Format(PyExc_BufferError,
+			     "%zd view(s) of the batch still in use (a slice "
+			     "of a record's view?): release them first",
+			     b->exports);
+		return -1;
+	}
+	b->live = 0;
+	Py_CLEAR(b->views);
+	fo->batch = NULL;
+	if (!consume || !fo->f || !fo->bn)
+		return 0;
+	fo->bn = 0;
+	rc = flowshm_release_batch(fo->f);
+	if (rc) {
+		raise_rc(rc, "release_batch");
+		return -1;
+	}
+	return 0;
+}
+
+PyDoc_STRVAR(peek_batch_doc,
+"peek_batch(max=64, timeout=None) -> Batch\n\n"
+"Look at up to `max` next records in place, with one synchronisation\n"
+"with the producers: a Batch, a sequence of read-only memoryviews, one\n"
+"per record, in the ring (numpy.frombuffer(view) is zero copy).  Waits\n"
+"(per `timeout`) only for the first record; a batch stops early at the\n"
+"end of a lap of the ring, at the end of the stream, or at a record not\n"
+"yet committed.  Use as `with f.peek_batch() as views:` (a list of the\n"
+"views, released with the batch on exit) or call batch.release() (or\n"
+"f.release_batch()).  A released batch releases every one of its\n"
+"views: using one afterwards raises ValueError.  While the batch is\n"
+"held, other reads of the flow raise RuntimeError, and the producers\n"
+"are held back: release promptly.  The records are consumed only by\n"
+"the release (or a with block that ends normally); a Batch dropped\n"
+"unreleased or left by a with block that raised stays pending: the\n"
+"next peek_batch returns the same records again (all of them, whatever\n"
+"its max), release_batch() consumes them, close() leaves them to the\n"
+"next consumer.  Errors as recv().");
+
+static PyObject *flow_peek_batch(FlowObject *fo, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "max", "timeout", NULL };
+	PyObject *tmo = Py_None;
+	Py_ssize_t max = 64;
+	int64_t t;
+	int rc = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|nO:peek_batch", kwlist,
+					 &max, &tmo) || timeout_ns_of(tmo, &t))
+		return NULL;
+	if (max < 1) {
+		PyErr_SetString(PyExc_ValueError, "peek_batch: max must be >= 1");
+		return NULL;
+	}
+	if (flow_enter(fo))
+		return NULL;
+	/* a pending batch (bn without a live Batch) is no refusal */
+	if (check_role(fo, FLOWSHM_CONSUMER, "peek_batch") ||
+	    ((fo->batch || !fo->bn) && check_not_held(fo, "peek_batch"))) {
+		flow_leave(fo);
+		return NULL;
+	}
+	if (!fo->bn) {	/* else a pending batch: hand it out again */
+		struct peek_batch_arg a = { fo->brecs, 0, 0 };
+
+		if (!a.recs && !(a.recs = fo->brecs = PyMem_Calloc(
+				 BATCH_MAX, sizeof(*fo->brecs)))) {
+			flow_leave(fo);
+			return PyErr_NoMemory();
+		}
+		a.max = max < BATCH_MAX ? (unsigned)max : BATCH_MAX;
+		rc = run_waiting(fo, try_peek_batch, &a, t);
+		if (!rc)
+			fo->bn = a.got;
+	}
+	flow_leave(fo);
+	if (rc == 1)
+		return NULL;
+	if (rc)
+		return raise_rc(rc, "peek_batch");
+	return (PyObject *)batch_new(fo);
+}
+
+PyDoc_STRVAR(release_batch_doc,
+"release_batch()\n\n"
+"Release (consume) the flow's batch from peek_batch, live or pending,\n"
+"as Batch.release() does.  flowshm.Error (EINVAL) when none is held,\n"
+"(ESTALE) when this consumer was cut off (max lag) meanwhile: what was\n"
+"read in place may have been overwritten.");
+
+static PyObject *flow_release_batch(FlowObject *fo, PyObject *unused)
+{
+	int rc;
+
+	(void)unused;
+	if (flow_enter(fo))
+		return NULL;
+	flow_leave(fo);
+	if (check_role(fo, FLOWSHM_CONSUMER, "release_batch"))
+		return NULL;
+	if (fo->batch) {
+		if (batch_finish(fo->batch, true))
+			return NULL;
+		Py_RETURN_NONE;
+	}
+	if (!fo->bn)
+		return raise_rc_msg(-EINVAL, "release_batch",
+				    "release_batch: no batch held");
+	fo->bn = 0;
+	rc = flowshm_release_batch(fo->f);
+	if (rc)
+		return raise_rc(rc, "release_batch");
+	Py_RETURN_NONE;
+}
+
+static PyObject *batch_release_py(BatchObject *b, PyObject *unused)
+{
+	(void)unused;
+	if (batch_finish(b, true))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static int batch_check_live(BatchObject *b)
+{
+	if (b->live)
+		return 0;
+	PyErr_SetString(PyExc_ValueError, "batch already released");
+	return -1;
+}
+
+/* with: a list of the views (a copy: the Batch keeps its own to release) */
+static PyObject *batch_enter(BatchObject *b, PyObject *unused)
+{
+	(void)unused;
+	if (batch_check_live(b))
+		return NULL;
+	return PyList_GetSlice(b->views, 0, PyList_GET_SIZE(b->views));
+}
+
+/* A with block that raised lets the batch go unconsumed (pending). */
+static PyObject *batch_exit(BatchObject *b, PyObject *args)
+{
+	PyObject *exc_type = PyTuple_Size(args) ? PyTuple_GET_ITEM(args, 0)
+						: Py_None;
+
+	if (batch_finish(b, exc_type == Py_None))
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static Py_ssize_t batch_length(BatchObject *b)
+{
+	return b->live ? PyList_GET_SIZE(b->views) : 0;
+}
+
+static PyObject *batch_item(BatchObject *b, Py_ssize_t i)
+{
+	if (batch_check_live(b))
+		return NULL;
+	if (i < 0 || i >= PyList_GET_SIZE(b->views)) {
+		PyErr_SetString(PyExc_IndexError, "batch index out of range");
+		return NULL;
+	}
+	return Py_NewRef(PyList_GET_ITEM(b->views, i));
+}
+
+static PyObject *batch_iter(BatchObject *b)
+{
+	if (batch_check_live(b))
+		return NULL;
+	return PyObject_GetIter(b->views);
+}
+
+static PyObject *batch_get_live(BatchObject *b, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(b->live);
+}
+
+static PyObject *batch_get_producers(BatchObject *b, void *c)
+{
+	PyObject *l;
+
+	(void)c;
+	if (batch_check_live(b))
+		return NULL;
+	l = PyList_New(b->flow->bn);
+	for (unsigned i = 0; l && i < b->flow->bn; i++) {
+		PyObject *p = PyLong_FromUnsignedLong(
+			b->flow->brecs[i].producer);
+
+		if (!p) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, i, p);
+	}
+	return l;
+}
+
+static int batch_traverse(BatchObject *b, visitproc visit, void *arg)
+{
+	Py_VISIT(b->views);
+	Py_VISIT(b->flow);
+	return 0;
+}
+
+static int batch_clear(BatchObject *b)
+{
+	Py_CLEAR(b->views);
+	return 0;
+}
+
+static void batch_dealloc(BatchObject *b)
+{
+	PyObject_GC_UnTrack(b);
+	/* No view is left (each holds a reference to b).  A batch dropped
+	 * unreleased was not consumed: it stays pending in the flow. */
+	if (b->flow->batch == b)
+		b->flow->batch = NULL;
+	Py_XDECREF(b->views);
+	Py_DECREF(b->flow);
+	PyObject_GC_Del(b);
+}
+
+static PySequenceMethods batch_as_sequence = {
+	.sq_length = (lenfunc)batch_length,
+	.sq_item = (ssizeargfunc)batch_item,
+};
+
+static PyMethodDef batch_methods[] = {
+	{ "release", (PyCFunction)batch_release_py, METH_NOARGS,
+	  "release()\n\nRelease every view of the batch (using one "
+	  "afterwards raises ValueError) and let the ring reuse the "
+	  "records' memory (they are gone from the flow).  BufferError while "
+	  "a numpy array or a slice of a view still uses a record; "
+	  "flowshm.Error (ESTALE) if cut off meanwhile (max lag).  A no-op "
+	  "once released." },
+	{ "__enter__", (PyCFunction)batch_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)batch_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyGetSetDef batch_getset[] = {
+	{ "live", (getter)batch_get_live, NULL, "False once released", NULL },
+	{ "producers", (getter)batch_get_producers, NULL,
+	  "who wrote each record (as Flow.last_producer)", NULL },
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+static PyTypeObject BatchType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "flowshm.Batch",
+	.tp_basicsize = sizeof(BatchObject),
+	.tp_dealloc = (destructor)batch_dealloc,
+	.tp_as_sequence = &batch_as_sequence,
+	.tp_as_buffer = &batch_as_buffer,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_traverse = (traverseproc)batch_traverse,
+	.tp_clear = (inquiry)batch_clear,
+	.tp_iter = (getiterfunc)batch_iter,
+	.tp_doc = "The next records, in place in the ring (Flow.peek_batch): "
+		  "a sequence of read-only memoryviews, one per record; "
+		  "release() or a with block releases them together.",
+	.tp_methods = batch_methods,
+	.tp_getset = batch_getset,
+};
 #endif
 
 static PyObject *flow_enter_ctx(FlowObject *fo, PyObject *unused)
@@ -1118,6 +1589,10 @@ static PyMethodDef flow_methods[] = {
 	  METH_VARARGS | METH_KEYWORDS, end_doc },
 	{ "state", (PyCFunction)flow_state, METH_NOARGS, state_doc },
 	{ "fileno", (PyCFunction)flow_fileno, METH_NOARGS, fileno_doc },
+	{ "peek_batch", (PyCFunction)(void (*)(void))flow_peek_batch,
+	  METH_VARARGS | METH_KEYWORDS, peek_batch_doc },
+	{ "release_batch", (PyCFunction)flow_release_batch, METH_NOARGS,
+	  release_batch_doc },
 #endif
 	{ "__enter__", (PyCFunction)flow_enter_ctx, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)flow_exit_ctx, METH_VARARGS, NULL },
@@ -1481,6 +1956,430 @@ out:
 	Py_DECREF(seq);
 	return ret;
 }
+
+/* ---- Set: consumer flows waited on together -------------------------------- */
+
+/*
+ * A flowshm_set and the Flows in it (the list holds them, so none can be
+ * deallocated while in the set).  Each Flow knows its Sets (borrowed
+ * pointers): closing a Flow removes it from every Set first, because the
+ * library's set must never hold a handle that is gone (its helper thread
+ * may be counted on the ring).  `busy` is the set's one-thread rule, as
+ * a Flow's: flowshm_set_poll holds the set's mutex while it waits.
+ */
+typedef struct set_obj {
+	PyObject_HEAD
+	flowshm_set_t *s;	/* NULL once closed */
+	PyObject *flows;	/* list of Flow, in the order added */
+	int busy;
+} SetObject;
+
+static int flow_join_set(FlowObject *fo, SetObject *so)
+{
+	SetObject **sets = PyMem_Realloc(fo->sets,
+					 (fo->nsets + 1) * sizeof(*sets));
+
+	if (!sets) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	sets[fo->nsets++] = so;
+	fo->sets = sets;
+	return 0;
+}
+
+static void flow_forget_set(FlowObject *fo, SetObject *so)
+{
+	for (Py_ssize_t i = 0; i < fo->nsets; i++) {
+		if (fo->sets[i] == so) {
+			fo->sets[i] = fo->sets[--fo->nsets];
+			break;
+		}
+	}
+	if (!fo->nsets) {
+		PyMem_Free(fo->sets);
+		fo->sets = NULL;
+	}
+}
+
+static Py_ssize_t set_index(SetObject *so, PyObject *o)
+{
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(so->flows); i++) {
+		if (PyList_GET_ITEM(so->flows, i) == o)
+			return i;
+	}
+	return -1;
+}
+
+/* Take flow i out of the set (library first: the handle may go next). */
+static void set_drop(SetObject *so, Py_ssize_t i)
+{
+	FlowObject *fo = (FlowObject *)PyList_GET_ITEM(so->flows, i);
+
+	if (so->s && fo->f)
+		flowshm_set_remove(so->s, fo->f);
+	flow_forget_set(fo, so);
+	PySequence_DelItem(so->flows, i);	/* drops the set's reference */
+}
+
+/* Flow.close(): out of every Set it is in. */
+static void flow_leave_sets(FlowObject *fo)
+{
+	if (!fo->nsets)	/* always so in flow_dealloc: the sets hold fo */
+		return;
+	Py_INCREF(fo);	/* the sets' references may be the last ones */
+	while (fo->nsets) {
+		SetObject *so = fo->sets[fo->nsets - 1];
+		Py_ssize_t i = set_index(so, (PyObject *)fo);
+
+		if (i >= 0)
+			set_drop(so, i);
+		else
+			flow_forget_set(fo, so);
+	}
+	Py_DECREF(fo);
+}
+
+static int set_check(SetObject *so)
+{
+	if (!so->s) {
+		PyErr_SetString(PyExc_ValueError, "operation on closed set");
+		return -1;
+	}
+	if (so->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"set in use by another thread: a set belongs "
+				"to one thread at a time");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *set_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	SetObject *so;
+	int rc;
+
+	if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+		PyErr_SetString(PyExc_TypeError, "Set() takes no arguments");
+		return NULL;
+	}
+	so = (SetObject *)type->tp_alloc(type, 0);
+	if (!so)
+		return NULL;
+	so->busy = 0;
+	so->flows = PyList_New(0);
+	if (!so->flows) {
+		Py_DECREF(so);
+		return NULL;
+	}
+	rc = flowshm_set_create(&so->s);
+	if (rc) {
+		so->s = NULL;
+		Py_DECREF(so);
+		return raise_rc(rc, "Set");
+	}
+	return (PyObject *)so;
+}
+
+static void set_close_all(SetObject *so)
+{
+	if (so->s) {
+		/* joins its helper thread: quick, it is called back */
+		Py_BEGIN_ALLOW_THREADS
+		flowshm_set_destroy(so->s);
+		Py_END_ALLOW_THREADS
+		so->s = NULL;
+	}
+	while (so->flows && PyList_GET_SIZE(so->flows))
+		set_drop(so, PyList_GET_SIZE(so->flows) - 1);
+}
+
+PyDoc_STRVAR(set_close_doc,
+"close()\n\n"
+"Destroy the set (its descriptor is closed) and let go of its flows (they\n"
+"stay open).  Idempotent.");
+
+static PyObject *set_close(SetObject *so, PyObject *unused)
+{
+	(void)unused;
+	if (so->busy) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"close: set in use by another thread");
+		return NULL;
+	}
+	set_close_all(so);
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(set_add_doc,
+"add(flow)\n\n"
+"Add an open consumer Flow (the set holds it until removed, the set is\n"
+"closed, or the flow is closed: closing a flow takes it out of every\n"
+"set).  flowshm.Error: EINVAL (a producer), EEXIST (already in),\n"
+"ENOSPC (SET_MAX flows already); ValueError for a closed flow.");
+
+static PyObject *set_add(SetObject *so, PyObject *o)
+{
+	FlowObject *fo = (FlowObject *)o;
+	int rc;
+
+	if (set_check(so))
+		return NULL;
+	if (!PyObject_TypeCheck(o, &FlowType)) {
+		PyErr_SetString(PyExc_TypeError, "add: a Flow");
+		return NULL;
+	}
+	if (!fo->f) {
+		PyErr_SetString(PyExc_ValueError, "I/O operation on closed flow");
+		return NULL;
+	}
+	rc = flowshm_set_add(so->s, fo->f);
+	if (rc == -EEXIST)
+		return raise_rc_msg(rc, "add", "add: the flow is already in "
+				    "the set");
+	if (rc == -EINVAL)
+		return raise_rc_msg(rc, "add", "add: needs a consumer end");
+	if (rc)
+		return raise_rc(rc, "add");
+	if (PyList_Append(so->flows, o) || flow_join_set(fo, so)) {
+		Py_ssize_t i = set_index(so, o);
+
+		flowshm_set_remove(so->s, fo->f);
+		if (i >= 0)
+			PySequence_DelItem(so->flows, i);
+		return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(set_remove_doc,
+"remove(flow)\n\n"
+"Take a flow out of the set (it stays open).  KeyError if it is not in\n"
+"the set (a closed flow no longer is).");
+
+static PyObject *set_remove(SetObject *so, PyObject *o)
+{
+	Py_ssize_t i;
+
+	if (set_check(so))
+		return NULL;
+	i = set_index(so, o);
+	if (i < 0) {
+		PyErr_SetObject(PyExc_KeyError, o);
+		return NULL;
+	}
+	set_drop(so, i);
+	Py_RETURN_NONE;
+}
+
+struct set_poll_arg {
+	flowshm_set_t *s;
+	flowshm_t *ready[FLOWSHM_SET_MAX];
+	unsigned max, nready;
+};
+
+static int try_set_poll(FlowObject *unused, void *arg, int64_t t)
+{
+	struct set_poll_arg *a = arg;
+
+	(void)unused;
+	return flowshm_set_poll(a->s, a->ready, a->max, &a->nready, t);
+}
+
+PyDoc_STRVAR(set_poll_doc,
+"poll(timeout=None, max=None) -> list[Flow]\n\n"
+"Wait (GIL released) until at least one flow of the set has something\n"
+"to read (a record, or an end: EndOfStream, BrokenPipeError, or a batch\n"
+"left pending) and return up to `max` (None: all) such flows, starting\n"
+"at one that moves on by one each call, so that serving only the first\n"
+"still serves every busy flow in turn: a flooded flow cannot starve the\n"
+"others.  BlockingIOError (timeout 0) or TimeoutError when none is\n"
+"ready; flowshm.Error (EINVAL) for an empty set.  Remove a flow that\n"
+"ended: it stays ready.  Every flow of the set is in use during the\n"
+"call (another thread's call on one raises RuntimeError).\n"
+"With fileno(): once the descriptor is readable, poll(timeout=0) and\n"
+"serve until BlockingIOError, which arms the descriptor again.");
+
+static PyObject *set_poll(SetObject *so, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "timeout", "max", NULL };
+	PyObject *tmo = Py_None, *omax = Py_None, *ret = NULL;
+	struct set_poll_arg a = { 0 };
+	Py_ssize_t n, taken = 0, max = FLOWSHM_SET_MAX;
+	int64_t t;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:poll", kwlist, &tmo,
+					 &omax) || timeout_ns_of(tmo, &t))
+		return NULL;
+	if (omax != Py_None &&
+	    ((max = PyLong_AsSsize_t(omax)) == -1 && PyErr_Occurred()))
+		return NULL;
+	if (max < 1) {
+		PyErr_SetString(PyExc_ValueError, "poll: max must be >= 1");
+		return NULL;
+	}
+	if (set_check(so))
+		return NULL;
+	n = PyList_GET_SIZE(so->flows);
+	if (n == 0)
+		return raise_rc_msg(-EINVAL, "poll", "poll: the set is empty");
+	so->busy = 1;
+	/* every flow is taken (busy) for the wait: the library's scan reads
+	 * their handles, and none may close meanwhile */
+	for (; taken < n; taken++) {
+		if (flow_enter((FlowObject *)PyList_GET_ITEM(so->flows, taken)))
+			goto out;
+	}
+	a.s = so->s;
+	a.max = max < FLOWSHM_SET_MAX ? (unsigned)max : FLOWSHM_SET_MAX;
+	rc = run_waiting(NULL, try_set_poll, &a, t);
+	if (rc == 1)
+		goto out;
+	if (rc) {
+		raise_rc(rc, "poll");
+		goto out;
+	}
+	ret = PyList_New(a.nready);
+	for (unsigned i = 0; ret && i < a.nready; i++) {
+		for (Py_ssize_t j = 0; j < n; j++) {
+			FlowObject *fo = (FlowObject *)
+				PyList_GET_ITEM(so->flows, j);
+
+			if (fo->f == a.ready[i]) {
+				PyList_SET_ITEM(ret, i, Py_NewRef(fo));
+				break;
+			}
+		}
+	}
+out:
+	for (Py_ssize_t i = 0; i < taken; i++)
+		flow_leave((FlowObject *)PyList_GET_ITEM(so->flows, i));
+	so->busy = 0;
+	return ret;
+}
+
+PyDoc_STRVAR(set_fileno_doc,
+"fileno() -> int\n\n"
+"A descriptor (an eventfd; the set owns it: do not close it) that\n"
+"becomes readable when a flow of the set may have data, for event loops\n"
+"(asyncio's loop.add_reader, selectors, epoll).  Edge semantics: when\n"
+"it is readable, call poll(timeout=0) and serve, again and again until\n"
+"it raises BlockingIOError; that arms the descriptor again.  It may be\n"
+"readable with nothing ready (poll, get BlockingIOError, wait again).\n"
+"flowshm.Error (ENOSYS) on a kernel without futex_waitv (Linux < 5.16).");
+
+static PyObject *set_fileno(SetObject *so, PyObject *unused)
+{
+	int rc;
+
+	(void)unused;
+	if (set_check(so))
+		return NULL;
+	rc = flowshm_set_fd(so->s);
+	if (rc < 0)
+		return raise_rc(rc, "fileno");
+	return PyLong_FromLong(rc);
+}
+
+static PyObject *set_enter_ctx(SetObject *so, PyObject *unused)
+{
+	(void)unused;
+	if (!so->s) {
+		PyErr_SetString(PyExc_ValueError, "operation on closed set");
+		return NULL;
+	}
+	return Py_NewRef(so);
+}
+
+static PyObject *set_exit_ctx(SetObject *so, PyObject *args)
+{
+	(void)args;
+	return set_close(so, NULL);
+}
+
+static Py_ssize_t set_length(SetObject *so)
+{
+	return PyList_GET_SIZE(so->flows);
+}
+
+static int set_contains(SetObject *so, PyObject *o)
+{
+	return set_index(so, o) >= 0;
+}
+
+static PyObject *set_get_flows(SetObject *so, void *c)
+{
+	(void)c;
+	return PyList_AsTuple(so->flows);
+}
+
+static PyObject *set_get_closed(SetObject *so, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(!so->s);
+}
+
+static PyObject *set_repr(SetObject *so)
+{
+	return PyUnicode_FromFormat("<flowshm.Set of %zd flow(s)%s>",
+				    PyList_GET_SIZE(so->flows),
+				    so->s ? "" : " closed");
+}
+
+static void set_dealloc(SetObject *so)
+{
+	set_close_all(so);
+	Py_XDECREF(so->flows);
+	Py_TYPE(so)->tp_free((PyObject *)so);
+}
+
+static PySequenceMethods set_as_sequence = {
+	.sq_length = (lenfunc)set_length,
+	.sq_contains = (objobjproc)set_contains,
+};
+
+static PyMethodDef set_methods[] = {
+	{ "add", (PyCFunction)set_add, METH_O, set_add_doc },
+	{ "remove", (PyCFunction)set_remove, METH_O, set_remove_doc },
+	{ "poll", (PyCFunction)(void (*)(void))set_poll,
+	  METH_VARARGS | METH_KEYWORDS, set_poll_doc },
+	{ "fileno", (PyCFunction)set_fileno, METH_NOARGS, set_fileno_doc },
+	{ "close", (PyCFunction)set_close, METH_NOARGS, set_close_doc },
+	{ "__enter__", (PyCFunction)set_enter_ctx, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)set_exit_ctx, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL }
+};
+
+static PyGetSetDef set_getset[] = {
+	{ "flows", (getter)set_get_flows, NULL,
+	  "the flows in the set, in the order added (a tuple)", NULL },
+	{ "closed", (getter)set_get_closed, NULL, "True once closed", NULL },
+	{ NULL, NULL, NULL, NULL, NULL }
+};
+
+PyDoc_STRVAR(set_doc,
+"Set() -> Set\n\n"
+"Consumer Flows waited on together (flowshm_set): poll() returns the\n"
+"ready ones, fairly, sleeping in one system call however many flows;\n"
+"fileno() is a descriptor for event loops.  At most SET_MAX (127) flows.\n"
+"A context manager (closes on exit).  The set holds its flows; closing\n"
+"a flow takes it out of every set.  One thread at a time.");
+
+static PyTypeObject SetType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "flowshm.Set",
+	.tp_basicsize = sizeof(SetObject),
+	.tp_dealloc = (destructor)set_dealloc,
+	.tp_repr = (reprfunc)set_repr,
+	.tp_as_sequence = &set_as_sequence,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = set_doc,
+	.tp_methods = set_methods,
+	.tp_getset = set_getset,
+	.tp_new = set_new,
+};
 #endif
 
 static PyMethodDef module_methods[] = {
@@ -1525,6 +2424,11 @@ PyMODINIT_FUNC PyInit_flowshm(void)
 	if (PyType_Ready(&FlowType) || PyType_Ready(&ReservationType) ||
 	    PyType_Ready(&RecordType))
 		return NULL;
+#ifdef FM_HAVE_PIPELINE_API
+	if (PyType_Ready(&BatchType) || PyType_Ready(&SetType) ||
+	    !(str_release = PyUnicode_InternFromString("release")))
+		return NULL;
+#endif
 	m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
@@ -1542,6 +2446,9 @@ PyMODINIT_FUNC PyInit_flowshm(void)
 		"delivered and its producers ended it.  Not an error of the "
 		"flow; iteration stops there.", flowshm_error, NULL)) ||
 	    PyModule_AddObjectRef(m, "EndOfStream", end_of_stream) ||
+	    PyModule_AddObjectRef(m, "Batch", (PyObject *)&BatchType) ||
+	    PyModule_AddObjectRef(m, "Set", (PyObject *)&SetType) ||
+	    PyModule_AddIntConstant(m, "SET_MAX", FLOWSHM_SET_MAX) ||
 #endif
 	    PyModule_AddObjectRef(m, "Flow", (PyObject *)&FlowType) ||
 	    PyModule_AddObjectRef(m, "Reservation",

@@ -32,7 +32,10 @@ def test_stubs_name_every_public_call():
     text = open(stubs).read()
     for name in [n for n in dir(flowshm) if not n.startswith("_")]:
         assert name in text, name
-    for cls in (flowshm.Flow, flowshm.Record, flowshm.Reservation):
+    classes = [flowshm.Flow, flowshm.Record, flowshm.Reservation]
+    classes += [getattr(flowshm, n) for n in ("Batch", "Set")
+                if hasattr(flowshm, n)]
+    for cls in classes:
         for name in [n for n in dir(cls) if not n.startswith("_")]:
             assert f"def {name}" in text, f"{cls.__name__}.{name}"
 
