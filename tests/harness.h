@@ -1086,3 +1086,21 @@ static inline void hd_answers(const struct hd *d)
 }
 
 #endif
+
+/*
+ * Fork a client of d: in the parent the child's pid, in the child 0, with
+ * FLOWMOVER_SOCKET pointing at d and the child killed when the test dies.
+ */
+static inline pid_t hd_fork_client(const struct hd *d)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	return 0;
+}

@@ -117,14 +117,10 @@ static flowshm_t *attach_retry(const struct hd *d, const char *name,
 static pid_t produce(const struct hd *a, const char *name, uint32_t id,
 		     uint64_t count)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(a);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	{
 		flowshm_t *p = attach_retry(a, name, FLOWSHM_PRODUCER);
 		unsigned char buf[MAX_RECORD];
@@ -148,14 +144,10 @@ static pid_t produce(const struct hd *a, const char *name, uint32_t id,
 static pid_t consume(const struct hd *b, const char *name, uint32_t id,
 		     uint64_t count)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(b);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	{
 		flowshm_t *c = attach_retry(b, name, FLOWSHM_CONSUMER);
 		unsigned char buf[MAX_RECORD];

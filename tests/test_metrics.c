@@ -149,15 +149,10 @@ static void next_pass(const struct cmap *m)
 static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
 		     size_t len, uint64_t rate)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(d);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
 	flowshm_t *f;
 	char buf[65536] = { 0 };
 	uint64_t t0 = tu_now_ns();
@@ -189,15 +184,10 @@ static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
  * exit 0 when it timed out so. */
 static pid_t fill(const struct hd *d, const char *flow, int ms)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(d);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
 	flowshm_t *f;
 	char buf[1024] = { 0 };
 	int rc;
@@ -232,15 +222,10 @@ static uint64_t unix_ns(void)
 static pid_t consume(const struct hd *d, const char *flow, uint64_t n,
 		     struct seen *s)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(d);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
 	flowshm_t *f;
 	static char buf[65536];
 	uint64_t next = 0;
@@ -1044,15 +1029,10 @@ static size_t rec_len(uint64_t i)
  * rest in batches of up to 7 (a claim of several records); exit 0. */
 static pid_t produce_sizes(const struct hd *d, const char *flow)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(d);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
 	static char buf[4096];
 	struct iovec iov[7];
 	flowshm_t *f;
@@ -1229,15 +1209,10 @@ static void case_records(void)
 static pid_t consume_late(const struct hd *d, const char *flow, uint64_t n,
 			  int ms)
 {
-	pid_t pid;
+	pid_t pid = hd_fork_client(d);
 
-	fflush(NULL);
-	pid = fork();
-	CHECK(pid >= 0);
 	if (pid)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
 	static char buf[65536];
 	flowshm_t *f;
 	size_t len;
