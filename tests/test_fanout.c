@@ -335,13 +335,20 @@ static void peer_restart(bool full, bool fan)
 		wait_c_window_full(&t, fan);
 	hd_kill(&t.c);
 	/* C is down: the producer is held back by C's subscription, never
-	 * more than one ring ahead of it, and stops there */
-	for (int i = 0; i < 400; i++) {
+	 * more than one ring ahead of it, and stops there (near full, and
+	 * the same tail for 150 ms: a record that still fitted may come
+	 * late on a loaded host) */
+	for (int i = 0, near = 0; i < 400; i++) {
 		uint64_t acked = c_acked(&t, fan, out, sizeof(out));
+		uint64_t last = tail;
+
+		bool near_full;
 
 		tail = hj_u64(out, "tail");
 		CHECK(tail - acked <= RING_BYTES);
-		if (tail - acked > RING_BYTES - 2 * (REC_MAX + 16))
+		near_full = tail - acked > RING_BYTES - 2 * (REC_MAX + 16);
+		near = near_full && tail == last ? near + 1 : 0;
+		if (near == 3)
 			break;
 		usleep(50000);
 	}
