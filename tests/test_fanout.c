@@ -719,10 +719,25 @@ static uint64_t drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
 				(unsigned long long)seq);
 		CHECK(id == 0 && (*next == UINT64_MAX || seq == *next));
 		CHECK(*next != UINT64_MAX || seq > floor);
+		CHECK(*next != UINT64_MAX || seq > floor);
 		*next = seq + 1;
 		got++;
 	}
 	return got;
+}
+
+/* 10. Wait (a while; it goes on regardless) until A's peer addr acked
+ * everything produced: it is then never max_lag behind. */
+static void wait_acked(struct three *t, const char *addr, char *out,
+		       size_t cap)
+{
+	for (int i = 0; i < 400; i++) {
+		const char *pj = peer_json(&t->a, "x", addr, out, cap);
+
+		if (hj_u64(pj, "acked") == hj_u64(out, "tail"))
+			return;
+		usleep(2000);
+	}
 }
 
 /* 10. */
@@ -733,11 +748,12 @@ static void case_cut_rejoin(void)
 	char out[8192];
 	unsigned char buf[REC_MAX];
 	flowshm_t *p, *onc = NULL;
-	uint64_t last = 0, next = UINT64_MAX, seq;
+	uint64_t last = 0, next = UINT64_MAX, seq, produced = 8;
 	uint32_t id;
 	size_t len;
 	pid_t cb;
 	int ready[2], rc;
+	bool cut = false;
 
 	start_three(&t, "fo10");
 	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
@@ -749,6 +765,7 @@ static void case_cut_rejoin(void)
 	CHECK(pipe(ready) == 0);
 	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
 	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	/* B's consumer: every record, once */
 	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
 	wait_ready(ready[0]);
 	p = producer_on(&t.a, "x");
@@ -759,19 +776,16 @@ static void case_cut_rejoin(void)
 		CHECK(tu_verify(buf, len, &id, &seq) && seq == s);
 		last = seq;
 	}
-	for (uint64_t s = 8; s < n1; s += 8) {
+	/* until A cuts C (then stop: C rejoins a quiet flow) */
+	for (uint64_t s = 8; s < n1 && !cut; s += 8) {
 		produce(p, s, 8);
-		for (int i = 0; i < 400; i++) {
-			const char *pj = peer_json(&t.a, "x", t.baddr, out,
-						   sizeof(out));
-
-			if (hj_u64(pj, "acked") == hj_u64(out, "tail"))
-				break;
-			usleep(2000);
-		}
+		produced = s + 8;
+		wait_acked(&t, t.baddr, out, sizeof(out));
+		cut = hj_u64(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
+			     "cuts") >= 1;
 	}
-	/* cut: C's consumer gets -ESTALE (whatever C's ring still held
-	 * before it is dropped with the old ring) */
+	CHECK(cut);
+	/* C's consumer reads what C's ring held, then gets -ESTALE */
 	while ((rc = flowshm_recv(onc, buf, sizeof(buf), &len, WAIT_NS)) == 0)
 		CHECK(tu_verify(buf, len, &id, &seq) && seq == ++last);
 	CHECK_RC(rc, -ESTALE);
@@ -786,24 +800,25 @@ static void case_cut_rejoin(void)
 			break;
 		usleep(10000);
 	}
-	CHECK(hj_u64(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
-		     "cuts") >= 1);
 	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	/* C's consumer attaches again: every record from its first one S
+	 * (> the last before the cut) on, once, in order */
 	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
-	/* every record produced from now on reaches C once, in order,
-	 * after whatever of the join position's it had still */
-	for (uint64_t s = n1; s < n1 + n2; s += 8) {
+	for (uint64_t s = produced; s < n1 + n2; s += 8) {
 		produce(p, s, 8);
 		drain_c(onc, &next, s + 7, last);
+		wait_acked(&t, t.baddr, out, sizeof(out));
 	}
 	CHECK(next == n1 + n2);
 	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 200000000),
 		 -ETIMEDOUT);
 	CHECK(wait_child(cb) == 0);
-	printf("  C cut after record %llu, re-subscribed by itself: its new "
-	       "consumer got records from the join on, once, in order; B "
-	       "got all %llu\n", (unsigned long long)last,
-	       (unsigned long long)(n1 + n2));
+	CHECK(hj_u64(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
+		     "cuts") >= 1);
+	printf("  C cut after record %llu (%llu produced), re-subscribed by "
+	       "itself: its re-attached consumer got every later record once, "
+	       "in order; B got all %llu\n", (unsigned long long)last,
+	       (unsigned long long)produced, (unsigned long long)(n1 + n2));
 	flowshm_detach(onc);
 	flowshm_detach(p);
 	stop_three(&t);
