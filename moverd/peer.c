@@ -779,8 +779,8 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
  * "you were cut, re-attach" as a local consumer's, so the consumers here
  * get -ESTALE (their slots cut before the ring closes: a read checks its
  * slot first), not the -EPROTO of a corrupt flow.  The flow stays failed
- * for `flow show`, its state's errno ESTALE (flowshm_state), until
- * destroyed here.
+ * for `flow show`, its state's errno ESTALE (flowshm_state), until the
+ * sender rejoins (recreate_cut) or it is destroyed here.
  */
 static void cut_receiver(struct flow *f, const char *what)
 {
@@ -788,8 +788,8 @@ static void cut_receiver(struct flow *f, const char *what)
 
 	if (!strncmp(what, "cut off: ", 9)) /* fanout.c's words */
 		what += 9;
-	snprintf(why, sizeof(why), "cut off by the sender: %s (destroy the "
-		 "flow here, and remove and add this peer there)", what);
+	snprintf(why, sizeof(why), "cut off by the sender: %s (it opens the "
+		 "flow again at its current position: attach again)", what);
 	fr_sub_cut_all(ring_of(f));
 	f->cut_off = true; /* flows_status: ESTALE */
 	flows_set_state(f, FLOW_FAILED, why); /* logged as a warning */
