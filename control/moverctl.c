@@ -557,6 +557,8 @@ static void j_fanout(struct json *j, const Flowmover__FlowInfo *f)
 		j_u64(j, "acked", p->acked);
 		j_u64(j, "bytes_sent", p->bytes_sent);
 		j_u64(j, "bytes_acked", p->bytes_acked);
+		j_u64(j, "cuts", p->cuts);
+		j_u64(j, "cut_unix_ms", p->cut_unix_ms);
 		j_close(j, '}');
 	}
 	j_close(j, ']');

@@ -369,6 +369,8 @@ static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
 		p->acked = s->acked;
 		p->bytes_sent = s->bytes_sent;
 		p->bytes_acked = s->bytes_acked;
+		p->cuts = s->cuts;
+		p->cut_unix_ms = s->cut_unix_ms;
 		fo->ptrs[n] = p;
 	}
 	fi->n_fanout = n;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static unsigned peer_count(const struct flow *f)
@@ -251,8 +252,40 @@ void fanout_lost(struct flow *f, const char *why, bool cut)
 	peer_close_sender(f, why, cut);
 }
 
+/* The first rejoin comes REJOIN_MIN_NS after a cut; each cut within
+ * REJOIN_CALM_NS of the last doubles the wait, up to REJOIN_MAX_NS, so a
+ * peer that stays stuck is not cut and rejoined in a tight loop (each
+ * rejoin sends it a ring's worth again). */
+#define REJOIN_MIN_NS 1000000000ull
+#define REJOIN_MAX_NS 64000000000ull
+#define REJOIN_CALM_NS 300000000000ull
+
+static uint64_t unix_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* f was cut: when to take its subscription again. */
+static void schedule_rejoin(struct flow *f, uint64_t now)
+{
+	uint64_t b = f->rejoin_backoff_ns;
+
+	if (!b || now - f->cut_ns > REJOIN_CALM_NS)
+		b = REJOIN_MIN_NS;
+	else if (b < REJOIN_MAX_NS)
+		b *= 2;
+	f->rejoin_backoff_ns = b;
+	f->cut_ns = now;
+	f->cut_unix_ms = unix_now_ms();
+	f->cuts++;
+	f->rejoin_at_ns = now + b;
+}
+
 /* A producer cut f's slot (max_lag): f's peer fell too far behind. */
-static void police_one(struct flow *f)
+static void police_one(struct flow *f, uint64_t now)
 {
 	char why[160];
 	uint64_t lag;
@@ -263,16 +296,67 @@ static void police_one(struct flow *f)
 	/* relaxed: a number for the message */
 	lag = atomic_load_explicit(&ring_of(f)->sh->max_lag,
 				   memory_order_relaxed);
+	schedule_rejoin(f, now);
 	snprintf(why, sizeof(why), "cut off: more than max_lag %llu bytes "
-		 "behind the producers", (unsigned long long)lag);
+		 "behind the producers (cut %u times; rejoins in %llu s)",
+		 (unsigned long long)lag, f->cuts,
+		 (unsigned long long)(f->rejoin_backoff_ns / 1000000000ull));
 	fanout_lost(f, why, true);
 }
 
-void fanout_police(struct flow *f)
+/*
+ * f's subscription was cut and its backoff is over: take a new slot of
+ * the ring at the slowest subscriber's position (as fanout_add's join)
+ * and open the flow on its peer again from there.  The peer, told of the
+ * cut before (same connection, in order), accepts that open as a new
+ * incarnation of its flow (peer.c, handle_open).
+ */
+static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 {
-	if (f->role != FLOW_SENDER || f->state == FLOW_FAILED)
+	struct fr_ring *r;
+	unsigned slot;
+	uint64_t gen;
+	int rc;
+
+	if (!f->rejoin_at_ns || now < f->rejoin_at_ns || f->dead ||
+	    !f->view || !f->sub_dropped)
 		return;
-	police_one(f);
+	r = ring_of(f);
+	rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
+	if (!rc)
+		rc = fr_sub_adopt(r, slot, gen);
+	if (rc) { /* e.g. local consumers took every slot: later */
+		f->rejoin_at_ns = now + f->rejoin_backoff_ns;
+		flows_set_state(f, FLOW_FAILED, "cut off; no subscriber slot "
+				"to rejoin yet");
+		return;
+	}
+	f->rejoin_at_ns = 0;
+	f->sub_dropped = false;
+	f->sent = f->acked = f->remote_head = r->head;
+	flows_set_state(f, FLOW_CONNECTING, "rejoining after a cut");
+	if (peer_add_sender(m, f)) {
+		fanout_lost(f, "cannot rejoin after a cut: out of memory",
+			    false);
+		return;
+	}
+	log_info("flow %s: peer %s rejoins at position %llu after a cut",
+		 f->name, f->peer_addr, (unsigned long long)f->acked);
+}
+
+void fanout_police(struct peer_mgr *m, struct flow *f)
+{
+	uint64_t now = fr_now_ns();
+
+	/* a flow failed as a whole stays failed; the first peer's
+	 * subscription cut (sub_dropped) rejoins like the others */
+	if (f->role != FLOW_SENDER ||
+	    (f->state == FLOW_FAILED && !f->sub_dropped))
+		return;
+	rejoin_one(m, f, now);
 	for (struct flow *s = f->fanout; s; s = s->fanout_next)
-		police_one(s);
+		rejoin_one(m, s, now);
+	police_one(f, now);
+	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+		police_one(s, now);
 }

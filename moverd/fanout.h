@@ -56,7 +56,9 @@ static inline bool fanout_member(const struct flow *f)
 void fanout_lost(struct flow *f, const char *why, bool cut);
 
 /* On the once-a-second check of a flow, after the ring's own checks: end
- * the subscriptions of f (and its siblings) that max_lag cut off. */
-void fanout_police(struct flow *f);
+ * the subscriptions of f (and its siblings) that max_lag cut off, and take
+ * again, at the current position, those whose backoff after a cut is over
+ * (1 s, doubling with each cut within 5 min of the last, up to 64 s). */
+void fanout_police(struct peer_mgr *m, struct flow *f);
 
 #endif

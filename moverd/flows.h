@@ -171,6 +171,14 @@ struct flow {
 				   * max_lag, or its peer failed it): its
 				   * slot is given back, others go on */
 	char *fanout_saved;       /* re-adopted: the state file's peers */
+	/* cut by max_lag: the subscription is taken again at the current
+	 * position by itself at rejoin_at_ns (fanout_police), after a
+	 * backoff that doubles with each cut soon after the last */
+	unsigned cuts;            /* for `flow show` */
+	uint64_t cut_unix_ms;     /* the last cut, for `flow show` */
+	uint64_t cut_ns;          /* the last cut (fr_now_ns) */
+	uint64_t rejoin_at_ns;    /* 0: no rejoin due */
+	uint64_t rejoin_backoff_ns;
 };
 
 struct flow_limits {

@@ -613,6 +613,25 @@ static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
 			    l->peer_flow_gid, out, err, cap);
 }
 
+/*
+ * The sender cut this host's subscription (cut_receiver) and now opens
+ * the flow again at its current position (fanout.c, rejoin): a new
+ * incarnation.  The old ring is dropped with what it still held (its
+ * consumers got -ESTALE and re-attach to the new one by name), and the
+ * flow made again from op, starting at the sender's new position.
+ */
+static int recreate_cut(struct peer *p, struct flow **f,
+			const Flowmover__PeerFlowOpen *op, char *err,
+			size_t cap)
+{
+	log_info("flow %s: opened again by its sender after a cut, at "
+		 "position %llu (what its ring still held is dropped)",
+		 (*f)->name, (unsigned long long)op->start);
+	peer_destroy_flow(p->m, *f, NULL);
+	*f = NULL;
+	return create_receiver(p, op, f, err, cap);
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
@@ -631,6 +650,9 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
+	} else if (f && f->state == FLOW_FAILED && f->cut_off &&
+		   !(rc = check_origin(p, f, err, sizeof(err)))) {
+		rc = recreate_cut(p, &f, op, err, sizeof(err));
 	} else if (f && f->state == FLOW_FAILED) {
 		/* e.g. a client resized its ring file: it stays failed */
 		snprintf(err, sizeof(err), "flow '%s' failed on this host: "
@@ -757,8 +779,8 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
  * "you were cut, re-attach" as a local consumer's, so the consumers here
  * get -ESTALE (their slots cut before the ring closes: a read checks its
  * slot first), not the -EPROTO of a corrupt flow.  The flow stays failed
- * for `flow show`, its state's errno ESTALE (flowshm_state), until
- * destroyed here.
+ * for `flow show`, its state's errno ESTALE (flowshm_state), until the
+ * sender rejoins (recreate_cut) or it is destroyed here.
  */
 static void cut_receiver(struct flow *f, const char *what)
 {
@@ -766,8 +788,8 @@ static void cut_receiver(struct flow *f, const char *what)
 
 	if (!strncmp(what, "cut off: ", 9)) /* fanout.c's words */
 		what += 9;
-	snprintf(why, sizeof(why), "cut off by the sender: %s (destroy the "
-		 "flow here, and remove and add this peer there)", what);
+	snprintf(why, sizeof(why), "cut off by the sender: %s (it opens the "
+		 "flow again at its current position: attach again)", what);
 	fr_sub_cut_all(ring_of(f));
 	f->cut_off = true; /* flows_status: ESTALE */
 	flows_set_state(f, FLOW_FAILED, why); /* logged as a warning */
@@ -1311,7 +1333,7 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 	} else {
 		/* after the ring's own checks: a slot a client scribbled
 		 * on is tampering, reported as such above */
-		fanout_police(f);
+		fanout_police(m, f);
 		flows_status(f);
 		flows_watch_inherited(f);
 	}

@@ -21,6 +21,9 @@
  *      ring full, all of it acknowledged): the resumed C must acknowledge
  *      what its new consumer reads, or nothing more is ever sent to it
  *   9. case 8 for an ordinary flow to C alone (the resume is the same)
+ *  10. a peer cut by --max-lag re-subscribes by itself at the current
+ *      position (cuts counted); C's consumer gets -ESTALE, re-attaches and
+ *      gets every later record once and in order; B gets every record
  *
  * usage: test_fanout MOVERD MOVERCTL   (FM_FANOUT_CASES=1,3 picks cases)
  */
@@ -564,7 +567,10 @@ static void case_max_lag(void)
 	 * (not the -EPROTO of a corrupt flow), and the state says so */
 	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 0), -ESTALE);
 	CHECK_RC(flowshm_state(onc, &st), 0);
-	CHECK(st.state == FLOWSHM_STATE_FAILED && st.reason == -ESTALE);
+	/* ... or, if A's rejoin (1 s after the cut) came first, that this
+	 * ring is closed: C made the flow again in a new one (case 10) */
+	CHECK((st.state == FLOWSHM_STATE_FAILED && st.reason == -ESTALE) ||
+	      st.state == FLOWSHM_STATE_CLOSED);
 	flowshm_detach(onc);
 	flowshm_detach(p);
 
@@ -701,6 +707,135 @@ static void case_first_cut(void)
 	close(ready[1]);
 }
 
+/* 10. Drain what C's consumer can read now (at most WAIT_NS for the
+ * first, then 300 ms for each next): each record must follow *next
+ * (*next UINT64_MAX: the first sets it), in order and once. */
+static uint64_t drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
+			uint64_t floor)
+{
+	unsigned char buf[REC_MAX];
+	uint64_t got = 0, seq;
+	uint32_t id;
+	size_t len;
+
+	while (*next == UINT64_MAX || *next <= upto) {
+		int rc = flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS);
+
+		CHECK_RC(rc, 0);
+		CHECK(tu_verify(buf, len, &id, &seq));
+		if (*next != UINT64_MAX && seq != *next)
+			fprintf(stderr, "C: want record %llu, got %llu\n",
+				(unsigned long long)*next,
+				(unsigned long long)seq);
+		CHECK(id == 0 && (*next == UINT64_MAX || seq == *next));
+		CHECK(*next != UINT64_MAX || seq > floor);
+		CHECK(*next != UINT64_MAX || seq > floor);
+		*next = seq + 1;
+		got++;
+	}
+	return got;
+}
+
+/* 10. Wait (a while; it goes on regardless) until A's peer addr acked
+ * everything produced: it is then never max_lag behind. */
+static void wait_acked(struct three *t, const char *addr, char *out,
+		       size_t cap)
+{
+	for (int i = 0; i < 400; i++) {
+		const char *pj = peer_json(&t->a, "x", addr, out, cap);
+
+		if (hj_u64(pj, "acked") == hj_u64(out, "tail"))
+			return;
+		usleep(2000);
+	}
+}
+
+/* 10. */
+static void case_cut_rejoin(void)
+{
+	const uint64_t n1 = 1600, n2 = 800;
+	struct three t;
+	char out[8192];
+	unsigned char buf[REC_MAX];
+	flowshm_t *p, *onc = NULL;
+	uint64_t last = 0, next = UINT64_MAX, seq, produced = 8;
+	uint32_t id;
+	size_t len;
+	pid_t cb;
+	int ready[2], rc;
+	bool cut = false;
+
+	start_three(&t, "fo10");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	/* B's consumer: every record, once */
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	/* C's consumer reads the first 8, then stops until C is cut */
+	produce(p, 0, 8);
+	for (uint64_t s = 0; s < 8; s++) {
+		CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, WAIT_NS), 0);
+		CHECK(tu_verify(buf, len, &id, &seq) && seq == s);
+		last = seq;
+	}
+	/* until A cuts C (then stop: C rejoins a quiet flow) */
+	for (uint64_t s = 8; s < n1 && !cut; s += 8) {
+		produce(p, s, 8);
+		produced = s + 8;
+		wait_acked(&t, t.baddr, out, sizeof(out));
+		cut = hj_u64(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
+			     "cuts") >= 1;
+	}
+	CHECK(cut);
+	/* C's consumer reads what C's ring held, then gets -ESTALE */
+	while ((rc = flowshm_recv(onc, buf, sizeof(buf), &len, WAIT_NS)) == 0)
+		CHECK(tu_verify(buf, len, &id, &seq) && seq == ++last);
+	CHECK_RC(rc, -ESTALE);
+	flowshm_detach(onc);
+	onc = NULL;
+	/* by itself, A re-subscribes C at the current position */
+	for (int i = 0; i < 1000; i++) {
+		const char *pj = peer_json(&t.a, "x", t.caddr, out,
+					   sizeof(out));
+
+		if (hj_u64(pj, "cuts") >= 1 && strstr(pj, "\"open\""))
+			break;
+		usleep(10000);
+	}
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	/* C's consumer attaches again: every record from its first one S
+	 * (> the last before the cut) on, once, in order */
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	for (uint64_t s = produced; s < n1 + n2; s += 8) {
+		produce(p, s, 8);
+		drain_c(onc, &next, s + 7, last);
+		wait_acked(&t, t.baddr, out, sizeof(out));
+	}
+	CHECK(next == n1 + n2);
+	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 200000000),
+		 -ETIMEDOUT);
+	CHECK(wait_child(cb) == 0);
+	CHECK(hj_u64(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
+		     "cuts") >= 1);
+	printf("  C cut after record %llu (%llu produced), re-subscribed by "
+	       "itself: its re-attached consumer got every later record once, "
+	       "in order; B got all %llu\n", (unsigned long long)last,
+	       (unsigned long long)produced, (unsigned long long)(n1 + n2));
+	flowshm_detach(onc);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -722,6 +857,9 @@ int main(int argc, char **argv)
 		  "consumer reads, and the rest comes (the resume stall)" },
 		{ 9, case_single_restart_full, "the same for an ordinary flow "
 		  "to one peer host (no fan-out)" },
+		{ 10, case_cut_rejoin, "a peer cut by --max-lag re-subscribes "
+		  "by itself at the current position; its consumer re-attaches "
+		  "and gets every later record once; B gets all" },
 	};
 
 	if (argc != 3) {
