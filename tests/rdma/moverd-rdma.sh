@@ -75,7 +75,7 @@ ctl a status
 # committed and sent on the sender, N deposited and consumed on the
 # receiver.
 n=20000
-snap() { sleep 0.3; ctl "$1" top --once --json; }  # a sampler pass (100 ms) later
+snap() { sleep 1.3; ctl "$1" top --once --json; }  # an idle daemon rewrites a flow's counters once a second
 check_counters() {  # STAGE BEFORE_A AFTER_A AFTER_B [EXPECTED_REGS]
     python3 - "$@" <<'EOF'
 import json, sys
