@@ -462,6 +462,10 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 			return fr_closed_rc(r);
 		if (!end_record && ending(r))
 			return -EPIPE;
+		/* tail is shared: a client may have written anything there,
+		 * and our record headers would land where it says */
+		if (t % FR_ALIGN)
+			return -EPROTO;
 		if (t < r->head_cache || t - r->head_cache > r->size) {
 			/* our cache is a lap behind, or t is older than it */
 			rc = refresh_min(r);
