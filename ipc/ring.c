@@ -978,6 +978,14 @@ static uint64_t stuck_clock_ns(void)
 /* While nothing is known to be claimed at head: how often to look at tail. */
 #define TAIL_POLL_NS 100000000ull /* when recovery is off: only for -EPROTO */
 
+/* A bound read from the shared page (tail, or published) against our own
+ * position: a client may have written anything there.  It must be ahead of
+ * us by at most a ring, on the record alignment (recovery pads up to it). */
+static bool bound_sane(const struct fr_ring *r, uint64_t pos, uint64_t bound)
+{
+	return pos <= bound && bound - pos <= r->size && !(bound % FR_ALIGN);
+}
+
 /* First position in (pos, limit) that carries a seal of its own. */
 static uint64_t next_sealed(const struct fr_ring *r, uint64_t pos,
 			    uint64_t limit)
@@ -1117,7 +1125,7 @@ static int not_committed(struct fr_ring *r, uint64_t pos, uint64_t seal)
 		/* acquire: orders the seal re-read after seeing the claim */
 		r->tail_cache = atomic_load_explicit(&r->sh->tail,
 						     memory_order_acquire);
-		if (pos > r->tail_cache || r->tail_cache - pos > r->size)
+		if (!bound_sane(r, pos, r->tail_cache))
 			return -EPROTO;
 		/* (re)start the timer: from here it times a known claim, or
 		 * the next look at tail while the ring stays empty */
@@ -1147,7 +1155,7 @@ static int deposit_ready(struct fr_ring *r, uint64_t pos)
 	/* acquire: pairs with fr_publish, the deposited bytes are visible */
 	r->tail_cache = atomic_load_explicit(&r->sh->published,
 					     memory_order_acquire);
-	if (pos > r->tail_cache || r->tail_cache - pos > r->size)
+	if (!bound_sane(r, pos, r->tail_cache))
 		return -EPROTO;
 	if (pos == r->tail_cache)
 		return fr_closed(r) ? fr_closed_rc(r) : -EAGAIN;
