@@ -671,6 +671,49 @@ static int repeer(struct declared *d, const struct declared_flow *o,
 	       same_ids(o->gids, o->n_gids, n->gids, n->n_gids) ? 1 : 0;
 }
 
+/*
+ * o's flow differs from n in its max-lag, perhaps with its peer hosts after
+ * the first and its ids (repeer and regrant do those next).  The lag limit
+ * is one word of the ring that producers read when the ring is full, so it
+ * changes in place, in use or not, and goes with the ring file across a
+ * restart.  1 if that was all (done), 0 to go on.
+ */
+static int relag(struct declared *d, const struct declared_flow *n,
+		 struct flow *f, struct declared_report *r)
+{
+	const char *more[FANOUT_MAX_PEERS], *have[FANOUT_MAX_PEERS];
+	struct flow_spec spec = spec_of(n, more);
+	uint64_t old = max_lag_of(f);
+	char why[256];
+
+	if (!f->view || old == n->max_lag)
+		return 0;
+	/* the rest must be the ring as it is, or the peers and ids */
+	spec.max_lag = old;
+	spec.n_more_peers = 0;
+	for (const struct flow *s = f->fanout; s; s = s->fanout_next)
+		have[spec.n_more_peers++] = s->peer_addr;
+	spec.more_peers = have;
+	spec.allow_uids = f->allow_uids;
+	spec.n_allow_uids = f->n_allow_uids;
+	spec.allow_gids = f->allow_gids;
+	spec.n_allow_gids = f->n_allow_gids;
+	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
+		return 0;
+	/* relaxed: a producer that reads the old limit at a full ring cuts
+	 * by it once, as if the reload had come a moment later */
+	atomic_store_explicit(&f->view->ring.sh->max_lag, n->max_lag,
+			      memory_order_relaxed);
+	say(r, LOG_LVL_INFO, "flow %s (line %d): max-lag changed in place "
+	    "(%llu to %llu bytes; 0: lossless)", n->name, n->line,
+	    (unsigned long long)old, (unsigned long long)n->max_lag);
+	spec = spec_of(n, more);
+	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
+		return 0;
+	r->changed++;
+	return 1;
+}
+
 /* One declaration now in the file, o what was applied for it (or NULL).
  * True if n is in force now; false keeps o (or nothing). */
 static bool apply_one(struct declared *d, const struct declared_flow *o,
@@ -713,7 +756,9 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 		    "reload", n->name, n->line, why);
 		return false;
 	}
-	rc = repeer(d, o, n, f, r);
+	rc = relag(d, n, f, r);
+	if (!rc)
+		rc = repeer(d, o, n, f, r);
 	if (!rc)
 		rc = regrant(d, o, n, f, r);
 	if (rc)

@@ -29,8 +29,9 @@
  *   7  a declared flow to two peer hosts (peer= twice) with max-lag=:
  *      flow create with the same peers and max-lag exists, with another
  *      peer set or max-lag fails naming it; a reload that drops a peer
- *      or adds one does it in place (the attached producer stays), one
- *      that changes max-lag of a flow in use is refused
+ *      or adds one does it in place (the attached producer stays), so
+ *      does one that changes max-lag (alone, or with the peer set); one
+ *      that changes the ring size of a flow in use is refused
  */
 #include "harness.h"
 
@@ -457,7 +458,8 @@ static void case_two_hosts(void)
 	hd_stop(&b);
 }
 
-/* A declares a flow to B and C (several peer=, max-lag=). */
+/* A declares a flow to B and C (several peer=, max-lag= unless lag is
+ * NULL: lossless). */
 static void conf_fan(char *out, size_t cap, int bport, int cport, bool with_c,
 		     const char *lag)
 {
@@ -466,8 +468,8 @@ static void conf_fan(char *out, size_t cap, int bport, int cport, bool with_c,
 	if (with_c)
 		snprintf(c, sizeof(c), " peer=127.0.0.1:%d", cport);
 	snprintf(out, cap, "log-level = debug\n"
-		 "flow = fan ring-size=64K max-record=1K peer=127.0.0.1:%d%s "
-		 "max-lag=%s\n", bport, c, lag);
+		 "flow = fan ring-size=64K max-record=1K peer=127.0.0.1:%d%s"
+		 "%s%s\n", bport, c, lag ? " max-lag=" : "", lag ? lag : "");
 }
 
 static void case_fanout(void)
@@ -533,11 +535,32 @@ static void case_fanout(void)
 	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
 	expect_out(out, caddr);
 	CHECK(hj_u64(out, "producers") == 1);
-	/* a changed max-lag of a flow in use is refused, clearly */
+	/* a changed max-lag, with the producer attached: in place (the
+	 * ring's lag word), the flow and both peers go on */
 	conf_fan(text, sizeof(text), bport, cport, true, "32K");
 	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	expect_out(out, "max-lag changed in place (16384 to 32768");
+	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
+	CHECK(hj_u64(out, "max_lag") == 32768);
+	CHECK(hj_u64(out, "producers") == 1);
+	expect_out(out, caddr);
+	/* max-lag (back to lossless) and the peer set at once: in place */
+	conf_fan(text, sizeof(text), bport, cport, false, NULL);
+	write_conf(&a, text);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	CHECK(hd_flow_json(&a, moverctl_bin, "fan", out, sizeof(out)));
+	CHECK(hj_u64(out, "max_lag") == 0);
+	CHECK(!strstr(out, caddr));
+	CHECK(hj_u64(out, "producers") == 1);
+	/* a changed ring size of a flow in use is still refused, clearly */
+	snprintf(text, sizeof(text), "flow = fan ring-size=128K max-record=1K "
+		 "peer=127.0.0.1:%d\n", bport);
+	write_conf(&a, text);
 	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 1);
-	expect_out(out, "max-lag");
+	expect_out(out, "ring-size");
 	expect_out(out, "in use");
 	/* a malformed peer list is refused at reload, naming the line */
 	snprintf(text, sizeof(text), "flow = fan peer=127.0.0.1:%d "
@@ -567,7 +590,7 @@ int main(int argc, char **argv)
 		  "move" },
 		{ 7, case_fanout, "a declared flow to two peers with max-lag: "
 		  "create compares the peer set and max-lag; a reload "
-		  "removes and adds a peer in place" },
+		  "removes and adds a peer and changes max-lag in place" },
 	};
 
 	if (argc != 4) {
