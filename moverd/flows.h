@@ -133,6 +133,8 @@ struct flow {
 
 	/* receiver */
 	uint64_t reported_head;  /* the consumer position last sent back */
+	uint64_t quiet_head;     /* the consumer position seen last ... */
+	uint64_t quiet_since_ns; /* ... and since when (mover.c build_acks) */
 	bool ack_due;
 	bool cut_off;            /* failed: the sender cut it (max_lag) */
 	struct peer *rx_peer;    /* a receive into the ring is in flight */

@@ -82,6 +82,29 @@ static void build_ctrl(struct peer *p)
 
 static void deactivate(struct peer_mgr *m, struct flow *f);
 
+/*
+ * Credit is returned lazily (a quarter ring at a time) while the consumer
+ * reads; a consumer that stops short of that, with records left unread,
+ * would leave its sender a smaller window than it has for as long as it
+ * stays stopped.  Its position still for ACK_QUIET_NS: credit it now.
+ */
+#define ACK_QUIET_NS 10000000ull
+
+static bool consumer_quiet(struct flow *f, uint64_t head)
+{
+	uint64_t now;
+
+	if (head == f->reported_head)
+		return false;
+	now = fr_now_ns();
+	if (head != f->quiet_head) {
+		f->quiet_head = head;
+		f->quiet_since_ns = now;
+		return false;
+	}
+	return now - f->quiet_since_ns >= ACK_QUIET_NS;
+}
+
 /* Receiver flows: acknowledge deposits, return consumer credit lazily.
  * Only the flows owing credit (m->owing) are visited. */
 static int build_acks(struct peer *p)
@@ -104,7 +127,8 @@ static int build_acks(struct peer *p)
 			continue;
 		r = ring_of(f);
 		if (!f->ack_due && head - f->reported_head < r->size / 4 &&
-		    !(head == f->sent && head != f->reported_head))
+		    !(head == f->sent && head != f->reported_head) &&
+		    !consumer_quiet(f, head))
 			continue;
 		h = tx_header(p);
 		wire_put(h, WIRE_ACK, f->id, 0, f->sent, head);

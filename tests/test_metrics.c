@@ -49,6 +49,9 @@
  *      record: the sampler saw it attached, then it takes every record
  *      (publishing lazily) and detaches between two passes: the count it
  *      published as it left is not lost
+ *  12  a consumer on B takes 8 KiB of 40 KiB (less than the quarter ring
+ *      a receiver credits at once) and stops, attached: A's view of what
+ *      it consumed (flow show --json) comes up to B's
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -1256,6 +1259,51 @@ static void case_leaver(void)
 	cmap_close(&m);
 }
 
+/* ---- 12: credit of a consumer that stops short of a quarter ring -------------- */
+
+/* flow NAME's bytes_consumed on d (flow show --json). */
+static uint64_t consumed_on(const struct hd *d, const char *name)
+{
+	CHECK(hd_flow_json(d, moverctl, name, out, sizeof(out)));
+	return hj_u64(out, "bytes_consumed");
+}
+
+static void case_quiet_credit(void)
+{
+	struct hd a, b;
+	struct seen *s = seen_new();
+	uint64_t on_a = 0, on_b = 0;
+	pid_t p, c;
+
+	hd_start(&b, moverd, "metrics12b", true, NULL);
+	hd_start(&a, moverd, "metrics12a", false, NULL);
+	create_remote(&a, &b, "part", "64K");
+	CHECK(hd_wait_state(&b, moverctl, "part", "open", 10000, NULL, 0));
+	/* 40 KiB wait in B's ring; its consumer takes 8 KiB (less than the
+	 * quarter ring a receiver credits back at once) and stays */
+	p = produce(&a, "part", 40, 1000, 0);
+	wait_ok(p, 30000, "producer");
+	s->linger = true;
+	c = consume(&b, "part", 8, s);
+	for (int i = 0; i < 300; i++) {
+		on_b = consumed_on(&b, "part");
+		on_a = consumed_on(&a, "part");
+		if (on_b && on_a == on_b)
+			break;
+		usleep(10000);
+	}
+	printf("  consumed on B %llu bytes, A's view of it %llu\n",
+	       (unsigned long long)on_b, (unsigned long long)on_a);
+	CHECK(s->records == 8 && on_b > 0);
+	/* the sender's window must not stay short of what B freed */
+	CHECK(on_a == on_b);
+	/* it would take the 32 records left: stop it here */
+	kill(c, SIGKILL);
+	CHECK(waitpid(c, NULL, 0) == c);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1270,6 +1318,9 @@ int main(int argc, char **argv)
 		{ 9, case_text, "the Prometheus text: names, types, escaping" },
 		{ 10, case_records, "record counters between hosts" },
 		{ 11, case_leaver, "records of a consumer that just left" },
+		{ 12, case_quiet_credit, "a receiver credits back what its "
+		  "consumer freed before it stopped (less than a quarter "
+		  "ring)" },
 	};
 
 	if (argc != 4) {
