@@ -3,7 +3,9 @@
  * client writes into a ring is untrusted input to moverd and to consumers:
  * the input becomes the positions and the data area of a ring, and the
  * consumer (fr_peek/fr_release) and moverd's scanner (fr_scan) must return
- * records that lie inside the ring, or -EPROTO, never read out of bounds.
+ * records that lie inside the ring, or -EPROTO, never read out of bounds;
+ * a producer (fr_claim/fr_commit, local rings) must claim records on the
+ * record grid inside the ring, or refuse, never write off it.
  *
  * Input: 1 byte mode (bit 0: deposit ring), 3 x 8 bytes head/tail/published
  * offsets (taken modulo a few laps), then up to 4 KiB of data area.
@@ -27,6 +29,40 @@ static uint64_t take64(const uint8_t **p, size_t *n)
 	*p += k;
 	*n -= k;
 	return v;
+}
+
+/* A producer on the same (scribbled) ring: lengths from the input's first
+ * bytes.  Every claim must lie on the record grid inside one lap. */
+static void produce(uint8_t *map, size_t map_bytes, const uint8_t *data,
+		    size_t size)
+{
+	struct fr_ring p;
+
+	if (fr_attach(&p, map, map_bytes) || size < 2)
+		return;
+	fr_producer_number(&p);
+	/* what attach checked may change after it: a client moves tail and
+	 * the floor by a signed byte each (off the grid, too) */
+	atomic_fetch_add(&((struct fr_shared *)map)->tail,
+			 (uint64_t)(int64_t)(int8_t)data[0]);
+	atomic_fetch_add(&((struct fr_shared *)map)->floor,
+			 (uint64_t)(int64_t)(int8_t)data[1]);
+	data += 2;
+	size -= 2;
+	for (size_t i = 0; i < 8 && i < size; i++) {
+		uint32_t len = 1 + (uint32_t)data[i] * 4;
+		struct fr_claim c;
+		uint64_t off;
+
+		if (fr_claim(&p, &len, 1, &c))
+			return;
+		off = c.pos & (RING - 1);
+		if (c.pos % FR_ALIGN || c.n != 1 ||
+		    off + fr_record_bytes(len) > RING)
+			abort();
+		memset(fr_rec_at(&p, c.pos) + 1, 0xa5, len);
+		fr_commit(&p, &c);
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -78,5 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fr_scan(&r, r.head, r.head + RING, &end, &stuck);
 	if (end < r.head || end > r.head + RING)
 		abort();
+	if (prm.mode == FR_MODE_LOCAL)
+		produce(map, sizeof(map), data, size);
 	return (int)(sum & 0);
 }
