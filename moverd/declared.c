@@ -570,6 +570,26 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 	return true;
 }
 
+/* In s, the allowed ids the flow has now (for "does more than they
+ * differ?"). */
+static void spec_flow_ids(struct flow_spec *s, const struct flow *f)
+{
+	s->allow_uids = f->allow_uids;
+	s->n_allow_uids = f->n_allow_uids;
+	s->allow_gids = f->allow_gids;
+	s->n_allow_gids = f->n_allow_gids;
+}
+
+/* In s, the peer hosts after the first that the flow has now (in more). */
+static void spec_flow_peers(struct flow_spec *s, const struct flow *f,
+			    const char *more[FANOUT_MAX_PEERS])
+{
+	s->n_more_peers = 0;
+	for (const struct flow *x = f->fanout; x; x = x->fanout_next)
+		more[s->n_more_peers++] = x->peer_addr;
+	s->more_peers = more;
+}
+
 /*
  * Only the allowed ids of o's flow changed (n: the new declaration): they
  * change in place, in use or not: the ids o named and n does not are
@@ -587,10 +607,7 @@ static int regrant(struct declared *d, const struct declared_flow *o,
 	unsigned nu = 0, ng = 0;
 	char why[256], err[200];
 
-	same.allow_uids = f->allow_uids;
-	same.n_allow_uids = f->n_allow_uids;
-	same.allow_gids = f->allow_gids;
-	same.n_allow_gids = f->n_allow_gids;
+	spec_flow_ids(&same, f);
 	if (declared_differs(d->flows, f, &same, why, sizeof(why)))
 		return 0;
 	for (unsigned i = 0; i < o->n_uids; i++)
@@ -641,9 +658,7 @@ static int repeer(struct declared *d, const struct declared_flow *o,
 	memcpy(same.uids, o->uids, sizeof(same.uids));
 	memcpy(same.gids, o->gids, sizeof(same.gids));
 	spec = spec_of(&same, more);
-	spec.n_more_peers = 0;
-	for (const struct flow *s = f->fanout; s; s = s->fanout_next)
-		more[spec.n_more_peers++] = s->peer_addr;
+	spec_flow_peers(&spec, f, more);
 	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
 		return 0;
 	for (unsigned i = 0; !rc && i < o->n_more; i++)
@@ -690,14 +705,8 @@ static int relag(struct declared *d, const struct declared_flow *n,
 		return 0;
 	/* the rest must be the ring as it is, or the peers and ids */
 	spec.max_lag = old;
-	spec.n_more_peers = 0;
-	for (const struct flow *s = f->fanout; s; s = s->fanout_next)
-		have[spec.n_more_peers++] = s->peer_addr;
-	spec.more_peers = have;
-	spec.allow_uids = f->allow_uids;
-	spec.n_allow_uids = f->n_allow_uids;
-	spec.allow_gids = f->allow_gids;
-	spec.n_allow_gids = f->n_allow_gids;
+	spec_flow_peers(&spec, f, have);
+	spec_flow_ids(&spec, f);
 	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
 		return 0;
 	/* relaxed: a producer that reads the old limit at a full ring cuts
