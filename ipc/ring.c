@@ -176,6 +176,21 @@ void fr_bell_arm(struct fr_ring *r)
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
+/*
+ * The doorbell: only a handle that got the page from moverd rings it.  The
+ * exchange makes one of several producers ring; relaxed is enough, the
+ * caller's fence already orders our commit before it and fb_ring fences
+ * again before it reads moverd's sleeping flag.
+ */
+static void ring_bell(struct fr_ring *r)
+{
+	if (r->bell &&
+	    atomic_load_explicit(&r->sh->bell_armed, memory_order_relaxed) &&
+	    atomic_exchange_explicit(&r->sh->bell_armed, 0,
+				     memory_order_relaxed))
+		fb_ring(r->bell, r->bell_index);
+}
+
 static void wake_consumer(struct fr_ring *r)
 {
 	/*
@@ -189,17 +204,16 @@ static void wake_consumer(struct fr_ring *r)
 		fmlt_mark(LT_CONS_WAKE, 0);
 		wake_all(&r->sh->data_futex);
 	}
-	/*
-	 * The doorbell: only a handle that got the page from moverd rings
-	 * it.  The exchange makes one of several producers ring; relaxed is
-	 * enough, the fence above already orders our commit before it and
-	 * fb_ring fences again before it reads moverd's sleeping flag.
-	 */
-	if (r->bell &&
-	    atomic_load_explicit(&r->sh->bell_armed, memory_order_relaxed) &&
-	    atomic_exchange_explicit(&r->sh->bell_armed, 0,
-				     memory_order_relaxed))
-		fb_ring(r->bell, r->bell_index);
+	ring_bell(r);
+}
+
+/* A full ring with max_lag: moverd's HELD slots are cut by moverd alone
+ * (ring.h, Subscribers), so ring the doorbell for it to look now.  Relaxed:
+ * a look it misses is made by its once-a-second flow check. */
+static void full_with_lag(struct fr_ring *r)
+{
+	if (atomic_load_explicit(&r->sh->max_lag, memory_order_relaxed))
+		ring_bell(r);
 }
 
 static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
@@ -403,6 +417,7 @@ void fr_want_space(struct fr_ring *r)
 	if (!(atomic_load_explicit(w, memory_order_relaxed) & FR_SPACE_WANTED))
 		atomic_fetch_or_explicit(w, FR_SPACE_WANTED,
 					 memory_order_relaxed);
+	full_with_lag(r);
 }
 
 static bool ending(const struct fr_ring *r)
@@ -737,15 +752,101 @@ unsigned fr_sub_cut_all(struct fr_ring *r)
 bool fr_sub_lost(const struct fr_ring *r)
 {
 	const struct fr_sub *s;
+	uint32_t st;
 
 	if (r->sub >= FR_MAX_SUBS)
 		return false;
 	s = &r->sh->subs[r->sub];
 	/* acquire: a cut seen here is seen after the records we copied */
-	return atomic_load_explicit(&((struct fr_sub *)s)->state,
-				    memory_order_acquire) != FR_SUB_ACTIVE ||
+	st = atomic_load_explicit(&((struct fr_sub *)s)->state,
+				  memory_order_acquire);
+	return (st != FR_SUB_ACTIVE && st != FR_SUB_HELD) ||
 	       atomic_load_explicit(&((struct fr_sub *)s)->gen,
 				    memory_order_relaxed) != r->sub_gen;
+}
+
+uint64_t fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
+{
+	/* relaxed: max_lag is a setting, read once */
+	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
+					    memory_order_relaxed);
+	struct fr_sub *s = &r->sh->subs[slot];
+	uint64_t pos = atomic_load_explicit(&s->pos, memory_order_relaxed);
+	uint64_t tail = bound_pos(r), end, records = 0;
+	bool stuck;
+
+	if (!lag || pos >= tail || tail - pos <= lag)
+		return pos;
+	/* whole committed records only: nothing below a claim still being
+	 * written is given up, so no producer writes where another does */
+	if (fr_scan_records(r, pos, tail - lag / 2, &end, &stuck, &records) ||
+	    end == pos)
+		return pos;
+	/* release: as a consumer's publication (we read nothing below) */
+	atomic_store_explicit(&s->pos, end, memory_order_release);
+	if (r->sub == slot)
+		r->head = r->head_pub = end;
+	return end;
+}
+
+int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
+{
+	uint32_t st = FR_SUB_ACTIVE;
+	unsigned slot;
+	uint64_t gen;
+	int rc = fr_sub_take(r, pid, &slot, &gen);
+
+	if (!rc)
+		rc = fr_sub_adopt(r, slot, gen);
+	if (rc)
+		return rc;
+	/* CAS (seq_cst, as cut_laggards): a producer cut it first (it
+	 * joined more than max_lag behind a full ring) or it is HELD now */
+	if (!atomic_compare_exchange_strong(&r->sh->subs[slot].state, &st,
+					    FR_SUB_HELD)) {
+		fr_sub_leave(r, slot, gen);
+		return -ESTALE;
+	}
+	fr_sub_skip_lag(r, slot);
+	return 0;
+}
+
+bool fr_sub_held_over_lag(const struct fr_ring *r)
+{
+	/* relaxed: numbers for a decision moverd takes again each look */
+	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
+					    memory_order_relaxed);
+	uint64_t tail = bound_pos(r), pos, min;
+
+	if (!lag || r->sub >= FR_MAX_SUBS)
+		return false;
+	pos = atomic_load_explicit(&r->sh->subs[r->sub].pos,
+				   memory_order_relaxed);
+	if (pos >= tail || tail - pos <= lag)
+		return false;
+	if (atomic_load_explicit(&r->sh->producers_waiting,
+				 memory_order_relaxed))
+		return true;
+	min = fr_min_pos(r);
+	return min <= tail &&
+	       tail - min + fr_record_bytes(r->max_record) > r->size;
+}
+
+bool fr_sub_cut_held(struct fr_ring *r)
+{
+	uint32_t st = FR_SUB_HELD;
+	unsigned i = r->sub;
+
+	if (i >= FR_MAX_SUBS)
+		return false;
+	/* CAS (seq_cst, as cut_laggards): against a leave of the same slot;
+	 * then the mask bit, and the producers see room at their next look
+	 * (fr_sub_leave, which follows, wakes them) */
+	if (!atomic_compare_exchange_strong(&r->sh->subs[i].state, &st,
+					    FR_SUB_CUT))
+		return false;
+	atomic_fetch_and(&r->sh->sub_mask, ~(1u << i));
+	return true;
 }
 
 void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
@@ -1370,6 +1471,7 @@ int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
 	/* full fence: count before the re-check (pairs with wake_producers
 	 * and with fr_release's read of the count) */
 	atomic_thread_fence(memory_order_seq_cst);
+	full_with_lag(r);
 	if (!fr_closed(r) && !ending(r) && fr_min_pos(r) <= seen)
 		rc = fm_futex_wait(&sh->space_futex, v, deadline_ns);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,

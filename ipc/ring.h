@@ -55,6 +55,17 @@
  * (CAS ACTIVE -> CUT, clear its mask bit); that subscriber then gets
  * -ESTALE and may re-attach at the current position.
  *
+ * moverd's slots are HELD (CAS ACTIVE -> HELD once taken): producers never
+ * cut them, because bytes of a HELD slot may be in a send still in flight
+ * (a socket send queued in the kernel, an RDMA WRITE not yet read by the
+ * NIC), which a cut would let producers overwrite before they leave the
+ * host.  moverd applies max_lag to them itself: when the ring is full (a
+ * producer waits, or a largest record would not fit) and its slot is more
+ * than max_lag behind, it cuts it (HELD -> CUT) once no send of it is in
+ * flight.  A producer that finds the ring full with max_lag set rings the
+ * flow's doorbell, so moverd looks at once.  (A compatible addition to
+ * format 2: an older library's CAS from ACTIVE never cuts a HELD slot.)
+ *
  * A new subscriber joins at the minimum position of the active ones (or at
  * `floor`): set pos, publish the slot (CAS state, then set the mask bit,
  * seq_cst), then re-read the minimum of the others and move pos up to it if
@@ -257,6 +268,7 @@ enum fr_sub_state {
 	FR_SUB_FREE = 0,
 	FR_SUB_ACTIVE = 1,
 	FR_SUB_CUT = 2,      /* cut off by max_lag: -ESTALE until it leaves */
+	FR_SUB_HELD = 3,     /* moverd's: active, cut only by moverd */
 };
 
 /* The flow's state as moverd last wrote it (struct fr_status.state). */
@@ -534,6 +546,26 @@ unsigned fr_sub_cut_all(struct fr_ring *r);
 /* Was our slot cut off by max_lag (or taken from us)?  A consumer that
  * copied a record checks this after the copy: -ESTALE if true. */
 bool fr_sub_lost(const struct fr_ring *r);
+
+/* moverd: take a slot at the minimum position, adopt it and make it HELD
+ * (producers never cut it; see Subscribers), then fr_sub_skip_lag.  As
+ * fr_sub_take. */
+int fr_sub_take_held(struct fr_ring *r, uint32_t pid);
+
+/* moverd, for a slot it has just taken (its own, or a client's before the
+ * answer) with max_lag set: a join position more than max_lag behind the
+ * tail (every other subscriber was cut, the floor is where they were)
+ * moves forward over whole committed records to within max_lag / 2 of it,
+ * so "attach again at the current position" is not cut again at once.
+ * Returns the position. */
+uint64_t fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
+
+/* moverd, for its HELD slot: is it more than max_lag behind the tail while
+ * the ring is full (a producer waits, or a record of max_record bytes
+ * would not fit)?  Then, with none of its sends in flight, moverd cuts it:
+ * fr_sub_cut_held (true if it was cut by this call). */
+bool fr_sub_held_over_lag(const struct fr_ring *r);
+bool fr_sub_cut_held(struct fr_ring *r);
 
 /* moverd re-adopting a ring after a restart: give back every slot (but
  * `keep`, FR_MAX_SUBS = none) whose holder pid is dead; returns how many.

@@ -826,6 +826,13 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 				       FR_INFO_PID, &att->slot, &att->gen) :
 			   -EPIPE;
 
+	if (!rc) {
+		/* re-attaching after every subscriber was cut: near the tail */
+		fr_sub_skip_lag(&f->view->ring, att->slot);
+		/* for the counters' records consumed (counters.c) */
+		f->subs_taken |= 1u << att->slot;
+		f->sub_taken_gen[att->slot] = att->gen;
+	}
 	if (rc == -EBUSY)
 		respond_error(c, id, -EBUSY, "flow '%s': all %u subscriber "
 			      "slots taken", f->name, FR_MAX_SUBS);

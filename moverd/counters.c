@@ -225,14 +225,26 @@ static void count_leaver(struct flow_shadow *sh, struct fr_sub *s,
  * reported, never trusted (a position beyond the tail reads as no lag).
  */
 static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
-		       struct fr_shared *ring, uint64_t tail)
+		       struct flow *f, struct fr_shared *ring, uint64_t tail)
 {
 	uint64_t mask = 0;
+	uint32_t visit;
+
+	/* holders taken since the last pass, seen or not: one that has
+	 * left already is a leaver of this pass (count_leaver), from 0 */
+	for (unsigned i = 0; i < FMC_SUBS && i < FR_MAX_SUBS; i++) {
+		if (!(f->subs_taken & (1u << i)) ||
+		    sh->sub_gen[i] == f->sub_taken_gen[i])
+			continue;
+		sh->sub_gen[i] = f->sub_taken_gen[i];
+		sh->sub_records[i] = 0;
+		sh->sub_written |= 1u << i;
+	}
+	f->subs_taken = 0;
 	/* the slots in use, and those shown last time (one may have been
 	 * cut or freed since): not all 16 lines of every ring each pass */
-	uint32_t visit = (atomic_load_explicit(&ring->sub_mask,
-					       memory_order_relaxed) |
-			  sh->sub_written) & ((1u << FMC_SUBS) - 1);
+	visit = (atomic_load_explicit(&ring->sub_mask, memory_order_relaxed) |
+		 sh->sub_written) & ((1u << FMC_SUBS) - 1);
 
 	for (unsigned i = 0; i < FMC_SUBS && i < FR_MAX_SUBS; i++) {
 		struct fr_sub *s = &ring->subs[i];
@@ -245,7 +257,8 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
 		/* acquire: pairs with a leave's release of FREE, so a slot
 		 * seen free shows the count its holder published leaving */
 		st = atomic_load_explicit(&s->state, memory_order_acquire);
-		if (st != FR_SUB_ACTIVE && st != FR_SUB_CUT) {
+		if (st != FR_SUB_ACTIVE && st != FR_SUB_HELD &&
+		    st != FR_SUB_CUT) {
 			/* a free slot's zeros once, not every pass */
 			if (sh->sub_written & (1u << i)) {
 				count_leaver(sh, s, i);
@@ -257,7 +270,7 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
 			continue;
 		}
 		sh->sub_written |= 1u << i;
-		mask |= st == FR_SUB_ACTIVE ? 1ull << i : 1ull << (16 + i);
+		mask |= st != FR_SUB_CUT ? 1ull << i : 1ull << (16 + i);
 		gen = atomic_load_explicit(&s->gen, memory_order_relaxed);
 		recs = atomic_load_explicit(&s->records, memory_order_relaxed);
 		/* a new holder counts from 0; a count that went back too */
@@ -356,7 +369,7 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 				&ring->full_events, memory_order_relaxed));
 		fmc_set(r, FMC_F_FULL_NS, atomic_load_explicit(
 				&ring->full_ns, memory_order_relaxed));
-		write_subs(r, sh, ring, in.tail);
+		write_subs(r, sh, f, ring, in.tail);
 	}
 	fmc_end(r);
 }

@@ -75,8 +75,6 @@ static int check_add(const struct flow *f, const char *addr, char *err,
 static int map_sibling(struct flow *f, struct flow *s)
 {
 	struct fr_ring *r;
-	unsigned slot;
-	uint64_t gen;
 	int rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &s->view);
 
 	if (rc)
@@ -84,9 +82,7 @@ static int map_sibling(struct flow *f, struct flow *s)
 	r = &s->view->ring;
 	if (f->path[0]) /* a ring file: a client may shrink it */
 		s->guard = ring_guard_add(r->sh, r->map_bytes);
-	rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
-	if (!rc)
-		rc = fr_sub_adopt(r, slot, gen);
+	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);
 	if (rc) {
 		flowshm_close(s->view);
 		ring_guard_remove(s->guard);
@@ -284,15 +280,29 @@ static void schedule_rejoin(struct flow *f, uint64_t now)
 	f->rejoin_at_ns = now + b;
 }
 
-/* A producer cut f's slot (max_lag): f's peer fell too far behind. */
-static void police_one(struct flow *f, uint64_t now)
+/* f's peer fell more than max_lag behind a full ring: its slot is HELD,
+ * which producers never cut (ring.h, Subscribers), so we cut it as they
+ * would a client's, but only with none of f's sends in flight (what a send
+ * reads stays as it was until its completion: a cut lets producers write
+ * over it). */
+static void cut_if_over_lag(struct flow *f)
+{
+	if (!f->tx_inflight && fr_sub_held_over_lag(ring_of(f)))
+		fr_sub_cut_held(ring_of(f));
+}
+
+/* f's slot was cut (max_lag): f's peer fell too far behind.  True if it
+ * was (its subscription is over now). */
+static bool police_one(struct flow *f, uint64_t now)
 {
 	char why[160];
 	uint64_t lag;
 
-	if (!f->peer || f->sub_dropped || !f->view ||
-	    !fr_sub_lost(ring_of(f)))
-		return;
+	if (!f->peer || f->sub_dropped || !f->view)
+		return false;
+	cut_if_over_lag(f);
+	if (!fr_sub_lost(ring_of(f)))
+		return false;
 	/* relaxed: a number for the message */
 	lag = atomic_load_explicit(&ring_of(f)->sh->max_lag,
 				   memory_order_relaxed);
@@ -302,6 +312,12 @@ static void police_one(struct flow *f, uint64_t now)
 		 (unsigned long long)lag, f->cuts,
 		 (unsigned long long)(f->rejoin_backoff_ns / 1000000000ull));
 	fanout_lost(f, why, true);
+	return true;
+}
+
+bool fanout_cut_seen(struct flow *f)
+{
+	return police_one(f, fr_now_ns());
 }
 
 /*
@@ -314,17 +330,13 @@ static void police_one(struct flow *f, uint64_t now)
 static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 {
 	struct fr_ring *r;
-	unsigned slot;
-	uint64_t gen;
 	int rc;
 
 	if (!f->rejoin_at_ns || now < f->rejoin_at_ns || f->dead ||
 	    !f->view || !f->sub_dropped)
 		return;
 	r = ring_of(f);
-	rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
-	if (!rc)
-		rc = fr_sub_adopt(r, slot, gen);
+	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);
 	if (rc) { /* e.g. local consumers took every slot: later */
 		f->rejoin_at_ns = now + f->rejoin_backoff_ns;
 		flows_set_state(f, FLOW_FAILED, "cut off; no subscriber slot "

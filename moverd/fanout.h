@@ -55,6 +55,12 @@ static inline bool fanout_member(const struct flow *f)
  * the others go on. */
 void fanout_lost(struct flow *f, const char *why, bool cut);
 
+/* The mover's look before it reads f's ring: if a producer cut f's
+ * subscription (max_lag), end it now (as fanout_police would) and say so:
+ * the bytes at f's send position may already be overwritten, which is the
+ * cut, not a corrupt ring. */
+bool fanout_cut_seen(struct flow *f);
+
 /* On the once-a-second check of a flow, after the ring's own checks: end
  * the subscriptions of f (and its siblings) that max_lag cut off, and take
  * again, at the current position, those whose backoff after a cut is over

@@ -470,12 +470,9 @@ static void ring_open_error(int fd, int rc, char *why, size_t cap)
  */
 static int take_sender_slot(struct flow *f)
 {
-	struct fr_ring *r = &f->view->ring;
-	unsigned slot;
-	uint64_t gen;
-	int rc = fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen);
-
-	return rc ? rc : fr_sub_adopt(r, slot, gen);
+	/* HELD: producers never cut it, moverd does (max_lag) */
+	return fr_sub_take_held(&f->view->ring,
+				(uint32_t)getpid() & FR_INFO_PID);
 }
 
 static struct flow *adopt_one(struct flow_table *t, const char *name)

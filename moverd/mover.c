@@ -21,6 +21,7 @@
  * What peers say to each other (hello, open, close, receiving) is peer.c.
  */
 #include "mover.h"
+#include "fanout.h"
 #include "peer_impl.h"
 #include "bell_thread.h"
 #include "log.h"
@@ -158,10 +159,16 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
 	int rc;
 
 	*idle = false;
+	*records = 0;
+	/* cut by a producer (max_lag): it may be writing over what we would
+	 * read; that ends this subscription, never the flow */
+	if (fanout_cut_seen(f))
+		return 0;
 	if (limit > f->sent + budget)
 		limit = f->sent + budget;
-	*records = 0;
 	rc = fr_scan_records(r, f->sent, limit, &end, &stuck, records);
+	if (rc == -EPROTO && fanout_cut_seen(f)) /* cut while we read */
+		return 0;
 	if (rc == -EPROTO && end == f->sent) {
 		char why[120];
 
@@ -177,6 +184,8 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
 		rc = fr_check_stuck(r, f->sent);
 		if (rc == 0)
 			return next_span(f, budget, idle, records);
+		if (rc == -EPROTO && fanout_cut_seen(f))
+			return 0;
 		if (rc == -EPROTO) {
 			char why[120] = "the producer ring's tail is outside "
 					"the ring around the send position";
@@ -204,6 +213,7 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len,
 	tx_add(p, h, WIRE_HDR);
 	/* the send reads f's ring until it completes (peer_sent) */
 	p->tx_flows[p->n_tx_flows++] = flow_get(f);
+	f->tx_inflight++; /* no cut of its slot meanwhile (fanout.c) */
 	if (first >= len) {
 		tx_add(p, r->data + off, len);
 	} else {

@@ -144,8 +144,12 @@ static bool peer_io_busy(const struct peer *p)
 /* The send completed (or the connection ended): let go of its rings. */
 static void tx_release(struct peer *p)
 {
-	while (p->n_tx_flows)
-		flow_put(p->tx_flows[--p->n_tx_flows]);
+	while (p->n_tx_flows) {
+		struct flow *f = p->tx_flows[--p->n_tx_flows];
+
+		f->tx_inflight--;
+		flow_put(f);
+	}
 }
 
 /* The receive into rx_flow completed (or the connection ended). */
@@ -1076,6 +1080,11 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 
 	if (!f)
 		return; /* destroyed meanwhile */
+	/* cut (or failed) and not opened again yet: an acknowledgement of
+	 * what the peer had before (it answers our open first, and only then
+	 * acknowledges what we send from the new position) */
+	if (f->state != FLOW_OPEN)
+		return;
 	if (h->len || h->pos < f->acked || h->pos > f->sent ||
 	    h->aux < f->remote_head || h->aux > h->pos) {
 		peer_fail(p, "flow %s: acknowledgement %llu/%llu outside the "

@@ -33,9 +33,26 @@ struct hd {
 	char dir[96];          /* private directory, removed by hd_stop */
 	char sock[128];
 	char log[128];         /* its stderr */
-	int port;              /* --listen 127.0.0.1:port, 0 = none */
+	int port;              /* --listen hd_addr():port, 0 = none */
 	pid_t pid;
 };
+
+/* FM_HD_ADDR / FM_HD_TRANSPORT: the address a test's daemons listen on and
+ * the transport they use (127.0.0.1 and tcp unless set): the soft-RoCE guest
+ * runs the same cases on its rxe address over rdma. */
+static inline const char *hd_addr(void)
+{
+	const char *a = getenv("FM_HD_ADDR");
+
+	return a && *a ? a : "127.0.0.1";
+}
+
+static inline const char *hd_transport(void)
+{
+	const char *t = getenv("FM_HD_TRANSPORT");
+
+	return t && *t ? t : "tcp";
+}
 
 static inline int hd_free_port(void)
 {
@@ -150,7 +167,7 @@ static inline bool hd_status_answered(const char *sock)
 
 /*
  * Run `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
- * [--listen 127.0.0.1:PORT] EXTRA...` (EXTRA: NULL-terminated) in d's
+ * [--listen hd_addr():PORT --transport hd_transport()] EXTRA...` (EXTRA: NULL-terminated) in d's
  * directory, its stderr appended to d's log; wait until it serves.
  */
 static inline void hd_exec(struct hd *d, const char *moverd,
@@ -163,11 +180,15 @@ static inline void hd_exec(struct hd *d, const char *moverd,
 	int n = 8, st;
 
 	if (d->port) {
-		snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", d->port);
+		snprintf(laddr, sizeof(laddr), "%s:%d", hd_addr(), d->port);
 		argv[n++] = "--listen";
 		argv[n++] = laddr;
 		argv[n++] = "--transport";
-		argv[n++] = "tcp";
+		argv[n++] = hd_transport();
+		/* Off loopback moverd wants a peer key; the guest's rxe
+		 * address is private to it (peer keys: test_auth). */
+		if (strcmp(hd_addr(), "127.0.0.1"))
+			argv[n++] = "--insecure-peers";
 	}
 	for (; extra && *extra && n < 62; extra++)
 		argv[n++] = *extra;
@@ -203,9 +224,12 @@ static inline void hd_exec(struct hd *d, const char *moverd,
 static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 			    bool listen, const char *const *extra)
 {
-	snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag, (int)getpid());
-	snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir);
+	CHECK(snprintf(d->dir, sizeof(d->dir), "/tmp/fm-%s-%d", tag,
+		       (int)getpid()) < (int)sizeof(d->dir));
+	CHECK(snprintf(d->sock, sizeof(d->sock), "%s/moverd.sock", d->dir) <
+	      (int)sizeof(d->sock));
+	CHECK(snprintf(d->log, sizeof(d->log), "%s/moverd.log", d->dir) <
+	      (int)sizeof(d->log));
 	mkdir(d->dir, 0755);
 	d->port = listen ? hd_free_port() : 0;
 	hd_exec(d, moverd, extra);
