@@ -55,10 +55,11 @@ static inline bool fanout_member(const struct flow *f)
  * the others go on. */
 void fanout_lost(struct flow *f, const char *why, bool cut);
 
-/* The mover's look before it reads f's ring: if a producer cut f's
- * subscription (max_lag), end it now (as fanout_police would) and say so:
- * the bytes at f's send position may already be overwritten, which is the
- * cut, not a corrupt ring. */
+/* The mover's look before it reads f's ring: cut f's HELD slot if it is
+ * more than max_lag behind a full ring and none of f's sends is in flight;
+ * if f's slot is cut, end the subscription now (as fanout_police would) and
+ * say so: the bytes at f's send position may be written over already,
+ * which is the cut, not a corrupt ring. */
 bool fanout_cut_seen(struct flow *f);
 
 /* On the once-a-second check of a flow, after the ring's own checks: end

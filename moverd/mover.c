@@ -160,8 +160,10 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
 
 	*idle = false;
 	*records = 0;
-	/* cut by a producer (max_lag): it may be writing over what we would
-	 * read; that ends this subscription, never the flow */
+	/* more than max_lag behind a full ring, with no send in flight: our
+	 * HELD slot is cut here (fanout.c); or a client wrote "cut" into it.
+	 * Producers may then write over what we would read: that ends this
+	 * subscription, never the flow */
 	if (fanout_cut_seen(f))
 		return 0;
 	if (limit > f->sent + budget)
