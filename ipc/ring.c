@@ -765,7 +765,7 @@ bool fr_sub_lost(const struct fr_ring *r)
 				    memory_order_relaxed) != r->sub_gen;
 }
 
-uint64_t fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
+void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 {
 	/* relaxed: max_lag is a setting, read once */
 	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
@@ -776,17 +776,16 @@ uint64_t fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 	bool stuck;
 
 	if (!lag || pos >= tail || tail - pos <= lag)
-		return pos;
+		return;
 	/* whole committed records only: nothing below a claim still being
 	 * written is given up, so no producer writes where another does */
 	if (fr_scan_records(r, pos, tail - lag / 2, &end, &stuck, &records) ||
 	    end == pos)
-		return pos;
+		return;
 	/* release: as a consumer's publication (we read nothing below) */
 	atomic_store_explicit(&s->pos, end, memory_order_release);
 	if (r->sub == slot)
 		r->head = r->head_pub = end;
-	return end;
 }
 
 int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
@@ -811,14 +810,16 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
 	return 0;
 }
 
-bool fr_sub_held_over_lag(const struct fr_ring *r)
+/* Our HELD slot more than max_lag behind the tail while the ring is full:
+ * a producer waits, or a record of max_record bytes would not fit. */
+static bool held_over_lag(const struct fr_ring *r)
 {
 	/* relaxed: numbers for a decision moverd takes again each look */
 	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
 					    memory_order_relaxed);
 	uint64_t tail = bound_pos(r), pos, min;
 
-	if (!lag || r->sub >= FR_MAX_SUBS)
+	if (!lag)
 		return false;
 	pos = atomic_load_explicit(&r->sh->subs[r->sub].pos,
 				   memory_order_relaxed);
@@ -837,7 +838,7 @@ bool fr_sub_cut_held(struct fr_ring *r)
 	uint32_t st = FR_SUB_HELD;
 	unsigned i = r->sub;
 
-	if (i >= FR_MAX_SUBS)
+	if (i >= FR_MAX_SUBS || !held_over_lag(r))
 		return false;
 	/* CAS (seq_cst, as cut_laggards): against a leave of the same slot;
 	 * then the mask bit, and the producers see room at their next look

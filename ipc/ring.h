@@ -556,15 +556,13 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid);
  * answer) with max_lag set: a join position more than max_lag behind the
  * tail (every other subscriber was cut, the floor is where they were)
  * moves forward over whole committed records to within max_lag / 2 of it,
- * so "attach again at the current position" is not cut again at once.
- * Returns the position. */
-uint64_t fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
+ * so "attach again at the current position" is not cut again at once. */
+void fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
 
-/* moverd, for its HELD slot: is it more than max_lag behind the tail while
- * the ring is full (a producer waits, or a record of max_record bytes
- * would not fit)?  Then, with none of its sends in flight, moverd cuts it:
- * fr_sub_cut_held (true if it was cut by this call). */
-bool fr_sub_held_over_lag(const struct fr_ring *r);
+/* moverd, for its HELD slot, with none of its sends in flight: cut it
+ * (HELD -> CUT, as a producer cuts a client's) if it is more than max_lag
+ * behind the tail while the ring is full (a producer waits, or a record of
+ * max_record bytes would not fit).  True if this call cut it. */
 bool fr_sub_cut_held(struct fr_ring *r);
 
 /* moverd re-adopting a ring after a restart: give back every slot (but

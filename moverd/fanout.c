@@ -287,7 +287,7 @@ static void schedule_rejoin(struct flow *f, uint64_t now)
  * over it). */
 static void cut_if_over_lag(struct flow *f)
 {
-	if (!f->tx_inflight && fr_sub_held_over_lag(ring_of(f)))
+	if (!f->tx_inflight)
 		fr_sub_cut_held(ring_of(f));
 }
 

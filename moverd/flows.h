@@ -100,10 +100,10 @@ struct flow {
 	uint32_t allow_gids[FLOW_ALLOW_MAX];
 	unsigned n_allow_uids, n_allow_gids;
 	unsigned producers, consumers;
+	unsigned tx_inflight;    /* sends in flight that read its ring */
 	/* consumer slots taken since the counters last looked, and the
 	 * generation each was taken at (control.c): a consumer that attaches
 	 * and leaves between two counters passes is counted too */
-	unsigned tx_inflight;    /* sends in flight that read its ring */
 	uint32_t subs_taken;
 	uint64_t sub_taken_gen[FR_MAX_SUBS];
 	uint64_t created_unix_ms;

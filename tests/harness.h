@@ -167,8 +167,9 @@ static inline bool hd_status_answered(const char *sock)
 
 /*
  * Run `moverd --foreground --socket DIR/moverd.sock --socket-mode 0666
- * [--listen hd_addr():PORT --transport hd_transport()] EXTRA...` (EXTRA: NULL-terminated) in d's
- * directory, its stderr appended to d's log; wait until it serves.
+ * [--listen hd_addr():PORT --transport hd_transport()] EXTRA...` (EXTRA:
+ * NULL-terminated) in d's directory, its stderr appended to d's log; wait
+ * until it serves.
  */
 static inline void hd_exec(struct hd *d, const char *moverd,
 			   const char *const *extra)
