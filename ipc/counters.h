@@ -172,9 +172,11 @@ enum fmc_flow {
 				* (sender, local; receiver: = deposited) */
 	FMC_F_RECORDS_COMMITTED, /* data records producers claimed, counted
 				  * by the client library in the ring's
-				  * control page (ipc/ring.h `records`; a
-				  * producer killed before its commit: also
-				  * in FMC_F_RECOVERED); receiver: = records
+				  * control page (ipc/ring.h `records`, in
+				  * batches: trails a busy producer by
+				  * < FR_COUNT_EVERY; a producer killed
+				  * before its commit: also in
+				  * FMC_F_RECOVERED); receiver: = records
 				  * deposited */
 	FMC_F_BYTES_SENT,      /* sender: put on the wire */
 	FMC_F_RECORDS_SENT,    /* sender: data records put on the wire (its

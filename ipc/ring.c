@@ -187,8 +187,11 @@ static void ring_bell(struct fr_ring *r)
 	if (r->bell &&
 	    atomic_load_explicit(&r->sh->bell_armed, memory_order_relaxed) &&
 	    atomic_exchange_explicit(&r->sh->bell_armed, 0,
-				     memory_order_relaxed))
+				     memory_order_relaxed)) {
+		/* moverd was asleep: the count is exact while the flow idles */
+		fr_count_flush(r);
 		fb_ring(r->bell, r->bell_index);
+	}
 }
 
 static void wake_consumer(struct fr_ring *r)
@@ -202,6 +205,8 @@ static void wake_consumer(struct fr_ring *r)
 	if (atomic_load_explicit(&r->sh->consumers_waiting,
 				 memory_order_relaxed)) {
 		fmlt_mark(LT_CONS_WAKE, 0);
+		/* a quiet moment: the count is exact while the flow idles */
+		fr_count_flush(r);
 		wake_all(&r->sh->data_futex);
 	}
 	ring_bell(r);
@@ -418,6 +423,7 @@ void fr_want_space(struct fr_ring *r)
 		atomic_fetch_or_explicit(w, FR_SPACE_WANTED,
 					 memory_order_relaxed);
 	full_with_lag(r);
+	fr_count_flush(r);
 }
 
 static bool ending(const struct fr_ring *r)
@@ -518,11 +524,11 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 			continue;
 		if (!end_record && ending(r))
 			return refuse_claim(r, t, pad, end);
-		/* relaxed: a count for operators, ordered with nothing; the
-		 * CAS above just took tail's line, which this word shares */
-		if (!end_record && k)
-			atomic_fetch_add_explicit(&r->sh->records, k,
-						  memory_order_relaxed);
+		if (!end_record) {
+			r->uncounted += k;
+			if (r->uncounted >= FR_COUNT_EVERY)
+				fr_count_flush(r);
+		}
 		if (pad) {
 			pad_at(r, t, pad);
 			/* a consumer asleep at the pad must move past it */
@@ -1468,6 +1474,7 @@ int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
 	uint64_t seen = r->head_cache, t0 = fr_now_ns();
 	int rc = 0;
 
+	fr_count_flush(r);
 	atomic_fetch_add_explicit(&sh->producers_waiting, 1, memory_order_relaxed);
 	/* full fence: count before the re-check (pairs with wake_producers
 	 * and with fr_release's read of the count) */

@@ -325,6 +325,7 @@ void flowshm_close(flowshm_t *f)
 	 * own leave at our disconnect is then a no-op (same gen) */
 	if (f->ring.sub < FR_MAX_SUBS)
 		fr_sub_leave(&f->ring, f->ring.sub, f->ring.sub_gen);
+	fr_count_flush(&f->ring); /* our claims, before moverd sees us go */
 	if (f->ctl_fd >= 0)
 		close(f->ctl_fd);
 	unmap(f);

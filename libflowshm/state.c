@@ -243,6 +243,7 @@ int flowshm_end(flowshm_t *f, int64_t timeout_ns)
 	if (!f || f->role != FLOWSHM_PRODUCER || f->reserved ||
 	    f->ring.mode == FR_MODE_DEPOSIT)
 		return -EINVAL;
+	fr_count_flush(&f->ring); /* the count is exact once a stream ends */
 	if (f->ctl_fd >= 0)
 		return end_via_moverd(f);
 	return end_alone(f, timeout_ns);

@@ -460,6 +460,47 @@ static void test_truncated_file(void)
 	close(fd);
 }
 
+/*
+ * The shared count of claimed records (issue 11): each producer handle adds
+ * its claims in batches of FR_COUNT_EVERY, and at once when it wakes a
+ * sleeping consumer, ends its stream or closes.
+ */
+static void test_record_count(void)
+{
+	int fd = tu_ring(1 << 16, 64, 0);
+	size_t bytes;
+	struct fr_shared *sh = map_ring(fd, &bytes);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *q = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	char rec[8] = "count";
+	uint64_t n;
+
+	for (unsigned i = 0; i < FR_COUNT_EVERY + 5; i++)
+		CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+	n = atomic_load(&sh->records);
+	/* a busy producer's count trails by less than one batch */
+	CHECK(n >= 6 && n <= FR_COUNT_EVERY + 5);
+	CHECK(FR_COUNT_EVERY + 5 - n < FR_COUNT_EVERY);
+	/* a consumer asleep: the record that wakes it makes the count exact */
+	atomic_fetch_add(&sh->consumers_waiting, 1);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+	atomic_fetch_sub(&sh->consumers_waiting, 1);
+	CHECK(atomic_load(&sh->records) == FR_COUNT_EVERY + 6);
+	/* two handles: each one's claims, once it closes */
+	for (unsigned i = 0; i < 3; i++) {
+		CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+		CHECK_RC(flowshm_send(q, rec, sizeof(rec), 0), 0);
+	}
+	flowshm_close(q);
+	CHECK(atomic_load(&sh->records) == FR_COUNT_EVERY + 9);
+	CHECK_RC(flowshm_end(p, 0), 0); /* no moverd: writes END, not counted */
+	CHECK(atomic_load(&sh->records) == FR_COUNT_EVERY + 12);
+	flowshm_close(p);
+	CHECK(atomic_load(&sh->records) == FR_COUNT_EVERY + 12);
+	munmap(sh, bytes);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -478,6 +519,7 @@ int main(void)
 		{ "deposit_mirror", test_deposit_mirror },
 		{ "file_backed_ring", test_file_backed_ring },
 		{ "truncated_file", test_truncated_file },
+		{ "record_count", test_record_count },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
