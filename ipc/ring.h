@@ -163,7 +163,8 @@
  *              recovering reader that sees CLAIMED can trust len and info.
  *   3. write the payload.
  *   4. commit: seal = COMMITTED (release): publishes header and payload.
- *   5. fence, then wake the consumer only if its sleeping flag is set.
+ *   5. fence (light, see below), then wake the consumer only if its
+ *      sleeping flag is set.
  *
  * Consumer protocol (each subscriber: an application or moverd; a reader
  * without a slot hands nothing back to the producers):
@@ -194,11 +195,24 @@
  * ---------------------------------------------------------------------------
  * A side that wants to sleep reads the futex word, sets its flag, issues a
  * full fence, re-checks the ring and only then calls FUTEX_WAIT on the word.
- * The other side publishes (release store), issues a full fence, and reads
- * the flag; only when it is set does it bump the futex word and FUTEX_WAKE.
+ * The other side publishes (release store), issues a fence, and reads the
+ * flag; only when it is set does it bump the futex word and FUTEX_WAKE.
  * The two fences make it impossible for both to miss each other (Dekker);
  * the futex word closes the window between the re-check and the wait.  No
  * system call is made while nobody sleeps.
+ *
+ * The fences are asymmetric (ipc/barrier.h, issue 12): a producer's fence
+ * after its commit (and moverd's after a deposit, and a subscriber's after
+ * it publishes its position) is only a compiler barrier in a process that
+ * registered for membarrier(2), which fr_attach does; a sleeper that slept
+ * FM_BRIEF_SLEEP_NS without a wake takes membarrier(GLOBAL_EXPEDITED), the
+ * heavy fence that stands for all of theirs, re-checks, and only then
+ * sleeps on (fr_sleep_two_phase; moverd's doorbell arms: mover.c).  A
+ * consumer's fence in fr_release stays full (ring.c says why).  A process
+ * whose registration failed fences fully.  A format 2 client would sleep
+ * without the heavy fence and could miss a wake-up for good, so this is
+ * format 3 (same layout): a format 2 client, or a format 2 ring file left
+ * in moverd's state directory, gets -EPROTO with both versions named.
  */
 #ifndef FLOWMOVER_IPC_RING_H
 #define FLOWMOVER_IPC_RING_H
@@ -212,7 +226,10 @@
 struct fr_bell; /* ipc/bell.h */
 
 #define FR_MAGIC         0x474e49524d574c46ULL /* "FLWMRING" in memory */
-#define FR_VERSION       2u   /* 2: subscribers, status, doorbell arm, CTRL */
+#define FR_VERSION       3u   /* 2: subscribers, status, doorbell arm, CTRL;
+				 * 3: the same layout, asymmetric fences in
+				 * the wake-up protocol (a format 2 sleeper
+				 * would miss a light fence's wake-up) */
 #define FR_CTRL_BYTES    4096u
 #define FR_LINE          128u
 #define FR_ALIGN         16u
@@ -537,6 +554,23 @@ static inline uint32_t fr_rec_producer(const struct fr_rec *h)
  * it does not fit yet, -EPIPE if closed, 0 if written or already ended. */
 int fr_write_end(struct fr_ring *r);
 
+/*
+ * The sleeper's half of the wake-up protocol, once it read the futex word
+ * (v), counted itself, fenced fully and found nothing: sleep on word until
+ * `until` (absolute CLOCK_MONOTONIC ns), at most FM_BRIEF_SLEEP_NS at
+ * first; then the heavy fence, ready(r, arg) again, and the rest of the
+ * sleep (ipc/barrier.h: the busy side fences lightly).  0: look again
+ * (woken, or membarrier is missing and the caller sleeps briefly again);
+ * -ETIMEDOUT at `until`.
+ */
+/* Is there data (or the ring closed) at pos for a consumer there?  Reads
+ * the shared page and the handle's geometry only. */
+bool fr_data_at(const struct fr_ring *r, uint64_t pos);
+
+int fr_sleep_two_phase(struct fr_ring *r, _Atomic uint32_t *word,
+		       uint32_t v, uint64_t until,
+		       bool (*ready)(struct fr_ring *, uint64_t), uint64_t arg);
+
 /* --- subscribers (ring.c) ------------------------------------------------ */
 
 /* The minimum position of the active subscribers, or the floor (acquire:
@@ -616,7 +650,8 @@ int fr_status_read(const struct fr_ring *r, struct fr_status_view *out);
 /* --- doorbell (ring.c, ipc/bell.h) ---------------------------------------- */
 
 /* moverd: ask the producers of this ring to ring the doorbell on their
- * next commit (store, fence; the caller then re-checks the ring). */
+ * next commit (store, fence; the caller then re-checks the ring, and
+ * again behind the heavy fence before a long sleep: ipc/barrier.h). */
 void fr_bell_arm(struct fr_ring *r);
 
 /* --- consumer (ring.c) --------------------------------------------------- */

@@ -11,6 +11,7 @@
  * and bumps the word, so the wait returns.  One system call for n flows.
  */
 #include "flowshm_internal.h"
+#include "barrier.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -163,6 +164,36 @@ static uint64_t recovery_cap(flowshm_t *const *flows, unsigned n,
 	return deadline;
 }
 
+/* fm_sleep_two_phase over the n rings (ipc/barrier.h): futex_waitv on
+ * their words, and a re-check of the flows after the heavy fence. */
+struct sleeper {
+	flowshm_t *const *flows;
+	unsigned n;
+	struct futex_waitv *w;
+};
+
+static int sleeper_wait(void *ctx, uint64_t until)
+{
+	struct sleeper *s = ctx;
+
+	return waitv(s->w, s->n, until);
+}
+
+static bool sleeper_ready(void *ctx)
+{
+	struct sleeper *s = ctx;
+
+	return any_ready(s->flows, s->n);
+}
+
+static int wait_two_phase(flowshm_t *const *flows, unsigned n,
+			  struct futex_waitv *w, uint64_t until)
+{
+	struct sleeper s = { flows, n, w };
+
+	return fm_sleep_two_phase(sleeper_wait, sleeper_ready, &s, until);
+}
+
 /* Sleep until a ring may have data or the deadline: returns when the
  * caller should scan again. */
 static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
@@ -175,7 +206,8 @@ static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
 	    !atomic_load_explicit(&no_waitv, memory_order_relaxed)) {
 		arm(flows, n, w);
 		rc = any_ready(flows, n) ? 0 :
-			waitv(w, n, recovery_cap(flows, n, deadline));
+			wait_two_phase(flows, n, w,
+				       recovery_cap(flows, n, deadline));
 		disarm(flows, n);
 		if (rc != -ENOSYS)
 			return;
@@ -256,6 +288,10 @@ struct flowshm_set {
 	unsigned armed_n;
 	uint64_t armed_until;     /* wake then even if no word moved */
 	struct fr_shared *armed_sh[FLOWSHM_SET_MAX];
+	/* what the helper re-checks after its heavy fence: each ring (its
+	 * shared page and geometry only) and the consumer's position then */
+	const struct fr_ring *armed_ring[FLOWSHM_SET_MAX];
+	uint64_t armed_head[FLOWSHM_SET_MAX];
 	struct futex_waitv w[FLOWSHM_SET_MAX + 1];
 	_Atomic uint32_t call;    /* bumped to call the helper back */
 };
@@ -287,6 +323,42 @@ static void signal_fd(int efd)
 		return;
 }
 
+/* The helper's wait: two-phase (ipc/barrier.h), its re-check reads the
+ * rings at the positions the caller armed them (with mu not held: the
+ * caller does not touch them while armed, and removal calls the helper
+ * back first); its words are the rings' and the call word. */
+struct helper_sleeper {
+	flowshm_set_t *s;
+	struct futex_waitv *w;
+	unsigned n;
+};
+
+static int helper_sleeper_wait(void *ctx, uint64_t until)
+{
+	struct helper_sleeper *h = ctx;
+
+	return waitv(h->w, h->n + 1, until);
+}
+
+static bool helper_sleeper_ready(void *ctx)
+{
+	struct helper_sleeper *h = ctx;
+
+	for (unsigned i = 0; i < h->n; i++)
+		if (fr_data_at(h->s->armed_ring[i], h->s->armed_head[i]))
+			return true;
+	return false;
+}
+
+static void helper_wait(flowshm_set_t *s, struct futex_waitv *w, unsigned n,
+			uint64_t until)
+{
+	struct helper_sleeper h = { s, w, n };
+
+	fm_sleep_two_phase(helper_sleeper_wait, helper_sleeper_ready, &h,
+			   until);
+}
+
 static void *helper(void *arg)
 {
 	flowshm_set_t *s = arg;
@@ -306,7 +378,7 @@ static void *helper(void *arg)
 		memcpy(w, s->w, (n + 1) * sizeof(w[0]));
 		pthread_mutex_unlock(&s->mu);
 		/* a timeout (recovery) also makes the caller poll again */
-		waitv(w, n + 1, until);
+		helper_wait(s, w, n, until);
 		pthread_mutex_lock(&s->mu);
 		disarm_shared(s->armed_sh, n);
 		s->armed = false;
@@ -477,8 +549,11 @@ static unsigned arm_helper(flowshm_set_t *s, unsigned start, unsigned *idx)
 		disarm(s->flows, s->n);
 		return k;
 	}
-	for (unsigned i = 0; i < s->n; i++)
+	for (unsigned i = 0; i < s->n; i++) {
 		s->armed_sh[i] = s->flows[i]->ring.sh;
+		s->armed_ring[i] = &s->flows[i]->ring;
+		s->armed_head[i] = s->flows[i]->ring.head;
+	}
 	s->w[s->n] = (struct futex_waitv){
 		/* acquire: pairs with call_back's release bump */
 		.val = atomic_load_explicit(&s->call, memory_order_acquire),

@@ -181,6 +181,11 @@ int fsi_why_timeout(flowshm_t *f)
  * the producers it turns away.  The same protocol: read the futex word,
  * count ourselves, full fence, re-check, sleep.
  */
+static bool room_or_closed(struct fr_ring *r, uint64_t seen)
+{
+	return fr_closed(r) || fr_min_pos(r) != seen;
+}
+
 static int wait_room(struct fr_ring *r, uint64_t deadline)
 {
 	struct fr_shared *sh = r->sh;
@@ -194,10 +199,12 @@ static int wait_room(struct fr_ring *r, uint64_t deadline)
 	atomic_fetch_add_explicit(&sh->producers_waiting, 1,
 				  memory_order_relaxed);
 	/* full fence: our count before the re-check; a consumer publishes,
-	 * fences and reads the count (fr_release), so one sees the other */
+	 * fences (lightly) and reads the count (fr_release), so one sees the
+	 * other once we sleep behind the heavy fence (ipc/barrier.h) */
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!fr_closed(r) && fr_min_pos(r) == seen)
-		rc = fm_futex_wait(&sh->space_futex, v, deadline);
+	if (!room_or_closed(r, seen))
+		rc = fr_sleep_two_phase(r, &sh->space_futex, v, deadline,
+					room_or_closed, seen);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
 				  memory_order_relaxed);
 	return rc;

@@ -134,6 +134,7 @@ struct flow {
 	uint64_t deficit;        /* deficit round robin: bytes it may send */
 	unsigned bell_index;     /* its bit in the doorbell page + 1, 0: none */
 	bool active;             /* on one of the mover's lists (mover.c) */
+	bool arm_listed;         /* in the mover's armed list (mover.c) */
 	struct flow *act_prev, *act_next;
 	uint64_t stuck_checked_ns;
 

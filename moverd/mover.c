@@ -26,6 +26,7 @@
 #include "bell_thread.h"
 #include "log.h"
 
+#include "barrier.h"
 #include "bell.h"
 #include "lattrace.h"
 
@@ -288,10 +289,13 @@ static struct flow_list *list_of(struct peer_mgr *m, const struct flow *f)
 	return f->role == FLOW_SENDER ? &m->active : &m->owing;
 }
 
+static void armed_drop(struct peer_mgr *m, struct flow *f);
+
 static void activate(struct peer_mgr *m, struct flow *f)
 {
 	struct flow_list *l = list_of(m, f);
 
+	armed_drop(m, f); /* a ring or a look found it: no re-check owed */
 	if (f->active)
 		return;
 	f->active = true;
@@ -358,15 +362,56 @@ static bool record_ready(struct flow *f)
 }
 
 /*
+ * Arming and the heavy fence.  A producer commits, fences lightly and
+ * reads the arm (ipc/barrier.h); so a flow moverd armed and found empty is
+ * listed, and before moverd sleeps longer than FM_BRIEF_SLEEP_NS with
+ * flows listed it takes the heavy fence and looks at them again.  A flow
+ * leaves the list when it is activated (its producer rang, or a look found
+ * records): in a ping-pong or a paced flow each arm ends with a ring well
+ * within the brief window, and the heavy fence is never taken.
+ */
+static void armed_drop(struct peer_mgr *m, struct flow *f)
+{
+	if (!f->arm_listed)
+		return;
+	f->arm_listed = false;
+	for (unsigned i = 0; i < m->n_armed; i++) {
+		if (m->armed[i] == f) {
+			m->armed[i] = m->armed[--m->n_armed];
+			break;
+		}
+	}
+	if (!m->n_armed && !m->armed_all)
+		m->armed_since_ns = 0;
+}
+
+static void armed_add(struct peer_mgr *m, struct flow *f)
+{
+	if (f->arm_listed)
+		return;
+	if (!m->n_armed && !m->armed_all)
+		m->armed_since_ns = fr_now_ns();
+	if (m->n_armed == MOVER_ARMED_MAX) {
+		m->armed_all = true; /* the re-check looks at every flow */
+		return;
+	}
+	m->armed[m->n_armed++] = f;
+	f->arm_listed = true;
+}
+
+/*
  * f had nothing committed: ask its producers to ring the doorbell on their
  * next commit, then look again (fr_bell_arm stores and fences; a producer
- * commits, fences and reads the arm: one of the two sees the other).
+ * commits, fences lightly and reads the arm: one of the two sees the
+ * other once moverd took the heavy fence, see armed_drop).
  */
 static void go_idle(struct peer_mgr *m, struct flow *f)
 {
 	fr_bell_arm(ring_of(f));
-	if (!record_ready(f))
+	if (!record_ready(f)) {
 		deactivate(m, f);
+		armed_add(m, f);
+	}
 }
 
 /* ---- sending (data) -------------------------------------------------------- */
@@ -497,6 +542,7 @@ unsigned mover_bell_index(struct peer_mgr *m, struct flow *f)
 
 void mover_forget_flow(struct peer_mgr *m, struct flow *f)
 {
+	armed_drop(m, f);
 	deactivate(m, f);
 	if (!f->bell_index)
 		return;
@@ -590,9 +636,15 @@ void mover_sweep(struct peer_mgr *m, struct flow *const *fs, unsigned n)
 		for (struct flow *s = fs[i]->fanout; s; s = s->fanout_next)
 			armed |= sweep_arm(s);
 	}
-	/* the arms before the re-reads of the tails (fr_bell_arm's fence) */
-	if (armed)
+	/* the arms before the re-reads of the tails (fr_bell_arm's fence);
+	 * the producers' fence is light: look at every flow again behind
+	 * the heavy one before a long sleep */
+	if (armed) {
 		atomic_thread_fence(memory_order_seq_cst);
+		if (!m->n_armed && !m->armed_all)
+			m->armed_since_ns = fr_now_ns();
+		m->armed_all = true;
+	}
 	for (unsigned i = 0; i < n; i++) {
 		sweep_look(m, fs[i]);
 		for (struct flow *s = fs[i]->fanout; s; s = s->fanout_next)
@@ -676,14 +728,69 @@ static int arm_bell_thread(struct peer_mgr *m)
 	return 1000;
 }
 
+/* The heavy fence, then every listed flow (or every flow) looked at
+ * again; true if one has records (it is active again). */
+static bool armed_recheck(struct peer_mgr *m)
+{
+	unsigned before = m->active.n;
+
+	for (unsigned i = 0; i < m->n_armed; i++) {
+		m->armed[i]->arm_listed = false;
+		sweep_look(m, m->armed[i]);
+	}
+	m->n_armed = 0;
+	if (m->armed_all) {
+		for (struct flow *f = m->flows->head; f; f = f->next) {
+			sweep_look(m, f);
+			for (struct flow *s = f->fanout; s; s = s->fanout_next)
+				sweep_look(m, s);
+		}
+	}
+	m->armed_all = false;
+	m->armed_since_ns = 0;
+	return m->active.n != before;
+}
+
+/* Before a sleep: -1 no limit, 0 do not sleep (records found), else
+ * the most ms to sleep (flows armed within the brief window, or no
+ * membarrier on this host: every flow looked at after each brief sleep). */
+static int armed_before_sleep(struct peer_mgr *m)
+{
+	uint64_t now, left;
+
+	if (!m->n_armed && !m->armed_all)
+		return -1;
+	now = fr_now_ns();
+	if (now - m->armed_since_ns < FM_BRIEF_SLEEP_NS) {
+		left = m->armed_since_ns + FM_BRIEF_SLEEP_NS - now;
+		return (int)((left + 999999) / 1000000);
+	}
+	if (!fm_fence_heavy()) {
+		bool found = armed_recheck(m);
+
+		m->armed_all = true;
+		m->armed_since_ns = now;
+		return found ? 0 : (int)(FM_BRIEF_SLEEP_NS / 1000000);
+	}
+	return armed_recheck(m) ? 0 : -1;
+}
+
+static int sleep_cap(int armed, int ms)
+{
+	return armed > 0 && ms > armed ? armed : ms;
+}
+
 int peer_prepare_sleep(struct peer_mgr *m)
 {
+	int armed = armed_before_sleep(m);
 	uint32_t v;
 
+	if (armed == 0)
+		return 0;
 	if (m->rdma && !rdma_transport.arm(m))
 		return 0; /* completions arrived meanwhile */
 	if (!m->bell_page || m->bell_mode == BELL_POLL)
-		return m->bell_next ? 1 : 1000;
+		return sleep_cap(armed, m->bell_next ? 1 : 1000);
 	/*
 	 * fb_prepare_sleep reads the word, sets `sleeping`, fences and looks
 	 * for rung bits; a producer rings (bits), fences and reads
@@ -698,8 +805,9 @@ int peer_prepare_sleep(struct peer_mgr *m)
 		.flags = FUTEX_32,
 	};
 	m->sleeps++;
-	return m->bell_mode == BELL_THREAD ? arm_bell_thread(m) :
-					     arm_bell_uring(m);
+	return sleep_cap(armed, m->bell_mode == BELL_THREAD ?
+					arm_bell_thread(m) :
+					arm_bell_uring(m));
 }
 
 const char *peer_doorbell_name(const struct peer_mgr *m)

@@ -42,6 +42,8 @@ struct flow_list {
 	unsigned n;
 };
 
+#define MOVER_ARMED_MAX 64
+
 struct peer_mgr {
 	struct loop *loop;
 	struct flow_table *flows;
@@ -91,6 +93,14 @@ struct peer_mgr {
 	unsigned max_conns_per_addr, max_pending;
 	uint64_t hello_timeout_ns;
 	uint64_t refused;         /* closed at accept: over a cap */
+
+	/* sender flows armed and gone idle that no producer rang since:
+	 * re-checked behind the heavy fence before a long sleep (mover.c,
+	 * "Arming and the heavy fence"); past MOVER_ARMED_MAX, every flow */
+	struct flow *armed[MOVER_ARMED_MAX];
+	unsigned n_armed;
+	bool armed_all;
+	uint64_t armed_since_ns;  /* the list became non-empty */
 
 	/* counters for `moverctl status` */
 	uint64_t cycles;          /* duty cycles run */

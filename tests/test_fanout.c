@@ -778,15 +778,21 @@ static void case_first_cut(void)
 	       (unsigned long long)n);
 	/* by itself A takes B up again at the current position, though B's
 	 * subscription is the one the flow's ring belongs to: a consumer on
-	 * B then gets every record produced after, once, in order */
-	for (int i = 0; i < 1000; i++) {
+	 * B then gets every record produced after, once, in order.  Open and
+	 * caught up: B may have rejoined while the first n still went, with
+	 * no consumer, and then be cut again a moment later (seen in the
+	 * guest: the consumer attached, and got -ESTALE); its next rejoin
+	 * may be 16 s or more away (the backoff doubles) */
+	for (int i = 0; i < 6000; i++) {
 		const char *pj = peer_json(&t.a, "x", t.baddr, out,
 					   sizeof(out));
 
 		if (hj_u64(pj, "cuts") >= 1 &&
 		    hj_get(pj, "state", state, sizeof(state)) &&
-		    !strcmp(state, "open"))
+		    !strcmp(state, "open") &&
+		    hj_u64(pj, "acked") == hj_u64(out, "tail"))
 			break;
+		state[0] = 0;
 		usleep(10000);
 	}
 	CHECK(!strcmp(state, "open"));

@@ -4,6 +4,10 @@
  */
 #include "testutil.h"
 #include "flowshm_internal.h"
+#include "barrier.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -205,7 +209,8 @@ static void test_corrupt_control_page(void)
 	struct { size_t off; uint64_t val; int width; } cases[] = {
 		{ offsetof(struct fr_shared, geo.magic), 1, 8 },
 		{ offsetof(struct fr_shared, geo.version), 1, 4 }, /* v1 */
-		{ offsetof(struct fr_shared, geo.version), 3, 4 },
+		{ offsetof(struct fr_shared, geo.version), 2, 4 }, /* v2 */
+		{ offsetof(struct fr_shared, geo.version), 4, 4 },
 		{ offsetof(struct fr_shared, geo.ctrl_bytes), 8192, 4 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 8192, 8 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 5000, 8 },
@@ -501,6 +506,59 @@ static void test_record_count(void)
 	close(fd);
 }
 
+/*
+ * The asymmetric fences (ipc/barrier.h): attaching registers the process,
+ * and a consumer that sleeps past the brief window (then takes the heavy
+ * fence and sleeps on) is still woken by a producer's light-fenced commit,
+ * in another process, and by each of 20 such commits in a row.
+ */
+static void test_asymmetric_fences(void)
+{
+	long q = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	int fd = tu_ring(1 << 16, 64, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char buf[64];
+	size_t len;
+	pid_t pid;
+
+	if (q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED)) {
+		CHECK(atomic_load(&fm_light_ok));
+		CHECK(fm_fence_heavy());
+	}
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+
+		for (int i = 0; i < 20; i++) {
+			/* past the brief window: the consumer is in its
+			 * second, long sleep when the record comes */
+			usleep(3 * FM_BRIEF_SLEEP_NS / 1000);
+			if (flowshm_send(p, &i, sizeof(i), 0))
+				_exit(1);
+		}
+		flowshm_close(p);
+		_exit(0);
+	}
+	for (int i = 0; i < 20; i++) {
+		int got;
+
+		/* 30 s: a lost wake-up would show as -ETIMEDOUT */
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len,
+				      30000000000ll), 0);
+		memcpy(&got, buf, sizeof(got));
+		CHECK(len == sizeof(got) && got == i);
+	}
+	{
+		int st;
+
+		CHECK(waitpid(pid, &st, 0) == pid);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -520,6 +578,7 @@ int main(void)
 		{ "file_backed_ring", test_file_backed_ring },
 		{ "truncated_file", test_truncated_file },
 		{ "record_count", test_record_count },
+		{ "asymmetric_fences", test_asymmetric_fences },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {

@@ -409,7 +409,11 @@ static void case_v1_ring_file(void)
 	const char *extra[] = { "--state-dir", state, NULL };
 	uint32_t v1 = 1;
 	struct hd d;
+	char speaks[64];
 	int fd;
+
+	snprintf(speaks, sizeof(speaks), "ring format 1, this moverd speaks %u",
+		 FR_VERSION);
 
 	snprintf(state, sizeof(state), "/tmp/fm-subs8-%d/state", (int)getpid());
 	hd_start(&d, moverd_bin, "subs8", false, extra);
@@ -424,10 +428,9 @@ static void case_v1_ring_file(void)
 						   version)) == sizeof(v1));
 	close(fd);
 	hd_restart(&d, moverd_bin, extra);
-	for (int i = 0; i < 500 && !hd_log_count(&d, "ring format 1, this "
-						  "moverd speaks 2"); i++)
+	for (int i = 0; i < 500 && !hd_log_count(&d, speaks); i++)
 		usleep(10000);
-	CHECK(hd_log_count(&d, "ring format 1, this moverd speaks 2") == 1);
+	CHECK(hd_log_count(&d, speaks) == 1);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show old") != 0);
 	hd_alive(&d);
 	hd_stop(&d);

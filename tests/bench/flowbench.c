@@ -1253,6 +1253,7 @@ struct ropts {
 	double idle_seconds;    /* window of the idle CPU figure */
 	bool spin;              /* consumers poll (timeout 0) and yield */
 	char poll_us[16];       /* moverd --poll-us of both daemons */
+	char idle[16];          /* moverd --idle of both daemons */
 	char moverd[PATH_MAX], moverctl[PATH_MAX];
 	char addr[64];          /* B listens here, A's flows peer here */
 	char transport[16];     /* moverd --transport: tcp, rdma or auto */
@@ -1666,6 +1667,8 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = (char *)o->doorbell;
 		argv[n++] = "--poll-us";
 		argv[n++] = (char *)o->poll_us;
+		argv[n++] = "--idle";
+		argv[n++] = (char *)o->idle;
 		argv[n++] = "--peer-key";
 		argv[n++] = key;
 		argv[n++] = "--listen";
@@ -3024,6 +3027,8 @@ static void usage_remote(FILE *f)
 "  --doorbell D        moverd --doorbell of both daemons: auto (default),\n"
 "                      thread or poll\n"
 "  --poll-us N         moverd --poll-us of both daemons (default 0)\n"
+"  --idle MODE         moverd --idle of both daemons: adaptive (default),\n"
+"                      sleep, yield or spin\n"
 "  --spin              consumers poll with timeout 0 and sched_yield()\n"
 "                      instead of sleeping (as ib_write_lat polls)\n"
 "  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
@@ -3174,6 +3179,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "transport", required_argument, NULL, 'T' },
 		{ "doorbell", required_argument, NULL, 'E' },
 		{ "poll-us", required_argument, NULL, 'U' },
+		{ "idle", required_argument, NULL, 'Y' },
 		{ "spin", no_argument, NULL, 'N' },
 		{ "pp-size", required_argument, NULL, 'Q' },
 		{ "flows-idle", required_argument, NULL, 'I' },
@@ -3196,7 +3202,7 @@ static int cmd_remote(int argc, char **argv)
 		.do_pp = true, .pp_size = 32, .idle_flows = 1000,
 		.busy_flows = 10, .idle_seconds = 30, .churn = 1000,
 		.addr = "127.0.0.1", .transport = "tcp", .doorbell = "auto",
-		.poll_us = "0",
+		.poll_us = "0", .idle = "adaptive",
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
@@ -3281,6 +3287,12 @@ static int cmd_remote(int argc, char **argv)
 				goto bad;
 			snprintf(o.poll_us, sizeof(o.poll_us), "%s", optarg);
 			break;
+		case 'Y':
+			if (strcmp(optarg, "adaptive") && strcmp(optarg, "sleep") &&
+			    strcmp(optarg, "yield") && strcmp(optarg, "spin"))
+				goto bad;
+			snprintf(o.idle, sizeof(o.idle), "%s", optarg);
+			break;
 		case 'N': o.spin = true; break;
 		case 'D': o.dir_base = optarg; break;
 		case 'C': o.counter_hz = atof(optarg); break;
@@ -3330,8 +3342,9 @@ static int cmd_remote(int argc, char **argv)
 		printf("flowbench remote: %ld cpus (%s), kernel %s\n",
 		       sysconf(_SC_NPROCESSORS_ONLN), model, un.release);
 		printf("two moverd daemons (%s), --transport %s, --doorbell "
-		       "%s, --poll-us %s, B on %s, state and sockets in %s\n",
-		       o.moverd, o.transport, o.doorbell, o.poll_us, o.addr,
+		       "%s, --poll-us %s, --idle %s, B on %s, state and "
+		       "sockets in %s\n",
+		       o.moverd, o.transport, o.doorbell, o.poll_us, o.idle, o.addr,
 		       R.dir);
 		if (o.spin)
 			printf("consumers spin (timeout 0, sched_yield)\n");
