@@ -27,8 +27,9 @@
  * membarrier.  2 ms, not less: with 200 us the ping-pong's clients (RTT
  * 100-240 us) took the heavy fence often enough that its one-way p50 went
  * from 1.5x sockperf's to 2.2x (and 2.3-2.6x with no brief sleep at all);
- * with 2 ms, 1.48x and 1.56x, as without the heavy fence (same runs).  Where membarrier is missing, every process fences fully on
- * the light side (its registration failed) and sleepers cap every sleep at
+ * with 2 ms, 1.48x and 1.56x, as without the heavy fence (same runs).
+ * Where membarrier is missing, every process fences fully on the light
+ * side (its registration failed) and sleepers cap every sleep at
  * FM_BRIEF_SLEEP_NS (fm_fence_heavy returns false).
  */
 #ifndef FLOWMOVER_IPC_BARRIER_H

@@ -175,17 +175,18 @@ int fsi_why_timeout(flowshm_t *f)
 
 /* ---- end of stream ------------------------------------------------------ */
 
+/* A subscriber moved since we saw `seen`, or the ring closed. */
+static bool room_or_closed(struct fr_ring *r, uint64_t seen)
+{
+	return fr_closed(r) || fr_min_pos(r) != seen;
+}
+
 /*
  * Sleep until a subscriber publishes a new position (room), or deadline.
  * Not fr_wait_space: once the end began (ENDING) it returns at once, for
  * the producers it turns away.  The same protocol: read the futex word,
  * count ourselves, full fence, re-check, sleep.
  */
-static bool room_or_closed(struct fr_ring *r, uint64_t seen)
-{
-	return fr_closed(r) || fr_min_pos(r) != seen;
-}
-
 static int wait_room(struct fr_ring *r, uint64_t deadline)
 {
 	struct fr_shared *sh = r->sh;
@@ -199,8 +200,9 @@ static int wait_room(struct fr_ring *r, uint64_t deadline)
 	atomic_fetch_add_explicit(&sh->producers_waiting, 1,
 				  memory_order_relaxed);
 	/* full fence: our count before the re-check; a consumer publishes,
-	 * fences (lightly) and reads the count (fr_release), so one sees the
-	 * other once we sleep behind the heavy fence (ipc/barrier.h) */
+	 * fences (fully in fr_release, lightly in a publication) and reads
+	 * the count, so one sees the other once we sleep behind the heavy
+	 * fence (ipc/barrier.h) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!room_or_closed(r, seen))
 		rc = fr_sleep_two_phase(r, &sh->space_futex, v, deadline,
