@@ -107,6 +107,9 @@ struct flowshm_info {
  *   -ETIMEDOUT     moverd did not answer in time
  *   -EPROTO        moverd's answer made no sense
  *   -EBUSY         all 16 subscriber slots (consumers) of the flow taken
+ *   -ESTALE        a consumer on a receiving host whose sender cut the
+ *                  flow (fan-out --max-lag): attach again once the sender
+ *                  opens it again (flowshm_attach_wait waits for that)
  *   -EINVAL        bad name or role
  * flowshm_attach_error() then says why in words.
  */
@@ -116,9 +119,11 @@ int flowshm_attach(const char *flow_name, enum flowshm_role role,
 /*
  * flowshm_attach, but if the flow does not exist yet (a consumer on the
  * receiving host before the sender connected, issue 15), moverd waits up
- * to timeout_ns (< 0: forever) for it to appear and answers then.  The
- * same codes as flowshm_attach, and -ETIMEDOUT if it did not appear in
- * time.  timeout_ns 0 is flowshm_attach.
+ * to timeout_ns (< 0: forever) for it to appear and answers then; the same
+ * for a flow its sender cut off here (-ESTALE above), which appears again
+ * at the sender's rejoin.  The same codes as flowshm_attach, and
+ * -ETIMEDOUT if it did not appear in time.  timeout_ns 0 is
+ * flowshm_attach.
  */
 int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
 			const struct flowshm_opts *opts, int64_t timeout_ns,

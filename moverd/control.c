@@ -884,6 +884,14 @@ static const char *wrong_role(const struct flow *f, enum flowshm_role role,
 	return NULL;
 }
 
+/* A receiving flow its sender cut (fan-out --max-lag): it comes back as
+ * a new flow of the same name when the sender rejoins (peer.c,
+ * recreate_cut). */
+static bool cut_off_here(const struct flow *f)
+{
+	return f->state == FLOW_FAILED && f->cut_off;
+}
+
 static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 			 enum flowshm_role role)
 {
@@ -899,6 +907,16 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 	}
 	if (wrong_role(f, role, why, sizeof(why))) {
 		respond_error(c, id, -EINVAL, "%s", why);
+		return;
+	}
+	if (cut_off_here(f)) {
+		/* its ring is closed and gone at the sender's rejoin: a
+		 * consumer let in now would read nothing and then -EPIPE,
+		 * "closed", which it is not */
+		respond_error(c, id, -ESTALE, "flow '%s' here was cut off by "
+			      "its sender (more than its max_lag behind); the "
+			      "sender opens it again at its current position: "
+			      "attach again then", f->name);
 		return;
 	}
 	if (c->n_att == ATTACH_MAX) {
@@ -972,7 +990,10 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
 	struct flow *f = flows_find(c->srv->flows, a->name);
 
-	if (!f && a->wait_ms && flows_valid_name(a->name)) {
+	/* a flow cut off here is waited for as one not there yet: its
+	 * sender's rejoin creates it again (flow_added answers then) */
+	if ((!f || cut_off_here(f)) && a->wait_ms &&
+	    flows_valid_name(a->name)) {
 		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms);
 		return;
 	}

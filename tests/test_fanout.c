@@ -611,6 +611,25 @@ static void case_max_lag(void)
 	CHECK((st.state == FLOWSHM_STATE_FAILED && st.reason == -ESTALE) ||
 	      st.state == FLOWSHM_STATE_CLOSED);
 	flowshm_detach(onc);
+	onc = NULL;
+	/* a consumer attaching on C before A's rejoin is told so (-ESTALE),
+	 * not let in to the dropped ring; after it, it waits for records
+	 * (nothing is produced now: C is not cut again) */
+	{
+		int rc = flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc);
+
+		if (rc) {
+			CHECK_RC(rc, -ESTALE);
+			CHECK(strstr(flowshm_attach_error(), "cut off by its "
+				     "sender"));
+			printf("  a consumer attaching on C before the rejoin: "
+			       "%s\n", flowshm_attach_error());
+		} else {
+			CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 0),
+				 -EAGAIN);
+			flowshm_detach(onc);
+		}
+	}
 	flowshm_detach(p);
 
 	/* a local flow: a consumer that stops is cut off, attaches again */
@@ -735,15 +754,71 @@ static void case_sender_restart(void)
 static uint64_t drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
 			uint64_t floor);
 
+/* 7. A took B up again after at least min_cuts cuts: B's subscription is
+ * open on A, and has been for 2 s with no new cut (A may cut it again a
+ * moment after a rejoin: its once-a-second check), and B's flow is open.
+ * The next rejoin may be 32 s away (the backoff).  Returns A's count of
+ * B's cuts. */
+static uint64_t wait_rejoined(struct three *t, uint64_t min_cuts)
+{
+	char out[8192], state[32] = "";
+	uint64_t cuts = 0, since = 0, deadline = fr_now_ns() + 120000000000ull;
+
+	while (fr_now_ns() < deadline) {
+		const char *pj = peer_json(&t->a, "x", t->baddr, out,
+					   sizeof(out));
+		uint64_t c = hj_u64(pj, "cuts");
+		bool open = hj_get(pj, "state", state, sizeof(state)) &&
+			    !strcmp(state, "open");
+
+		if (c < min_cuts || c != cuts || !open)
+			since = 0;
+		else if (!since)
+			since = fr_now_ns();
+		else if (fr_now_ns() - since > 2000000000ull)
+			break;
+		cuts = c;
+		usleep(10000);
+	}
+	CHECK(cuts >= min_cuts);
+	CHECK(hj_get(peer_json(&t->a, "x", t->baddr, out, sizeof(out)),
+		     "state", state, sizeof(state)) && !strcmp(state, "open"));
+	CHECK(hd_wait_state(&t->b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	return cuts;
+}
+
+/* 7. drain_c for B's consumer, which may be cut: the first error (with
+ * what came before it in order and once) is returned, not a failure. */
+static int drain_b(flowshm_t *c, uint64_t *next, uint64_t upto,
+		   uint64_t floor)
+{
+	unsigned char buf[REC_MAX];
+	uint64_t seq;
+	uint32_t id;
+	size_t len;
+
+	while (*next == UINT64_MAX || *next <= upto) {
+		int rc = flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS);
+
+		if (rc)
+			return rc;
+		CHECK(tu_verify(buf, len, &id, &seq));
+		CHECK(id == 0 && (*next == UINT64_MAX || seq == *next));
+		CHECK(*next != UINT64_MAX || seq > floor);
+		*next = seq + 1;
+	}
+	return 0;
+}
+
 /* 7. */
 static void case_first_cut(void)
 {
 	const uint64_t n = 1600;
 	struct three t;
-	char out[8192], state[32] = "";
+	char out[8192];
 	unsigned char buf[REC_MAX];
 	flowshm_t *p, *onb = NULL;
-	uint64_t next = UINT64_MAX;
+	uint64_t next = UINT64_MAX, base = n, min_cuts = 1;
 	size_t len;
 	pid_t cc;
 	int ready[2];
@@ -778,47 +853,48 @@ static void case_first_cut(void)
 	       (unsigned long long)n);
 	/* by itself A takes B up again at the current position, though B's
 	 * subscription is the one the flow's ring belongs to: a consumer on
-	 * B then gets every record produced after, once, in order.  Open, and
-	 * not cut again for 2 s: B may have rejoined while the first n still
-	 * went, with no consumer, and then be cut a moment later by A's
-	 * once-a-second check (seen in the guest: the consumer attached, and
-	 * got -ESTALE); its next rejoin may be 32 s away (the backoff) */
-	{
-		uint64_t cuts = 0, quiet = 0;
+	 * B then gets every record produced after, once, in order.  On a slow
+	 * host B may have rejoined while the first n still went, with nobody
+	 * reading on B: its ring then fills, and A's slot for B falls more
+	 * than max_lag behind again, which A cuts the moment a producer waits
+	 * for room (seen in the guest: the consumer attached, the next records
+	 * made the producer wait, and it got -ESTALE).  That consumer does
+	 * what the error tells it to: it attaches again once B is back (the
+	 * rejoin then starts at the current position: nothing old is left) */
+	for (int attempt = 0;; attempt++) {
+		uint64_t cuts = wait_rejoined(&t, min_cuts), floor;
+		int rc;
 
-		for (int i = 0; i < 6000 && quiet < 200; i++) {
-			const char *pj = peer_json(&t.a, "x", t.baddr, out,
-						   sizeof(out));
-			uint64_t c = hj_u64(pj, "cuts");
-
-			if (c >= 1 && c == cuts &&
-			    hj_get(pj, "state", state, sizeof(state)) &&
-			    !strcmp(state, "open"))
-				quiet++;
-			else
-				quiet = 0;
-			cuts = c;
-			usleep(10000);
-		}
+		setenv("FLOWMOVER_SOCKET", t.b.sock, 1);
+		/* if A cut B again since we looked, this waits for its next
+		 * rejoin (an attach to the flow cut off on B is -ESTALE: it
+		 * is not let in to a ring that is gone) */
+		CHECK_RC(flowshm_attach_wait("x", FLOWSHM_CONSUMER, NULL,
+					     WAIT_NS, &onb), 0);
+		produce(p, base, 16);
+		/* cut more than once: B's ring holds records from its last
+		 * rejoin, which may be older than base; once, in order, still */
+		floor = cuts > 1 ? 0 : n - 1;
+		next = UINT64_MAX;
+		rc = drain_b(onb, &next, base + 15, floor);
+		if (rc == 0)
+			break;
+		CHECK_RC(rc, -ESTALE);
+		CHECK(attempt < 3);
+		printf("  B's consumer: %s (B had rejoined with records more "
+		       "than max_lag behind): it attaches again\n",
+		       strerror(-rc));
+		flowshm_detach(onb);
+		onb = NULL;
+		base += 16;
+		min_cuts = cuts + 1;
 	}
-	CHECK(hj_get(peer_json(&t.a, "x", t.baddr, out, sizeof(out)), "state",
-		     state, sizeof(state)) && !strcmp(state, "open"));
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	setenv("FLOWMOVER_SOCKET", t.b.sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onb), 0);
-	produce(p, n, 16);
-	/* cut more than once (a slow host: B rejoined, and was cut again,
-	 * while the first n went): B's ring holds records from its last
-	 * rejoin, which may be some of the first n; once, in order, still */
-	drain_c(onb, &next, n + 15,
-		hj_u64(peer_json(&t.a, "x", t.baddr, out, sizeof(out)),
-		       "cuts") > 1 ? 0 : n - 1);
-	CHECK(next == n + 16);
+	CHECK(next == base + 16);
 	CHECK_RC(flowshm_recv(onb, buf, sizeof(buf), &len, 200000000),
 		 -ETIMEDOUT);
 	printf("  B re-subscribed by itself: its consumer got records %llu.."
-	       "%llu once, in order\n", (unsigned long long)n,
-	       (unsigned long long)(n + 15));
+	       "%llu once, in order\n", (unsigned long long)base,
+	       (unsigned long long)(base + 15));
 	flowshm_detach(onb);
 	flowshm_detach(p);
 	stop_three(&t);
