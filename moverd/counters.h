@@ -36,6 +36,8 @@ struct counters {
 	uint64_t full_ns, seen_work_ns, seen_requests, seen_frames;
 	unsigned seen_flows, seen_clients;
 	uint64_t *slot_pass;      /* per record: the pass that last saw it */
+	/* the pass that found no free flow (peer) record (take_slot) */
+	uint64_t flows_full_pass, peers_full_pass;
 	struct flow_shadow *shadow; /* per flow record: its state, seen */
 	struct daemon_stats d;
 };

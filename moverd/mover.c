@@ -370,6 +370,13 @@ static bool record_ready(struct flow *f)
  * records): in a ping-pong or a paced flow each arm ends with a ring well
  * within the brief window, and the heavy fence is never taken.
  */
+/* Something is armed from now on: the brief window starts with the first. */
+static void armed_start(struct peer_mgr *m)
+{
+	if (!m->n_armed && !m->armed_all)
+		m->armed_since_ns = fr_now_ns();
+}
+
 static void armed_drop(struct peer_mgr *m, struct flow *f)
 {
 	if (!f->arm_listed)
@@ -389,8 +396,7 @@ static void armed_add(struct peer_mgr *m, struct flow *f)
 {
 	if (f->arm_listed)
 		return;
-	if (!m->n_armed && !m->armed_all)
-		m->armed_since_ns = fr_now_ns();
+	armed_start(m);
 	if (m->n_armed == MOVER_ARMED_MAX) {
 		m->armed_all = true; /* the re-check looks at every flow */
 		return;
@@ -641,8 +647,7 @@ void mover_sweep(struct peer_mgr *m, struct flow *const *fs, unsigned n)
 	 * the heavy one before a long sleep */
 	if (armed) {
 		atomic_thread_fence(memory_order_seq_cst);
-		if (!m->n_armed && !m->armed_all)
-			m->armed_since_ns = fr_now_ns();
+		armed_start(m);
 		m->armed_all = true;
 	}
 	for (unsigned i = 0; i < n; i++) {

@@ -13,7 +13,9 @@
  *      and a record still crosses
  *
  * No timing is asserted.  The defaults take ~5-15 s here, ~11 s under
- * ASan+UBSan; FM_MANYFLOWS_N=10000 FM_MANYFLOWS_CHURN=10000 ~52 s (release).
+ * ASan+UBSan; FM_MANYFLOWS_N=10000 ~10 s and FM_MANYFLOWS_CHURN=10000 ~15 s
+ * (release; case 1 took over 10 minutes before counters.c stopped looking
+ * through every record for each flow the counters file has no room for).
  * Both daemons get --max-flows and --peer-max-flows above the counts: the
  * defaults (16384 flows, 64 per peer host) are limits, not targets.
  * FM_MANYFLOWS_CASES=1,2 selects cases.
@@ -24,11 +26,13 @@
 
 #include <inttypes.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 
 #define RING 65536
 #define MAX_RECORD 256
 
 static const char *moverd_bin, *moverctl_bin;
+static bool skipped; /* a case could not run here: exit 77 */
 
 /* ---- two daemons ------------------------------------------------------------ */
 
@@ -192,6 +196,24 @@ static void wait_ok(pid_t pid, const char *what, int timeout_ms)
 
 #define PICKS 8
 
+/* Can each daemon hold n ring fds (and its sockets)?  moverd raises its
+ * soft RLIMIT_NOFILE to the hard one it inherits from us; under that
+ * (a container's 4096, say) n flows cannot be asked of it, and the case
+ * says so instead of failing. */
+static bool fds_for(unsigned n)
+{
+	struct rlimit rl;
+
+	CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)n + 256)
+		return true;
+	printf("  SKIPPED: the hard RLIMIT_NOFILE here, %llu, is below the "
+	       "%u fds %u flows need\n", (unsigned long long)rl.rlim_max,
+	       n + 256, n);
+	skipped = true;
+	return false;
+}
+
 static void case_many(void)
 {
 	unsigned n = (unsigned)tu_env_long("FM_MANYFLOWS_N", 1000);
@@ -203,6 +225,8 @@ static void case_many(void)
 	int sock;
 
 	CHECK(n >= PICKS); /* PICKS distinct flows */
+	if (!fds_for(n))
+		return;
 	two_daemons(&a, &b, "many1", n);
 	sock = ctl_connect(a.sock);
 	CHECK(sock >= 0);
@@ -467,6 +491,8 @@ int main(int argc, char **argv)
 	}
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
-	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
-		      "FM_MANYFLOWS_CASES");
+	if (hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		   "FM_MANYFLOWS_CASES"))
+		return 1;
+	return skipped ? 77 : 0;
 }
