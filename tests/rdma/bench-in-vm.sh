@@ -10,8 +10,9 @@
 # on 10.77.0.1, like tests/rdma/perftest.sh), then `flowbench remote` with
 # two moverd daemons over RDMA and then over TCP on the same address:
 # throughput for 32 B, 256 B, 4 KiB, 64 KiB and 1 MiB records with 1 flow,
-# 4 flows for 32 B and 64 KiB, and one-way latency of 32 B records (paced
-# and sparse; then again with --poll-us 10000 --spin).  Prints every
+# 4 flows for 32 B and 64 KiB, and one-way latency of 32 B records (paced,
+# sparse and ping-pong; then again with --poll-us 10000 --spin, and with
+# --idle spin).  Prints every
 # figure and one machine-readable line per
 # measurement:
 #
@@ -19,16 +20,19 @@
 #   PERFTEST tool=ib_write_lat size=32 typical_us=... avg_us=... p99_us=...
 #   BENCH kind=tput transport=rdma size=65536 flows=1 rec_s=... MB_s=... ...
 #   BENCH kind=lat transport=rdma size=32 run=paced rate=... p50_us=... ...
+#   BENCH kind=pingpong transport=rdma size=32 one_way_p50_us=... ...
 #
 # contrib/plot-bench.py reads these lines.  Everything in the guest is
 # emulated (TCG): compare flowmover with perftest from the same run, as
 # ratios, never with absolute figures from elsewhere.
 #
-# Environment: FB_SECONDS (measured s per throughput case, default 2),
+# Environment (inside the guest: pass it as `vm-run.sh -- env FB_LAT_ONLY=1
+# .../bench-in-vm.sh ...`; the guest does not inherit the host's): FB_SECONDS (measured s per throughput case, default 2),
 # FB_WARMUP (default 0.5), FB_LAT_SECONDS (default 2), PERFTEST_DURATION
 # (ib_write_bw -D, default 2), PERFTEST_LAT_ITERS (default 1000),
-# FB_TRANSPORTS (default "rdma tcp"), FB_LOG_LEVEL (moverd --log-level,
-# default warn; debug to diagnose: logs are printed when a case fails).
+# FB_TRANSPORTS (default "rdma tcp"), FB_LAT_ONLY (1: the latency runs
+# only, no throughput), FB_LOG_LEVEL (moverd --log-level, default warn;
+# debug to diagnose: logs are printed when a case fails).
 set -uo pipefail
 
 build=${1:?usage: bench-in-vm.sh BUILD_DIR}
@@ -40,6 +44,7 @@ LATSECS=${FB_LAT_SECONDS:-2}
 DURATION=${PERFTEST_DURATION:-2}
 LAT_ITERS=${PERFTEST_LAT_ITERS:-1000}
 TRANSPORTS=${FB_TRANSPORTS:-rdma tcp}
+LAT_ONLY=${FB_LAT_ONLY:-0}
 PORT=18700
 STEP_TIMEOUT=120
 PY=/usr/bin/python3
@@ -141,6 +146,14 @@ for r in d.get("latency", []):
           f"samples={l['samples']} p50_us={l['p50'] / 1e3:.1f} p90_us={l['p90'] / 1e3:.1f} "
           f"p99_us={l['p99'] / 1e3:.1f} max_us={l['max'] / 1e3:.1f} mean_us={l['mean'] / 1e3:.1f} "
           f"cpu_a={r['moverd_cpu']['a'] * 100:.0f} cpu_b={r['moverd_cpu']['b'] * 100:.0f} ok=1")
+pp = d.get("pingpong")
+if pp is not None and not pp.get("ok"):
+    print(f"BENCH kind=pingpong transport={tp} variant={tag} size={pp['size']} ok=0")
+elif pp is not None:
+    c = pp["cpu_us_per_exchange"]
+    print(f"BENCH kind=pingpong transport={tp} variant={tag} size={pp['size']} "
+          f"rate={pp['exchanges_per_s']:.0f} one_way_p50_us={pp['one_way_p50_ns'] / 1e3:.1f} "
+          f"one_way_p99_us={pp['one_way_p99_ns'] / 1e3:.1f} cpu_us={json.dumps(c, separators=(',', ':'))} ok=1")
 print(f"BENCHRUN transport={tp} others_cpu={d.get('others_cpu', 0) * 100:.1f} "
       f"steal_cpu={d.get('steal_cpu', 0) * 100:.1f} ok={1 if d.get('ok') else 0}")
 EOF
@@ -163,11 +176,19 @@ fb() {
 for tp in $TRANSPORTS; do
     # 32 B: 1 and 4 flows, then paced and sparse one-way latency (the
     # paced rate is 0.2 x this run's 1-flow rate, at most 20000/s)
-    fb "$tp" small --sizes 32 --flows 1,4 --only tput,lat
+    # and a ping-pong (32 B echoed back over a second flow: RTT / 2)
+    if [ "$LAT_ONLY" = 1 ]; then
+        fb "$tp" small --sizes 32 --flows 1 --only lat,pingpong
+    else
+        fb "$tp" small --sizes 32 --flows 1,4 --only tput,lat,pingpong
+    fi
     # the same latency runs with both movers polling 10 ms after work and
     # the consumer spinning: the closest flowmover gets to perftest's
     # all-polling latency test (4 processes on the guest's 2 vcpus)
     fb "$tp" poll --sizes 32 --flows 1 --only lat --poll-us 10000 --spin
+    # the explicit low-latency mode: both movers spin (sched_yield)
+    fb "$tp" spin --sizes 32 --flows 1 --only lat,pingpong --idle spin
+    [ "$LAT_ONLY" = 1 ] && continue
     fb "$tp" 64k --sizes 64K --flows 1,4 --only tput
     # 1 MiB records: 64 MiB rings (two per flow in this one guest)
     fb "$tp" rest --sizes 256,4K,1M --flows 1 --only tput
