@@ -754,9 +754,6 @@ static void case_sender_restart(void)
 	close(ready[1]);
 }
 
-static uint64_t drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
-			uint64_t floor);
-
 /* 7. A took B up again after at least min_cuts cuts: B's subscription is
  * open on A, and has been for 2 s with no new cut (A may cut it again a
  * moment after a rejoin: its once-a-second check), and B's flow is open.
@@ -790,10 +787,11 @@ static uint64_t wait_rejoined(struct three *t, uint64_t min_cuts)
 	return cuts;
 }
 
-/* 7. drain_c for B's consumer, which may be cut: the first error (with
- * what came before it in order and once) is returned, not a failure. */
-static int drain_b(flowshm_t *c, uint64_t *next, uint64_t upto,
-		   uint64_t floor)
+/* 7, 10. Drain a consumer up to record upto (at most WAIT_NS for each):
+ * each record must follow *next (*next UINT64_MAX: the first sets it, and
+ * must be above floor), in order and once.  0, or the first error of a
+ * read (what came before it checked): a consumer may be cut meanwhile. */
+static int drain(flowshm_t *c, uint64_t *next, uint64_t upto, uint64_t floor)
 {
 	unsigned char buf[REC_MAX];
 	uint64_t seq;
@@ -806,6 +804,10 @@ static int drain_b(flowshm_t *c, uint64_t *next, uint64_t upto,
 		if (rc)
 			return rc;
 		CHECK(tu_verify(buf, len, &id, &seq));
+		if (*next != UINT64_MAX && seq != *next)
+			fprintf(stderr, "want record %llu, got %llu\n",
+				(unsigned long long)*next,
+				(unsigned long long)seq);
 		CHECK(id == 0 && (*next == UINT64_MAX || seq == *next));
 		CHECK(*next != UINT64_MAX || seq > floor);
 		*next = seq + 1;
@@ -879,7 +881,7 @@ static void case_first_cut(void)
 		 * rejoin, which may be older than base; once, in order, still */
 		floor = cuts > 1 ? 0 : n - 1;
 		next = UINT64_MAX;
-		rc = drain_b(onb, &next, base + 15, floor);
+		rc = drain(onb, &next, base + 15, floor);
 		if (rc == 0)
 			break;
 		CHECK_RC(rc, -ESTALE);
@@ -905,32 +907,11 @@ static void case_first_cut(void)
 	close(ready[1]);
 }
 
-/* 10. Drain what C's consumer can read now (at most WAIT_NS for the
- * first, then 300 ms for each next): each record must follow *next
- * (*next UINT64_MAX: the first sets it), in order and once. */
-static uint64_t drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
-			uint64_t floor)
+/* 10. drain, where C's consumer is never cut. */
+static void drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
+		    uint64_t floor)
 {
-	unsigned char buf[REC_MAX];
-	uint64_t got = 0, seq;
-	uint32_t id;
-	size_t len;
-
-	while (*next == UINT64_MAX || *next <= upto) {
-		int rc = flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS);
-
-		CHECK_RC(rc, 0);
-		CHECK(tu_verify(buf, len, &id, &seq));
-		if (*next != UINT64_MAX && seq != *next)
-			fprintf(stderr, "C: want record %llu, got %llu\n",
-				(unsigned long long)*next,
-				(unsigned long long)seq);
-		CHECK(id == 0 && (*next == UINT64_MAX || seq == *next));
-		CHECK(*next != UINT64_MAX || seq > floor);
-		*next = seq + 1;
-		got++;
-	}
-	return got;
+	CHECK_RC(drain(c, next, upto, floor), 0);
 }
 
 /* 10. Wait (a while; it goes on regardless) until A's peer addr acked
