@@ -884,14 +884,6 @@ static const char *wrong_role(const struct flow *f, enum flowshm_role role,
 	return NULL;
 }
 
-/* A receiving flow its sender cut (fan-out --max-lag): it comes back as
- * a new flow of the same name when the sender rejoins (peer.c,
- * recreate_cut). */
-static bool cut_off_here(const struct flow *f)
-{
-	return f->state == FLOW_FAILED && f->cut_off;
-}
-
 static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 			 enum flowshm_role role)
 {
@@ -909,7 +901,7 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 		respond_error(c, id, -EINVAL, "%s", why);
 		return;
 	}
-	if (cut_off_here(f)) {
+	if (flow_cut_off(f)) {
 		/* its ring is closed and gone at the sender's rejoin: a
 		 * consumer let in now would read nothing and then -EPIPE,
 		 * "closed", which it is not */
@@ -992,7 +984,7 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 
 	/* a flow cut off here is waited for as one not there yet: its
 	 * sender's rejoin creates it again (flow_added answers then) */
-	if ((!f || cut_off_here(f)) && a->wait_ms &&
+	if ((!f || flow_cut_off(f)) && a->wait_ms &&
 	    flows_valid_name(a->name)) {
 		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms);
 		return;

@@ -279,6 +279,14 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 
 struct flow *flows_find(struct flow_table *t, const char *name);
 
+/* A receiving flow its sender cut (fan-out --max-lag): failed until the
+ * sender rejoins, which makes it again as a new flow of the same name
+ * (peer.c, recreate_cut). */
+static inline bool flow_cut_off(const struct flow *f)
+{
+	return f->state == FLOW_FAILED && f->cut_off;
+}
+
 /* Take a reference for an asynchronous operation (see struct flow). */
 static inline struct flow *flow_get(struct flow *f)
 {

@@ -654,7 +654,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
-	} else if (f && f->state == FLOW_FAILED && f->cut_off &&
+	} else if (f && flow_cut_off(f) &&
 		   !(rc = check_origin(p, f, err, sizeof(err)))) {
 		rc = recreate_cut(p, &f, op, err, sizeof(err));
 	} else if (f && f->state == FLOW_FAILED) {
