@@ -32,7 +32,11 @@
  * syscall, no shared cache line with any reader), and every
  * FMC_DEFAULT_PERIOD_MS a sampler on moverd's loop copies them here.  So a
  * reader polling the file as fast as it likes touches only lines moverd
- * writes ten times a second, never a line of a ring or of the mover.
+ * writes ten times a second, never a line of a ring or of the mover.  A
+ * pass writes only the records that may have changed: a flow's record is
+ * at most a second old while clients hold its ring, and a flow nobody
+ * attached is written when moverd changed it (and once a minute), so an
+ * idle flow costs nothing (moverd/counters.c, flows_to_write).
  *
  * A record is written under a sequence lock (`seq`, odd while moverd
  * writes it):

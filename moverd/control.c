@@ -231,6 +231,7 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 		cm->cmsg_len = CMSG_LEN(n * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
 		c->out_flow = flow_get(pass);
+		flows_expose(pass);
 	}
 	c->out_bell_fd = -1;
 	sqe = loop_sqe(c->srv->loop, &c->wr, write_done);

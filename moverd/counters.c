@@ -32,6 +32,13 @@
 
 #define SLOW_NS 1000000000ull   /* getrusage and the fd count: 1/s */
 
+/* What moverd's own hand changes in a flow's record (record_current). */
+struct flow_own {
+	uint64_t bytes_sent, bytes_acked, remote_head, batches, records_sent,
+		 records_deposited, reconnects, resumes;
+	uint32_t producers, consumers;
+};
+
 /* What the sampler remembers of each flow record between passes. */
 struct flow_shadow {
 	uint32_t state;
@@ -44,6 +51,7 @@ struct flow_shadow {
 	uint64_t sub_gen[FMC_SUBS], sub_records[FMC_SUBS];
 	uint64_t records_consumed;
 	uint32_t sub_written;     /* slots whose values are not all 0 */
+	struct flow_own own;      /* as last written (record_current) */
 };
 
 static uint64_t realtime_ns(void)
@@ -88,8 +96,9 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 	}
 	c->slot_pass = calloc(1 + n_flow + FMC_PEER_RECS,
 			      sizeof(*c->slot_pass));
+	c->in_use = calloc(1 + n_flow + FMC_PEER_RECS, sizeof(*c->in_use));
 	c->shadow = calloc(n_flow + 1, sizeof(*c->shadow));
-	if (!c->slot_pass || !c->shadow) {
+	if (!c->slot_pass || !c->in_use || !c->shadow) {
 		munmap(h, bytes);
 		goto fail;
 	}
@@ -112,8 +121,10 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 	return 0;
 fail:
 	free(c->slot_pass);
+	free(c->in_use);
 	free(c->shadow);
 	c->slot_pass = NULL;
+	c->in_use = NULL;
 	c->shadow = NULL;
 	close(fd);
 	unlinkat(dirfd, name, 0);
@@ -122,13 +133,13 @@ fail:
 
 /* ---- records -------------------------------------------------------------- */
 
-/* A record of [first, first + n) that is free. */
+/* A record of [first, first + n) that is free (in_use: the shared page
+ * is not read back; see struct counters). */
 static uint32_t find_free(const struct counters *c, uint32_t first,
 			  uint32_t n)
 {
 	for (uint32_t i = first; i < first + n; i++)
-		if (atomic_load_explicit(&fmc_record(c->h, i)->state,
-					 memory_order_relaxed) == FMC_FREE)
+		if (!c->in_use[i])
 			return i + 1;
 	return 0;
 }
@@ -165,6 +176,7 @@ static uint32_t take_slot(struct counters *c, uint32_t first, uint32_t n,
 			      memory_order_relaxed);
 	atomic_store_explicit(&r->state, FMC_ACTIVE, memory_order_relaxed);
 	fmc_end(r);
+	c->in_use[i - 1] = true;
 	return i;
 }
 
@@ -175,19 +187,15 @@ static void free_slot(struct counters *c, uint32_t i)
 	fmc_begin(r);
 	atomic_store_explicit(&r->state, FMC_FREE, memory_order_relaxed);
 	fmc_end(r);
+	c->in_use[i] = false;
 }
 
 /* Records of [first, first + n) no flow or peer claimed this pass. */
 static void free_unseen(struct counters *c, uint32_t first, uint32_t n)
 {
-	for (uint32_t i = first; i < first + n; i++) {
-		struct fmc_record *r = fmc_record(c->h, i);
-
-		if (c->slot_pass[i] != c->pass &&
-		    atomic_load_explicit(&r->state, memory_order_relaxed) ==
-		    FMC_ACTIVE)
+	for (uint32_t i = first; i < first + n; i++)
+		if (c->in_use[i] && c->slot_pass[i] != c->pass)
 			free_slot(c, i);
-	}
 }
 
 /* ---- flows ---------------------------------------------------------------- */
@@ -310,7 +318,35 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
 	fmc_set(r, FMC_F_RECORDS_CONSUMED, sh->records_consumed);
 }
 
-static void write_flow(struct counters *c, struct flow *f, uint64_t now)
+/*
+ * Is the record of f as it was last written?  Only answerable for a flow
+ * no client could have written (flow_exposed): its ring then changes by
+ * moverd's hand alone, and what moverd changed shows in the flow's own
+ * counts, state and reason.  Such a record is claimed for the pass and
+ * left as it is: reading the ring and subscriber slots of every idle flow
+ * once a second was a third of an idle moverd's cpu at 1000 flows (perf,
+ * issue 12).  sh->own is brought up to date either way.
+ */
+static bool record_current(struct flow_shadow *sh, const struct flow *f)
+{
+	struct flow_own own = {
+		.bytes_sent = f->bytes_sent, .bytes_acked = f->bytes_acked,
+		.remote_head = f->remote_head, .batches = f->st.batches,
+		.records_sent = f->st.records_sent,
+		.records_deposited = f->st.records_deposited,
+		.reconnects = f->st.reconnects, .resumes = f->st.resumes,
+		.producers = f->producers, .consumers = f->consumers,
+	};
+	bool same = sh->since_ns && sh->state == (uint32_t)f->state &&
+		    !strcmp(sh->reason, f->reason) &&
+		    !memcmp(&own, &sh->own, sizeof(own));
+
+	sh->own = own;
+	return same && !flow_exposed(f);
+}
+
+/* Write f's record; false if there is no room for it in the file. */
+static bool write_flow(struct counters *c, struct flow *f, uint64_t now)
 {
 	struct fmc_record *r;
 	struct flowshm_info in = { 0 };
@@ -319,17 +355,12 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 	uint64_t consumed, lag;
 	bool fresh = false, new_error;
 
-	if (!i || c->slot_pass[i - 1] == c->pass ||
-	    atomic_load_explicit(&fmc_record(c->h, i - 1)->state,
-				 memory_order_relaxed) != FMC_ACTIVE)
+	if (!i || c->slot_pass[i - 1] == c->pass || !c->in_use[i - 1])
 		i = f->st.slot = take_slot(c, fmc_first_flow(c->h),
 					   c->h->n_flow, FMC_FLOW,
 					   &c->flows_full_pass);
-	if (!i) {
-		atomic_fetch_add_explicit(&c->h->flows_unrecorded, 1,
-					  memory_order_relaxed);
-		return;
-	}
+	if (!i)
+		return false;
 	i--;
 	c->slot_pass[i] = c->pass;
 	r = fmc_record(c->h, i);
@@ -341,6 +372,8 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 							 memory_order_relaxed);
 		fresh = true;
 	}
+	if (!fresh && record_current(sh, f))
+		return true;
 	new_error = flow_state(c, f, i - fmc_first_flow(c->h), now);
 	if (f->view)
 		flowshm_info(f->view, &in);
@@ -393,6 +426,7 @@ static void write_flow(struct counters *c, struct flow *f, uint64_t now)
 		write_subs(r, sh, f, ring, in.tail);
 	}
 	fmc_end(r);
+	return true;
 }
 
 /* ---- peers ---------------------------------------------------------------- */
@@ -425,9 +459,7 @@ static void write_peer(struct counters *c, struct peer *p, uint64_t now)
 	uint64_t reg_bytes = 0;
 	struct fmc_record *r;
 
-	if (!i || c->slot_pass[i - 1] == c->pass ||
-	    atomic_load_explicit(&fmc_record(c->h, i - 1)->state,
-				 memory_order_relaxed) != FMC_ACTIVE)
+	if (!i || c->slot_pass[i - 1] == c->pass || !c->in_use[i - 1])
 		i = p->st.slot = take_slot(c, fmc_first_peer(c->h),
 					   c->h->n_peer, FMC_PEER,
 					   &c->peers_full_pass);
@@ -517,7 +549,7 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	struct fmc_record *r = fmc_record(c->h, 0);
 	uint64_t none_pass = 0;
 
-	if (atomic_load_explicit(&r->state, memory_order_relaxed) != FMC_ACTIVE)
+	if (!c->in_use[0])
 		take_slot(c, 0, 1, FMC_DAEMON, &none_pass);
 	c->slot_pass[0] = c->pass;
 	fmc_begin(r);
@@ -545,39 +577,75 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	fmc_end(r);
 }
 
+/* Which flows' records a pass writes (flows_to_write). */
+enum flow_pass { WRITE_NO_FLOW, WRITE_EXPOSED, WRITE_EVERY_FLOW };
+
+/* Write the records of every flow, whatever happens, this often. */
+#define EVERY_FLOW_NS 60000000000ull
+
 /*
- * Does this pass write every flow's record?  Yes if moverd did anything a
- * flow's counts show since the last pass (a duty cycle's work, a peer's
- * frame, a control request, a flow made or gone), while clients are
- * connected (attached producers and consumers move local rings without
- * moverd) and when one left (its subscriber slot given back), and once a
- * second whatever happens.  Otherwise (an idle daemon) only the daemon's
- * and peers' records are written: a sample of 1000 idle flows ten times a
- * second was a quarter of idle moverd's cpu (perf, issue 12).  A flow's
- * record is at most SLOW_NS old then.
+ * Which flows' records does this pass write?
+ *   - every flow's, if moverd did anything a flow's counts show since
+ *     the last pass (a duty cycle's work, a peer's frame other than a
+ *     heartbeat, a control request, a flow's state, a flow made or gone),
+ *     and every EVERY_FLOW_NS whatever happens;
+ *   - else the exposed flows' (flow_exposed: their clients move the
+ *     positions and counts in the ring without moverd) while clients are
+ *     connected, when one left, and once a second (SLOW_NS);
+ *   - else none (an idle daemon): only the daemon's and peers' records.
+ * So a record is at most SLOW_NS old, or EVERY_FLOW_NS for a flow no
+ * client was handed and nothing happened to.  Writing 1000 idle flows'
+ * records ten times a second was a quarter of idle moverd's cpu, and
+ * looking at them once a second was still most of it (perf, issue 12).
  */
-static bool every_flow(struct counters *c, const struct flow_table *t,
-		       const struct peer_mgr *m, const struct ctl_server *s,
-		       uint64_t now)
+static enum flow_pass flows_to_write(struct counters *c,
+				     const struct flow_table *t,
+				     const struct peer_mgr *m,
+				     const struct ctl_server *s, uint64_t now)
 {
 	uint64_t frames = 0;
-	bool full;
+	enum flow_pass pass = WRITE_NO_FLOW;
 
 	for (const struct peer *p = m->peers; p; p = p->next)
-		frames += p->st.frames_rx + p->st.frames_tx;
-	full = !c->full_ns || now - c->full_ns >= SLOW_NS || s->n_clients ||
-	       s->n_clients != c->seen_clients ||
-	       m->last_work_ns != c->seen_work_ns ||
-	       s->stats.requests != c->seen_requests ||
-	       frames != c->seen_frames || t->count != c->seen_flows;
+		frames += p->st.frames_rx + p->st.frames_tx - p->st.heartbeats;
+	if (!c->every_ns || now - c->every_ns >= EVERY_FLOW_NS ||
+	    m->last_work_ns != c->seen_work_ns ||
+	    s->stats.requests != c->seen_requests ||
+	    frames != c->seen_frames || t->count != c->seen_flows ||
+	    t->state_changes != c->seen_states)
+		pass = WRITE_EVERY_FLOW;
+	else if (now - c->full_ns >= SLOW_NS || s->n_clients ||
+		 s->n_clients != c->seen_clients)
+		pass = WRITE_EXPOSED;
 	c->seen_work_ns = m->last_work_ns;
 	c->seen_requests = s->stats.requests;
 	c->seen_frames = frames;
 	c->seen_flows = t->count;
 	c->seen_clients = s->n_clients;
-	if (full)
+	c->seen_states = t->state_changes;
+	if (pass == WRITE_EVERY_FLOW)
+		c->every_ns = now;
+	if (pass != WRITE_NO_FLOW)
 		c->full_ns = now;
-	return full;
+	return pass;
+}
+
+static void write_flows(struct counters *c, const struct flow_table *t,
+			enum flow_pass pass, uint64_t wall)
+{
+	uint64_t unrecorded = 0;
+
+	if (pass == WRITE_EXPOSED) {
+		for (struct flow *f = t->exposed; f; f = f->exp_next)
+			write_flow(c, f, wall);
+		return;
+	}
+	for (struct flow *f = t->head; f; f = f->next)
+		unrecorded += !write_flow(c, f, wall);
+	atomic_store_explicit(&c->h->flows_unrecorded, unrecorded,
+			      memory_order_relaxed);
+	/* a record not claimed in a pass that wrote every flow is gone */
+	free_unseen(c, fmc_first_flow(c->h), c->h->n_flow);
 }
 
 static void sample(struct counters *c, const struct flow_table *t,
@@ -586,24 +654,18 @@ static void sample(struct counters *c, const struct flow_table *t,
 {
 	uint64_t wall = realtime_ns();
 	unsigned peers = 0;
-	bool full = every_flow(c, t, m, s, now);
+	enum flow_pass pass = flows_to_write(c, t, m, s, now);
 
 	c->pass++;
 	c->last_ns = now;
 	sample_slow(c, now);
-	if (full) {
-		atomic_store_explicit(&c->h->flows_unrecorded, 0,
-				      memory_order_relaxed);
-		for (struct flow *f = t->head; f; f = f->next)
-			write_flow(c, f, wall);
-	}
+	if (pass != WRITE_NO_FLOW)
+		write_flows(c, t, pass, wall);
 	atomic_store_explicit(&c->h->peers_unrecorded, 0, memory_order_relaxed);
 	for (struct peer *p = m->peers; p; p = p->next, peers++)
 		write_peer(c, p, now);
 	write_daemon(c, t, m, s, peers);
 	/* a record not claimed in a pass that wrote its kind is gone */
-	if (full)
-		free_unseen(c, fmc_first_flow(c->h), c->h->n_flow);
 	free_unseen(c, fmc_first_peer(c->h), c->h->n_peer);
 	atomic_store_explicit(&c->h->sample_unix_ns, wall, memory_order_relaxed);
 	atomic_store_explicit(&c->h->sample_mono_ns, now, memory_order_relaxed);
@@ -644,5 +706,6 @@ void counters_close(struct counters *c, const struct flow_table *t,
 		close(c->dirfd);
 	}
 	free(c->slot_pass);
+	free(c->in_use);
 	free(c->shadow);
 }

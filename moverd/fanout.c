@@ -93,7 +93,7 @@ static int map_sibling(struct flow *f, struct flow *s)
 
 static struct flow *new_sibling(struct flow *f, const char *addr)
 {
-	struct flow *s = calloc(1, sizeof(*s));
+	struct flow *s = flows_alloc();
 
 	if (!s)
 		return NULL;

@@ -51,6 +51,8 @@ void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 			reason && *reason ? ": " : "", reason ? reason : "");
 	f->state = s;
 	snprintf(f->reason, sizeof(f->reason), "%s", reason ? reason : "");
+	if (f->table)
+		f->table->state_changes++;
 	flows_status(f); /* what its clients read (flowshm_state) */
 }
 
@@ -392,6 +394,22 @@ static int open_state_file(const struct flow_table *t, const char *file,
 	return fd;
 }
 
+static void link_exposed(struct flow_table *t, struct flow *f)
+{
+	f->exp_next = t->exposed;
+	t->exposed = f;
+	t->n_exposed++;
+}
+
+void flows_expose(struct flow *f)
+{
+	if (f->exposed)
+		return;
+	f->exposed = true;
+	if (!f->dead && !f->sibling_of)
+		link_exposed(f->table, f);
+}
+
 static void link_flow(struct flow_table *t, struct flow *f)
 {
 	f->next = t->head;
@@ -399,6 +417,8 @@ static void link_flow(struct flow_table *t, struct flow *f)
 	t->count++;
 	if (f->id >= t->next_id)
 		t->next_id = f->id + 1;
+	if (f->exposed)
+		link_exposed(t, f);
 }
 
 /* moverd's mapping of a ring file survives the file shrinking. */
@@ -480,7 +500,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	char file[FILE_NAME_MAX], why[200] = "";
 	unsigned n_dead;
 	struct flowshm_info in;
-	struct flow *fl = calloc(1, sizeof(*fl));
+	struct flow *fl = flows_alloc();
 	FILE *f;
 	int fd, rc;
 
@@ -538,6 +558,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		log_info("flow %s: %u subscriber slot(s) of dead processes "
 			 "given back", name, n_dead);
 	fl->inherited_slots = active_slots(fl);
+	fl->exposed = true; /* the last start's clients may hold the file */
 	fl->state = adopted_state(fl->role);
 	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
@@ -651,6 +672,16 @@ bool flows_valid_name(const char *name)
 			return false;
 	}
 	return true;
+}
+
+struct flow *flows_alloc(void)
+{
+	size_t bytes = (sizeof(struct flow) + 63) & ~(size_t)63;
+	struct flow *f = aligned_alloc(64, bytes);
+
+	if (f)
+		memset(f, 0, bytes);
+	return f;
 }
 
 struct flow *flows_find(struct flow_table *t, const char *name)
@@ -863,7 +894,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 
 	if (rc)
 		return rc;
-	f = calloc(1, sizeof(*f));
+	f = flows_alloc();
 	if (!f) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -933,9 +964,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		free(f);
 		return rc;
 	}
-	f->next = t->head;
-	t->head = f;
-	t->count++;
+	link_flow(t, f);
 	log_info("flow %s created by uid %u: ring %llu bytes, max record %u",
 		 f->name, (unsigned)uid, (unsigned long long)p.ring_size,
 		 p.max_record);
@@ -1018,8 +1047,23 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 	flow_put(f);
 }
 
+static void unlist_exposed(struct flow_table *t, struct flow *f)
+{
+	for (struct flow **pp = &t->exposed; *pp; pp = &(*pp)->exp_next) {
+		if (*pp == f) {
+			*pp = f->exp_next;
+			t->n_exposed--;
+			if (t->exp_cursor == f)
+				t->exp_cursor = f->exp_next;
+			return;
+		}
+	}
+}
+
 static void unlist(struct flow_table *t, struct flow *f)
 {
+	if (f->exposed)
+		unlist_exposed(t, f);
 	for (struct flow **pp = &t->head; *pp; pp = &(*pp)->next) {
 		if (*pp == f) {
 			*pp = f->next;

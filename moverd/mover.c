@@ -262,6 +262,7 @@ static int tx_build(struct peer *p)
 
 		wire_put(h, WIRE_HEARTBEAT, 0, 0, 0, 0);
 		tx_add(p, h, WIRE_HDR);
+		p->st.heartbeats++;
 	}
 	if (p->tx_niov) {
 		p->st.sends++;
@@ -607,8 +608,9 @@ static void collect_bell(struct peer_mgr *m)
  */
 static bool sweepable(const struct flow *f)
 {
-	return f->role == FLOW_SENDER && f->state == FLOW_OPEN && f->view &&
-	       f->peer && !f->active;
+	/* the fields of struct flow's first line first */
+	return f->role == FLOW_SENDER && flow_exposed(f) &&
+	       f->state == FLOW_OPEN && f->peer && f->view && !f->active;
 }
 
 /* relaxed: fr_bell_arm's store without its fence, which the caller takes

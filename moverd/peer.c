@@ -1231,6 +1231,7 @@ void peer_rx_header(struct peer *p)
 	case WIRE_HEARTBEAT:
 		if (h->len)
 			peer_fail(p, "heartbeat with a payload");
+		p->st.heartbeats++;
 		return;
 	default:
 		peer_fail(p, "unknown frame type %u", h->type);
@@ -1336,6 +1337,8 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 			 f->origin[0] ? f->origin : "?",
 			 m->flows->limits.orphan_timeout_s);
 		peer_destroy_flow(m, f, NULL);
+	} else if (!flow_exposed(f)) {
+		return; /* only moverd has written its ring and file */
 	} else if (flows_ring_tampered(f, why, sizeof(why)) ||
 		   ring_marked_failed(f, why, sizeof(why))) {
 		fail_tampered(f, why);
@@ -1349,45 +1352,67 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 }
 
 /*
- * Every SLICE_NS, the next slice of the flow table (t->cursor, which
- * unlisting moves on): ceil(count / SLICES_PER_ROUND) flows, so that a
- * round of the table takes POLICE_NS whatever the number of flows, and
- * the cost of idle flows is spread evenly instead of paid in one burst.
+ * Every SLICE_NS, the next slice of a round: ceil(n / SLICES_PER_ROUND)
+ * flows, so that a round takes POLICE_NS whatever the number n of flows,
+ * and their cost is spread evenly instead of paid in one burst.  Two
+ * rounds run side by side, each with its own cursor (which unlisting moves
+ * on):
+ *   - the exposed flows (t->exposed: a client was handed the ring, so it
+ *     may have written it or resized its file, flow_exposed): a ring file
+ *     resized, a ring marked failed, a cleared doorbell arm are noticed
+ *     within two rounds, 2 s (docs/security.md);
+ *   - the whole table, once in all_rounds() rounds: what is left to
+ *     check of a flow no client was handed is its --orphan-timeout
+ *     (police_flow skips the rest), so this round takes a quarter of
+ *     that timeout, at most POLICE_ALL_ROUNDS (a minute at the default
+ *     6 h) and at least one.  Visiting 1000 such flows every second was
+ *     most of what two idle daemons cost (issue 12): on these hosts a
+ *     page not touched for a second costs ~30 us to touch again.
  * Each slice's sender flows are swept first (mover_sweep: re-armed,
  * visited if their producers wrote), then every flow is policed.  A flow
- * is visited within two rounds of being created, and once a round after
- * that: a ring file resized, a ring marked failed, a cleared doorbell arm
- * are noticed within 2 s (docs/security.md).  References are held across
- * the slice: policing one flow may destroy it.
+ * is visited within two rounds of being created or exposed, and once a
+ * round after that.  References are held across the slice: policing one
+ * flow may destroy it.
  */
-#define SLICE_NS         (POLICE_NS / SLICES_PER_ROUND)
-#define SLICES_PER_ROUND 10u
-#define SLICE_CHUNK      64u
+#define SLICE_NS          (POLICE_NS / SLICES_PER_ROUND)
+#define SLICES_PER_ROUND  10u
+#define POLICE_ALL_ROUNDS 60u
+#define SLICE_CHUNK       64u
 
-static unsigned police_chunk(struct flow_table *t, struct flow **fs,
+/* The flow after f in the table, or in the table's exposed flows. */
+static struct flow *next_in(const struct flow *f, bool exposed)
+{
+	return exposed ? f->exp_next : f->next;
+}
+
+/* The next chunk of up to max flows of a round from *cursor (NULL: the
+ * list's first); *cursor is NULL again once the round is over. */
+static unsigned police_chunk(struct flow_table *t, bool exposed,
+			     struct flow **cursor, struct flow **fs,
 			     unsigned max)
 {
-	struct flow *f = t->cursor ? t->cursor : t->head;
+	struct flow *f = *cursor ? *cursor : exposed ? t->exposed : t->head;
 	unsigned n = 0;
 
-	for (; f && n < max; f = f->next)
+	for (; f && n < max; f = next_in(f, exposed))
 		fs[n++] = flow_get(f);
-	t->cursor = f; /* NULL: the round is over, the next one starts */
+	*cursor = f;
 	return n;
 }
 
 /*
- * While the mover works, every sender flow is swept every SWEEP_NS as
- * before, not a slice: a ring the doorbell misses while the mover is busy
- * (flowbench scale: sparse records on an idle flow beside busy ones took
- * ~0.5 s, the slices' round, instead of ~20 ms) is found within 100 ms.
- * The cost of that is paid only while there is work.
+ * While the mover works, every exposed sender flow is swept every SWEEP_NS
+ * as before, not a slice: a ring the doorbell misses while the mover is
+ * busy (flowbench scale: sparse records on an idle flow beside busy ones
+ * took ~0.5 s, the slices' round, instead of ~20 ms) is found within
+ * 100 ms.  The cost of that is paid only while there is work.  (Only a
+ * producer's ring has anything to sweep: flow_exposed.)
  */
 #define SWEEP_NS 100000000ull
 
 static void sweep_all(struct peer_mgr *m, uint64_t now)
 {
-	struct flow *fs[SLICE_CHUNK], *f = m->flows->head;
+	struct flow *fs[SLICE_CHUNK], *f = m->flows->exposed;
 
 	if (m->last_work_ns < m->swept_ns || now - m->swept_ns < SWEEP_NS)
 		return;
@@ -1396,30 +1421,58 @@ static void sweep_all(struct peer_mgr *m, uint64_t now)
 		unsigned n = 0;
 
 		/* no reference: sweeping destroys nothing */
-		for (; f && n < SLICE_CHUNK; f = f->next)
+		for (; f && n < SLICE_CHUNK; f = f->exp_next)
 			fs[n++] = f;
 		mover_sweep(m, fs, n);
 	}
 }
 
-static void police_slice(struct peer_mgr *m, uint64_t now)
+/* Up to want flows of one round, in chunks. */
+static void police_round(struct peer_mgr *m, bool exposed,
+			 struct flow **cursor, unsigned want, uint64_t now)
 {
-	struct flow_table *t = m->flows;
-	unsigned want = (t->count + SLICES_PER_ROUND - 1) / SLICES_PER_ROUND;
 	struct flow *fs[SLICE_CHUNK];
 
 	while (want) {
-		unsigned n = police_chunk(t, fs, want < SLICE_CHUNK ? want :
+		unsigned n = police_chunk(m->flows, exposed, cursor, fs,
+					  want < SLICE_CHUNK ? want :
 							       SLICE_CHUNK);
 
+		if (!n)
+			return; /* an empty list */
 		mover_sweep(m, fs, n);
 		for (unsigned i = 0; i < n; i++) {
 			if (!fs[i]->dead)
 				police_flow(m, fs[i], now);
 			flow_put(fs[i]);
 		}
-		want = n < want && t->cursor ? want - n : 0;
+		want = n < want && *cursor ? want - n : 0;
 	}
+}
+
+static unsigned per_slice(unsigned n, unsigned slices)
+{
+	return (n + slices - 1) / slices;
+}
+
+static unsigned all_rounds(const struct flow_table *t)
+{
+	unsigned s = t->limits.orphan_timeout_s / 4;
+
+	if (!t->limits.orphan_timeout_s || s > POLICE_ALL_ROUNDS)
+		return POLICE_ALL_ROUNDS; /* 0: orphans never expire */
+	return s ? s : 1;
+}
+
+static void police_slice(struct peer_mgr *m, uint64_t now)
+{
+	struct flow_table *t = m->flows;
+
+	police_round(m, true, &t->exp_cursor,
+		     per_slice(t->n_exposed, SLICES_PER_ROUND), now);
+	police_round(m, false, &t->cursor,
+		     per_slice(t->count, SLICES_PER_ROUND * all_rounds(t)),
+		     now);
 	flows_reap_remains(t, now);
 }
 

@@ -31,6 +31,7 @@ struct flow_stats {
 /* In struct peer. */
 struct peer_stats {
 	uint64_t frames_tx, frames_rx, sends;
+	uint64_t heartbeats;             /* of those frames, both ways */
 	uint64_t wr_posted, wc_polled;   /* RDMA */
 	uint64_t rtt_count, rtt_sum_ns, rtt_max_ns;
 	uint64_t rtt[FMC_RTT_BUCKETS];

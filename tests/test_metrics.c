@@ -1321,6 +1321,65 @@ static void case_quiet_credit(void)
 	hd_stop(&b);
 }
 
+/* ---- 13: a flow no client holds ---------------------------------------------- */
+
+/*
+ * Until a client attaches, only moverd writes a flow's ring: the checks of
+ * what clients write skip it, and a counters pass writes its record only
+ * when moverd did something (counters.c, flows_to_write; record_current).
+ * Its record must still follow what moverd does to it: the records it
+ * deposits, the state it gives it when the sender goes.  Then a consumer
+ * attaches and takes them.
+ */
+static void case_unheld(void)
+{
+	struct hd a, b;
+	struct cmap mb;
+	struct fmc_snap s;
+	struct seen *seen = seen_new();
+	uint64_t deposited;
+	pid_t p, c;
+	int i;
+
+	hd_start(&b, moverd, "metrics13b", true, NULL);
+	hd_start(&a, moverd, "metrics13a", false, NULL);
+	mb = cmap_open(&b);
+	create_remote(&a, &b, "unheld", "1M");
+	CHECK(hd_wait_state(&b, moverctl, "unheld", "open", 10000, NULL, 0));
+	p = produce(&a, "unheld", 300, 100, 0);
+	wait_ok(p, 30000, "producer");
+	CHECK(wait_flow_value(&mb, "unheld", FMC_F_RECORDS_DEPOSITED, 300,
+			      5000, &s));
+	deposited = s.v[FMC_F_BYTES_DEPOSITED];
+	printf("  nobody attached: %llu records, %llu bytes deposited, lag "
+	       "%llu, state %llu\n",
+	       (unsigned long long)s.v[FMC_F_RECORDS_DEPOSITED],
+	       (unsigned long long)deposited,
+	       (unsigned long long)s.v[FMC_F_LAG_BYTES],
+	       (unsigned long long)s.v[FMC_F_STATE]);
+	CHECK(s.v[FMC_F_RECORDS_DEPOSITED] == 300);
+	CHECK(deposited >= 300 * 100 && s.v[FMC_F_LAG_BYTES] == deposited);
+	CHECK(s.v[FMC_F_STATE] == FMC_S_OPEN && s.v[FMC_F_CONSUMERS] == 0);
+	/* the sender goes: a state moverd gives it, no frame */
+	hd_stop(&a);
+	for (i = 0; i < 250; i++) {
+		CHECK(find_rec(&mb, FMC_FLOW, "unheld", &s, NULL));
+		if (s.v[FMC_F_STATE] == FMC_S_RECONNECTING)
+			break;
+		usleep(20000);
+	}
+	printf("  its record says reconnecting after %.2f s\n", i * 0.02);
+	CHECK(s.v[FMC_F_STATE] == FMC_S_RECONNECTING);
+	c = consume(&b, "unheld", 300, seen);
+	wait_ok(c, 30000, "consumer");
+	CHECK(seen->records == 300);
+	CHECK(wait_flow_value(&mb, "unheld", FMC_F_BYTES_CONSUMED, deposited,
+			      5000, &s));
+	CHECK(s.v[FMC_F_LAG_BYTES] == 0);
+	hd_stop(&b);
+	cmap_close(&mb);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1338,6 +1397,7 @@ int main(int argc, char **argv)
 		{ 12, case_quiet_credit, "a receiver credits back what its "
 		  "consumer freed before it stopped (less than a quarter "
 		  "ring)" },
+		{ 13, case_unheld, "the record of a flow no client holds" },
 	};
 
 	if (argc != 4) {
