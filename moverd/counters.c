@@ -585,18 +585,21 @@ enum flow_pass { WRITE_NO_FLOW, WRITE_EXPOSED, WRITE_EVERY_FLOW };
 
 /*
  * Which flows' records does this pass write?
- *   - every flow's, if moverd did anything a flow's counts show since
- *     the last pass (a duty cycle's work, a peer's frame other than a
- *     heartbeat, a control request, a flow's state, a flow made or gone),
- *     and every EVERY_FLOW_NS whatever happens;
+ *   - every flow's after a control request, a flow's state changed, a
+ *     flow made or gone (an operator sees it at the next pass); at most
+ *     once a second (SLOW_NS) if the data path moved since the last such
+ *     pass (a duty cycle's work, a peer's frame other than a heartbeat:
+ *     c->every_due); and every EVERY_FLOW_NS whatever happens;
  *   - else the exposed flows' (flow_exposed: their clients move the
- *     positions and counts in the ring without moverd) while clients are
- *     connected, when one left, and once a second (SLOW_NS);
+ *     positions and counts in the ring without moverd) while moverd works
+ *     or clients are connected, when one left, and once a second;
  *   - else none (an idle daemon): only the daemon's and peers' records.
  * So a record is at most SLOW_NS old, or EVERY_FLOW_NS for a flow no
  * client was handed and nothing happened to.  Writing 1000 idle flows'
  * records ten times a second was a quarter of idle moverd's cpu, and
- * looking at them once a second was still most of it (perf, issue 12).
+ * looking at them once a second was still most of it; with 10 000 flows
+ * open, looking at every one ten times a second while 10 flows were busy
+ * took B from 40% to 59% of a cpu (perf, flowbench scale; issue 12).
  */
 static enum flow_pass flows_to_write(struct counters *c,
 				     const struct flow_table *t,
@@ -605,16 +608,18 @@ static enum flow_pass flows_to_write(struct counters *c,
 {
 	uint64_t frames = 0;
 	enum flow_pass pass = WRITE_NO_FLOW;
+	bool told, moved;
 
 	for (const struct peer *p = m->peers; p; p = p->next)
 		frames += p->st.frames_rx + p->st.frames_tx - p->st.heartbeats;
-	if (!c->every_ns || now - c->every_ns >= EVERY_FLOW_NS ||
-	    m->last_work_ns != c->seen_work_ns ||
-	    s->stats.requests != c->seen_requests ||
-	    frames != c->seen_frames || t->count != c->seen_flows ||
-	    t->state_changes != c->seen_states)
+	told = s->stats.requests != c->seen_requests ||
+	       t->count != c->seen_flows || t->state_changes != c->seen_states;
+	moved = m->last_work_ns != c->seen_work_ns || frames != c->seen_frames;
+	c->every_due |= moved;
+	if (!c->every_ns || now - c->every_ns >= EVERY_FLOW_NS || told ||
+	    (c->every_due && now - c->every_ns >= SLOW_NS))
 		pass = WRITE_EVERY_FLOW;
-	else if (now - c->full_ns >= SLOW_NS || s->n_clients ||
+	else if (moved || now - c->full_ns >= SLOW_NS || s->n_clients ||
 		 s->n_clients != c->seen_clients)
 		pass = WRITE_EXPOSED;
 	c->seen_work_ns = m->last_work_ns;
@@ -623,8 +628,10 @@ static enum flow_pass flows_to_write(struct counters *c,
 	c->seen_flows = t->count;
 	c->seen_clients = s->n_clients;
 	c->seen_states = t->state_changes;
-	if (pass == WRITE_EVERY_FLOW)
+	if (pass == WRITE_EVERY_FLOW) {
 		c->every_ns = now;
+		c->every_due = false;
+	}
 	if (pass != WRITE_NO_FLOW)
 		c->full_ns = now;
 	return pass;

@@ -37,6 +37,8 @@ struct counters {
 	uint64_t full_ns, every_ns, seen_work_ns, seen_requests, seen_frames;
 	uint64_t seen_states;
 	unsigned seen_flows, seen_clients;
+	bool every_due;           /* moverd did something since the last
+				   * pass that wrote every flow */
 	uint64_t *slot_pass;      /* per record: the pass that last saw it */
 	/* per record: active, as this moverd last wrote its state.  The
 	 * shared page is never read back: looking at every peer record's
