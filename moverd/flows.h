@@ -134,6 +134,7 @@ struct flow {
 	char peer_addr[80];
 	char path[384];          /* ring file ("" for a memfd ring) */
 	struct flow *peer_next;  /* in the peer's list */
+	struct flow *id_next;    /* in its bucket of the peer's by_id */
 	uint32_t id;             /* the sender's id for the flow */
 	/* receiver: the identity of the peer that created it (its address,
 	 * or "NODE key KEYID" once peers authenticate).  Only that peer may

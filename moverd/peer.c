@@ -84,6 +84,52 @@ const char *peer_admit(const struct peer_mgr *m, const char *host)
 	return NULL;
 }
 
+/* ---- p->flows by id ------------------------------------------------------ */
+
+/* Sender ids count up; a receiver's come from the peer, which has at most
+ * --peer-max-flows here, so no chain can be made long. */
+static struct flow **id_bucket(const struct peer *p, uint32_t id)
+{
+	return &p->by_id[(id ^ (id >> 16)) & p->by_id_mask];
+}
+
+static void ids_add(struct peer *p, struct flow *f)
+{
+	struct flow **b = id_bucket(p, f->id);
+
+	f->id_next = *b;
+	*b = f;
+}
+
+/* Twice the buckets (16 at first), every flow of p in them again; false
+ * if they cannot be had (the table keeps its size, or there is none). */
+static bool ids_grow(struct peer *p)
+{
+	unsigned n = p->by_id ? (p->by_id_mask + 1) * 2 : 16;
+	struct flow **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return false;
+	free(p->by_id);
+	p->by_id = b;
+	p->by_id_mask = n - 1;
+	for (struct flow *f = p->flows; f; f = f->peer_next)
+		ids_add(p, f);
+	return true;
+}
+
+static void ids_remove(struct peer *p, struct flow *f)
+{
+	for (struct flow **pp = id_bucket(p, f->id); *pp;
+	     pp = &(*pp)->id_next) {
+		if (*pp == f) {
+			*pp = f->id_next;
+			break;
+		}
+	}
+	f->id_next = NULL;
+}
+
 static void link_flow(struct peer *p, struct flow *f)
 {
 	p->n_flows++;
@@ -91,6 +137,11 @@ static void link_flow(struct peer *p, struct flow *f)
 	f->transport = p->tp->name;
 	f->peer_next = p->flows;
 	p->flows = f;
+	if (p->by_id && p->n_flows <= p->by_id_mask + 1)
+		ids_add(p, f);
+	else if (!ids_grow(p) && p->by_id)
+		ids_add(p, f); /* a table that cannot grow takes it anyway */
+	/* (grown: f is in it; no table at all: peer_flow_by_id walks) */
 }
 
 static void unlink_flow(struct flow *f)
@@ -103,6 +154,8 @@ static void unlink_flow(struct flow *f)
 		if (*pp == f) {
 			*pp = f->peer_next;
 			p->n_flows--;
+			if (p->by_id)
+				ids_remove(p, f);
 			break;
 		}
 	}
@@ -125,6 +178,12 @@ static void detach_flow(struct flow *f)
 
 struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r)
 {
+	if (p->by_id) {
+		for (struct flow *f = *id_bucket(p, id); f; f = f->id_next)
+			if (f->id == id && f->role == r)
+				return f;
+		return NULL;
+	}
 	for (struct flow *f = p->flows; f; f = f->peer_next)
 		if (f->id == id && f->role == r)
 			return f;
@@ -349,6 +408,7 @@ static void peer_closed(struct peer *p)
 		}
 	}
 	free(p->ctrl_buf);
+	free(p->by_id);
 	free(p);
 }
 
@@ -640,6 +700,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f = flows_find(m->flows, op->name ? op->name : "");
+	struct flow *same_id;
 	char err[200] = "";
 	uint64_t raddr = 0;
 	uint32_t rkey = 0;
@@ -650,7 +711,14 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			  "authentication");
 		return;
 	}
-	if (f && f->role != FLOW_RECEIVER) {
+	/* a sender numbers its flows once each: an id in use by another flow
+	 * on this connection would make its frames go to either */
+	same_id = peer_flow_by_id(p, op->flow_id, FLOW_RECEIVER);
+	if (same_id && same_id != f) {
+		snprintf(err, sizeof(err), "flow id %u is taken by flow '%s' on "
+			 "this connection", (unsigned)op->flow_id, same_id->name);
+		rc = -EEXIST;
+	} else if (f && f->role != FLOW_RECEIVER) {
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;

@@ -224,6 +224,12 @@ static void case_remote_opens(void)
 	CHECK(hp_hello(fd, "big"));
 	CHECK(peer_open(fd, "big1", 1, 512 << 10, msg, sizeof(msg)) == 0);
 	CHECK(peer_open(fd, "big2", 2, 512 << 10, msg, sizeof(msg)) == 0);
+	/* an id another flow holds on this connection: its frames would go
+	 * to either flow */
+	err = peer_open(fd, "dupid", 1, 4096, msg, sizeof(msg));
+	printf("# an open with big1's id: error %d: %s\n", err, msg);
+	CHECK(err == -EEXIST && strstr(msg, "flow id 1 is taken by flow 'big1'"));
+	CHECK(!flow_exists(&d, "dupid"));
 	err = peer_open(fd, "big3", 3, 4096, msg, sizeof(msg));
 	printf("# third open past 1M: error %d: %s\n", err, msg);
 	CHECK(err == -EDQUOT && strstr(msg, "--peer-max-ring-bytes"));
