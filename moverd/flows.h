@@ -237,8 +237,8 @@ struct flow_table {
 	struct flow *cursor;
 	/* the listed flows a client could have written (flow_exposed), in
 	 * their own list (exp_next) with their own round's cursor: the checks
-	 * of what clients write visit these alone; the rest only once in
-	 * POLICE_ALL_ROUNDS rounds (peer.c, police_slice) */
+	 * of what clients write visit these alone; the whole table's round is
+	 * for the orphan timeout (peer.c, police_slice) */
 	struct flow *exposed, *exp_cursor;
 	unsigned n_exposed;
 	/* flows_set_state calls: a counters pass writes every flow's record
