@@ -96,9 +96,8 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 	}
 	c->slot_pass = calloc(1 + n_flow + FMC_PEER_RECS,
 			      sizeof(*c->slot_pass));
-	c->in_use = calloc(1 + n_flow + FMC_PEER_RECS, sizeof(*c->in_use));
 	c->shadow = calloc(n_flow + 1, sizeof(*c->shadow));
-	if (!c->slot_pass || !c->in_use || !c->shadow) {
+	if (!c->slot_pass || !c->shadow) {
 		munmap(h, bytes);
 		goto fail;
 	}
@@ -121,10 +120,8 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 	return 0;
 fail:
 	free(c->slot_pass);
-	free(c->in_use);
 	free(c->shadow);
 	c->slot_pass = NULL;
-	c->in_use = NULL;
 	c->shadow = NULL;
 	close(fd);
 	unlinkat(dirfd, name, 0);
@@ -133,13 +130,13 @@ fail:
 
 /* ---- records -------------------------------------------------------------- */
 
-/* A record of [first, first + n) that is free (in_use: the shared page
- * is not read back; see struct counters). */
+/* A record of [first, first + n) that is free (slot_pass 0: the shared
+ * page is not read back; see struct counters). */
 static uint32_t find_free(const struct counters *c, uint32_t first,
 			  uint32_t n)
 {
 	for (uint32_t i = first; i < first + n; i++)
-		if (!c->in_use[i])
+		if (!c->slot_pass[i])
 			return i + 1;
 	return 0;
 }
@@ -176,7 +173,7 @@ static uint32_t take_slot(struct counters *c, uint32_t first, uint32_t n,
 			      memory_order_relaxed);
 	atomic_store_explicit(&r->state, FMC_ACTIVE, memory_order_relaxed);
 	fmc_end(r);
-	c->in_use[i - 1] = true;
+	c->slot_pass[i - 1] = c->pass;
 	return i;
 }
 
@@ -187,14 +184,14 @@ static void free_slot(struct counters *c, uint32_t i)
 	fmc_begin(r);
 	atomic_store_explicit(&r->state, FMC_FREE, memory_order_relaxed);
 	fmc_end(r);
-	c->in_use[i] = false;
+	c->slot_pass[i] = 0;
 }
 
 /* Records of [first, first + n) no flow or peer claimed this pass. */
 static void free_unseen(struct counters *c, uint32_t first, uint32_t n)
 {
 	for (uint32_t i = first; i < first + n; i++)
-		if (c->in_use[i] && c->slot_pass[i] != c->pass)
+		if (c->slot_pass[i] && c->slot_pass[i] != c->pass)
 			free_slot(c, i);
 }
 
@@ -325,11 +322,17 @@ static void write_subs(struct fmc_record *r, struct flow_shadow *sh,
  * counts, state and reason.  Such a record is claimed for the pass and
  * left as it is: reading the ring and subscriber slots of every idle flow
  * once a second was a third of an idle moverd's cpu at 1000 flows (perf,
- * issue 12).  sh->own is brought up to date either way.
+ * issue 12).  sh->own is brought up to date either way while the flow is
+ * not exposed (once it is, it stays so).
  */
 static bool record_current(struct flow_shadow *sh, const struct flow *f)
 {
-	struct flow_own own = {
+	struct flow_own own;
+	bool same;
+
+	if (flow_exposed(f))
+		return false; /* for good: its sh->own is never needed */
+	own = (struct flow_own){
 		.bytes_sent = f->bytes_sent, .bytes_acked = f->bytes_acked,
 		.remote_head = f->remote_head, .batches = f->st.batches,
 		.records_sent = f->st.records_sent,
@@ -337,12 +340,11 @@ static bool record_current(struct flow_shadow *sh, const struct flow *f)
 		.reconnects = f->st.reconnects, .resumes = f->st.resumes,
 		.producers = f->producers, .consumers = f->consumers,
 	};
-	bool same = sh->since_ns && sh->state == (uint32_t)f->state &&
-		    !strcmp(sh->reason, f->reason) &&
-		    !memcmp(&own, &sh->own, sizeof(own));
-
+	same = sh->since_ns && sh->state == (uint32_t)f->state &&
+	       !strcmp(sh->reason, f->reason) &&
+	       !memcmp(&own, &sh->own, sizeof(own));
 	sh->own = own;
-	return same && !flow_exposed(f);
+	return same;
 }
 
 /* Write f's record; false if there is no room for it in the file. */
@@ -355,7 +357,7 @@ static bool write_flow(struct counters *c, struct flow *f, uint64_t now)
 	uint64_t consumed, lag;
 	bool fresh = false, new_error;
 
-	if (!i || c->slot_pass[i - 1] == c->pass || !c->in_use[i - 1])
+	if (!i || !c->slot_pass[i - 1] || c->slot_pass[i - 1] == c->pass)
 		i = f->st.slot = take_slot(c, fmc_first_flow(c->h),
 					   c->h->n_flow, FMC_FLOW,
 					   &c->flows_full_pass);
@@ -459,7 +461,7 @@ static void write_peer(struct counters *c, struct peer *p, uint64_t now)
 	uint64_t reg_bytes = 0;
 	struct fmc_record *r;
 
-	if (!i || c->slot_pass[i - 1] == c->pass || !c->in_use[i - 1])
+	if (!i || !c->slot_pass[i - 1] || c->slot_pass[i - 1] == c->pass)
 		i = p->st.slot = take_slot(c, fmc_first_peer(c->h),
 					   c->h->n_peer, FMC_PEER,
 					   &c->peers_full_pass);
@@ -549,7 +551,7 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	struct fmc_record *r = fmc_record(c->h, 0);
 	uint64_t none_pass = 0;
 
-	if (!c->in_use[0])
+	if (!c->slot_pass[0])
 		take_slot(c, 0, 1, FMC_DAEMON, &none_pass);
 	c->slot_pass[0] = c->pass;
 	fmc_begin(r);
@@ -713,6 +715,5 @@ void counters_close(struct counters *c, const struct flow_table *t,
 		close(c->dirfd);
 	}
 	free(c->slot_pass);
-	free(c->in_use);
 	free(c->shadow);
 }

@@ -39,11 +39,11 @@ struct counters {
 	unsigned seen_flows, seen_clients;
 	bool every_due;           /* moverd did something since the last
 				   * pass that wrote every flow */
-	uint64_t *slot_pass;      /* per record: the pass that last saw it */
-	/* per record: active, as this moverd last wrote its state.  The
-	 * shared page is never read back: looking at every peer record's
-	 * state there (128 pages) every pass was 3/4 of an idle moverd's CPU */
-	bool *in_use;
+	/* per record: the pass that last claimed it, 0 while it is free.
+	 * The shared page's state words are never read back: looking at every
+	 * peer record's there (128 pages) every pass was 3/4 of an idle
+	 * moverd's cpu */
+	uint64_t *slot_pass;
 	/* the pass that found no free flow (peer) record (take_slot) */
 	uint64_t flows_full_pass, peers_full_pass;
 	struct flow_shadow *shadow; /* per flow record: its state, seen */

@@ -1436,11 +1436,12 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
  *     6 h) and at least one.  Visiting 1000 such flows every second was
  *     most of what two idle daemons cost (issue 12): on these hosts a
  *     page not touched for a second costs ~30 us to touch again.
- * Each slice's sender flows are swept first (mover_sweep: re-armed,
- * visited if their producers wrote), then every flow is policed.  A flow
- * is visited within two rounds of being created or exposed, and once a
- * round after that.  References are held across the slice: policing one
- * flow may destroy it.
+ * Each slice of the exposed round sweeps its sender flows first
+ * (mover_sweep: re-armed, visited if their producers wrote), then polices
+ * every flow; the whole table's round polices only the flows that are not
+ * exposed, which have nothing to sweep.  A flow is visited within two
+ * rounds of being created or exposed, and once a round after that.
+ * References are held across the slice: policing one flow may destroy it.
  */
 #define SLICE_NS          (POLICE_NS / SLICES_PER_ROUND)
 #define SLICES_PER_ROUND  10u
@@ -1508,9 +1509,12 @@ static void police_round(struct peer_mgr *m, bool exposed,
 
 		if (!n)
 			return; /* an empty list */
-		mover_sweep(m, fs, n);
+		/* the whole table's round is for the flows the exposed round
+		 * does not visit; only those can have anything to sweep */
+		if (exposed)
+			mover_sweep(m, fs, n);
 		for (unsigned i = 0; i < n; i++) {
-			if (!fs[i]->dead)
+			if (!fs[i]->dead && (exposed || !flow_exposed(fs[i])))
 				police_flow(m, fs[i], now);
 			flow_put(fs[i]);
 		}
