@@ -1156,6 +1156,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		st.idle_polls = c->srv->idle->spins + c->srv->idle->yields;
 		st.idle_backoffs = c->srv->idle->backoffs;
 	}
+	if (c->srv->io_uring)
+		st.io_uring = (char *)c->srv->io_uring;
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +

@@ -52,6 +52,7 @@ struct ctl_server {
 	const char *socket_path;
 	uint64_t started_ns;
 	const struct idle *idle;  /* the duty cycle's, for status (main.c) */
+	const char *io_uring;     /* the loop's setup, for status (main.c) */
 	struct ctl_stats stats;
 	struct declared *declared;  /* the config's flows (declared.h) */
 	/* told before (begin) and after a reload request (systemd) */

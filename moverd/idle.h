@@ -33,10 +33,13 @@ enum idle_step { IDLE_STEP_SPIN, IDLE_STEP_YIELD, IDLE_STEP_SLEEP };
 /* Adaptive: gaps longer than this are not bridged by polling (a sparse
  * flow sleeps at once); the window is twice the average gap, within it. */
 #define IDLE_GAP_MAX_NS   200000ull
-/* Adaptive: a polling span of at least IDLE_SPAN_MIN_NS that got less
- * than 3/4 of its wall time on the cpu means the cpu is contended: sleep
- * at once for IDLE_BACKOFF_NS (see idle.c). */
+/* Adaptive: polling spans (of at least IDLE_SPAN_MIN_NS) that got less
+ * than 3/4 of their wall time on the cpu, over IDLE_JUDGE_NS of them, mean
+ * the cpu is contended: sleep at once for IDLE_BACKOFF_NS (see idle.c). */
 #define IDLE_SPAN_MIN_NS     20000ull
+/* ... judged over this much polling (spans of at least IDLE_SPAN_MIN_NS,
+ * summed) at a time */
+#define IDLE_JUDGE_NS     20000000ull
 #define IDLE_FAIR_SHARE_NUM  3u
 #define IDLE_FAIR_SHARE_DEN  4u
 #define IDLE_BACKOFF_NS      100000000ull
@@ -53,6 +56,8 @@ struct idle {
 	uint64_t span_cpu_ns;
 	uint64_t backoff_until_ns; /* adaptive: cpu contended, sleep till */
 	uint64_t backoff_ns;    /* ... the last back-off, doubling */
+	uint64_t judge_wall_ns; /* spans summed since the last judgement */
+	uint64_t judge_cpu_ns;  /* ... and the cpu time they got */
 
 	/* counters for `moverctl status` and benchmarks */
 	uint64_t spins, yields, sleeps, backoffs;

@@ -21,12 +21,36 @@ struct loop_op {
 	bool busy;
 };
 
+/*
+ * How the ring is set up (moverd --io-uring; figures in moverd/README.md):
+ *   auto    defer where the kernel has it (Linux 6.1+), else plain (the
+ *           default)
+ *   plain   no setup flags: a completion's task work interrupts the task
+ *           (TWA_SIGNAL: an IPI when it runs on another cpu)
+ *   coop    COOP_TASKRUN + TASKRUN_FLAG: task work waits for our next
+ *           entry into the kernel; the ring's flag says when to enter
+ *   defer   SINGLE_ISSUER + DEFER_TASKRUN + TASKRUN_FLAG: task work runs
+ *           only when we ask for completions, and a sleeping waiter is
+ *           woken only when there are completions for it
+ *   sqpoll  SQPOLL: a kernel thread submits (it polls for 2 ms after the
+ *           last submission, then sleeps)
+ */
+enum loop_mode { LOOP_AUTO, LOOP_PLAIN, LOOP_COOP, LOOP_DEFER, LOOP_SQPOLL };
+
 struct loop {
 	struct io_uring ring;
+	enum loop_mode mode;      /* as set up (auto resolved) */
 	bool stop;
 };
 
-int loop_init(struct loop *l, unsigned entries);
+/* "auto", "plain", "coop", "defer" or "sqpoll": 0, or -1 for another
+ * word. */
+int loop_mode_parse(const char *s, enum loop_mode *mode);
+const char *loop_mode_name(enum loop_mode mode);
+
+/* 0, or a negative errno (the kernel refused the mode: said in the log).
+ * auto falls back to plain where the kernel refuses defer. */
+int loop_init(struct loop *l, unsigned entries, enum loop_mode mode);
 void loop_fini(struct loop *l);
 
 /* An SQE bound to op (submitting queued ones first if the SQ is full). */
@@ -34,7 +58,10 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
 			      loop_done_fn done);
 
 /* Submit, wait up to timeout_ms for completions, run their handlers.
- * Returns the number handled or a negative errno. */
+ * Returns the number handled or a negative errno.  With timeout_ms 0 (a
+ * polling duty cycle) it enters the kernel only to submit queued SQEs or
+ * to run task work the ring says is pending: a poll that finds nothing
+ * costs no system call. */
 int loop_run_once(struct loop *l, int timeout_ms);
 
 #endif

@@ -52,6 +52,7 @@ struct options {
 	char doorbell[8];
 	uint64_t poll_ns;         /* keep polling this long after work */
 	enum idle_mode idle;      /* --idle */
+	enum loop_mode uring;     /* --io-uring */
 	mode_t socket_mode;
 	bool foreground;
 	bool use_syslog;
@@ -83,6 +84,7 @@ enum {
 	OPT_PEER_OWNER,
 	OPT_METRICS,
 	OPT_IDLE,
+	OPT_IO_URING,
 };
 
 struct daemon {
@@ -160,6 +162,12 @@ static void usage(FILE *out)
 "  --poll-us N              keep polling for N us after the last work before\n"
 "                           sleeping, whatever the gaps (fixes adaptive's\n"
 "                           window; bounds yield and spin)\n"
+"  --io-uring MODE          setup of moverd's io_uring: auto (the default:\n"
+"                           defer on Linux 6.1+, else plain), defer\n"
+"                           (SINGLE_ISSUER + DEFER_TASKRUN), coop\n"
+"                           (COOP_TASKRUN), plain (no flags) or sqpoll (a\n"
+"                           kernel thread submits); figures in\n"
+"                           moverd/README.md\n"
 "  --state-dir DIR          the ring file of every flow, re-adopted after a\n"
 "                           crash or an orderly stop; on a tmpfs (the\n"
 "                           default) flows do not survive a reboot\n"
@@ -244,6 +252,7 @@ static const struct option long_opts[] = {
 	{ "doorbell", required_argument, NULL, 'B' },
 	{ "poll-us", required_argument, NULL, 'P' },
 	{ "idle", required_argument, NULL, OPT_IDLE },
+	{ "io-uring", required_argument, NULL, OPT_IO_URING },
 	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
@@ -401,6 +410,10 @@ static int set_option(struct options *o, int key, const char *val)
 		return 0;
 	case OPT_IDLE:
 		if (idle_parse(val, &o->idle))
+			goto bad;
+		return 0;
+	case OPT_IO_URING:
+		if (loop_mode_parse(val, &o->uring))
 			goto bad;
 		return 0;
 	case 'D':
@@ -1063,7 +1076,8 @@ int main(int argc, char **argv)
 			  * can write on the way */
 	raise_fd_limit();
 	flows_init(&d.flows, &d.opt.limits, d.opt.state_dir, d.state_fd);
-	if (ring_guard_init() || loop_init(&d.loop, 1024) || setup_signals(&d) ||
+	if (ring_guard_init() || loop_init(&d.loop, 1024, d.opt.uring) ||
+	    setup_signals(&d) ||
 	    ctl_server_start(&d.ctl, &d.loop, &d.flows, &d.peers, d.opt.socket,
 			     d.opt.socket_mode))
 		return 1;
@@ -1072,11 +1086,13 @@ int main(int argc, char **argv)
 	d.ctl.max_per_uid = d.opt.max_per_uid;
 	d.ctl.counters = &d.ctr;
 	d.ctl.idle = &d.idle;
+	d.ctl.io_uring = loop_mode_name(d.loop.mode);
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);
-	log_info("idle strategy: %s%s", idle_name(d.opt.idle),
-		 d.opt.poll_ns ? " (--poll-us)" : "");
+	log_info("idle strategy: %s%s, io_uring: %s", idle_name(d.opt.idle),
+		 d.opt.poll_ns ? " (--poll-us)" : "",
+		 loop_mode_name(d.loop.mode));
 	/* after setup_signals: its thread inherits the blocked signals */
 	if (d.opt.metrics[0] &&
 	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))

@@ -1905,28 +1905,39 @@ static void test_doorbell(void)
 	doorbell_run("thread"); /* the pre-6.7 path, on any kernel */
 }
 
-/* ---- 11: every idle strategy delivers exactly once --------------------------- */
+/* ---- 11: every idle strategy and io_uring setup delivers exactly once ----- */
 
 /*
- * Both daemons with --idle MODE: bursts (records back to back, the mover
- * never idle), a beat (100 us apart: adaptive learns it and keeps
- * polling) and gaps (20 ms: it sleeps and the doorbell must end each
- * sleep), from two producers; the consumer checks every record arrives
- * once and in each producer's order.  A mode that lost a wake-up would
- * stall (the consumer's 30 s stall check), one that re-sent would
- * duplicate.  Then A's status: sleeping modes slept, polling ones did not
- * need to.
+ * Both daemons with --idle MODE (and --io-uring URING, NULL: the default):
+ * bursts (records back to back, the mover never idle), a beat (100 us
+ * apart: adaptive learns it and keeps polling) and gaps (20 ms: it sleeps
+ * and the doorbell must end each sleep), from two producers; the consumer
+ * checks every record arrives once and in each producer's order.  A mode
+ * that lost a wake-up would stall (the consumer's 30 s stall check), one
+ * that re-sent would duplicate.  A polling mover sees completions without
+ * entering the kernel only if the setup's task work reaches the CQ (plain)
+ * or the ring tells it to enter (coop, defer: IORING_SQ_TASKRUN); a mover
+ * that missed them would stall the same way.  Then A's status: sleeping
+ * modes slept, polling ones did not need to, and the io_uring setup is
+ * the one asked for (the default resolves to defer or plain, never
+ * "auto").
  */
-static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
+static void idle_run(const char *mode, const char *uring, unsigned gap_us,
+		     uint64_t n)
 {
 	struct pair P;
 	static struct run R;
-	char out[8192], name[24], got[32] = "";
+	char out[8192], name[80], got[32] = "";
 	uint64_t sleeps;
 
-	snprintf(name, sizeof(name), "c11-%s-%u", mode, gap_us);
+	snprintf(name, sizeof(name), "c11-%s-%s-%u", mode,
+		 uring ? uring : "auto", gap_us);
 	pair_init(&P, name, remote_addr, NULL, NULL, false);
 	P.a.idle = P.b.idle = mode;
+	if (uring) {
+		P.a.extra[0] = P.b.extra[0] = "--io-uring";
+		P.a.extra[1] = P.b.extra[1] = uring;
+	}
 	pair_start(&P);
 	run_init(&R, &P, "idle", 1, 2, n);
 	R.prod[0].gap_us = R.prod[1].gap_us = gap_us;
@@ -1940,6 +1951,11 @@ static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
 	if (!jget(out, "idle", got, sizeof(got)) || strcmp(got, mode))
 		fail_run(&R, "moverd A's idle strategy is '%s', want %s:\n%s",
 			 got, mode, out);
+	if (!jget(out, "io_uring", got, sizeof(got)) ||
+	    (uring ? strcmp(got, uring) :
+		     strcmp(got, "defer") && strcmp(got, "plain")))
+		fail_run(&R, "moverd A's io_uring is '%s', want %s:\n%s", got,
+			 uring ? uring : "defer or plain", out);
 	/* polling modes poll between records 20 ms apart */
 	if (gap_us >= 20000 && (!strcmp(mode, "spin") || !strcmp(mode, "yield")) &&
 	    jget_u64(out, "idle_polls") == 0)
@@ -1950,12 +1966,32 @@ static void idle_run(const char *mode, unsigned gap_us, uint64_t n)
 		fail_run(&R, "--idle %s: %llu sleeps for %llu records 20 ms "
 			 "apart: it does not sleep when idle", mode,
 			 (unsigned long long)sleeps, (unsigned long long)n);
-	printf("# --idle %s, records %u us apart: %llu sleeps\n", mode, gap_us,
-	       (unsigned long long)sleeps);
-	snprintf(name, sizeof(name), "idle %s", mode);
+	printf("# --idle %s, io_uring %s, records %u us apart: %llu sleeps\n",
+	       mode, got, gap_us, (unsigned long long)sleeps);
+	snprintf(name, sizeof(name), "idle %s %s", mode, got);
 	run_report(&R, name);
 	run_destroy_flows(&R);
 	pair_stop(&P);
+}
+
+/* A word moverd does not know is refused before anything starts, and said. */
+static void bad_uring_word(void)
+{
+	char cmd[PATH_MAX + 160], out[1024] = "";
+	size_t got;
+	FILE *f;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "'%s' --foreground --socket %s/bad.sock "
+		 "--io-uring fast 2>&1", moverd_bin, top_dir);
+	f = popen(cmd, "r");
+	CHECK(f != NULL);
+	got = fread(out, 1, sizeof(out) - 1, f);
+	out[got] = 0;
+	st = pclose(f);
+	printf("# moverd --io-uring fast: status %d, said: %s", st, out);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+	CHECK(strstr(out, "bad value 'fast' for --io-uring") != NULL);
 }
 
 static void test_idle(void)
@@ -1963,10 +1999,20 @@ static void test_idle(void)
 	static const char *const modes[] = { "adaptive", "sleep", "yield",
 					      "spin" };
 
+	static const char *const urings[] = { "plain", "coop", "sqpoll" };
+
+	bad_uring_word();
+
 	for (unsigned i = 0; i < 4; i++) {
-		idle_run(modes[i], 0, 20000);     /* bursts */
-		idle_run(modes[i], 100, 2000);    /* a beat */
-		idle_run(modes[i], 20000, 30);    /* gaps: sleeps */
+		idle_run(modes[i], NULL, 0, 20000);     /* bursts */
+		idle_run(modes[i], NULL, 100, 2000);    /* a beat */
+		idle_run(modes[i], NULL, 20000, 30);    /* gaps: sleeps */
+	}
+	/* the other setups: polling (completions seen without a system
+	 * call) and sleeping */
+	for (unsigned i = 0; i < 3; i++) {
+		idle_run("spin", urings[i], 100, 2000);
+		idle_run("adaptive", urings[i], 20000, 30);
 	}
 }
 
@@ -2081,7 +2127,7 @@ int main(int argc, char **argv)
 		{ test_kill_sender, "kill -9 and restart of the sending moverd", 180 },
 		{ test_bad_peer, "hostile peers: garbage, wrong version, unknown flow", 120 },
 		{ test_doorbell, "idle mover woken by the doorbell (io_uring, thread)", 90 },
-		{ test_idle, "every --idle mode delivers exactly once (bursts, beat, gaps)", 600 },
+		{ test_idle, "every --idle mode and --io-uring setup delivers exactly once (bursts, beat, gaps)", 600 },
 		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
 	};
 	uint64_t t0 = tu_now_ns();
