@@ -177,6 +177,24 @@ static uint32_t take_slot(struct counters *c, uint32_t first, uint32_t n,
 	return i;
 }
 
+/*
+ * The record an owner (a flow or a peer: *slot, 1-based, 0 for none)
+ * writes this pass: the one it holds, unless that was freed or already
+ * claimed this pass (freed and taken by another), else a free one taken
+ * now; seen by this pass either way.  0 if the file has no room.
+ */
+static uint32_t claim_slot(struct counters *c, uint32_t *slot, uint32_t first,
+			   uint32_t n, enum fmc_type type, uint64_t *none_pass)
+{
+	uint32_t i = *slot;
+
+	if (!i || !c->slot_pass[i - 1] || c->slot_pass[i - 1] == c->pass)
+		i = *slot = take_slot(c, first, n, type, none_pass);
+	if (i)
+		c->slot_pass[i - 1] = c->pass;
+	return i;
+}
+
 static void free_slot(struct counters *c, uint32_t i)
 {
 	struct fmc_record *r = fmc_record(c->h, i);
@@ -353,18 +371,15 @@ static bool write_flow(struct counters *c, struct flow *f, uint64_t now)
 	struct fmc_record *r;
 	struct flowshm_info in = { 0 };
 	struct flow_shadow *sh;
-	uint32_t i = f->st.slot;
+	uint32_t i;
 	uint64_t consumed, lag;
 	bool fresh = false, new_error;
 
-	if (!i || !c->slot_pass[i - 1] || c->slot_pass[i - 1] == c->pass)
-		i = f->st.slot = take_slot(c, fmc_first_flow(c->h),
-					   c->h->n_flow, FMC_FLOW,
-					   &c->flows_full_pass);
+	i = claim_slot(c, &f->st.slot, fmc_first_flow(c->h), c->h->n_flow,
+		       FMC_FLOW, &c->flows_full_pass);
 	if (!i)
 		return false;
 	i--;
-	c->slot_pass[i] = c->pass;
 	r = fmc_record(c->h, i);
 	sh = &c->shadow[i - fmc_first_flow(c->h)];
 	if (atomic_load_explicit(&r->incarnation, memory_order_relaxed) !=
@@ -457,21 +472,18 @@ static void count_missed(struct peer *p, uint64_t now)
 
 static void write_peer(struct counters *c, struct peer *p, uint64_t now)
 {
-	uint32_t i = p->st.slot, nreg = 0;
+	uint32_t i, nreg = 0;
 	uint64_t reg_bytes = 0;
 	struct fmc_record *r;
 
-	if (!i || !c->slot_pass[i - 1] || c->slot_pass[i - 1] == c->pass)
-		i = p->st.slot = take_slot(c, fmc_first_peer(c->h),
-					   c->h->n_peer, FMC_PEER,
-					   &c->peers_full_pass);
+	i = claim_slot(c, &p->st.slot, fmc_first_peer(c->h), c->h->n_peer,
+		       FMC_PEER, &c->peers_full_pass);
 	if (!i) {
 		atomic_fetch_add_explicit(&c->h->peers_unrecorded, 1,
 					  memory_order_relaxed);
 		return;
 	}
 	i--;
-	c->slot_pass[i] = c->pass;
 	r = fmc_record(c->h, i);
 	count_missed(p, now);
 	if (p->tp->registered)
