@@ -6,6 +6,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const char *const mode_names[] = {
@@ -103,36 +104,35 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
 	return sqe;
 }
 
+/* Errors of a submission or of a look at completions that only mean
+ * "try again on the next cycle". */
+static bool transient(int rc)
+{
+	return rc == -EINTR || rc == -EBUSY || rc == -EAGAIN;
+}
+
 /*
  * A polling cycle: submit what is queued, and look at the CQ in memory.
  * Completions need no system call to show up there: with no setup flags
  * their task work interrupts us (TWA_SIGNAL) and runs on our way back to
- * user space; with coop or defer the kernel sets IORING_SQ_TASKRUN and we
- * enter to run it.  The system call per empty poll this replaces was most
+ * user space; with coop or defer the kernel sets IORING_SQ_TASKRUN, and
+ * io_uring_peek_cqe enters to run it only then (it reads the flag, as for
+ * a CQ overflow).  The system call per empty poll this replaces was most
  * of a spinning daemon's system time (strace -c: 89%), and a record that
  * came meanwhile waited for it to return.
  */
 static int poll_once(struct loop *l)
 {
-	unsigned flags;
+	struct io_uring_cqe *cqe;
 	int rc;
 
 	if (io_uring_sq_ready(&l->ring)) {
 		rc = io_uring_submit(&l->ring);
-		if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
+		if (rc < 0 && !transient(rc))
 			return rc;
 	}
-	if (io_uring_cq_ready(&l->ring))
-		return 0;
-	/* relaxed is enough: the kernel's flag is a hint to enter, and the
-	 * entry itself orders what we read after it */
-	flags = IO_URING_READ_ONCE(*l->ring.sq.kflags);
-	if (flags & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) {
-		rc = io_uring_get_events(&l->ring);
-		if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
-			return rc;
-	}
-	return 0;
+	rc = io_uring_peek_cqe(&l->ring, &cqe);
+	return rc < 0 && !transient(rc) ? rc : 0;
 }
 
 static int wait_once(struct loop *l, int timeout_ms)
