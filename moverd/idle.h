@@ -12,8 +12,9 @@
  *             between bursts of work (an EWMA of them): work every 20 us
  *             keeps it awake through each gap, an idle daemon sleeps at
  *             once and costs nothing.  Polling yields; a daemon whose
- *             polling does not get the cpu (others want it) sleeps
- *             at once for a while (idle.c).  The default.
+ *             polls stall (others hold the cpu for long between two
+ *             of them) sleeps at once for a while (idle.c).  The
+ *             default.
  *   yield     poll with sched_yield until --poll-us after the last work
  *             (without --poll-us: never sleep)
  *   spin      the same without yielding: for a host with a core to spare
@@ -33,15 +34,13 @@ enum idle_step { IDLE_STEP_SPIN, IDLE_STEP_YIELD, IDLE_STEP_SLEEP };
 /* Adaptive: gaps longer than this are not bridged by polling (a sparse
  * flow sleeps at once); the window is twice the average gap, within it. */
 #define IDLE_GAP_MAX_NS   200000ull
-/* Adaptive: polling spans (of at least IDLE_SPAN_MIN_NS) that got less
- * than 3/4 of their wall time on the cpu, over IDLE_JUDGE_NS of them, mean
- * the cpu is contended: sleep at once for IDLE_BACKOFF_NS (see idle.c). */
-#define IDLE_SPAN_MIN_NS     20000ull
-/* ... judged over this much polling (spans of at least IDLE_SPAN_MIN_NS,
- * summed) at a time */
+/* Adaptive: polling spans whose polls were more than IDLE_STALL_NS apart
+ * (the daemon was off the cpu between two looks) for at least
+ * 1/IDLE_STALL_SHARE_DEN of their wall time, over IDLE_JUDGE_NS of spans,
+ * mean the cpu is contended: sleep at once for IDLE_BACKOFF_NS (idle.c). */
+#define IDLE_STALL_NS        50000ull
+#define IDLE_STALL_SHARE_DEN 2u
 #define IDLE_JUDGE_NS     20000000ull
-#define IDLE_FAIR_SHARE_NUM  3u
-#define IDLE_FAIR_SHARE_DEN  4u
 #define IDLE_BACKOFF_NS      100000000ull
 #define IDLE_BACKOFF_MAX_NS  5000000000ull
 
@@ -52,12 +51,12 @@ struct idle {
 	bool idle;              /* cycles since last_work_ns found none */
 	uint64_t gap_ns;        /* adaptive: EWMA of gaps before work */
 	uint64_t span_wall_ns;  /* the polling span in progress began (0:
-				 * none), and the thread's cpu time then */
-	uint64_t span_cpu_ns;
+				 * none) */
+	uint64_t last_poll_ns;  /* ... and its latest poll */
 	uint64_t backoff_until_ns; /* adaptive: cpu contended, sleep till */
 	uint64_t backoff_ns;    /* ... the last back-off, doubling */
 	uint64_t judge_wall_ns; /* spans summed since the last judgement */
-	uint64_t judge_cpu_ns;  /* ... and the cpu time they got */
+	uint64_t judge_stall_ns; /* ... and their stalls (IDLE_STALL_NS) */
 
 	/* counters for `moverctl status` and benchmarks */
 	uint64_t spins, yields, sleeps, backoffs;
