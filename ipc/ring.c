@@ -1538,11 +1538,17 @@ int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
 				     space_ready, seen);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
 				  memory_order_relaxed);
-	/* back-pressure counters, for operators: written only when full */
-	atomic_fetch_add_explicit(&sh->full_events, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&sh->full_ns, fr_now_ns() - t0,
-				  memory_order_relaxed);
+	fr_note_full(r, t0);
 	return rc;
+}
+
+void fr_note_full(struct fr_ring *r, uint64_t t0_ns)
+{
+	/* back-pressure counters, for operators: written only when full
+	 * (relaxed: counts, ordered with nothing) */
+	atomic_fetch_add_explicit(&r->sh->full_events, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&r->sh->full_ns, fr_now_ns() - t0_ns,
+				  memory_order_relaxed);
 }
 
 /* ---- deposit rings ------------------------------------------------------ */

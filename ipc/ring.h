@@ -534,9 +534,15 @@ static inline void fr_count_flush(struct fr_ring *r)
  * from the minimum subscriber position). */
 int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes);
 
-/* A producer gives up on a full ring (returns -EAGAIN to its caller): ask
- * the subscribers to publish their position on their next release. */
+/* A producer gives up on a full ring (returns -EAGAIN to its caller), or
+ * polls it without sleeping: ask the subscribers to publish their position
+ * on their next release. */
 void fr_want_space(struct fr_ring *r);
+
+/* A producer that polled a full ring (never asleep in fr_wait_space) until
+ * there was room or it gave up, since t0_ns: count it in the ring's
+ * back-pressure counters as fr_wait_space counts a sleep. */
+void fr_note_full(struct fr_ring *r, uint64_t t0_ns);
 
 /* Take this producer's attach number (fetch_add of producer_seq) into the
  * info word of every record it writes. */

@@ -34,21 +34,13 @@
 #define DEPOSIT_YIELD_ROUNDS 0u
 #define BATCH_CHUNK  64u
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* ---- waiting ------------------------------------------------------------ */
 
 struct waiter {
 	int64_t timeout_ns;
 	uint64_t deadline_ns;
 	unsigned round;
+	uint64_t full_since_ns; /* a polling wait for room began (0: none) */
 };
 
 enum wait_for { WAIT_SPACE, WAIT_DATA };
@@ -56,6 +48,29 @@ enum wait_for { WAIT_SPACE, WAIT_DATA };
 static bool past_deadline(const struct waiter *w)
 {
 	return w->deadline_ns != UINT64_MAX && fr_now_ns() >= w->deadline_ns;
+}
+
+/*
+ * FLOWSHM_WAIT_YIELD and _SPIN, past the first spin: poll again, never
+ * sleep.  A polling end is not counted among the sleepers (consumers_ or
+ * producers_waiting): the other end would then make a futex wake, a
+ * system call, for every record or release.  What a sleeper's count gets
+ * it still gets: a consumer's position, published on each empty poll while
+ * producers wait (fr_peek), and for a producer the hint that makes the
+ * subscribers publish at their next release (fr_want_space).
+ */
+static int keep_polling(flowshm_t *f, struct waiter *w, enum wait_for what)
+{
+	if (what == WAIT_SPACE) {
+		if (!w->full_since_ns)
+			w->full_since_ns = fr_now_ns();
+		fr_want_space(&f->ring);
+	}
+	if (f->wait == FLOWSHM_WAIT_YIELD)
+		sched_yield();
+	else
+		fsi_cpu_relax();
+	return 0;
 }
 
 /* One step of back-off: 0 = try again, else -EAGAIN or -ETIMEDOUT. */
@@ -78,11 +93,13 @@ static int backoff(flowshm_t *f, struct waiter *w, enum wait_for what)
 	if (w->round % 256 == 0 && past_deadline(w))
 		return -ETIMEDOUT;
 	if (w->round < spin) {
-		cpu_relax();
+		fsi_cpu_relax();
 		return 0;
 	}
 	if (past_deadline(w))
 		return -ETIMEDOUT;
+	if (f->wait != FLOWSHM_WAIT_SLEEP)
+		return keep_polling(f, w, what);
 	if (w->round < spin + yield) {
 		sched_yield();
 		return 0;
@@ -361,6 +378,15 @@ int flowshm_info(flowshm_t *f, struct flowshm_info *out)
 	return 0;
 }
 
+int flowshm_set_wait(flowshm_t *f, enum flowshm_wait wait)
+{
+	if (!f || (wait != FLOWSHM_WAIT_SLEEP && wait != FLOWSHM_WAIT_YIELD &&
+		   wait != FLOWSHM_WAIT_SPIN))
+		return -EINVAL;
+	f->wait = wait;
+	return 0;
+}
+
 /* ---- producer ------------------------------------------------------------ */
 
 static int check_producer(flowshm_t *f)
@@ -379,8 +405,8 @@ static int check_len(const flowshm_t *f, size_t len)
 }
 
 /* Claim room for lens[0..n), waiting per the waiter when none fits. */
-static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
-		 struct fr_claim *c, struct waiter *w)
+static int claim_wait(flowshm_t *f, const uint32_t *lens, unsigned n,
+		      struct fr_claim *c, struct waiter *w)
 {
 	for (;;) {
 		int rc = fr_claim(&f->ring, lens, n, c);
@@ -394,6 +420,17 @@ static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
 		if (rc)
 			return rc;
 	}
+}
+
+static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
+		 struct fr_claim *c, struct waiter *w)
+{
+	int rc = claim_wait(f, lens, n, c, w);
+
+	/* a polling wait is back-pressure as much as a sleep is */
+	if (w->full_since_ns)
+		fr_note_full(&f->ring, w->full_since_ns);
+	return rc;
 }
 
 static void *payload(const struct fr_ring *r, uint64_t pos)

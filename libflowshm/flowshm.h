@@ -159,6 +159,32 @@ void flowshm_shutdown(flowshm_t *f);
 
 int flowshm_info(flowshm_t *f, struct flowshm_info *out);
 
+/*
+ * How this handle's calls wait when they are allowed to (timeout_ns not
+ * 0): for room in send, send_batch and reserve, for a record in recv,
+ * recv_batch, peek and peek_batch, and in flowshm_poll and
+ * flowshm_set_poll when every handle they wait on polls (one that sleeps
+ * makes them sleep).  All of them spin briefly first; then
+ *   FLOWSHM_WAIT_SLEEP  yield a few times and sleep on the ring's futex:
+ *                       no cpu while nothing comes (the default)
+ *   FLOWSHM_WAIT_YIELD  poll with sched_yield(2) until the timeout, never
+ *                       asleep: the lowest latency where a few processes
+ *                       share each cpu (with `moverd --idle yield`), for
+ *                       a whole cpu's time while it waits
+ *   FLOWSHM_WAIT_SPIN   poll without yielding: for a thread with a cpu of
+ *                       its own
+ * A polling end needs no wake-up: moverd and the other end make no
+ * system call for it.  flowshm_end waits for its END record as before.
+ * Returns 0, or -EINVAL (no handle, or another value).
+ */
+#define FLOWSHM_HAVE_SET_WAIT 1 /* for bindings built against older headers */
+enum flowshm_wait {
+	FLOWSHM_WAIT_SLEEP = 0,
+	FLOWSHM_WAIT_YIELD = 1,
+	FLOWSHM_WAIT_SPIN = 2,
+};
+int flowshm_set_wait(flowshm_t *f, enum flowshm_wait wait);
+
 /* ---- producer ------------------------------------------------------------ */
 
 int flowshm_send(flowshm_t *f, const void *data, size_t len,

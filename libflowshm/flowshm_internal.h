@@ -23,10 +23,21 @@ struct flowshm {
 	uint32_t last_producer; /* of the last record read */
 	unsigned batch_n;       /* records of a held peek_batch, 0 if none */
 	uint64_t batch_end;     /* ... the position after them */
+	enum flowshm_wait wait; /* flowshm_set_wait: sleep, yield or spin */
 };
 
 /* For the library's own modules (not exported: the map exports flowshm_*
  * only). */
+
+/* One round of a spinning wait: tell the cpu we spin. */
+static inline void fsi_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
 
 /* Does the consumer f have something for a read call (a record, or an
  * end or error)?  Runs fr_peek: the caller owns f (its thread). */

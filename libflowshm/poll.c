@@ -219,10 +219,26 @@ static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
 							      FALLBACK_SLEEP_NS);
 }
 
+/* How a flowshm_poll over these handles waits: it sleeps unless every
+ * one of them polls (flowshm_set_wait); then it yields if any yields. */
+static enum flowshm_wait poll_wait(flowshm_t *const *flows, unsigned n)
+{
+	enum flowshm_wait w = FLOWSHM_WAIT_SPIN;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (flows[i]->wait == FLOWSHM_WAIT_SLEEP)
+			return FLOWSHM_WAIT_SLEEP;
+		if (flows[i]->wait == FLOWSHM_WAIT_YIELD)
+			w = FLOWSHM_WAIT_YIELD;
+	}
+	return w;
+}
+
 static int poll_flows(flowshm_t *const *flows, unsigned n, unsigned start,
 		      unsigned *ready, unsigned *nready, int64_t timeout_ns)
 {
 	uint64_t deadline = UINT64_MAX;
+	enum flowshm_wait wait = poll_wait(flows, n);
 
 	for (unsigned round = 0;; round++) {
 		unsigned k = scan(flows, n, start, ready);
@@ -237,7 +253,9 @@ static int poll_flows(flowshm_t *const *flows, unsigned n, unsigned start,
 			deadline = fr_now_ns() + (uint64_t)timeout_ns;
 		else if (deadline != UINT64_MAX && fr_now_ns() >= deadline)
 			return -ETIMEDOUT;
-		if (round < YIELD_SCANS)
+		if (wait == FLOWSHM_WAIT_SPIN)
+			fsi_cpu_relax();
+		else if (wait == FLOWSHM_WAIT_YIELD || round < YIELD_SCANS)
 			sched_yield();
 		else
 			sleep_on(flows, n, deadline);

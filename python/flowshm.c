@@ -33,6 +33,7 @@
  * FM_HAVE_PIPELINE_API: flowshm.h has the pipeline calls of issue 11 and
  * 15 (end of stream, flow state, poll and fd sets, producer identity);
  * the module offers end(), state(), poll(), fileno() and EndOfStream then.
+ * FLOWSHM_HAVE_SET_WAIT: flowshm_set_wait (issue 12); Flow.set_wait().
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -958,6 +959,43 @@ static PyObject *flow_info(FlowObject *fo, PyObject *unused)
 			     i.recovered);
 }
 
+#ifdef FLOWSHM_HAVE_SET_WAIT
+PyDoc_STRVAR(set_wait_doc,
+"set_wait(how) -> None\n\n"
+"How this end's calls wait once a short spin found nothing: 'sleep' (the\n"
+"default: on the ring's futex, no cpu while nothing comes), 'yield'\n"
+"(poll with sched_yield, never asleep: the lowest latency where a few\n"
+"processes share each cpu, for a cpu's time while it waits) or 'spin'\n"
+"(poll without yielding: for a thread with a cpu of its own).  Waits\n"
+"still release the GIL.  ValueError for another word.");
+
+static PyObject *flow_set_wait(FlowObject *fo, PyObject *arg)
+{
+	static const char *const words[] = { "sleep", "yield", "spin" };
+	static const enum flowshm_wait modes[] = {
+		FLOWSHM_WAIT_SLEEP, FLOWSHM_WAIT_YIELD, FLOWSHM_WAIT_SPIN,
+	};
+	const char *how = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+	int rc;
+
+	for (unsigned i = 0; how && i < 3; i++) {
+		if (strcmp(how, words[i]))
+			continue;
+		if (flow_enter(fo))
+			return NULL;
+		rc = flowshm_set_wait(fo->f, modes[i]);
+		flow_leave(fo);
+		if (rc)
+			return raise_rc(rc, "set_wait");
+		Py_RETURN_NONE;
+	}
+	if (!PyErr_Occurred())
+		PyErr_SetString(PyExc_ValueError,
+				"set_wait: 'sleep', 'yield' or 'spin'");
+	return NULL;
+}
+#endif
+
 #ifdef FM_HAVE_PIPELINE_API
 static int try_end(FlowObject *fo, void *arg, int64_t t)
 {
@@ -1584,6 +1622,9 @@ static PyMethodDef flow_methods[] = {
 	{ "close", (PyCFunction)flow_close, METH_NOARGS, close_doc },
 	{ "shutdown", (PyCFunction)flow_shutdown, METH_NOARGS, shutdown_doc },
 	{ "info", (PyCFunction)flow_info, METH_NOARGS, info_doc },
+#ifdef FLOWSHM_HAVE_SET_WAIT
+	{ "set_wait", (PyCFunction)flow_set_wait, METH_O, set_wait_doc },
+#endif
 #ifdef FM_HAVE_PIPELINE_API
 	{ "end", (PyCFunction)(void (*)(void))flow_end,
 	  METH_VARARGS | METH_KEYWORDS, end_doc },

@@ -2,9 +2,14 @@
  * Blocking send/recv with timeouts, and wake-ups across processes: a
  * consumer asleep on an empty ring, a producer asleep on a full ring, and a
  * sleeper woken by a shutdown.  Also a cross-process ping-pong that makes
- * both sides go to sleep and wake each other many times.
+ * both sides go to sleep and wake each other many times.  Then the polling
+ * waits (flowshm_set_wait): their timeouts, that they are never counted
+ * among the sleepers (the other end makes no wake-up system call for them),
+ * that a polling producer still gets the lazily published position of a
+ * polling consumer, and flowshm_poll over polling handles.
  */
 #include "testutil.h"
+#include "flowshm_internal.h"
 
 #include <sys/wait.h>
 
@@ -14,6 +19,39 @@ static int child_status(pid_t pid)
 
 	CHECK(waitpid(pid, &st, 0) == pid);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static const char *wait_name(enum flowshm_wait w)
+{
+	return w == FLOWSHM_WAIT_YIELD ? "yield" :
+	       w == FLOWSHM_WAIT_SPIN ? "spin" : "sleep";
+}
+
+static uint32_t consumers_waiting(const flowshm_t *f)
+{
+	return atomic_load(&f->ring.sh->consumers_waiting);
+}
+
+/* Sleepers among the producers, without the FR_SPACE_WANTED hint bit. */
+static uint32_t producers_sleeping(const flowshm_t *f)
+{
+	return atomic_load(&f->ring.sh->producers_waiting) & ~FR_SPACE_WANTED;
+}
+
+/* The most of count(f) seen over ms milliseconds. */
+static uint32_t max_over(const flowshm_t *f,
+			 uint32_t (*count)(const flowshm_t *), unsigned ms)
+{
+	uint32_t most = 0;
+
+	for (uint64_t end = tu_now_ns() + ms * 1000000ull; tu_now_ns() < end;) {
+		uint32_t n = count(f);
+
+		if (n > most)
+			most = n;
+		usleep(100);
+	}
+	return most;
 }
 
 static void test_timeouts(void)
@@ -38,9 +76,13 @@ static void test_timeouts(void)
 	close(fd);
 }
 
-static void test_consumer_woken(void)
+/* w = sleep: the consumer is counted among the sleepers (the producer's
+ * commit then wakes it); polling, it never is, and gets the record all
+ * the same. */
+static void test_consumer_woken(enum flowshm_wait w)
 {
 	int fd = tu_ring(4096, 1024, 0);
+	uint32_t most;
 	pid_t pid = fork();
 
 	CHECK(pid >= 0);
@@ -48,22 +90,28 @@ static void test_consumer_woken(void)
 		flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
 		char buf[64];
 		size_t len;
+
+		flowshm_set_wait(c, w);
 		int rc = flowshm_recv(c, buf, sizeof(buf), &len, -1);
 		_exit(rc == 0 && len == 5 && !memcmp(buf, "wake!", 5) ? 0 : 1);
 	}
 	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
-	usleep(100000); /* long enough for the child to be in FUTEX_WAIT */
+	/* long enough for the child to be in FUTEX_WAIT */
+	most = max_over(p, consumers_waiting, 200);
+	CHECK(w == FLOWSHM_WAIT_SLEEP ? most == 1 : most == 0);
 	CHECK_RC(flowshm_send(p, "wake!", 5, 0), 0);
 	CHECK(child_status(pid) == 0);
 	flowshm_close(p);
 	close(fd);
 }
 
-static void test_producer_woken(void)
+/* The same for a producer on a full ring. */
+static void test_producer_woken(enum flowshm_wait w)
 {
 	int fd = tu_ring(4096, 1024, 0);
 	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
 	char rec[1000] = { 1 };
+	uint32_t most;
 	pid_t pid;
 	int sent = 0;
 
@@ -75,14 +123,25 @@ static void test_producer_woken(void)
 		flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
 		char buf[1024];
 		size_t len;
-		usleep(100000);
+		usleep(500000); /* after the parent's 200 ms look */
 		for (int i = 0; i <= sent; i++)
 			if (flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll))
 				_exit(1);
 		_exit(0);
 	}
-	/* blocks until the child drains, then goes through */
-	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 5000000000ll), 0);
+	pid_t q = fork();
+
+	CHECK(q >= 0);
+	if (q == 0) {
+		flowshm_t *o = tu_open(fd, FLOWSHM_PRODUCER, 0);
+
+		flowshm_set_wait(o, w);
+		/* blocks until the consumer drains, then goes through */
+		_exit(flowshm_send(o, rec, sizeof(rec), 5000000000ll) != 0);
+	}
+	most = max_over(p, producers_sleeping, 200);
+	CHECK(w == FLOWSHM_WAIT_SLEEP ? most == 1 : most == 0);
+	CHECK(child_status(q) == 0);
 	CHECK(child_status(pid) == 0);
 	flowshm_close(p);
 	close(fd);
@@ -151,17 +210,164 @@ static void test_pingpong_with_sleeps(void)
 	close(ba);
 }
 
+static void test_set_wait_args(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+
+	CHECK_RC(flowshm_set_wait(NULL, FLOWSHM_WAIT_YIELD), -EINVAL);
+	CHECK_RC(flowshm_set_wait(c, (enum flowshm_wait)3), -EINVAL);
+	CHECK_RC(flowshm_set_wait(c, (enum flowshm_wait)-1), -EINVAL);
+	CHECK_RC(flowshm_set_wait(c, FLOWSHM_WAIT_SPIN), 0);
+	CHECK_RC(flowshm_set_wait(c, FLOWSHM_WAIT_SLEEP), 0);
+	flowshm_close(c);
+	close(fd);
+}
+
+/* Timeouts of a polling wait, and its back-pressure counted as a sleep's. */
+static void test_polling_timeouts(enum flowshm_wait w)
+{
+	int fd = tu_ring(4096, 2048, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	char buf[2048] = { 0 };
+	size_t len;
+	uint64_t t0 = tu_now_ns(), full0, full_ns0;
+
+	CHECK_RC(flowshm_set_wait(p, w), 0);
+	CHECK_RC(flowshm_set_wait(c, w), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 50000000), -ETIMEDOUT);
+	CHECK(tu_now_ns() - t0 >= 50000000);
+	CHECK_RC(flowshm_send(p, buf, 2040, 0), 0);
+	full0 = atomic_load(&p->ring.sh->full_events);
+	full_ns0 = atomic_load(&p->ring.sh->full_ns);
+	t0 = tu_now_ns();
+	CHECK_RC(flowshm_send(p, buf, 2040, 50000000), -ETIMEDOUT);
+	CHECK(tu_now_ns() - t0 >= 50000000);
+	CHECK(atomic_load(&p->ring.sh->full_events) == full0 + 1);
+	/* from the end of the first spin on: most of the 50 ms */
+	CHECK(atomic_load(&p->ring.sh->full_ns) - full_ns0 >= 40000000);
+	/* it asked the consumer to publish its position at once */
+	CHECK(atomic_load(&p->ring.sh->producers_waiting) & FR_SPACE_WANTED);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+/*
+ * 200 000 records of 1-200 B through a 4 KiB ring, both ends polling in
+ * two processes: the producer is held back on a full ring over and over,
+ * by a consumer that publishes its position lazily.  Every record arrives
+ * in order; a lost publication would stall both ends until a 5 s timeout.
+ */
+static void test_polling_stream(enum flowshm_wait w)
+{
+	int fd = tu_ring(4096, 256, 0);
+	const uint32_t n = 200000;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+		unsigned char rec[200];
+
+		flowshm_set_wait(p, w);
+		for (uint32_t i = 0; i < n; i++) {
+			size_t len = 1 + (tu_mix(i) % sizeof(rec));
+
+			memset(rec, (int)(i & 0xff), len);
+			memcpy(rec, &i, len < 4 ? len : 4);
+			if (flowshm_send(p, rec, len, 5000000000ll))
+				_exit(1);
+		}
+		_exit(0);
+	}
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[256], want[200];
+	size_t len;
+
+	CHECK_RC(flowshm_set_wait(c, w), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		size_t l = 1 + (tu_mix(i) % sizeof(want));
+
+		memset(want, (int)(i & 0xff), l);
+		memcpy(want, &i, l < 4 ? l : 4);
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll),
+			 0);
+		CHECK(len == l && !memcmp(buf, want, l));
+	}
+	CHECK(child_status(pid) == 0);
+	flowshm_close(c);
+	close(fd);
+}
+
+/* flowshm_poll over two handles: it sleeps (is counted) unless both poll;
+ * polling, it still sees the record that comes, and times out on time. */
+static void test_poll_polling(void)
+{
+	for (int polling = 0; polling < 2; polling++) {
+		int fd[2] = { tu_ring(4096, 64, 0), tu_ring(4096, 64, 0) };
+		flowshm_t *p = tu_open(fd[1], FLOWSHM_PRODUCER, 0);
+		pid_t pid = fork();
+		uint32_t most;
+
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			flowshm_t *c[2] = {
+				tu_open(fd[0], FLOWSHM_CONSUMER, 0),
+				tu_open(fd[1], FLOWSHM_CONSUMER, 0),
+			};
+			unsigned ready[2], nready = 0;
+			uint64_t t0 = tu_now_ns();
+
+			flowshm_set_wait(c[0], FLOWSHM_WAIT_YIELD);
+			if (polling)
+				flowshm_set_wait(c[1], FLOWSHM_WAIT_SPIN);
+			if (flowshm_poll(c, 2, ready, &nready, 50000000) !=
+				    -ETIMEDOUT ||
+			    tu_now_ns() - t0 < 50000000)
+				_exit(2);
+			_exit(flowshm_poll(c, 2, ready, &nready, 5000000000ll) ||
+			      nready != 1 || ready[0] != 1);
+		}
+		most = max_over(p, consumers_waiting, 200);
+		CHECK(polling ? most == 0 : most == 1);
+		CHECK_RC(flowshm_send(p, "x", 1, 0), 0);
+		CHECK(child_status(pid) == 0);
+		flowshm_close(p);
+		close(fd[0]);
+		close(fd[1]);
+	}
+}
+
 int main(void)
 {
 	test_timeouts();
 	printf("ok 1 - timeouts\n");
-	test_consumer_woken();
-	printf("ok 2 - consumer woken across processes\n");
-	test_producer_woken();
-	printf("ok 3 - producer woken across processes\n");
+	for (enum flowshm_wait w = FLOWSHM_WAIT_SLEEP; w <= FLOWSHM_WAIT_SPIN;
+	     w++) {
+		test_consumer_woken(w);
+		test_producer_woken(w);
+		printf("ok - %s: consumer and producer get what they wait for "
+		       "from another process; counted among the sleepers: %s\n",
+		       wait_name(w), w == FLOWSHM_WAIT_SLEEP ? "yes" : "never");
+	}
 	test_shutdown_wakes_sleepers();
-	printf("ok 4 - shutdown wakes sleepers\n");
+	printf("ok - shutdown wakes sleepers\n");
 	test_pingpong_with_sleeps();
-	printf("ok 5 - ping-pong with sleeps\n");
+	printf("ok - ping-pong with sleeps\n");
+	test_set_wait_args();
+	printf("ok - flowshm_set_wait refuses what it does not know\n");
+	for (enum flowshm_wait w = FLOWSHM_WAIT_YIELD; w <= FLOWSHM_WAIT_SPIN;
+	     w++) {
+		test_polling_timeouts(w);
+		printf("ok - %s: timeouts, back-pressure counted\n",
+		       wait_name(w));
+		test_polling_stream(w);
+		printf("ok - %s: 200 000 records through a 4 KiB ring\n",
+		       wait_name(w));
+	}
+	test_poll_polling();
+	printf("ok - flowshm_poll sleeps unless every handle polls\n");
 	return 0;
 }

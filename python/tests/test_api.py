@@ -177,6 +177,35 @@ def test_errors_of_send_and_recv(ring):
         p.send(b"f", timeout=0.02)
 
 
+def test_set_wait_polls_and_still_times_out(ring):
+    p, c = ring
+    for how in ("yield", "spin", "sleep"):
+        c.set_wait(how)
+        p.set_wait(how)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            c.recv(timeout=0.05)
+        assert time.monotonic() - t0 >= 0.05
+    for bad in ("fast", "", 1, None):
+        with pytest.raises((ValueError, TypeError)):
+            c.set_wait(bad)
+    # a polling consumer in another thread gets every record of a polling
+    # producer held back by the full ring
+    c.set_wait("yield")
+    p.set_wait("yield")
+    got = []
+    t = threading.Thread(target=lambda: got.extend(
+        c.recv(timeout=5) for _ in range(2000)))
+    t.start()
+    for i in range(2000):
+        p.send(i.to_bytes(4, "little") * 300, timeout=5)
+    t.join(10)
+    assert [int.from_bytes(r[:4], "little") for r in got] == list(range(2000))
+    c.close()
+    with pytest.raises(ValueError, match="closed flow"):
+        c.set_wait("yield")
+
+
 def test_shutdown_pipe_and_iteration_end(ring):
     p, c = ring
     p.send_batch([b"1", b"2", b"3"])

@@ -1322,6 +1322,7 @@ static struct {
 	const struct ropts *o;
 	struct ctl *side;       /* set to PH_MEASURE with a throughput case's
 				   window (the scale run's sparse records) */
+	enum flowshm_wait client_wait; /* --client-wait of every attached end */
 } R;
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
@@ -1719,7 +1720,7 @@ static int r_attach(const char *name, int daemon, enum flowshm_role role,
 	while ((rc = flowshm_attach(name, role, NULL, out)) == -ENOENT &&
 	       now_ns() < until)
 		sleep_ns(2000000);
-	return rc;
+	return rc ? rc : flowshm_set_wait(*out, R.client_wait);
 }
 
 static void r_child_fail(struct ctl *c, const char *who, const char *name,
@@ -3031,6 +3032,8 @@ static void usage_remote(FILE *f)
 "                      sleep, yield or spin\n"
 "  --spin              consumers poll with timeout 0 and sched_yield()\n"
 "                      instead of sleeping (as ib_write_lat polls)\n"
+"  --client-wait W     flowshm_set_wait of every producer and consumer:\n"
+"                      sleep (default), yield or spin\n"
 "  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
 "                      under DIR (default: /dev/shm, /run or $TMPDIR)\n"
 "  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
@@ -3181,6 +3184,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "poll-us", required_argument, NULL, 'U' },
 		{ "idle", required_argument, NULL, 'Y' },
 		{ "spin", no_argument, NULL, 'N' },
+		{ "client-wait", required_argument, NULL, 'G' },
 		{ "pp-size", required_argument, NULL, 'Q' },
 		{ "flows-idle", required_argument, NULL, 'I' },
 		{ "flows-busy", required_argument, NULL, 'M' },
@@ -3294,6 +3298,16 @@ static int cmd_remote(int argc, char **argv)
 			snprintf(o.idle, sizeof(o.idle), "%s", optarg);
 			break;
 		case 'N': o.spin = true; break;
+		case 'G':
+			if (!strcmp(optarg, "sleep"))
+				R.client_wait = FLOWSHM_WAIT_SLEEP;
+			else if (!strcmp(optarg, "yield"))
+				R.client_wait = FLOWSHM_WAIT_YIELD;
+			else if (!strcmp(optarg, "spin"))
+				R.client_wait = FLOWSHM_WAIT_SPIN;
+			else
+				goto bad;
+			break;
 		case 'D': o.dir_base = optarg; break;
 		case 'C': o.counter_hz = atof(optarg); break;
 		case 'j': o.json = true; break;
@@ -3348,6 +3362,11 @@ static int cmd_remote(int argc, char **argv)
 		       R.dir);
 		if (o.spin)
 			printf("consumers spin (timeout 0, sched_yield)\n");
+		if (R.client_wait != FLOWSHM_WAIT_SLEEP)
+			printf("producers and consumers wait by %s "
+			       "(flowshm_set_wait)\n",
+			       R.client_wait == FLOWSHM_WAIT_YIELD ? "yielding" :
+								     "spinning");
 		printf("%.2f s per throughput case after %.2f s warm-up; batch "
 		       "APIs; every record verified (seq, check word)\n\n",
 		       o.seconds, o.warmup);

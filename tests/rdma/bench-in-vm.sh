@@ -11,8 +11,9 @@
 # two moverd daemons over RDMA and then over TCP on the same address:
 # throughput for 32 B, 256 B, 4 KiB, 64 KiB and 1 MiB records with 1 flow,
 # 4 flows for 32 B and 64 KiB, and one-way latency of 32 B records (paced,
-# sparse and ping-pong; then again with --poll-us 10000 --spin, and with
-# --idle spin).  Prints every
+# sparse and ping-pong; then again with --poll-us 10000 --spin, with
+# --idle spin, with movers and clients yielding, and with clients
+# yielding).  Prints every
 # figure and one machine-readable line per
 # measurement:
 #
@@ -186,8 +187,13 @@ for tp in $TRANSPORTS; do
     # the consumer spinning: the closest flowmover gets to perftest's
     # all-polling latency test (4 processes on the guest's 2 vcpus)
     fb "$tp" poll --sizes 32 --flows 1 --only lat --poll-us 10000 --spin
-    # the explicit low-latency mode: both movers spin (sched_yield)
+    # both movers spinning (--idle spin), clients sleeping
     fb "$tp" spin --sizes 32 --flows 1 --only lat,pingpong --idle spin
+    # the explicit low-latency mode: movers and clients poll with
+    # sched_yield (flowshm_set_wait); then the clients alone
+    fb "$tp" yield --sizes 32 --flows 1 --only lat,pingpong --idle yield \
+        --client-wait yield
+    fb "$tp" cyield --sizes 32 --flows 1 --only lat,pingpong --client-wait yield
     [ "$LAT_ONLY" = 1 ] && continue
     fb "$tp" 64k --sizes 64K --flows 1,4 --only tput
     # 1 MiB records: 64 MiB rings (two per flow in this one guest)
