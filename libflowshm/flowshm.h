@@ -165,8 +165,9 @@ int flowshm_info(flowshm_t *f, struct flowshm_info *out);
  * recv_batch, peek and peek_batch, and in flowshm_poll and
  * flowshm_set_poll when every handle they wait on polls (one that sleeps
  * makes them sleep).  All of them spin briefly first; then
- *   FLOWSHM_WAIT_SLEEP  yield a few times and sleep on the ring's futex:
- *                       no cpu while nothing comes (the default)
+ *   FLOWSHM_WAIT_SLEEP  sleep on the ring's futex (on a local ring after
+ *                       a few yields): no cpu while nothing comes (the
+ *                       default)
  *   FLOWSHM_WAIT_YIELD  poll with sched_yield(2) until the timeout, never
  *                       asleep: the lowest latency where a few processes
  *                       share each cpu (with `moverd --idle yield`), for
