@@ -4,9 +4,10 @@
  *
  * Each peer has at most one send in flight (peer.c, the transport):
  *
- *   send: control frames first, then acknowledgements of receiver flows,
- *         then data of sender flows, round robin with a per-flow quantum
- *         (a bulk flow cannot starve a small one), up to BATCH_MAX bytes.
+ *   send: control frames first, then acknowledgements of receiver flows
+ *         (deferred a little: ack_wanted), then data of sender flows, round
+ *         robin with a per-flow quantum (a bulk flow cannot starve a small
+ *         one), up to BATCH_MAX bytes.
  *         Data goes from the producer ring's mapping straight to sendmsg.
  *         Nothing waits for more data: when the link is idle, whatever is
  *         committed goes at once; while a send is in flight, records pile
@@ -107,16 +108,50 @@ static bool consumer_quiet(struct flow *f, uint64_t head)
 	return now - f->quiet_since_ns >= ACK_QUIET_NS;
 }
 
-/* Receiver flows: acknowledge deposits, return consumer credit lazily.
- * Only the flows owing credit (m->owing) are visited. */
-static int build_acks(struct peer *p)
+/*
+ * A receiver flow's acknowledgement (its deposit position and its
+ * consumer's) waits up to ACK_DEFER_NS, or until the daemon is about to
+ * sleep (flush_acks), and then covers every deposit since the last one.
+ * Sent at once, it cost the receiving daemon a send per deposit, on the
+ * cpu the consumer it had just woken wanted, and the sender a wake-up to
+ * read it (docs/performance.md, "Deferred acknowledgements").  Only what
+ * cannot wait goes at once: a quarter ring deposited or read since the
+ * last acknowledgement (producers and the sender's window wait on it), and
+ * a consumer stopped short (consumer_quiet).  Riding along with data is
+ * not possible: a connection carries one side's data and the other's
+ * acknowledgements (each daemon dials for its own sender flows).
+ */
+#define ACK_DEFER_NS 50000ull
+
+/* Is an acknowledgement of f to go in this send?  flush: everything owed
+ * goes (the daemon is to sleep). */
+static bool ack_wanted(struct flow *f, uint64_t head, bool flush)
+{
+	uint64_t quarter = ring_of(f)->size / 4, now;
+	bool owed = f->ack_due || (head == f->sent && head != f->reported_head);
+
+	if (head - f->reported_head >= quarter ||
+	    f->sent - f->reported_sent >= quarter)
+		return true;
+	if (!owed)
+		return consumer_quiet(f, head);
+	if (flush)
+		return true;
+	now = fr_now_ns();
+	if (!f->ack_owed_ns)
+		f->ack_owed_ns = now;
+	return now - f->ack_owed_ns >= ACK_DEFER_NS;
+}
+
+/* Receiver flows: acknowledge deposits, return consumer credit lazily
+ * (ack_wanted).  Only the flows owing credit (m->owing) are visited. */
+static int build_acks(struct peer *p, bool flush)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f, *next;
 	int n = 0;
 
 	for (f = m->owing.head; f && tx_room(p, 2); f = next) {
-		struct fr_ring *r;
 		uint64_t head;
 		uint8_t *h;
 
@@ -125,18 +160,16 @@ static int build_acks(struct peer *p)
 			deactivate(m, f); /* a deposit brings it back */
 			continue;
 		}
-		if (f->peer != p || !consumer_head(p, f, &head))
-			continue;
-		r = ring_of(f);
-		if (!f->ack_due && head - f->reported_head < r->size / 4 &&
-		    !(head == f->sent && head != f->reported_head) &&
-		    !consumer_quiet(f, head))
+		if (f->peer != p || !consumer_head(p, f, &head) ||
+		    !ack_wanted(f, head, flush))
 			continue;
 		h = tx_header(p);
 		wire_put(h, WIRE_ACK, f->id, 0, f->sent, head);
 		tx_add(p, h, WIRE_HDR);
 		f->reported_head = head;
+		f->reported_sent = f->sent;
 		f->ack_due = false;
+		f->ack_owed_ns = 0;
 		if (head == f->sent)
 			deactivate(m, f); /* all credited: nothing to tell */
 		n++;
@@ -239,8 +272,9 @@ static uint64_t flow_quantum(const struct flow *f)
 
 static int build_data(struct peer *p);
 
-/* Build and post the next send if none is in flight; returns work done. */
-static int tx_build(struct peer *p)
+/* Build and post the next send if none is in flight; returns work done.
+ * flush: every acknowledgement owed goes (the daemon is to sleep). */
+static int tx_build(struct peer *p, bool flush)
 {
 	int work;
 
@@ -256,7 +290,7 @@ static int tx_build(struct peer *p)
 		return 1;
 	}
 	build_ctrl(p);
-	work = (int)p->tx_niov + build_acks(p) + build_data(p);
+	work = (int)p->tx_niov + build_acks(p, flush) + build_data(p);
 	if (!p->tx_niov && fr_now_ns() - p->last_tx_ns > HEARTBEAT_NS) {
 		uint8_t *h = tx_header(p);
 
@@ -787,11 +821,25 @@ static int sleep_cap(int armed, int ms)
 	return armed > 0 && ms > armed ? armed : ms;
 }
 
+/* The daemon is to sleep: the acknowledgements still owed go now
+ * (ack_wanted).  True if a send was built: look again before sleeping. */
+static bool flush_acks(struct peer_mgr *m)
+{
+	int work = 0;
+
+	for (struct peer *p = m->peers; p; p = p->next)
+		work += tx_build(p, true);
+	return work > 0;
+}
+
 int peer_prepare_sleep(struct peer_mgr *m)
 {
-	int armed = armed_before_sleep(m);
+	int armed;
 	uint32_t v;
 
+	if (flush_acks(m))
+		return 0;
+	armed = armed_before_sleep(m);
 	if (armed == 0)
 		return 0;
 	if (m->rdma && !rdma_transport.arm(m))
@@ -845,7 +893,7 @@ int peer_do_work(struct peer_mgr *m)
 	work += (int)m->rx_deposits;
 	m->rx_deposits = 0;
 	for (struct peer *p = m->peers; p; p = p->next)
-		work += tx_build(p);
+		work += tx_build(p, false);
 	if (work) {
 		fmlt_mark(LT_WORK, (uint64_t)work);
 		m->last_work_ns = fr_now_ns();

@@ -1922,6 +1922,39 @@ static void test_doorbell(void)
  * the one asked for (the default resolves to defer or plain, never
  * "auto").
  */
+/*
+ * Every deposit is acknowledged, whether B polls or sleeps: B defers an
+ * acknowledgement (moverd/mover.c, ack_wanted) up to 50 us or until it
+ * sleeps, never for good.  A run's last records are less than the quarter
+ * ring acknowledged at once, so A's ring head (what B acknowledged)
+ * reaches its tail only by a deferred one.
+ */
+static void acked_all(struct run *R, const char *mode)
+{
+	char out[8192];
+
+	for (int f = 0; f < R->nflows; f++) {
+		uint64_t t0 = tu_now_ns(), head, tail;
+
+		for (;; usleep(10000)) {
+			if (ctl(R->P->a.sock, out, sizeof(out),
+				"--json flow show %s", R->flow[f]))
+				fail_run(R, "flow show %s on A: %s", R->flow[f],
+					 out);
+			head = jget_u64(out, "head");
+			tail = jget_u64(out, "tail");
+			if (head == tail)
+				break;
+			if (tu_now_ns() - t0 > 5 * SEC)
+				fail_run(R, "--idle %s: flow %s on A: %llu of "
+					 "%llu bytes acknowledged 5 s after "
+					 "the consumer had them all:\n%s", mode,
+					 R->flow[f], (unsigned long long)head,
+					 (unsigned long long)tail, out);
+		}
+	}
+}
+
 static void idle_run(const char *mode, const char *uring, unsigned gap_us,
 		     uint64_t n)
 {
@@ -1945,6 +1978,7 @@ static void idle_run(const char *mode, const char *uring, unsigned gap_us,
 	run_start_consumers(&R);
 	run_start_producers(&R);
 	run_wait(&R, 90, NULL, NULL);
+	acked_all(&R, mode);
 	if (ctl(P.a.sock, out, sizeof(out), "--json status"))
 		fail_run(&R, "moverctl status on A: %s", out);
 	sleeps = jget_u64(out, "sleeps");
