@@ -51,9 +51,9 @@ def chains(ev, start, end, gap_ns):
         if not ok:
             continue
         out = []
-        for x in ev[i:]:
-            out.append(x)
-            if (x[1], x[2]) == end:
+        for j in range(i, len(ev)):  # not ev[i:]: a copy per chain
+            out.append(ev[j])
+            if (ev[j][1], ev[j][2]) == end:
                 yield out
                 break
 
