@@ -1908,21 +1908,6 @@ static void test_doorbell(void)
 /* ---- 11: every idle strategy and io_uring setup delivers exactly once ----- */
 
 /*
- * Both daemons with --idle MODE (and --io-uring URING, NULL: the default):
- * bursts (records back to back, the mover never idle), a beat (100 us
- * apart: adaptive learns it and keeps polling) and gaps (20 ms: it sleeps
- * and the doorbell must end each sleep), from two producers; the consumer
- * checks every record arrives once and in each producer's order.  A mode
- * that lost a wake-up would stall (the consumer's 30 s stall check), one
- * that re-sent would duplicate.  A polling mover sees completions without
- * entering the kernel only if the setup's task work reaches the CQ (plain)
- * or the ring tells it to enter (coop, defer: IORING_SQ_TASKRUN); a mover
- * that missed them would stall the same way.  Then A's status: sleeping
- * modes slept, polling ones did not need to, and the io_uring setup is
- * the one asked for (the default resolves to defer or plain, never
- * "auto").
- */
-/*
  * Every deposit is acknowledged, whether B polls or sleeps: B defers an
  * acknowledgement (moverd/mover.c, ack_wanted) up to 50 us or until it
  * sleeps, never for good.  A run's last records are less than the quarter
@@ -1955,6 +1940,21 @@ static void acked_all(struct run *R, const char *mode)
 	}
 }
 
+/*
+ * Both daemons with --idle MODE (and --io-uring URING, NULL: the default):
+ * bursts (records back to back, the mover never idle), a beat (100 us
+ * apart: adaptive learns it and keeps polling) and gaps (20 ms: it sleeps
+ * and the doorbell must end each sleep), from two producers; the consumer
+ * checks every record arrives once and in each producer's order.  A mode
+ * that lost a wake-up would stall (the consumer's 30 s stall check), one
+ * that re-sent would duplicate.  A polling mover sees completions without
+ * entering the kernel only if the setup's task work reaches the CQ (plain)
+ * or the ring tells it to enter (coop, defer: IORING_SQ_TASKRUN); a mover
+ * that missed them would stall the same way.  Then A's status: sleeping
+ * modes slept, polling ones did not need to, and the io_uring setup is
+ * the one asked for (the default resolves to defer or plain, never
+ * "auto").  Before that, every deposit acknowledged (acked_all).
+ */
 static void idle_run(const char *mode, const char *uring, unsigned gap_us,
 		     uint64_t n)
 {
