@@ -553,7 +553,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	 * slowest subscriber's, the dead moverd's among them) was
 	 * acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
-	fl->reported_head = fl->reported_sent = in.head;
+	fl->reported_head = in.head;
 	if (n_dead)
 		log_info("flow %s: %u subscriber slot(s) of dead processes "
 			 "given back", name, n_dead);
@@ -953,7 +953,6 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		f->allow_gids[i] = spec->allow_gids[i];
 	f->created_unix_ms = unix_ms();
 	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
-	f->reported_sent = spec->start;
 	f->state = spec->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_OPEN;
 	if (f->path[0] && (rc = write_meta(t, f))) {
 		snprintf(err, errlen, "cannot write the flow's state file in "

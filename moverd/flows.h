@@ -159,9 +159,8 @@ struct flow {
 	uint64_t reported_head;  /* the consumer position last sent back */
 	uint64_t quiet_head;     /* the consumer position seen last ... */
 	uint64_t quiet_since_ns; /* ... and since when (mover.c build_acks) */
-	uint64_t reported_sent;  /* the deposit position last acknowledged */
-	uint64_t ack_owed_ns;    /* an acknowledgement waits since (0: none;
-				  * mover.c ack_wanted) */
+	uint64_t ack_owed_ns;    /* credit waits since (0: none; mover.c
+				  * ack_wanted) */
 	bool ack_due;            /* a deposit is not yet acknowledged */
 	bool cut_off;            /* failed: the sender cut it (max_lag) */
 	struct peer *rx_peer;    /* a receive into the ring is in flight */

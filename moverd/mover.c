@@ -5,9 +5,9 @@
  * Each peer has at most one send in flight (peer.c, the transport):
  *
  *   send: control frames first, then acknowledgements of receiver flows
- *         (deferred a little: ack_wanted), then data of sender flows, round
- *         robin with a per-flow quantum (a bulk flow cannot starve a small
- *         one), up to BATCH_MAX bytes.
+ *         (credit deferred a little: ack_wanted), then data of sender
+ *         flows, round robin with a per-flow quantum (a bulk flow cannot
+ *         starve a small one), up to BATCH_MAX bytes.
  *         Data goes from the producer ring's mapping straight to sendmsg.
  *         Nothing waits for more data: when the link is idle, whatever is
  *         committed goes at once; while a send is in flight, records pile
@@ -109,32 +109,29 @@ static bool consumer_quiet(struct flow *f, uint64_t head)
 }
 
 /*
- * A receiver flow's acknowledgement (its deposit position and its
- * consumer's) waits up to ACK_DEFER_NS, or until the daemon is about to
- * sleep (flush_acks), and then covers every deposit since the last one.
- * Sent at once, it cost the receiving daemon a send per deposit, on the
- * cpu the consumer it had just woken wanted, and the sender a wake-up to
- * read it (docs/performance.md, "Deferred acknowledgements").  Only what
- * cannot wait goes at once: a quarter ring deposited or read since the
- * last acknowledgement (producers and the sender's window wait on it), and
- * a consumer stopped short (consumer_quiet).  Riding along with data is
- * not possible: a connection carries one side's data and the other's
- * acknowledgements (each daemon dials for its own sender flows).
+ * A deposit is acknowledged in the next cycle: producers' space and the
+ * sender's window wait on it (deferring it as well cost 64 KiB records
+ * over 8 flows 2-5% of their rate, docs/performance.md).  The credit of a
+ * consumer that caught up, which went in an acknowledgement of its own
+ * right after the deposit's, waits up to ACK_DEFER_NS for the next
+ * deposit's, or until the daemon is about to sleep (flush_acks): in a
+ * request/response exchange one acknowledgement per deposit instead of
+ * two.  Credit also goes every quarter ring read, and for a consumer
+ * stopped short (consumer_quiet).
  */
 #define ACK_DEFER_NS 50000ull
 
-/* Is an acknowledgement of f to go in this send?  flush: everything owed
- * goes (the daemon is to sleep). */
+/* Is an acknowledgement of f to go in this send?  flush: the credit owed
+ * goes too (the daemon is to sleep). */
 static bool ack_wanted(struct flow *f, uint64_t head, bool flush)
 {
-	uint64_t quarter = ring_of(f)->size / 4, now;
-	bool owed = f->ack_due || (head == f->sent && head != f->reported_head);
+	uint64_t now;
 
-	if (head - f->reported_head >= quarter ||
-	    f->sent - f->reported_sent >= quarter)
+	if (f->ack_due || head - f->reported_head >= ring_of(f)->size / 4)
 		return true;
-	if (!owed)
+	if (head != f->sent || head == f->reported_head)
 		return consumer_quiet(f, head);
+	/* the consumer caught up: its credit may wait, but not a sleep */
 	if (flush)
 		return true;
 	now = fr_now_ns();
@@ -167,7 +164,6 @@ static int build_acks(struct peer *p, bool flush)
 		wire_put(h, WIRE_ACK, f->id, 0, f->sent, head);
 		tx_add(p, h, WIRE_HDR);
 		f->reported_head = head;
-		f->reported_sent = f->sent;
 		f->ack_due = false;
 		f->ack_owed_ns = 0;
 		if (head == f->sent)
@@ -273,7 +269,7 @@ static uint64_t flow_quantum(const struct flow *f)
 static int build_data(struct peer *p);
 
 /* Build and post the next send if none is in flight; returns work done.
- * flush: every acknowledgement owed goes (the daemon is to sleep). */
+ * flush: the credit owed goes too (the daemon is to sleep). */
 static int tx_build(struct peer *p, bool flush)
 {
 	int work;
@@ -821,8 +817,8 @@ static int sleep_cap(int armed, int ms)
 	return armed > 0 && ms > armed ? armed : ms;
 }
 
-/* The daemon is to sleep: the acknowledgements still owed go now
- * (ack_wanted).  True if a send was built: look again before sleeping. */
+/* The daemon is to sleep: the credit still owed goes now (ack_wanted).
+ * True if a send was built: look again before sleeping. */
 static bool flush_acks(struct peer_mgr *m)
 {
 	int work = 0;

@@ -17,10 +17,10 @@ struct peer_mgr;
 int peer_do_work(struct peer_mgr *m);
 
 /*
- * The mover found no work: send the acknowledgements it deferred, set
+ * The mover found no work: send the consumer credit it deferred, set
  * the doorbell page's `sleeping` flag, look for rung bits once more behind
  * a fence, and arm the wait on the page's futex word.  Returns the loop
- * timeout in ms: 0 if it sent acknowledgements, or a bit or a ready record
+ * timeout in ms: 0 if it sent credit, or a bit or a ready record
  * was there meanwhile, 1000 with the doorbell armed, 1 where it cannot be
  * (BELL_POLL: no page, or no futex wait on this kernel).
  */

@@ -760,7 +760,6 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	f->id = op->flow_id;
 	f->ack_due = false;
 	f->ack_owed_ns = 0;
-	f->reported_sent = f->sent; /* the OPENED answer tells it */
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
 	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);

@@ -1908,18 +1908,19 @@ static void test_doorbell(void)
 /* ---- 11: every idle strategy and io_uring setup delivers exactly once ----- */
 
 /*
- * Every deposit is acknowledged, whether B polls or sleeps: B defers an
- * acknowledgement (moverd/mover.c, ack_wanted) up to 50 us or until it
- * sleeps, never for good.  A run's last records are less than the quarter
- * ring acknowledged at once, so A's ring head (what B acknowledged)
- * reaches its tail only by a deferred one.
+ * Every deposit is acknowledged and every read credited, whether B polls
+ * or sleeps: B defers the credit of a consumer that caught up
+ * (moverd/mover.c, ack_wanted) up to 50 us or until it sleeps, never for
+ * good.  A run's last records are less than the quarter ring credited at
+ * once, so A's record of the consumer's position (bytes_consumed) reaches
+ * its tail only by a deferred credit.
  */
 static void acked_all(struct run *R, const char *mode)
 {
 	char out[8192];
 
 	for (int f = 0; f < R->nflows; f++) {
-		uint64_t t0 = tu_now_ns(), head, tail;
+		uint64_t t0 = tu_now_ns(), head, tail, consumed;
 
 		for (;; usleep(10000)) {
 			if (ctl(R->P->a.sock, out, sizeof(out),
@@ -1928,13 +1929,16 @@ static void acked_all(struct run *R, const char *mode)
 					 out);
 			head = jget_u64(out, "head");
 			tail = jget_u64(out, "tail");
-			if (head == tail)
+			consumed = jget_u64(out, "bytes_consumed");
+			if (head == tail && consumed == tail)
 				break;
 			if (tu_now_ns() - t0 > 5 * SEC)
-				fail_run(R, "--idle %s: flow %s on A: %llu of "
-					 "%llu bytes acknowledged 5 s after "
-					 "the consumer had them all:\n%s", mode,
-					 R->flow[f], (unsigned long long)head,
+				fail_run(R, "--idle %s: flow %s on A: %llu "
+					 "bytes acknowledged and %llu credited "
+					 "of %llu, 5 s after the consumer had "
+					 "them all:\n%s", mode, R->flow[f],
+					 (unsigned long long)head,
+					 (unsigned long long)consumed,
 					 (unsigned long long)tail, out);
 		}
 	}
