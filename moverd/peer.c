@@ -1319,6 +1319,67 @@ void peer_rx_body(struct peer *p)
 		finish_data(p);
 }
 
+/* n bytes of the current body where peer_rx_header pointed it: a control
+ * body into ctrl_buf, DATA into the consumer ring (one or two pieces), a
+ * discarded body nowhere.  The caller bounds n by what the body lacks. */
+static void rx_body_copy(struct peer *p, const uint8_t *b, size_t n)
+{
+	size_t at = p->body_have, k;
+
+	if (p->hdr.type == WIRE_CTRL) {
+		memcpy(p->ctrl_buf + at, b, n);
+		return;
+	}
+	if (p->rx_discard)
+		return;
+	if (at < p->rx_iov[0].iov_len) {
+		k = p->rx_iov[0].iov_len - at;
+		k = k < n ? k : n;
+		memcpy((uint8_t *)p->rx_iov[0].iov_base + at, b, k);
+		b += k;
+		n -= k;
+		at = 0;
+	} else {
+		at -= p->rx_iov[0].iov_len;
+	}
+	if (n)
+		memcpy((uint8_t *)p->rx_iov[1].iov_base + at, b, n);
+}
+
+/*
+ * Bytes as a byte stream delivered them, from wherever the last call
+ * stopped: header bytes gather in hdr_buf, body bytes go where the header
+ * said (rx_body_copy), and each completed header or body is handed on as
+ * one would be by a receive of exactly its size.  Everything is the
+ * peer's: peer_rx_header judges each header before a byte of its body is
+ * placed, and no copy goes past the body's length.  Stops when the peer
+ * fails; the rest is dropped with the connection.
+ */
+void peer_rx_stream(struct peer *p, const uint8_t *b, size_t n)
+{
+	size_t k;
+
+	while (n && p->state == PEER_UP) {
+		if (!p->in_body) {
+			k = WIRE_HDR - p->hdr_have;
+			k = k < n ? k : n;
+			memcpy(p->hdr_buf + p->hdr_have, b, k);
+			p->hdr_have += k;
+			if (p->hdr_have == WIRE_HDR)
+				peer_rx_header(p);
+		} else {
+			k = p->hdr.len - p->body_have;
+			k = k < n ? k : n;
+			rx_body_copy(p, b, k);
+			p->body_have += k;
+			if (p->body_have == p->hdr.len)
+				peer_rx_body(p);
+		}
+		b += k;
+		n -= k;
+	}
+}
+
 /* Until the hello authenticates it, a peer is its address, without the
  * port (which changes with every connection). */
 static void set_identity(struct peer *p)

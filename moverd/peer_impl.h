@@ -10,7 +10,8 @@
  * hdr.pos of the peer's registered ring and send only the headers.  On the
  * receiving side the transport delivers headers to peer_rx_header(), which
  * says where a body goes (p->ctrl_buf or p->rx_iov: the consumer ring),
- * and completed bodies to peer_rx_body().
+ * and completed bodies to peer_rx_body(); or it hands whatever bytes it
+ * received to peer_rx_stream(), which does both as the bytes allow.
  */
 #ifndef MOVERD_PEER_IMPL_H
 #define MOVERD_PEER_IMPL_H
@@ -38,6 +39,11 @@
 #define CTRLQ_MAX_FRAMES 4096u
 #define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
 #define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
+/* A byte-stream receive between bodies reads up to this much: a header
+ * with a small record's body and the acknowledgements behind it come in
+ * one system call; of a large body at most this much is copied, and the
+ * rest is received straight into the consumer ring (tcp.c). */
+#define RX_STAGE       2048u
 /* open files a new inbound peer must leave free (for control clients,
  * flows and outbound peers): past that it is refused at accept */
 #define PEER_FD_RESERVE 64u
@@ -105,6 +111,10 @@ struct peer {
 	struct iovec rx_iov[2];   /* where a DATA body goes in the ring */
 	struct iovec rx_cur[2];   /* what the receive in flight still fills */
 	struct msghdr rx_msg;
+	/* a byte-stream transport's receive between bodies (tcp.c): the next
+	 * header, and the small body and further frames already behind it */
+	uint8_t rx_stage[RX_STAGE];
+	bool rx_staged;           /* the receive in flight is into rx_stage */
 
 	/* send */
 	struct ctrl_frame *ctrlq, **ctrlq_tail, *tx_ctrl;
@@ -206,6 +216,8 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 void peer_sent(struct peer *p);     /* the whole send went */
 void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);
+/* received bytes of a byte stream: headers and bodies as they come */
+void peer_rx_stream(struct peer *p, const uint8_t *b, size_t n);
 
 /* protocol side, called by the mover (mover.c) */
 unsigned flow_count(const struct peer *p);

@@ -2,12 +2,14 @@
  * moverd/tcp.c - the TCP transport: one socket per peer, driven by the
  * io_uring loop.  Sends are one sendmsg of the frames the protocol built
  * (headers and producer-ring spans, no copy); a short send goes on from
- * where it stopped.  Receives read a header, then its body: control bodies
- * into a buffer, DATA bodies straight into the consumer ring (readv of the
- * one or two pieces the protocol pointed at).  A body that is already in
- * the socket when its header completes is read at once, in the same pass
- * (read_body_now), so a record is deposited and its consumer woken one
- * loop pass earlier.
+ * where it stopped.  Between bodies a receive takes whatever has come, up
+ * to RX_STAGE bytes, into a staging buffer: the next header, a small
+ * record's body and the frames behind it, handed to the protocol as a
+ * byte stream (peer_rx_stream).  What such a receive leaves of a body
+ * (a large one, or one not all in yet) is read straight where it goes:
+ * control bodies into a buffer, DATA into the consumer ring (readv of the
+ * one or two pieces the protocol pointed at), first at once without
+ * waiting (read_body_now), then by an io_uring receive of the rest.
  */
 #include "peer_impl.h"
 #include "listener.h"
@@ -84,13 +86,11 @@ static void read_done(struct loop_op *op, int res)
 		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
 		return;
 	}
-	fmlt_mark(p->in_body ? LT_RX_BODY : LT_RX_HDR, (uint64_t)res);
+	fmlt_mark(p->rx_staged ? LT_RX_HDR : LT_RX_BODY, (uint64_t)res);
 	p->last_rx_ns = fr_now_ns();
 	p->bytes_rx += (uint64_t)res;
-	if (!p->in_body) {
-		p->hdr_have += (size_t)res;
-		if (p->hdr_have == WIRE_HDR)
-			peer_rx_header(p);
+	if (p->rx_staged) {
+		peer_rx_stream(p, p->rx_stage, (size_t)res);
 		if (p->state == PEER_UP && p->in_body)
 			read_body_now(p);
 	} else {
@@ -147,9 +147,9 @@ static void tcp_recv(struct peer *p)
 		peer_fail(p, "no submission slot");
 		return;
 	}
-	if (!p->in_body) {
-		io_uring_prep_recv(sqe, p->fd, p->hdr_buf + p->hdr_have,
-				   WIRE_HDR - p->hdr_have, MSG_WAITALL);
+	p->rx_staged = !p->in_body;
+	if (p->rx_staged) {
+		io_uring_prep_recv(sqe, p->fd, p->rx_stage, RX_STAGE, 0);
 		return;
 	}
 	flags = body_msg(p);
@@ -157,13 +157,14 @@ static void tcp_recv(struct peer *p)
 }
 
 /*
- * A header just completed: its body was almost always sent in the same
- * sendmsg and is in the socket already, so read it now, without waiting.
- * Otherwise the body's receive would be submitted by the next duty cycle
- * and reaped by the one after (measured: ~3 us of a record's one-way
- * latency, and the deposit and the consumer's wake-up a loop pass later).
- * Whatever does not come now (EAGAIN, a short read, an error or EOF) is
- * left to the io_uring receive armed after us, which reports errors.
+ * The staged receive ended inside a body: a large one, or one whose end
+ * was not in yet.  The rest is almost always in the socket already, so
+ * read it now, straight where it goes, without waiting for a duty cycle
+ * to submit the receive and the next to reap it (measured when headers
+ * were received alone: ~3 us of a record's one-way latency, and the
+ * deposit and the consumer's wake-up a loop pass later).  Whatever does
+ * not come now (EAGAIN, a short read, an error or EOF) is left to the
+ * io_uring receive armed after us, which reports errors.
  */
 static void read_body_now(struct peer *p)
 {

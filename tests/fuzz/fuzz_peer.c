@@ -8,7 +8,10 @@
  * followed by the op's arguments:
  *   connect, hello, open, close (PeerFlowClose), a DATA/ACK/raw header,
  *   a piece of the body in flight (written where moverd pointed the
- *   receive: the consumer ring, or dropped), disconnect (the receive in
+ *   receive: the consumer ring, or dropped), raw stream bytes cut
+ *   anywhere (a header in two pieces, a body and the next frames in one:
+ *   every op reaches moverd through peer_rx_stream, as TCP's staged
+ *   receive delivers), disconnect (the receive in
  *   flight completes only at a later "receive ends" op, as a cancelled
  *   io_uring recv does), a local `flow destroy`, a consumer storing any
  *   head in its ring or catching up, a duty cycle (acks, sends), and the
@@ -43,7 +46,7 @@
 enum op {
 	OP_CONNECT, OP_HELLO, OP_OPEN, OP_CLOSE, OP_DATA, OP_BODY, OP_ACK,
 	OP_RAW, OP_DISCONNECT, OP_RECV_ENDS, OP_DESTROY, OP_HEAD, OP_CATCH_UP,
-	OP_DUTY, OP_SENT, OP_COUNT
+	OP_DUTY, OP_SENT, OP_STREAM, OP_COUNT
 };
 
 struct input {
@@ -118,58 +121,62 @@ static void settle(void)
 	}
 }
 
+/*
+ * Everything reaches moverd as a byte stream would (peer_rx_stream, as
+ * tcp.c's staged receive hands it over): a header, a piece of a body, a
+ * control message whole with its header, or raw bytes that may end
+ * anywhere, a header cut in two among them.
+ */
 static void deliver_header(struct peer *p, enum wire_type type, uint32_t id,
 			   uint32_t len, uint64_t pos, uint64_t aux)
 {
+	uint8_t h[WIRE_HDR];
+
 	if (p->in_body)
 		return; /* a byte stream: the body comes first */
-	wire_put(p->hdr_buf, type, id, len, pos, aux);
-	peer_rx_header(p);
+	wire_put(h, type, id, len, pos, aux);
+	peer_rx_stream(p, h, sizeof(h));
 }
 
-/* Up to n body bytes from the input, where the receive points. */
+/* Up to n body bytes from the input, no further than the body's end. */
 static void deliver_body(struct peer *p, struct input *in, size_t n)
 {
-	size_t rest = p->hdr.len - p->body_have, k;
+	uint8_t b[8192];
+	size_t rest = p->hdr.len - p->body_have;
 
 	if (!p->in_body)
 		return;
 	if (n > rest)
 		n = rest;
-	for (size_t done = 0; done < n; done += k) {
-		size_t at = p->body_have;
-		uint8_t b = (uint8_t)take(in, 1);
-
-		k = 1;
-		if (p->hdr.type == WIRE_CTRL) {
-			p->ctrl_buf[at] = b;
-		} else if (!p->rx_discard) {
-			struct iovec *v = &p->rx_iov[0];
-
-			if (at >= v->iov_len) {
-				at -= v->iov_len;
-				v = &p->rx_iov[1];
-			}
-			((uint8_t *)v->iov_base)[at] = b;
-		}
-		p->body_have++;
-	}
-	if (p->body_have == p->hdr.len)
-		peer_rx_body(p);
+	if (n > sizeof(b))
+		n = sizeof(b);
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)take(in, 1);
+	peer_rx_stream(p, b, n);
 }
 
+/* The next n input bytes as they are. */
+static void deliver_raw(struct peer *p, struct input *in, size_t n)
+{
+	if (n > in->n)
+		n = in->n;
+	peer_rx_stream(p, in->p, n);
+	in->p += n;
+	in->n -= n;
+}
+
+/* A control message: its header and body in one piece of the stream. */
 static void deliver_msg(struct peer *p, Flowmover__PeerMsg *msg)
 {
 	size_t len = protobuf_c_message_get_packed_size(&msg->base);
+	uint8_t *b;
 
-	if (p->in_body)
+	if (p->in_body || !(b = malloc(WIRE_HDR + len)))
 		return;
-	deliver_header(p, WIRE_CTRL, 0, (uint32_t)len, 0, 0);
-	if (!p->in_body || p->state != PEER_UP)
-		return;
-	protobuf_c_message_pack(&msg->base, p->ctrl_buf);
-	p->body_have = len;
-	peer_rx_body(p);
+	wire_put(b, WIRE_CTRL, 0, (uint32_t)len, 0, 0);
+	protobuf_c_message_pack(&msg->base, b + WIRE_HDR);
+	peer_rx_stream(p, b, WIRE_HDR + len);
+	free(b);
 }
 
 static const char *name_of(uint64_t v)
@@ -294,11 +301,11 @@ static void op_conn(struct peer **slot, enum op o, struct input *in)
 			       take(in, 2) * FR_ALIGN, take(in, 2) * FR_ALIGN);
 		break;
 	case OP_RAW:
-		if (!p->in_body) {
-			for (unsigned i = 0; i < WIRE_HDR; i++)
-				p->hdr_buf[i] = (uint8_t)take(in, 1);
-			peer_rx_header(p);
-		}
+		if (!p->in_body)
+			deliver_raw(p, in, WIRE_HDR);
+		break;
+	case OP_STREAM:
+		deliver_raw(p, in, 1 + take(in, 1) % 96);
 		break;
 	case OP_DISCONNECT:
 		peer_fail(p, "fuzz: connection lost");
