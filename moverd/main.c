@@ -11,6 +11,7 @@
 #include "control.h"
 #include "declared.h"
 #include "counters.h"
+#include "cpus.h"
 #include "fanout.h"
 #include "flows.h"
 #include "idle.h"
@@ -66,6 +67,8 @@ struct options {
 	unsigned max_clients, max_per_uid;
 	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
 	char metrics[80];         /* --metrics HOST:PORT, "" = none */
+	char cpus_list[64];       /* --cpus as given, "" = any cpu */
+	cpu_set_t cpus;           /* --cpus parsed */
 };
 
 /* long options without a short letter */
@@ -85,6 +88,7 @@ enum {
 	OPT_METRICS,
 	OPT_IDLE,
 	OPT_IO_URING,
+	OPT_CPUS,
 };
 
 struct daemon {
@@ -168,6 +172,13 @@ static void usage(FILE *out)
 "                           (COOP_TASKRUN), plain (no flags) or sqpoll (a\n"
 "                           kernel thread submits); figures in\n"
 "                           moverd/README.md\n"
+"  --cpus LIST              run every thread of moverd on these cpus only\n"
+"                           (as taskset: 0,2-3).  With --idle yield, two\n"
+"                           daemons on one host with yielding clients do\n"
+"                           best with the daemons on one cpu, the clients\n"
+"                           on another; a spinning daemon needs a cpu of\n"
+"                           its own (docs/performance.md).  Default: any\n"
+"                           cpu\n"
 "  --state-dir DIR          the ring file of every flow, re-adopted after a\n"
 "                           crash or an orderly stop; on a tmpfs (the\n"
 "                           default) flows do not survive a reboot\n"
@@ -253,6 +264,7 @@ static const struct option long_opts[] = {
 	{ "poll-us", required_argument, NULL, 'P' },
 	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "io-uring", required_argument, NULL, OPT_IO_URING },
+	{ "cpus", required_argument, NULL, OPT_CPUS },
 	{ "state-dir", required_argument, NULL, 'D' },
 	{ "foreground", no_argument, NULL, 'f' },
 	{ "syslog", no_argument, NULL, 'S' },
@@ -415,6 +427,12 @@ static int set_option(struct options *o, int key, const char *val)
 	case OPT_IO_URING:
 		if (loop_mode_parse(val, &o->uring))
 			goto bad;
+		return 0;
+	case OPT_CPUS:
+		if (strlen(val) >= sizeof(o->cpus_list) ||
+		    cpus_parse(val, &o->cpus))
+			goto bad;
+		strcpy(o->cpus_list, val);
 		return 0;
 	case 'D':
 		if (strlen(val) >= sizeof(o->state_dir))
@@ -1035,6 +1053,23 @@ static void apply_declared(struct daemon *d)
 			 d->declared.cur.n, r.refused);
 }
 
+/*
+ * --cpus: before the first thread or fork, so that every thread moverd
+ * starts (the doorbell's, the resolver's, the metrics server's) and the
+ * daemonized child inherit it.
+ */
+static int pin_cpus(const struct options *o)
+{
+	if (!o->cpus_list[0])
+		return 0;
+	if (sched_setaffinity(0, sizeof(o->cpus), &o->cpus) == 0)
+		return 0;
+	fprintf(stderr, "moverd: --cpus %s: %s\n", o->cpus_list,
+		errno == EINVAL ? "none of these cpus is online and allowed"
+				: strerror(errno));
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	static struct daemon d;
@@ -1045,6 +1080,8 @@ int main(int argc, char **argv)
 	rc = parse_options(&d.opt, argc, argv);
 	if (rc)
 		return rc;
+	if (pin_cpus(&d.opt))
+		return 1;
 	if (read_declared(&d))
 		return 2;
 	if (peer_security(&d))
@@ -1090,9 +1127,10 @@ int main(int argc, char **argv)
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);
-	log_info("idle strategy: %s%s, io_uring: %s", idle_name(d.opt.idle),
-		 d.opt.poll_ns ? " (--poll-us)" : "",
-		 loop_mode_name(d.loop.mode));
+	log_info("idle strategy: %s%s, io_uring: %s, cpus: %s",
+		 idle_name(d.opt.idle), d.opt.poll_ns ? " (--poll-us)" : "",
+		 loop_mode_name(d.loop.mode),
+		 d.opt.cpus_list[0] ? d.opt.cpus_list : "any");
 	/* after setup_signals: its thread inherits the blocked signals */
 	if (d.opt.metrics[0] &&
 	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))

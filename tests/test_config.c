@@ -32,9 +32,15 @@
  *      or adds one does it in place (the attached producer stays), so
  *      does one that changes max-lag (alone, or with the peer set); one
  *      that changes the ring size of a flow in use is refused
+ *   8  cpus: `cpus = 0` in the config puts every thread of moverd (with a
+ *      doorbell thread, so there are two at least) on cpu 0, and --cpus
+ *      on the command line overrides it (on a host with two cpus); a list
+ *      that does not parse is refused (exit 2), one with no usable cpu
+ *      too (exit 1), each with a message naming it
  */
 #include "harness.h"
 
+#include <dirent.h>
 #include <limits.h>
 
 #define NOBODY 65534u
@@ -389,30 +395,41 @@ static void case_sighup(void)
 	hd_stop(&d);
 }
 
-static void case_malformed(void)
+/* moverd --foreground --socket DIR/moverd.sock ARGS must exit with
+ * status `want`, saying `says`. */
+static void moverd_refuses(const char *dir, const char *args, int want,
+			   const char *says)
 {
-	struct hd d = { 0 };
-	char cmd[512], out[4096], path[160];
+	char cmd[768], out[4096];
 	FILE *p;
 	size_t n;
 	int st;
 
-	snprintf(d.dir, sizeof(d.dir), "/tmp/fm-cfg5-%d", (int)getpid());
-	CHECK(mkdir(d.dir, 0755) == 0 || errno == EEXIST);
-	write_conf(&d, "flow = fine\n# a comment\nflow = bad ring=1M\n");
-	conf_path(&d, path, sizeof(path));
 	snprintf(cmd, sizeof(cmd), "%s --foreground --socket %s/moverd.sock "
-		 "--config %s 2>&1", moverd_bin, d.dir, path);
+		 "%s 2>&1", moverd_bin, dir, args);
 	p = popen(cmd, "r");
 	CHECK(p);
 	n = fread(out, 1, sizeof(out) - 1, p);
 	out[n] = 0;
 	st = pclose(p);
 	printf("    %s", out);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-	snprintf(cmd, sizeof(cmd), "%s:3: flow bad: unknown parameter 'ring'",
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == want);
+	expect_out(out, says);
+}
+
+static void case_malformed(void)
+{
+	struct hd d = { 0 };
+	char cmd[512], out[4096], path[160];
+
+	snprintf(d.dir, sizeof(d.dir), "/tmp/fm-cfg5-%d", (int)getpid());
+	CHECK(mkdir(d.dir, 0755) == 0 || errno == EEXIST);
+	write_conf(&d, "flow = fine\n# a comment\nflow = bad ring=1M\n");
+	conf_path(&d, path, sizeof(path));
+	snprintf(cmd, sizeof(cmd), "--config %s", path);
+	snprintf(out, sizeof(out), "%s:3: flow bad: unknown parameter 'ring'",
 		 path);
-	expect_out(out, cmd);
+	moverd_refuses(d.dir, cmd, 2, out);
 
 	/* at a reload: refused, nothing changes */
 	start_conf(&d, "cfg5", 0, "flow = fine\nflow = other\n");
@@ -574,6 +591,72 @@ static void case_fanout(void)
 	hd_stop(&c);
 }
 
+/* Every thread of pid runs on exactly the cpus `list` (/proc's form);
+ * returns how many threads there are. */
+static int threads_on(pid_t pid, const char *list)
+{
+	char path[64], line[256], want[96];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	snprintf(want, sizeof(want), "Cpus_allowed_list:\t%s\n", list);
+	dir = opendir(path);
+	CHECK(dir);
+	while ((e = readdir(dir))) {
+		char status[sizeof(path) + sizeof(e->d_name) + 8];
+		bool seen = false;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(status, sizeof(status), "%s/%s/status", path,
+			 e->d_name);
+		f = fopen(status, "re");
+		if (!f)
+			continue; /* a thread that just ended */
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+				if (strcmp(line, want))
+					printf("    thread %s: %s", e->d_name,
+					       line);
+				CHECK(!strcmp(line, want));
+				seen = true;
+			}
+		fclose(f);
+		CHECK(seen);
+		n++;
+	}
+	closedir(dir);
+	return n;
+}
+
+static void case_cpus(void)
+{
+	const char *over[] = { "--doorbell", "thread", "--cpus", "1", NULL };
+	char dir[64];
+	struct hd d = { 0 };
+
+	start_conf(&d, "cfg8", 0, "cpus = 0\ndoorbell = thread\n");
+	CHECK(threads_on(d.pid, "0") >= 2);
+	hd_stop(&d);
+	if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+		hd_start(&d, moverd_bin, "cfg8b", false, over);
+		CHECK(threads_on(d.pid, "1") >= 2);
+		hd_stop(&d);
+	} else {
+		printf("    one cpu online: the override is not tried\n");
+	}
+	snprintf(dir, sizeof(dir), "/tmp/fm-cfg8c-%d", (int)getpid());
+	CHECK(mkdir(dir, 0755) == 0 || errno == EEXIST);
+	moverd_refuses(dir, "--cpus 0-x", 2, "bad value '0-x' for --cpus");
+	moverd_refuses(dir, "--cpus 1,", 2, "bad value '1,' for --cpus");
+	moverd_refuses(dir, "--cpus 1000", 1,
+		       "--cpus 1000: none of these cpus is online and allowed");
+	CHECK(rmdir(dir) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -591,6 +674,8 @@ int main(int argc, char **argv)
 		{ 7, case_fanout, "a declared flow to two peers with max-lag: "
 		  "create compares the peer set and max-lag; a reload "
 		  "removes and adds a peer and changes max-lag in place" },
+		{ 8, case_cpus, "cpus: every thread on the listed cpus; bad "
+		  "lists refused" },
 	};
 
 	if (argc != 4) {

@@ -26,6 +26,7 @@
  * length, so the benchmark cannot silently measure garbage.
  */
 #include "flowshm.h"
+#include "cpus.h"
 #include "counters.h"   /* ipc/: --counter-reader */
 #include "lattrace.h"   /* ipc/: FM_LATTRACE */
 
@@ -1258,6 +1259,8 @@ struct ropts {
 	char addr[64];          /* B listens here, A's flows peer here */
 	char transport[16];     /* moverd --transport: tcp, rdma or auto */
 	char doorbell[16];      /* moverd --doorbell: auto, thread or poll */
+	char daemon_cpus[64];   /* moverd --cpus of both daemons, "" = any */
+	char client_cpus[64];   /* where producers and consumers run, "" = any */
 	const char *dir_base;   /* parent of the temporary dir, or NULL */
 	double counter_hz;      /* --counter-reader: reads per second, 0 = no */
 };
@@ -1323,7 +1326,18 @@ static struct {
 	struct ctl *side;       /* set to PH_MEASURE with a throughput case's
 				   window (the scale run's sparse records) */
 	enum flowshm_wait client_wait; /* --client-wait of every attached end */
+	cpu_set_t client_set;   /* --client-cpus parsed */
 } R;
+
+/* In a producer, consumer or echo just forked: die with the parent, and
+ * run on --client-cpus. */
+static void r_client_child(void)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (R.o && R.o->client_cpus[0] &&
+	    sched_setaffinity(0, sizeof(R.client_set), &R.client_set))
+		die("--client-cpus", -errno);
+}
 
 static int rm_entry(const char *path, const struct stat *st, int flag,
 		    struct FTW *ftw)
@@ -1674,6 +1688,10 @@ static int r_start_daemons(const struct ropts *o)
 		argv[n++] = key;
 		argv[n++] = "--listen";
 		argv[n++] = listen[i];
+		if (o->daemon_cpus[0]) {
+			argv[n++] = "--cpus";
+			argv[n++] = (char *)o->daemon_cpus;
+		}
 		if (o->do_scale) {
 			argv[n++] = "--max-flows";
 			argv[n++] = nflows;
@@ -2029,14 +2047,14 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 		if ((cons[i] = fork()) < 0)
 			die("fork", 0);
 		if (cons[i] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r_client_child();
 			r_consumer(o, s, names[i], size, i, count, skip);
 		}
 		R.kids[R.nkids++] = cons[i];
 		if ((prod[i] = fork()) < 0)
 			die("fork", 0);
 		if (prod[i] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r_client_child();
 			r_producer(o, s, names[i], size, i, rate, count);
 		}
 		R.kids[R.nkids++] = prod[i];
@@ -2394,7 +2412,7 @@ static pid_t r_fork_kid(void)
 	if ((pid = fork()) < 0)
 		die("fork", 0);
 	if (pid == 0)
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		r_client_child();
 	else
 		R.kids[R.nkids++] = pid;
 	return pid;
@@ -2772,13 +2790,13 @@ static int r_scale_busy(const struct ropts *o, const char *name,
 	if ((cons = fork()) < 0)
 		die("fork", 0);
 	if (cons == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		r_client_child();
 		r_consumer(o, s, name, 32, 0, count, skip);
 	}
 	if ((prod = fork()) < 0)
 		die("fork", 0);
 	if (prod == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		r_client_child();
 		r_producer(o, s, name, 32, 0, o->sparse, count);
 	}
 	if (r_wait_ready(&s->c, 2))
@@ -3034,6 +3052,10 @@ static void usage_remote(FILE *f)
 "                      instead of sleeping (as ib_write_lat polls)\n"
 "  --client-wait W     flowshm_set_wait of every producer and consumer:\n"
 "                      sleep (default), yield or spin\n"
+"  --daemon-cpus LIST  moverd --cpus of both daemons (default: any cpu)\n"
+"  --client-cpus LIST  run producers, consumers and the echo on these cpus\n"
+"                      (as taskset: 0,2-3; default: any cpu; sockperf and\n"
+"                      iperf3 are not pinned)\n"
 "  --dir DIR           create the temporary dir (sockets, --state-dir, logs)\n"
 "                      under DIR (default: /dev/shm, /run or $TMPDIR)\n"
 "  --moverd PATH       moverd binary (default: ../../moverd/moverd next to\n"
@@ -3185,6 +3207,8 @@ static int cmd_remote(int argc, char **argv)
 		{ "idle", required_argument, NULL, 'Y' },
 		{ "spin", no_argument, NULL, 'N' },
 		{ "client-wait", required_argument, NULL, 'G' },
+		{ "daemon-cpus", required_argument, NULL, 'X' },
+		{ "client-cpus", required_argument, NULL, 'Z' },
 		{ "pp-size", required_argument, NULL, 'Q' },
 		{ "flows-idle", required_argument, NULL, 'I' },
 		{ "flows-busy", required_argument, NULL, 'M' },
@@ -3219,6 +3243,7 @@ static int cmd_remote(int argc, char **argv)
 	char model[256], sz[32], why[300] = "";
 	struct cpu_snap snap0, snap1;
 	struct utsname un;
+	cpu_set_t cpus;
 	int opt, failed = 0;
 
 	memcpy(o.sizes, def_sizes, sizeof(def_sizes));
@@ -3308,6 +3333,18 @@ static int cmd_remote(int argc, char **argv)
 			else
 				goto bad;
 			break;
+		case 'X': /* checked here, parsed again by moverd */
+			if (cpus_parse(optarg, &cpus) ||
+			    snprintf(o.daemon_cpus, sizeof(o.daemon_cpus), "%s",
+				     optarg) >= (int)sizeof(o.daemon_cpus))
+				goto bad;
+			break;
+		case 'Z':
+			if (cpus_parse(optarg, &R.client_set) ||
+			    snprintf(o.client_cpus, sizeof(o.client_cpus), "%s",
+				     optarg) >= (int)sizeof(o.client_cpus))
+				goto bad;
+			break;
 		case 'D': o.dir_base = optarg; break;
 		case 'C': o.counter_hz = atof(optarg); break;
 		case 'j': o.json = true; break;
@@ -3362,6 +3399,11 @@ static int cmd_remote(int argc, char **argv)
 		       R.dir);
 		if (o.spin)
 			printf("consumers spin (timeout 0, sched_yield)\n");
+		if (o.daemon_cpus[0] || o.client_cpus[0])
+			printf("daemons on cpus %s, producers and consumers on "
+			       "cpus %s (sockperf, iperf3: any)\n",
+			       o.daemon_cpus[0] ? o.daemon_cpus : "any",
+			       o.client_cpus[0] ? o.client_cpus : "any");
 		if (R.client_wait != FLOWSHM_WAIT_SLEEP)
 			printf("producers and consumers wait by %s "
 			       "(flowshm_set_wait)\n",
