@@ -24,8 +24,10 @@ enum lt_event {
 	LT_TX_SUBMIT = 4,   /* moverd: a send prepared (arg: iovs) */
 	LT_TX_DONE = 5,     /* moverd: its completion reaped */
 	LT_PUBLISH = 7,     /* moverd: a deposit published (arg: position) */
-	LT_RX_HDR = 9,      /* moverd: a receive completed, header part */
-	LT_RX_BODY = 10,    /* moverd: ... body part */
+	LT_RX_HDR = 9,      /* moverd: a receive between bodies completed
+			     * (arg: bytes; over TCP a header and what came
+			     * behind it, a small body or more frames) */
+	LT_RX_BODY = 10,    /* moverd: a receive of the rest of a body */
 	LT_WORK = 11,       /* moverd: a duty cycle that found work */
 	LT_PING_SEND = 20,  /* flowbench pinger: before its send */
 	LT_PING_SENT = 21,  /* ... the send returned */
