@@ -616,12 +616,40 @@ int fr_write_end(struct fr_ring *r)
 
 /* ---- subscribers -------------------------------------------------------- */
 
+/* The room at which producers asleep for space are woken (ring.h,
+ * Sleeping and waking): a quarter of the ring, or the largest record if
+ * that is more. */
+static uint64_t wake_room(const struct fr_ring *r)
+{
+	uint64_t quarter = r->size / 4, largest = fr_record_bytes(r->max_record);
+
+	if (largest <= quarter)
+		return quarter;
+	return largest < r->size ? largest : r->size;
+}
+
+/* Is the room above the subscribers' minimum `min` enough to wake? */
+static bool room_to_wake(const struct fr_ring *r, uint64_t min)
+{
+	/* relaxed: tail only grows, and a stale tail makes the room look
+	 * larger: a wake-up too early, never one missed */
+	uint64_t tail = atomic_load_explicit(&r->sh->tail, memory_order_relaxed);
+
+	/* a minimum above tail or a lap behind is a client's scribble:
+	 * wake, and let the producers' own checks refuse it */
+	if (min > tail || tail - min > r->size)
+		return true;
+	return r->size - (tail - min) >= wake_room(r);
+}
+
 static void wake_producers(struct fr_ring *r)
 {
 	/* Same Dekker pairing as wake_consumer, for the space side. */
 	fm_fence_light();
-	if (atomic_load_explicit(&r->sh->producers_waiting,
-				 memory_order_relaxed) & ~FR_SPACE_WANTED)
+	if (!(atomic_load_explicit(&r->sh->producers_waiting,
+				   memory_order_relaxed) & ~FR_SPACE_WANTED))
+		return;
+	if (room_to_wake(r, fr_min_pos(r)))
 		wake_all(&r->sh->space_futex);
 }
 
@@ -1486,9 +1514,23 @@ static bool data_ready_arg(struct fr_ring *r, uint64_t unused)
 	return data_maybe_ready(r);
 }
 
+/* What wakes a producer asleep for space: the end of the ring, or the
+ * room wake_producers wakes at (the same test, so that the sleeper's
+ * re-check after its fence matches the waker's). */
+static bool room_ready(struct fr_ring *r, uint64_t seen)
+{
+	uint64_t min;
+
+	if (fr_closed(r))
+		return true;
+	min = fr_min_pos(r);
+	return min > seen && room_to_wake(r, min);
+}
+
+/* ... or the end of its stream, which turns it away. */
 static bool space_ready(struct fr_ring *r, uint64_t seen)
 {
-	return fr_closed(r) || ending(r) || fr_min_pos(r) > seen;
+	return ending(r) || room_ready(r, seen);
 }
 
 int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
@@ -1520,7 +1562,41 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 	return rc;
 }
 
-int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
+/*
+ * Sleep until ready (wake_room is free, or the ring or stream ends) or the
+ * deadline.  Room below wake_room wakes nobody, so look for it every
+ * FR_ROOM_LOOK_NS: once the subscribers moved at all, return 0 and let the
+ * caller try its claim.  A producer whose record fits thus waits at most
+ * that long for the rest of the quarter, even when the subscribers stop
+ * short of it (a consumer that waits for this producer elsewhere).  At
+ * the deadline, too, moved subscribers mean one more try (0): the caller
+ * times out only if its record still does not fit.
+ */
+static int sleep_for_room(struct fr_ring *r, uint32_t v, uint64_t seen,
+			  uint64_t deadline_ns,
+			  bool (*ready)(struct fr_ring *, uint64_t))
+{
+	_Atomic uint32_t *word = &r->sh->space_futex;
+	uint64_t until = fr_now_ns() + FR_ROOM_LOOK_NS;
+	int rc;
+
+	if (until > deadline_ns)
+		until = deadline_ns;
+	rc = fr_sleep_two_phase(r, word, v, until, ready, seen);
+	/* a timeout after the two phases means the heavy fence was taken:
+	 * every waker sees our count now, so plain waits on the same word
+	 * miss no wake-up (ipc/barrier.h) */
+	while (rc == -ETIMEDOUT && fr_min_pos(r) <= seen &&
+	       until < deadline_ns) {
+		until = until > deadline_ns - FR_ROOM_LOOK_NS ?
+				deadline_ns : until + FR_ROOM_LOOK_NS;
+		rc = fm_futex_wait(word, v, until);
+	}
+	return rc == -ETIMEDOUT && fr_min_pos(r) > seen ? 0 : rc;
+}
+
+static int wait_space(struct fr_ring *r, uint64_t deadline_ns,
+		      bool (*ready)(struct fr_ring *, uint64_t))
 {
 	struct fr_shared *sh = r->sh;
 	uint32_t v = atomic_load_explicit(&sh->space_futex, memory_order_acquire);
@@ -1533,13 +1609,22 @@ int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
 	 * and with fr_release's read of the count) */
 	atomic_thread_fence(memory_order_seq_cst);
 	full_with_lag(r);
-	if (!space_ready(r, seen))
-		rc = fr_sleep_two_phase(r, &sh->space_futex, v, deadline_ns,
-				     space_ready, seen);
+	if (!ready(r, seen))
+		rc = sleep_for_room(r, v, seen, deadline_ns, ready);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
 				  memory_order_relaxed);
 	fr_note_full(r, t0);
 	return rc;
+}
+
+int fr_wait_space(struct fr_ring *r, uint64_t deadline_ns)
+{
+	return wait_space(r, deadline_ns, space_ready);
+}
+
+int fr_wait_room(struct fr_ring *r, uint64_t deadline_ns)
+{
+	return wait_space(r, deadline_ns, room_ready);
 }
 
 void fr_note_full(struct fr_ring *r, uint64_t t0_ns)

@@ -175,43 +175,6 @@ int fsi_why_timeout(flowshm_t *f)
 
 /* ---- end of stream ------------------------------------------------------ */
 
-/* A subscriber moved since we saw `seen`, or the ring closed. */
-static bool room_or_closed(struct fr_ring *r, uint64_t seen)
-{
-	return fr_closed(r) || fr_min_pos(r) != seen;
-}
-
-/*
- * Sleep until a subscriber publishes a new position (room), or deadline.
- * Not fr_wait_space: once the end began (ENDING) it returns at once, for
- * the producers it turns away.  The same protocol: read the futex word,
- * count ourselves, full fence, re-check, sleep.
- */
-static int wait_room(struct fr_ring *r, uint64_t deadline)
-{
-	struct fr_shared *sh = r->sh;
-	/* acquire: the word before the re-check, so a wake in between
-	 * changes it and the wait returns at once */
-	uint32_t v = atomic_load_explicit(&sh->space_futex,
-					  memory_order_acquire);
-	uint64_t seen = fr_min_pos(r);
-	int rc = 0;
-
-	atomic_fetch_add_explicit(&sh->producers_waiting, 1,
-				  memory_order_relaxed);
-	/* full fence: our count before the re-check; a consumer publishes,
-	 * fences (fully in fr_release, lightly in a publication) and reads
-	 * the count, so one sees the other once we sleep behind the heavy
-	 * fence (ipc/barrier.h) */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (!room_or_closed(r, seen))
-		rc = fr_sleep_two_phase(r, &sh->space_futex, v, deadline,
-					room_or_closed, seen);
-	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
-				  memory_order_relaxed);
-	return rc;
-}
-
 /* No moverd: write the end record ourselves, waiting for room. */
 static int end_alone(flowshm_t *f, int64_t timeout_ns)
 {
@@ -226,7 +189,7 @@ static int end_alone(flowshm_t *f, int64_t timeout_ns)
 		if (timeout_ns == 0)
 			return -EAGAIN;
 		if (fr_now_ns() >= deadline ||
-		    wait_room(&f->ring, deadline) == -ETIMEDOUT)
+		    fr_wait_room(&f->ring, deadline) == -ETIMEDOUT)
 			return fsi_why_timeout(f);
 	}
 }

@@ -11,6 +11,8 @@
 #include "testutil.h"
 #include "flowshm_internal.h"
 
+#include <signal.h>
+#include <stdbool.h>
 #include <sys/wait.h>
 
 static int child_status(pid_t pid)
@@ -143,6 +145,90 @@ static void test_producer_woken(enum flowshm_wait w)
 	CHECK(w == FLOWSHM_WAIT_SLEEP ? most == 1 : most == 0);
 	CHECK(child_status(q) == 0);
 	CHECK(child_status(pid) == 0);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* A full 64 KiB ring of 64 records of 1 KiB (1000 payload bytes). */
+static int full_ring(flowshm_t **p_out)
+{
+	int fd = tu_ring(65536, 1024, 0), sent = 0;
+	char rec[1000] = { 1 };
+
+	*p_out = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	while (flowshm_send(*p_out, rec, sizeof(rec), 0) == 0)
+		sent++;
+	CHECK(sent == 64);
+	return fd;
+}
+
+static uint32_t space_word(const flowshm_t *f)
+{
+	return atomic_load(&f->ring.sh->space_futex);
+}
+
+/* Producers asleep for space are woken once a quarter of the ring is free,
+ * not at every record read (ring.h, Sleeping and waking).  The sleeper is
+ * a count we add ourselves, so that the wake-ups are the consumer's alone:
+ * each bumps the futex word. */
+static void test_woken_at_quarter(void)
+{
+	flowshm_t *p, *c;
+	int fd = full_ring(&p);
+	char buf[1024];
+	size_t len;
+
+	c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	atomic_fetch_add(&c->ring.sh->producers_waiting, 1);
+	for (int i = 1; i <= 20; i++) {
+		uint32_t before = space_word(c);
+
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+		/* 1 KiB free per record read: the quarter at the 16th */
+		CHECK(i < 16 ? space_word(c) == before : space_word(c) != before);
+	}
+	atomic_fetch_sub(&c->ring.sh->producers_waiting, 1);
+	flowshm_close(c);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* Room below the quarter wakes nobody; a producer asleep whose record fits
+ * comes on its own (FR_ROOM_LOOK_NS), also when the consumer stops there. */
+static void test_room_below_quarter(void)
+{
+	flowshm_t *p, *c;
+	int fd = full_ring(&p), st = 0;
+	bool done = false;
+	char buf[1024];
+	size_t len;
+	uint32_t word;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *o = tu_open(fd, FLOWSHM_PRODUCER, 0);
+		char rec[1000] = { 2 };
+
+		_exit(flowshm_send(o, rec, sizeof(rec), -1) != 0);
+	}
+	for (int i = 0; i < 5000 && producers_sleeping(p) == 0; i++)
+		usleep(1000);
+	CHECK(producers_sleeping(p) == 1);
+	c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	word = space_word(c);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	for (int i = 0; i < 5000 && !done; i++) {
+		done = waitpid(pid, &st, WNOHANG) == pid;
+		usleep(1000);
+	}
+	if (!done) { /* asleep 5 s although its record fits */
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+	}
+	CHECK(done && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(space_word(c) == word); /* it came by itself: nobody woke it */
+	flowshm_close(c);
 	flowshm_close(p);
 	close(fd);
 }
@@ -352,6 +438,12 @@ int main(void)
 		       "from another process; counted among the sleepers: %s\n",
 		       wait_name(w), w == FLOWSHM_WAIT_SLEEP ? "yes" : "never");
 	}
+	test_woken_at_quarter();
+	printf("ok - producers asleep for space are woken at a quarter of the "
+	       "ring free, not per record read\n");
+	test_room_below_quarter();
+	printf("ok - a producer whose record fits below the quarter goes "
+	       "through by itself\n");
 	test_shutdown_wakes_sleepers();
 	printf("ok - shutdown wakes sleepers\n");
 	test_pingpong_with_sleeps();
