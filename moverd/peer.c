@@ -1319,31 +1319,43 @@ void peer_rx_body(struct peer *p)
 		finish_data(p);
 }
 
+unsigned peer_body_rest(const struct peer *p, struct iovec rest[2])
+{
+	size_t skip = p->body_have;
+	const struct iovec *v = p->rx_iov;
+
+	if (skip < v[0].iov_len) {
+		rest[0] = (struct iovec){ (uint8_t *)v[0].iov_base + skip,
+					  v[0].iov_len - skip };
+		rest[1] = v[1];
+	} else {
+		skip -= v[0].iov_len;
+		rest[0] = (struct iovec){ (uint8_t *)v[1].iov_base + skip,
+					  v[1].iov_len - skip };
+		rest[1] = (struct iovec){ NULL, 0 };
+	}
+	return rest[1].iov_len ? 2 : 1;
+}
+
 /* n bytes of the current body where peer_rx_header pointed it: a control
  * body into ctrl_buf, DATA into the consumer ring (one or two pieces), a
  * discarded body nowhere.  The caller bounds n by what the body lacks. */
 static void rx_body_copy(struct peer *p, const uint8_t *b, size_t n)
 {
-	size_t at = p->body_have, k;
+	struct iovec rest[2];
+	size_t k;
 
 	if (p->hdr.type == WIRE_CTRL) {
-		memcpy(p->ctrl_buf + at, b, n);
+		memcpy(p->ctrl_buf + p->body_have, b, n);
 		return;
 	}
 	if (p->rx_discard)
 		return;
-	if (at < p->rx_iov[0].iov_len) {
-		k = p->rx_iov[0].iov_len - at;
-		k = k < n ? k : n;
-		memcpy((uint8_t *)p->rx_iov[0].iov_base + at, b, k);
-		b += k;
-		n -= k;
-		at = 0;
-	} else {
-		at -= p->rx_iov[0].iov_len;
-	}
-	if (n)
-		memcpy((uint8_t *)p->rx_iov[1].iov_base + at, b, n);
+	peer_body_rest(p, rest);
+	k = rest[0].iov_len < n ? rest[0].iov_len : n;
+	memcpy(rest[0].iov_base, b, k);
+	if (n > k)
+		memcpy(rest[1].iov_base, b + k, n - k);
 }
 
 /*

@@ -218,6 +218,9 @@ void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);
 /* received bytes of a byte stream: headers and bodies as they come */
 void peer_rx_stream(struct peer *p, const uint8_t *b, size_t n);
+/* where the rest of the current DATA body goes in the consumer ring (from
+ * body_have on): one or two pieces of p->rx_iov; returns how many */
+unsigned peer_body_rest(const struct peer *p, struct iovec rest[2]);
 
 /* protocol side, called by the mover (mover.c) */
 unsigned flow_count(const struct peer *p);

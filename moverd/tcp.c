@@ -111,7 +111,7 @@ static void read_done(struct loop_op *op, int res)
 static int body_msg(struct peer *p)
 {
 	struct iovec *iov = p->rx_cur;
-	size_t skip, rest = p->hdr.len - p->body_have;
+	size_t rest = p->hdr.len - p->body_have;
 
 	if (p->hdr.type == WIRE_CTRL || p->rx_discard) {
 		/* a body nobody takes is read in pieces */
@@ -122,19 +122,8 @@ static int body_msg(struct peer *p)
 		p->rx_msg = (struct msghdr){ .msg_iov = iov, .msg_iovlen = 1 };
 		return 0;
 	}
-	skip = p->body_have;
-	if (skip < p->rx_iov[0].iov_len) {
-		iov[0] = (struct iovec){ (char *)p->rx_iov[0].iov_base + skip,
-					 p->rx_iov[0].iov_len - skip };
-		iov[1] = p->rx_iov[1];
-	} else {
-		skip -= p->rx_iov[0].iov_len;
-		iov[0] = (struct iovec){ (char *)p->rx_iov[1].iov_base + skip,
-					 p->rx_iov[1].iov_len - skip };
-		iov[1] = (struct iovec){ NULL, 0 };
-	}
 	p->rx_msg = (struct msghdr){ .msg_iov = iov,
-				     .msg_iovlen = iov[1].iov_len ? 2 : 1 };
+				     .msg_iovlen = peer_body_rest(p, iov) };
 	return MSG_WAITALL;
 }
 
