@@ -167,7 +167,11 @@ int flowshm_info(flowshm_t *f, struct flowshm_info *out);
  * makes them sleep).  All of them spin briefly first; then
  *   FLOWSHM_WAIT_SLEEP  sleep on the ring's futex (on a local ring after
  *                       a few yields): no cpu while nothing comes (the
- *                       default)
+ *                       default).  A producer asleep on a full ring is
+ *                       woken once a quarter of it is free (or the
+ *                       largest record); a record that fits in less goes
+ *                       within 10 ms, or at the timeout, whichever is
+ *                       first
  *   FLOWSHM_WAIT_YIELD  poll with sched_yield(2) until the timeout, never
  *                       asleep: the lowest latency where a few processes
  *                       share each cpu (with `moverd --idle yield`), for
