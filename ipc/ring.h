@@ -219,7 +219,7 @@
  * quarter of the ring, or the largest record if that is more (issue 12).
  * Woken at every publication, a producer came back for each acknowledged
  * frame and preempted the moverd that was freeing its ring (64 KiB records
- * over 8 flows: 20% more records/s woken at the quarter, docs/performance.md);
+ * over 8 flows: 9-21% more records/s woken at the quarter, docs/performance.md);
  * woken at the quarter, it refills a quarter in one go.  The sleeper
  * re-checks the same room after its fence.  Room below it wakes nobody, so a
  * sleeping producer looks every FR_ROOM_LOOK_NS and tries its claim once the
@@ -228,7 +228,9 @@
  * very producer on another ring).  All subscribers caught up means the whole
  * ring is free, so a drained ring always wakes its producers at once.  The
  * layout and the handshake are format 3's: a client built before this
- * sleeps with the old re-check, and is woken at the quarter too.
+ * re-checks only that the subscribers moved, so it goes on at the quarter
+ * or after its brief sleep (FM_BRIEF_SLEEP_NS) if they had moved by then,
+ * and otherwise sleeps until the quarter or its deadline.
  */
 #ifndef FLOWMOVER_IPC_RING_H
 #define FLOWMOVER_IPC_RING_H
