@@ -1583,16 +1583,21 @@ static int sleep_for_room(struct fr_ring *r, uint32_t v, uint64_t seen,
 	if (until > deadline_ns)
 		until = deadline_ns;
 	rc = fr_sleep_two_phase(r, word, v, until, ready, seen);
-	/* a timeout after the two phases means the heavy fence was taken:
-	 * every waker sees our count now, so plain waits on the same word
-	 * miss no wake-up (ipc/barrier.h) */
-	while (rc == -ETIMEDOUT && fr_min_pos(r) <= seen &&
-	       until < deadline_ns) {
+	/* A timeout before the deadline comes only after the heavy fence
+	 * (a deadline within the brief phase ends the loop at once): every
+	 * waker sees our count now, so plain waits on the same word miss no
+	 * wake-up (ipc/barrier.h). */
+	for (;;) {
+		if (rc != -ETIMEDOUT)
+			return rc;
+		if (fr_min_pos(r) > seen)
+			return 0; /* moved: the caller tries its claim again */
+		if (until >= deadline_ns)
+			return -ETIMEDOUT;
 		until = until > deadline_ns - FR_ROOM_LOOK_NS ?
 				deadline_ns : until + FR_ROOM_LOOK_NS;
 		rc = fm_futex_wait(word, v, until);
 	}
-	return rc == -ETIMEDOUT && fr_min_pos(r) > seen ? 0 : rc;
 }
 
 static int wait_space(struct fr_ring *r, uint64_t deadline_ns,
