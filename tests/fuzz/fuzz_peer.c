@@ -18,6 +18,9 @@
  *   completion of the send in flight.
  * ASan finds a ring written after it was unmapped, a flow used after it
  * was freed, a reference never dropped (a leak at the end of the input).
+ * ASan does not watch a file mapping's edges, so every shared file mapping
+ * moverd makes here sits between two PROT_NONE guard pages (the mmap and
+ * munmap wrappers below): a copy past a ring's end faults.
  * After each input every peer and flow is gone: nothing may be left.
  *
  * The transport is a stand-in that records what the protocol asked for;
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,6 +78,79 @@ static uint64_t take(struct input *in, unsigned bytes)
 	for (unsigned i = 0; i < bytes && in->n; i++, in->p++, in->n--)
 		v |= (uint64_t)*in->p << (8 * i);
 	return v;
+}
+
+/* ---- guard pages around shared file mappings ------------------------------ */
+
+/*
+ * Linked with -Wl,--wrap=mmap,--wrap=munmap: moverd's and libflowshm's
+ * calls come here.  A shared mapping of a file at an address of the
+ * kernel's choosing (a ring, a doorbell page) is placed inside a PROT_NONE
+ * reservation one page larger on each side; its munmap releases the whole
+ * reservation.  Every other call goes straight through.
+ */
+void *__real_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		  off_t off);
+int __real_munmap(void *addr, size_t len);
+void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		  off_t off);
+int __wrap_munmap(void *addr, size_t len);
+
+#define GUARDED 64
+
+static struct guarded {
+	uint8_t *inner;
+	size_t len;
+} guarded[GUARDED];
+
+static size_t page_round(size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (len + page - 1) / page * page;
+}
+
+static struct guarded *guarded_slot(const void *inner)
+{
+	for (int i = 0; i < GUARDED; i++)
+		if (guarded[i].inner == inner)
+			return &guarded[i];
+	return NULL;
+}
+
+void *__wrap_mmap(void *addr, size_t len, int prot, int flags, int fd,
+		  off_t off)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), span;
+	struct guarded *g = guarded_slot(NULL);
+	uint8_t *base;
+	void *in;
+
+	if (addr || fd < 0 || !(flags & MAP_SHARED) || !len || !g)
+		return __real_mmap(addr, len, prot, flags, fd, off);
+	span = page_round(len) + 2 * page;
+	base = __real_mmap(NULL, span, PROT_NONE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED)
+		return MAP_FAILED;
+	in = __real_mmap(base + page, len, prot, flags | MAP_FIXED, fd, off);
+	if (in == MAP_FAILED) {
+		__real_munmap(base, span);
+		return MAP_FAILED;
+	}
+	*g = (struct guarded){ in, len };
+	return in;
+}
+
+int __wrap_munmap(void *addr, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct guarded *g = addr ? guarded_slot(addr) : NULL;
+
+	if (!g || g->len != len)
+		return __real_munmap(addr, len);
+	*g = (struct guarded){ NULL, 0 };
+	return __real_munmap((uint8_t *)addr - page, page_round(len) + 2 * page);
 }
 
 /* ---- the stand-in transport ---------------------------------------------- */
