@@ -56,6 +56,34 @@ static uint32_t max_over(const flowshm_t *f,
 	return most;
 }
 
+/* What the sleepers count shows of a child that is to block: with a
+ * sleeper expected, 1 as soon as it shows (5 s at most, so a child that
+ * starts late still gets there); with none, the most over 200 ms. */
+static uint32_t sleepers_seen(const flowshm_t *f,
+			      uint32_t (*count)(const flowshm_t *), bool one)
+{
+	if (!one)
+		return max_over(f, count, 200);
+	for (uint64_t end = tu_now_ns() + 5000000000ull; tu_now_ns() < end;
+	     usleep(100))
+		if (count(f) == 1)
+			return 1;
+	return count(f);
+}
+
+/* A byte through a pipe: "go on" from one process to another. */
+static void go_send(int fd)
+{
+	CHECK(write(fd, "g", 1) == 1);
+}
+
+static bool go_wait(int fd)
+{
+	char b;
+
+	return read(fd, &b, 1) == 1;
+}
+
 static void test_timeouts(void)
 {
 	int fd = tu_ring(4096, 2048, 0);
@@ -98,8 +126,7 @@ static void test_consumer_woken(enum flowshm_wait w)
 		_exit(rc == 0 && len == 5 && !memcmp(buf, "wake!", 5) ? 0 : 1);
 	}
 	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
-	/* long enough for the child to be in FUTEX_WAIT */
-	most = max_over(p, consumers_waiting, 200);
+	most = sleepers_seen(p, consumers_waiting, w == FLOWSHM_WAIT_SLEEP);
 	CHECK(w == FLOWSHM_WAIT_SLEEP ? most == 1 : most == 0);
 	CHECK_RC(flowshm_send(p, "wake!", 5, 0), 0);
 	CHECK(child_status(pid) == 0);
@@ -115,17 +142,20 @@ static void test_producer_woken(enum flowshm_wait w)
 	char rec[1000] = { 1 };
 	uint32_t most;
 	pid_t pid;
-	int sent = 0;
+	int sent = 0, go[2];
 
 	while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
 		sent++;
+	CHECK(pipe(go) == 0);
 	pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
 		flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
 		char buf[1024];
 		size_t len;
-		usleep(500000); /* after the parent's 200 ms look */
+
+		if (!go_wait(go[0])) /* after the parent's look */
+			_exit(1);
 		for (int i = 0; i <= sent; i++)
 			if (flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll))
 				_exit(1);
@@ -141,8 +171,11 @@ static void test_producer_woken(enum flowshm_wait w)
 		/* blocks until the consumer drains, then goes through */
 		_exit(flowshm_send(o, rec, sizeof(rec), 5000000000ll) != 0);
 	}
-	most = max_over(p, producers_sleeping, 200);
+	most = sleepers_seen(p, producers_sleeping, w == FLOWSHM_WAIT_SLEEP);
+	go_send(go[1]);
 	CHECK(w == FLOWSHM_WAIT_SLEEP ? most == 1 : most == 0);
+	close(go[0]);
+	close(go[1]);
 	CHECK(child_status(q) == 0);
 	CHECK(child_status(pid) == 0);
 	flowshm_close(p);
@@ -394,9 +427,12 @@ static void test_poll_polling(void)
 	for (int polling = 0; polling < 2; polling++) {
 		int fd[2] = { tu_ring(4096, 64, 0), tu_ring(4096, 64, 0) };
 		flowshm_t *p = tu_open(fd[1], FLOWSHM_PRODUCER, 0);
-		pid_t pid = fork();
+		int go[2];
+		pid_t pid;
 		uint32_t most;
 
+		CHECK(pipe(go) == 0);
+		pid = fork();
 		CHECK(pid >= 0);
 		if (pid == 0) {
 			flowshm_t *c[2] = {
@@ -413,10 +449,14 @@ static void test_poll_polling(void)
 				    -ETIMEDOUT ||
 			    tu_now_ns() - t0 < 50000000)
 				_exit(2);
+			go_send(go[1]); /* the first poll is over */
 			_exit(flowshm_poll(c, 2, ready, &nready, 5000000000ll) ||
 			      nready != 1 || ready[0] != 1);
 		}
-		most = max_over(p, consumers_waiting, 200);
+		CHECK(go_wait(go[0]));
+		close(go[0]);
+		close(go[1]);
+		most = sleepers_seen(p, consumers_waiting, !polling);
 		CHECK(polling ? most == 0 : most == 1);
 		CHECK_RC(flowshm_send(p, "x", 1, 0), 0);
 		CHECK(child_status(pid) == 0);

@@ -126,6 +126,30 @@ static void wait_tail(const struct hd *d, const char *name, uint64_t bytes)
 	CHECK(!"the flow did not move");
 }
 
+/* Wait until flow name's `key` on d is `want`. */
+static void wait_u64(const struct hd *d, const char *name, const char *key,
+		     uint64_t want)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (flow_u64(d, name, key) == want)
+			return;
+		usleep(10000);
+	}
+	fprintf(stderr, "flow %s: %s never became %llu\n", name, key,
+		(unsigned long long)want);
+	CHECK(!"a flow's count did not change");
+}
+
+/* Let a stopped consumer read until the tail on d has moved 64 KiB more,
+ * then stop it again: with its 64 KiB rings full behind it, the producer
+ * waits, so it is still sending whatever the speed of the build. */
+static void consume_some(const struct hd *d, const char *name, pid_t cons)
+{
+	CHECK(kill(cons, SIGCONT) == 0);
+	wait_tail(d, name, flow_u64(d, name, "tail") + 64 * 1024);
+	CHECK(kill(cons, SIGSTOP) == 0);
+}
+
 static bool file_exists(const struct hd *d, const char *name)
 {
 	char path[256];
@@ -228,24 +252,29 @@ static void case_remote_restarts(void)
 	cons = fc_consume(&b, "x", 1, 300000, 200, 0);
 	prod = fc_produce(&a, "x", 1, 300000, 200);
 	wait_tail(&b, "x", 256 * 1024);
+	/* the consumer reads only in consume_some: records stay in flight
+	 * through every restart below, however fast they could move */
+	CHECK(kill(cons, SIGSTOP) == 0);
 
 	hd_term(&a);
 	printf("  A stopped (SIGTERM) at B's tail %llu\n",
 	       (unsigned long long)flow_u64(&b, "x", "tail"));
 	restart(&a, tcp_only);
 	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
-	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
+	consume_some(&b, "x", cons);
 
 	hd_term(&b);
 	printf("  B stopped (SIGTERM)\n");
 	restart(&b, NULL);
 	CHECK(hd_wait_state(&a, moverctl_bin, "x", "open", 20000, NULL, 0));
-	wait_tail(&b, "x", flow_u64(&b, "x", "tail") + 64 * 1024);
+	consume_some(&b, "x", cons);
 
 	hd_kill(&a);
 	hd_kill(&b);
 	printf("  A and B killed (-9); producer %s\n",
 	       hx_running(prod) ? "still sending" : "done");
+	CHECK(hx_running(prod));
+	CHECK(kill(cons, SIGCONT) == 0);
 	restart(&b, NULL);
 	restart(&a, tcp_only);
 	fc_done(prod, "producer", 120000);
@@ -290,7 +319,9 @@ static void case_wrong_role(void)
 	 */
 	local = fc_consume(&a, "w", 1, 50000, 200, 0);
 	remote = fc_consume(&b, "w", 1, 50000, 200, 0);
-	usleep(300000); /* both subscribed before the first record */
+	/* both subscribed before the first record */
+	wait_u64(&a, "w", "consumers", 1);
+	wait_u64(&b, "w", "consumers", 1);
 	prod = fc_produce(&a, "w", 1, 50000, 200);
 	fc_done(prod, "producer", 60000);
 	fc_done(local, "consumer on the sending host", 60000);
@@ -376,10 +407,8 @@ static void case_drain_local(void)
 	prod = fc_produce(&d, "dr", 1, 3000, 200);
 	fc_done(prod, "producer", 30000);
 	drain = ctl_spawn(&d, "flow", "destroy", "--drain", "dr", NULL);
-	usleep(300000);
+	CHECK(hd_wait_state(&d, moverctl_bin, "dr", "closing", 10000, NULL, 0));
 	CHECK(hx_running(drain));
-	CHECK(hd_flow_json(&d, moverctl_bin, "dr", out, sizeof(out)));
-	CHECK(hj_get(out, "state", val, sizeof(val)) && !strcmp(val, "closing"));
 	/* no new sends */
 	setenv("FLOWMOVER_SOCKET", d.sock, 1);
 	rc = flowshm_attach("dr", FLOWSHM_PRODUCER, NULL, &f);

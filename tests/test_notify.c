@@ -140,10 +140,13 @@ static void case_notify(void)
 	CHECK(!strcmp(buf, want));
 	/* READY came after the declared flow was made */
 	CHECK(hd_flow_json(&d, moverctl_bin, "declared", out, sizeof(out)));
+	/* pings sent while moverctl ran are queued: not part of the window */
+	count_pings(&n, 60);
 	pings = count_pings(&n, 3000);
 	printf("    %d pings in 3 s (WATCHDOG_USEC 1 s)\n", pings);
-	/* about 6; a loaded machine may wake it late, never one per cycle */
-	CHECK(pings >= 2 && pings <= 7);
+	/* about 6 (7 at the window's edges); a loaded machine may wake it
+	 * late, never one per cycle */
+	CHECK(pings >= 2 && pings <= 8);
 	/* a stuck moverd sends none; back, it does again */
 	CHECK(kill(d.pid, SIGSTOP) == 0);
 	count_pings(&n, 200); /* one may have been on its way */
