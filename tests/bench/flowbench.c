@@ -8,7 +8,8 @@
  *                               cmd_remote; loopback and TCP by default):
  *                               throughput, paced and sparse latency, a
  *                               ping-pong A -> B -> A against sockperf's
- *                               TCP ping-pong, CPU per record
+ *                               TCP ping-pong, CPU per record (and, in a
+ *                               ping-pong, sleeps per exchange)
  *   flowbench scale [options]   remote --only scale: idle CPU with many
  *                               idle flows, busy flows beside them,
  *                               create/destroy, moverd's fds and RSS
@@ -786,6 +787,15 @@ static double line_rtt_ns(const struct opts *o, double secs)
 	return (double)(t1 - t0) / (double)n;
 }
 
+/* This process's voluntary context switches so far (every thread). */
+static uint64_t self_sleeps(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_nvcsw;
+}
+
 /*
  * CPU time of the whole machine (from /proc/stat) and of this benchmark
  * (itself and its reaped children), in seconds: the difference over a run
@@ -1288,6 +1298,13 @@ struct rcpu {
 	double a, b, prod, cons, echo;
 };
 
+/* Times each process of a ping-pong went to sleep per exchange (voluntary
+ * context switches: a blocking wait that slept, or a yield): moverd A, B,
+ * the pinger (sockperf's client), the echo (its server). */
+struct rwake {
+	double a, b, ping, echo;
+};
+
 struct rlat {
 	uint64_t size, ring;
 	const char *kind;       /* "paced", "sparse", "pingpong", "sockperf" */
@@ -1295,6 +1312,7 @@ struct rlat {
 	double cpu_a, cpu_b;
 	struct latstat l;       /* one-way (paced, sparse) or round trip */
 	struct rcpu per_rec;
+	struct rwake wakes;     /* ping-pong rows only */
 	uint64_t records;       /* records (round trips) the CPU is shared by */
 	char transport[16];
 };
@@ -1303,6 +1321,7 @@ struct rlat {
 struct rflow {
 	_Alignas(128) uint64_t recs, ns, total, nlat;
 	double cpu_prod, cpu_cons; /* each process's CPU s once it was ready */
+	uint64_t sleeps_prod, sleeps_cons; /* and its voluntary switches */
 };
 
 struct rshared {
@@ -1988,6 +2007,37 @@ static double proc_cpu_s(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* A running child's voluntary context switches so far, summed over its
+ * threads (/proc/PID/status counts only the thread it names). */
+static uint64_t proc_sleeps(pid_t pid)
+{
+	char path[32], line[128];
+	uint64_t sum = 0, v;
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (!(d = opendir(path)))
+		return 0;
+	while ((e = readdir(d))) {
+		char st[sizeof(path) + sizeof(e->d_name) + 8];
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(st, sizeof(st), "%s/%s/status", path, e->d_name);
+		if (!(f = fopen(st, "re")))
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "voluntary_ctxt_switches: %" SCNu64,
+				   &v) == 1)
+				sum += v;
+		fclose(f);
+	}
+	closedir(d);
+	return sum;
+}
+
 static uint64_t pow2_at_least(uint64_t v)
 {
 	uint64_t p = 4096;
@@ -2302,7 +2352,7 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 	struct ctl *c = &s->c;
 	struct rflow *rf = &s->f[0];
 	unsigned char *sbuf = xalloc(size), *rbuf = xalloc(size);
-	uint64_t next = 0, seq = 0, nlat = 0, t_warm, t_end;
+	uint64_t next = 0, seq = 0, nlat = 0, t_warm, t_end, sleeps0;
 	flowshm_t *out, *in;
 	double cpu0;
 	int rc = 0;
@@ -2316,6 +2366,7 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 	while (phase_of(c) == PH_START)
 		sleep_ns(100000);
 	cpu0 = self_cpu_s();
+	sleeps0 = self_sleeps();
 	t_warm = now_ns() + (uint64_t)(o->warmup * 1e9);
 	t_end = t_warm + (uint64_t)(o->lat_seconds * 1e9);
 	for (;;) {
@@ -2345,6 +2396,7 @@ static void r_pinger(const struct ropts *o, struct rshared *s,
 			s->lat[nlat++] = t1 - t0;
 	}
 	rf->cpu_prod = self_cpu_s() - cpu0;
+	rf->sleeps_prod = self_sleeps() - sleeps0;
 	fmlt_dump();
 	rf->total = next;
 	rf->nlat = nlat;
@@ -2367,6 +2419,7 @@ static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
 	struct ctl *c = &s->c;
 	unsigned char *buf = xalloc(size);
 	flowshm_t *in, *out;
+	uint64_t sleeps0;
 	double cpu0;
 	int rc;
 
@@ -2377,6 +2430,7 @@ static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
 		r_child_fail(c, "echo attach", pong, rc);
 	announce_ready(c);
 	cpu0 = self_cpu_s();
+	sleeps0 = self_sleeps();
 	for (;;) {
 		size_t len = 0;
 
@@ -2392,6 +2446,7 @@ static void r_echo(const struct ropts *o, struct rshared *s, const char *ping,
 		fmlt_mark(LT_ECHO_SENT, 0);
 	}
 	s->f[0].cpu_cons = self_cpu_s() - cpu0;
+	s->f[0].sleeps_cons = self_sleeps() - sleeps0;
 	fmlt_dump();
 	flowshm_detach(in);
 	flowshm_detach(out);
@@ -2447,7 +2502,7 @@ static int r_run_pingpong(const struct ropts *o, uint64_t size,
 				      o->ring_size : 64 * size);
 	char ping[32], pong[32], rs[32], mr[32], peer[2][96], out[2048];
 	double cpu0[2] = { 0, 0 }, cpu1[2] = { 0, 0 };
-	uint64_t w0 = 0, w1 = 0, total;
+	uint64_t w0 = 0, w1 = 0, total, sl0[2] = { 0, 0 }, sl1[2] = { 0, 0 };
 	pid_t pinger, echo;
 	int failed = 0, st;
 	bool made[2] = { false, false };
@@ -2483,8 +2538,10 @@ static int r_run_pingpong(const struct ropts *o, uint64_t size,
 		goto out;
 	}
 	w0 = now_ns();
-	for (int d = 0; d < 2; d++)
+	for (int d = 0; d < 2; d++) {
 		cpu0[d] = proc_cpu_s(R.daemon[d]);
+		sl0[d] = proc_sleeps(R.daemon[d]);
+	}
 	set_phase(&s->c, PH_MEASURE);
 	if (!r_wait_pid(pinger, (uint64_t)((o->warmup + o->lat_seconds + 10)
 					   * 1e9), &st) ||
@@ -2494,8 +2551,10 @@ static int r_run_pingpong(const struct ropts *o, uint64_t size,
 		failed = 1;
 	}
 	w1 = now_ns();
-	for (int d = 0; d < 2; d++)
+	for (int d = 0; d < 2; d++) {
 		cpu1[d] = proc_cpu_s(R.daemon[d]) - cpu0[d];
+		sl1[d] = proc_sleeps(R.daemon[d]) - sl0[d];
+	}
 	set_phase(&s->c, PH_STOP);
 	if (!r_wait_pid(echo, 10000000000ull, &st) || !WIFEXITED(st) ||
 	    WEXITSTATUS(st)) {
@@ -2533,6 +2592,11 @@ out:
 					     .b = cpu1[1] / n,
 					     .prod = s->f[0].cpu_prod / n,
 					     .echo = s->f[0].cpu_cons / n };
+		lr->wakes = (struct rwake){
+			.a = (double)sl1[0] / (double)total,
+			.b = (double)sl1[1] / (double)total,
+			.ping = (double)s->f[0].sleeps_prod / (double)total,
+			.echo = (double)s->f[0].sleeps_cons / (double)total };
 	}
 	munmap(s, bytes);
 	return lr->ok ? 0 : -1;
@@ -2594,6 +2658,7 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 			     nb, NULL };
 	struct rusage ru0, ru1;
 	double srv_cpu, sent;
+	uint64_t srv_sleeps;
 	pid_t srv;
 	int rc = -1;
 
@@ -2624,6 +2689,7 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 	}
 	getrusage(RUSAGE_CHILDREN, &ru1);
 	srv_cpu = proc_cpu_s(srv);
+	srv_sleeps = proc_sleeps(srv);
 	r_kill_kids();
 	sent = sp_value(out, "SentMessages=", 1);
 	lr->l.p50 = sp_value(out, "percentile 50.000 =", 1e3);
@@ -2649,6 +2715,9 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 			     ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6) /
 			   sent * 1e6;
 	lr->per_rec.echo = srv_cpu / sent * 1e6;
+	lr->wakes = (struct rwake){
+		.ping = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / sent,
+		.echo = (double)srv_sleeps / sent };
 	free(out);
 	return 0;
 }
@@ -3152,17 +3221,20 @@ static void json_cpu(const struct rcpu *c)
 	       c->cons, c->echo);
 }
 
-/* A ping-pong row: round trip and one-way (RTT/2) percentiles, us, and
- * the CPU per exchange (A, B, pinger or client, echo or server). */
+/* A ping-pong row: round trip and one-way (RTT/2) percentiles, us, the
+ * CPU per exchange and the sleeps per exchange (A, B, pinger or client,
+ * echo or server). */
 static void print_pp_row(const struct rlat *r)
 {
 	const struct latstat *l = &r->l;
+	const struct rwake *w = &r->wakes;
 
 	printf("%-19s %8.0f %8" PRIu64 "  %7.1f %7.1f %7.1f %8.1f %8.1f  %7.1f"
-	       " %7.1f  %5.1f %5.1f %6.1f %5.1f\n", r->kind, l->rate, l->n,
-	       l->p50 / 1e3, l->p90 / 1e3, l->p99 / 1e3, l->p999 / 1e3,
-	       l->max / 1e3, l->p50 / 2e3, l->p99 / 2e3, r->per_rec.a,
-	       r->per_rec.b, r->per_rec.prod, r->per_rec.echo);
+	       " %7.1f  %5.1f %5.1f %6.1f %5.1f  %4.2f %4.2f %4.2f %4.2f\n",
+	       r->kind, l->rate, l->n, l->p50 / 1e3, l->p90 / 1e3,
+	       l->p99 / 1e3, l->p999 / 1e3, l->max / 1e3, l->p50 / 2e3,
+	       l->p99 / 2e3, r->per_rec.a, r->per_rec.b, r->per_rec.prod,
+	       r->per_rec.echo, w->a, w->b, w->ping, w->echo);
 }
 
 static void json_pp(const struct rlat *r)
@@ -3175,6 +3247,9 @@ static void json_pp(const struct rlat *r)
 		printf(", \"one_way_p50_ns\": %.0f, \"one_way_p99_ns\": %.0f, "
 		       "\"cpu_us_per_exchange\": ", r->l.p50 / 2, r->l.p99 / 2);
 		json_cpu(&r->per_rec);
+		printf(", \"sleeps_per_exchange\": {\"moverd_a\": %.3f, "
+		       "\"moverd_b\": %.3f, \"pinger\": %.3f, \"echo\": %.3f}",
+		       r->wakes.a, r->wakes.b, r->wakes.ping, r->wakes.echo);
 	}
 	printf("}");
 }
@@ -3568,10 +3643,11 @@ static int cmd_remote(int argc, char **argv)
 		printf("ping-pong, %s records, A -> B -> A (pinger on A, echo "
 		       "process on B%s), us:\n", fmt_size(o.pp_size, sz,
 		       sizeof(sz)), o.spin ? ", both polling" : "");
-		printf("%-19s %8s %8s  %7s %7s %7s %8s %8s  %7s %7s  %s\n",
+		printf("%-19s %8s %8s  %7s %7s %7s %8s %8s  %7s %7s  %s  %s\n",
 		       "run", "exch/s", "samples", "RTT p50", "p90", "p99",
 		       "p99.9", "max", "1-way50", "1-way99",
-		       "cpu us/exchange: A B pinger echo");
+		       "cpu us/exchange: A B pinger echo",
+		       "sleeps/exchange: A B pinger echo");
 		if (pp.ok)
 			print_pp_row(&pp);
 		for (int nb = 0; nb < 2; nb++)
@@ -3579,7 +3655,8 @@ static int cmd_remote(int argc, char **argv)
 				print_pp_row(&sp[nb]);
 		printf("(one-way = RTT / 2; sockperf rows: TCP ping-pong over "
 		       "%s, its client and server in the pinger and echo "
-		       "columns)\n", o.addr);
+		       "columns; sleeps: voluntary context switches, every "
+		       "thread)\n", o.addr);
 		if (pp.ok && sp[0].ok)
 			printf("flowmover / sockperf one-way: p50 %.2f, p99 %.2f "
 			       "(blocking)", pp.l.p50 / sp[0].l.p50,
