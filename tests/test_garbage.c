@@ -351,17 +351,28 @@ static pid_t attacker_start(const struct hd *d, const char *flow,
  * with short timeouts until the flow says -EPROTO or -EPIPE, or for at
  * most limit_ms.  Exit 0 = it saw -EPROTO, 3 = -EPIPE, 4 = neither in
  * time, 5 = an error no client should see; it must never crash or hang.
+ * Returns once the client has attached (or failed to), so that an attack
+ * that follows finds it there however slowly it started.
  */
 static pid_t honest_start(const struct hd *d, const char *flow,
 			  enum flowshm_role role, int limit_ms)
 {
+	int attached[2];
+	char b;
 	pid_t pid;
 
 	fflush(NULL);
+	CHECK(pipe(attached) == 0);
 	pid = fork();
 	CHECK(pid >= 0);
-	if (pid)
+	if (pid) {
+		close(attached[1]);
+		/* a byte once attached; none (EOF) if it exited first */
+		(void)!read(attached[0], &b, 1);
+		close(attached[0]);
 		return pid;
+	}
+	close(attached[0]);
 	uint64_t until = tu_now_ns() + (uint64_t)limit_ms * 1000000ull;
 	static uint8_t buf[1 << 16];
 	unsigned long ok = 0, again = 0;
@@ -374,6 +385,8 @@ static pid_t honest_start(const struct hd *d, const char *flow,
 			flowshm_attach_error());
 		_exit(2);
 	}
+	(void)!write(attached[1], "a", 1);
+	close(attached[1]);
 	memset(buf, 0x5a, sizeof(buf));
 	while (tu_now_ns() < until) {
 		size_t len = 0;

@@ -332,7 +332,8 @@ static void case_file(void)
 		usleep(10000);
 	CHECK(seen->total == 20000ull * 1000);
 	/* the consumer sleeps, still attached: its slot is published */
-	usleep(200000);
+	CHECK(wait_flow_value(&m, "loc", FMC_F_RECORDS_CONSUMED, 20000, 5000,
+			      &s));
 	next_pass(&m);
 	CHECK(find_rec(&m, FMC_FLOW, "loc", &s, &idx));
 	printf("  subscribers %#llx: slot 0 lag %llu, records %llu, pid %llu; "
@@ -657,6 +658,19 @@ static const char *screen_line(const char *screen, const char *prefix,
 	return NULL;
 }
 
+/* The tmux session's screen, once it shows `want` (5 s at most: top
+ * redraws after a key in its own time). */
+static void screen_with(const char *sess, char *screen, size_t cap,
+			const char *want)
+{
+	for (int i = 0; i < 50; i++) {
+		sh(screen, cap, "tmux -L %s capture-pane -p -t %s", sess, sess);
+		if (strstr(screen, want))
+			return;
+		usleep(100000);
+	}
+}
+
 static void case_tmux(void)
 {
 	struct hd d;
@@ -699,15 +713,11 @@ static void case_tmux(void)
 	CHECK(strstr(screen, "sort: rate"));
 	CHECK(strstr(screen, "zbusy ") < strstr(screen, "aidle "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s n", sess, sess);
-	usleep(300000);
-	sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s", sess,
-	   sess);
+	screen_with(sess, screen, sizeof(screen), "sort: name");
 	CHECK(strstr(screen, "sort: name"));
 	CHECK(strstr(screen, "aidle ") < strstr(screen, "zbusy "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s l", sess, sess);
-	usleep(300000);
-	sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s", sess,
-	   sess);
+	screen_with(sess, screen, sizeof(screen), "sort: lag");
 	CHECK(strstr(screen, "sort: lag"));
 	CHECK(strstr(screen, "aidle ") && strstr(screen, "zbusy "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s q", sess, sess);
@@ -908,10 +918,16 @@ static void case_show(void)
 	p = produce(&a, "shown", 5000, 3000, 0);
 	wait_ok(p, 60000, "producer");
 	wait_ok(c, 60000, "consumer");
-	usleep(300000); /* a sampler pass after the last acknowledgement */
-
-	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
-			"flow show shown --json"), 0);
+	/* the last acknowledgement, and a sampler pass after it: until the
+	 * counters file shows the flow settled (10 s at most) */
+	for (int i = 0; i < 100; i++) {
+		CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out),
+				"flow show shown --json"), 0);
+		if (hj_u64(out, "lag_bytes") == 0 &&
+		    hj_u64(out, "bytes_consumed") >= 5000ull * 3016)
+			break;
+		usleep(100000);
+	}
 	CHECK(hj_get(out, "source", src, sizeof(src)));
 	CHECK(!strcmp(src, "counters file"));
 	batches = hj_u64(out, "batches");
@@ -1134,7 +1150,9 @@ static void case_records(void)
 	for (int i = 0; i < 3000 && seen->records < REC_N; i++)
 		usleep(10000);
 	CHECK(seen->records == REC_N && seen->total == payload);
-	usleep(200000); /* the consumer sleeps: its slot is published */
+	/* the consumer sleeps: its slot is published */
+	CHECK(wait_flow_value(&mb, "recs", FMC_F_RECORDS_CONSUMED, REC_N, 5000,
+			      &r));
 	next_pass(&ma);
 	next_pass(&mb);
 	CHECK(find_rec(&ma, FMC_FLOW, "recs", &s, NULL));
