@@ -1301,7 +1301,7 @@ struct rcpu {
 /* Times each process of a ping-pong went to sleep per exchange (voluntary
  * context switches: a blocking wait that slept, or a yield): moverd A, B,
  * the pinger (sockperf's client), the echo (its server). */
-struct rwake {
+struct rsleeps {
 	double a, b, ping, echo;
 };
 
@@ -1312,7 +1312,7 @@ struct rlat {
 	double cpu_a, cpu_b;
 	struct latstat l;       /* one-way (paced, sparse) or round trip */
 	struct rcpu per_rec;
-	struct rwake wakes;     /* ping-pong rows only */
+	struct rsleeps sleeps;   /* ping-pong rows only */
 	uint64_t records;       /* records (round trips) the CPU is shared by */
 	char transport[16];
 };
@@ -2592,7 +2592,7 @@ out:
 					     .b = cpu1[1] / n,
 					     .prod = s->f[0].cpu_prod / n,
 					     .echo = s->f[0].cpu_cons / n };
-		lr->wakes = (struct rwake){
+		lr->sleeps = (struct rsleeps){
 			.a = (double)sl1[0] / (double)total,
 			.b = (double)sl1[1] / (double)total,
 			.ping = (double)s->f[0].sleeps_prod / (double)total,
@@ -2715,7 +2715,7 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 			     ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6) /
 			   sent * 1e6;
 	lr->per_rec.echo = srv_cpu / sent * 1e6;
-	lr->wakes = (struct rwake){
+	lr->sleeps = (struct rsleeps){
 		.ping = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / sent,
 		.echo = (double)srv_sleeps / sent };
 	free(out);
@@ -3227,7 +3227,7 @@ static void json_cpu(const struct rcpu *c)
 static void print_pp_row(const struct rlat *r)
 {
 	const struct latstat *l = &r->l;
-	const struct rwake *w = &r->wakes;
+	const struct rsleeps *w = &r->sleeps;
 
 	printf("%-19s %8.0f %8" PRIu64 "  %7.1f %7.1f %7.1f %8.1f %8.1f  %7.1f"
 	       " %7.1f  %5.1f %5.1f %6.1f %5.1f  %4.2f %4.2f %4.2f %4.2f\n",
@@ -3249,7 +3249,7 @@ static void json_pp(const struct rlat *r)
 		json_cpu(&r->per_rec);
 		printf(", \"sleeps_per_exchange\": {\"moverd_a\": %.3f, "
 		       "\"moverd_b\": %.3f, \"pinger\": %.3f, \"echo\": %.3f}",
-		       r->wakes.a, r->wakes.b, r->wakes.ping, r->wakes.echo);
+		       r->sleeps.a, r->sleeps.b, r->sleeps.ping, r->sleeps.echo);
 	}
 	printf("}");
 }
