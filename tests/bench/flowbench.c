@@ -1312,7 +1312,7 @@ struct rlat {
 	double cpu_a, cpu_b;
 	struct latstat l;       /* one-way (paced, sparse) or round trip */
 	struct rcpu per_rec;
-	struct rsleeps sleeps;   /* ping-pong rows only */
+	struct rsleeps sleeps;  /* ping-pong rows only */
 	uint64_t records;       /* records (round trips) the CPU is shared by */
 	char transport[16];
 };
