@@ -99,15 +99,17 @@ static int count_fds(pid_t pid)
 	return n;
 }
 
-/* fds are released asynchronously (a completion later): wait a little */
+/* fds are released asynchronously (a completion later): wait a little.
+ * At most `want`: one still on its way out when the baseline was taken
+ * may have gone since; a leak is one more. */
 static void wait_fds(pid_t pid, int want)
 {
-	for (int i = 0; i < 200 && count_fds(pid) != want; i++)
+	for (int i = 0; i < 200 && count_fds(pid) > want; i++)
 		usleep(10000);
-	if (count_fds(pid) != want)
-		fprintf(stderr, "moverd holds %d fds, want %d\n",
+	if (count_fds(pid) > want)
+		fprintf(stderr, "moverd holds %d fds, want at most %d\n",
 			count_fds(pid), want);
-	CHECK(count_fds(pid) == want);
+	CHECK(count_fds(pid) <= want);
 }
 
 /* The fd count once it stops changing: a destroyed flow's ring fd may still
