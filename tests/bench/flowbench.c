@@ -1262,6 +1262,7 @@ struct ropts {
 	uint64_t pp_size;       /* ping-pong record size */
 	unsigned idle_flows, busy_flows, churn;
 	double idle_seconds;    /* window of the idle CPU figure */
+	double busy_rate;       /* records/s of each busy flow, 0: flat out */
 	bool spin;              /* consumers poll (timeout 0) and yield */
 	char poll_us[16];       /* moverd --poll-us of both daemons */
 	char idle[16];          /* moverd --idle of both daemons */
@@ -1344,6 +1345,8 @@ static struct {
 	const struct ropts *o;
 	struct ctl *side;       /* set to PH_MEASURE with a throughput case's
 				   window (the scale run's sparse records) */
+	double busy_rate;       /* the batch producers' records/s (the scale
+				   run's --busy-rate), 0: flat out */
 	enum flowshm_wait client_wait; /* --client-wait of every attached end */
 	cpu_set_t client_set;   /* --client-cpus parsed */
 } R;
@@ -1786,12 +1789,36 @@ static double self_cpu_s(void)
 	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
 }
 
+/* A paced producer: sleep until record `done` is due at `rate`/s from t0. */
+static void pace_until(uint64_t t0, uint64_t done, double rate)
+{
+	uint64_t due = t0 + (uint64_t)((double)done * 1e9 / rate);
+	struct timespec ts = { (time_t)(due / 1000000000ull),
+			       (long)(due % 1000000000ull) };
+
+	while (now_ns() < due &&
+	       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
+/* Records of one batch call of a paced batch producer: a millisecond's
+ * worth at `rate`/s, at least one, at most n (rate 0: n). */
+static unsigned pace_step(double rate, unsigned n)
+{
+	double step = rate / 1000;
+
+	if (rate <= 0 || step >= n)
+		return n;
+	return step < 1 ? 1 : (unsigned)step;
+}
+
 /*
- * A producer on A.  rate == 0: as fast as it can with flowshm_send_batch
- * until STOP, the first unsent record of each call carrying the time of
- * the call.  rate > 0: `count` records with flowshm_send, one every
- * 1/rate s (absolute schedule), each carrying the time just before its
- * send.
+ * A producer on A.  rate == 0: with flowshm_send_batch until STOP, the
+ * first unsent record of each call carrying the time of the call; as fast
+ * as it can, or at R.busy_rate records/s (a millisecond's worth a call).
+ * rate > 0: `count` records with flowshm_send, one every 1/rate s
+ * (absolute schedule), each carrying the time just before its send.
  */
 static void r_producer(const struct ropts *o, struct rshared *s,
 		       const char *name, uint64_t size, uint32_t id,
@@ -1819,18 +1846,10 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 	cpu0 = self_cpu_s();
 	if (rate > 0) {
 		uint64_t t0 = now_ns();
-		double gap = 1e9 / rate;
 
 		prctl(PR_SET_TIMERSLACK, 1000ul); /* 1 µs, not the 50 µs default */
 		for (seq = 0; seq < count && phase_of(c) != PH_STOP;) {
-			uint64_t due = t0 + (uint64_t)(gap * (double)seq);
-			struct timespec ts = { (time_t)(due / 1000000000ull),
-					       (long)(due % 1000000000ull) };
-
-			while (now_ns() < due &&
-			       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME,
-					       &ts, NULL) == EINTR)
-				;
+			pace_until(t0, seq, rate);
 			rec_stamp(buf, size, id, seq);
 			rec_time(buf, now_ns());
 			fmlt_mark(LT_SEND, seq);
@@ -1843,6 +1862,8 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 		}
 	} else {
 		unsigned off = nb;
+		double pace = R.busy_rate; /* 0: flat out */
+		uint64_t t0 = now_ns();
 
 		rc = 0;
 		while (phase_of(c) != PH_STOP) {
@@ -1856,8 +1877,11 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 				}
 				off = 0;
 			}
+			if (pace > 0)
+				pace_until(t0, seq + off, pace);
 			rec_time(buf + off * size, now_ns());
-			rc = flowshm_send_batch(p, iov + off, nb - off, &sent,
+			rc = flowshm_send_batch(p, iov + off,
+						pace_step(pace, nb - off), &sent,
 						R_WAIT_NS);
 			if (rc == -ETIMEDOUT)
 				continue;
@@ -2871,9 +2895,11 @@ static int r_scale_busy(const struct ropts *o, const char *name,
 	if (r_wait_ready(&s->c, 2))
 		failed = 1;
 	R.side = &s->c;
+	R.busy_rate = o->busy_rate;
 	if (!failed && tc && r_run_case(o, 32, o->busy_flows, 0, tc, NULL))
 		failed = 1;
 	R.side = NULL;
+	R.busy_rate = 0;
 	set_phase(&s->c, failed ? PH_STOP : PH_MEASURE);
 	if (!r_wait_pid(cons, (uint64_t)(secs * 1e9) + 10000000000ull, &st) ||
 	    !WIFEXITED(st) || WEXITSTATUS(st)) {
@@ -2991,8 +3017,10 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 	const struct latstat *l = &sc->sparse.l, *l0 = &sc->sparse_alone.l;
 
 	printf("scale: %u idle flows (64K rings), %u busy flows of 32 B "
-	       "records, A -> B over %s\n", o->idle_flows, o->busy_flows,
-	       o->transport);
+	       "records", o->idle_flows, o->busy_flows);
+	if (o->busy_rate > 0)
+		printf(" (each paced at %g records/s)", o->busy_rate);
+	printf(", A -> B over %s\n", o->transport);
 	printf("  %u idle flows created in %.1f s (moverctl, one by one)\n",
 	       o->idle_flows, sc->create_s);
 	printf("  idle CPU over %g s, share of one cpu: no flows A %.2f%% B "
@@ -3061,14 +3089,14 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 static void json_scale(const struct ropts *o, const struct rscale *sc)
 {
 	printf("  \"scale\": {\"ok\": %s, \"idle_flows\": %u, \"busy_flows\": "
-	       "%u, \"churn\": %u, \"idle_seconds\": %g, \"create_s\": %.2f, "
+	       "%u, \"busy_rate\": %g, \"churn\": %u, \"idle_seconds\": %g, \"create_s\": %.2f, "
 	       "\"churn_s\": %.2f,\n    \"idle_cpu_no_flows\": {\"a\": %.5f, "
 	       "\"b\": %.5f}, \"idle_cpu\": {\"a\": %.5f, \"b\": %.5f},\n"
 	       "    \"busy_alone_records_per_s\": %.0f, "
 	       "\"busy_with_idle_records_per_s\": %.0f,\n    "
 	       "\"sparse_idle_flow_ns\": ", sc->ok ? "true" : "false",
-	       o->idle_flows, o->busy_flows, o->churn, o->idle_seconds,
-	       sc->create_s, sc->churn_s, sc->idle0[0], sc->idle0[1],
+	       o->idle_flows, o->busy_flows, o->busy_rate, o->churn,
+	       o->idle_seconds, sc->create_s, sc->churn_s, sc->idle0[0], sc->idle0[1],
 	       sc->idle[0], sc->idle[1], sc->alone.recs_per_s,
 	       sc->with.recs_per_s);
 	json_lat(&sc->sparse.l);
@@ -3162,6 +3190,10 @@ static void usage_remote(FILE *f)
 "  --flows-busy M      (default 10, at most %d)\n"
 "  --idle-seconds S    (default 30)\n"
 "  --churn K           (default 1000)\n"
+"  --busy-rate R       records/s of each busy flow, sent a millisecond's\n"
+"                      worth per batch call (default 0: flat out, which\n"
+"                      on a small host leaves no cpu for the sparse\n"
+"                      records' processes)\n"
 "  env FLOWBENCH_MOVERD_LOG=LEVEL  moverd --log-level (default warn); logs\n"
 "                      are printed to stderr when a case fails\n"
 "  --counter-reader HZ a process reads every record of both daemons'\n"
@@ -3289,6 +3321,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "flows-busy", required_argument, NULL, 'M' },
 		{ "idle-seconds", required_argument, NULL, 'W' },
 		{ "churn", required_argument, NULL, 'K' },
+		{ "busy-rate", required_argument, NULL, 'V' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "counter-reader", required_argument, NULL, 'C' },
@@ -3368,6 +3401,7 @@ static int cmd_remote(int argc, char **argv)
 		case 'M': o.busy_flows = (unsigned)atoi(optarg); break;
 		case 'W': o.idle_seconds = atof(optarg); break;
 		case 'K': o.churn = (unsigned)atoi(optarg); break;
+		case 'V': o.busy_rate = atof(optarg); break;
 		case 'A':
 			if (snprintf(o.addr, sizeof(o.addr), "%s", optarg) >=
 			    (int)sizeof(o.addr))
