@@ -7,7 +7,8 @@
  *   send: control frames first, then acknowledgements of receiver flows
  *         (credit deferred a little: ack_wanted), then data of sender
  *         flows, round robin with a per-flow quantum (a bulk flow cannot
- *         starve a small one), up to BATCH_MAX bytes.
+ *         starve a small one), up to BATCH_MAX bytes; a flow that ran dry
+ *         and has records again goes first (activate_first).
  *         Data goes from the producer ring's mapping straight to sendmsg.
  *         Nothing waits for more data: when the link is idle, whatever is
  *         committed goes at once; while a send is in flight, records pile
@@ -340,6 +341,32 @@ static void activate(struct peer_mgr *m, struct flow *f)
 	l->n++;
 }
 
+/*
+ * A sender flow that had nothing to send and now has (its producers rang,
+ * or the sweep found records): first in the next batch, ahead of the flows
+ * that never ran dry.  It has used nothing of the link since it went idle,
+ * and what it sends before its turn ends is at most what was committed
+ * since (an idle flow keeps no deficit), so a sparse record does not wait
+ * behind a batch of every busy flow (fair queueing's "new flow").  A flow
+ * with more left after its turn goes to the tail like any other.
+ */
+static void activate_first(struct peer_mgr *m, struct flow *f)
+{
+	struct flow_list *l = list_of(m, f);
+
+	if (f->active || !l->head) {
+		activate(m, f);
+		return;
+	}
+	armed_drop(m, f);
+	f->active = true;
+	f->act_prev = NULL;
+	f->act_next = l->head;
+	l->head->act_prev = f;
+	l->head = f;
+	l->n++;
+}
+
 static void deactivate(struct peer_mgr *m, struct flow *f)
 {
 	struct flow_list *l = list_of(m, f);
@@ -617,9 +644,9 @@ static void collect_bell(struct peer_mgr *m)
 				continue;
 			/* the ring's producers ring the first flow's bit:
 			 * its other peer hosts (fan-out) read the same ring */
-			activate(m, f);
+			activate_first(m, f);
 			for (struct flow *s = f->fanout; s; s = s->fanout_next)
-				activate(m, s);
+				activate_first(m, s);
 		}
 	} while (n == 256 && --rounds);
 }
@@ -662,7 +689,7 @@ static void sweep_look(struct peer_mgr *m, struct flow *f)
 	/* relaxed: only a hint to visit; next_span checks */
 	if (sweepable(f) && atomic_load_explicit(&ring_of(f)->sh->tail,
 						 memory_order_relaxed) != f->sent)
-		activate(m, f);
+		activate_first(m, f);
 }
 
 void mover_sweep(struct peer_mgr *m, struct flow *const *fs, unsigned n)
