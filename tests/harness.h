@@ -327,14 +327,15 @@ static inline int hd_ctl(const struct hd *d, const char *moverctl, char *out,
 	return rc;
 }
 
-static inline int hd_fds(const struct hd *d)
+/* How many fds process pid holds. */
+static inline int hd_fds_pid(pid_t pid)
 {
 	char path[64];
 	struct dirent *e;
 	DIR *dir;
 	int n = 0;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)d->pid);
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
 	dir = opendir(path);
 	CHECK(dir);
 	while ((e = readdir(dir)))
@@ -343,16 +344,32 @@ static inline int hd_fds(const struct hd *d)
 	return n;
 }
 
-/* fds are released a completion later: wait up to 5 s for at most want */
+static inline int hd_fds(const struct hd *d)
+{
+	return hd_fds_pid(d->pid);
+}
+
+/*
+ * fds are released a completion later: wait up to ms for pid to hold at
+ * most want (one still on its way out when the baseline was taken may have
+ * gone since; a leak is one more).  False, and said why, if it holds more.
+ */
+static inline bool hd_wait_fds_pid(pid_t pid, int want, int ms)
+{
+	for (int i = 0; i < ms / 10 && hd_fds_pid(pid) > want; i++)
+		usleep(10000);
+	if (hd_fds_pid(pid) <= want)
+		return true;
+	fprintf(stderr, "moverd holds %d fds, want at most %d\n",
+		hd_fds_pid(pid), want);
+	return false;
+}
+
+/* hd_wait_fds_pid for d's moverd, up to 5 s; more fds end the test. */
 static inline void hd_wait_fds(const struct hd *d, int want)
 {
-	for (int i = 0; i < 500 && hd_fds(d) > want; i++)
-		usleep(10000);
-	if (hd_fds(d) > want) {
-		fprintf(stderr, "moverd holds %d fds, want at most %d\n",
-			hd_fds(d), want);
+	if (!hd_wait_fds_pid(d->pid, want, 5000))
 		exit(1);
-	}
 }
 
 /* moverd's CPU time so far (user + system), in clock ticks. */
@@ -733,6 +750,49 @@ static inline bool hd_wait_state(const struct hd *d, const char *moverctl,
 	if (reason && !hj_get(out, "state_reason", reason, cap) && cap)
 		reason[0] = 0;
 	return ok;
+}
+
+static inline uint64_t hj_u64(const char *json, const char *key);
+
+/* The sum of the counts keys ("consumers", "producers+consumers") in json. */
+static inline uint64_t hj_sum(const char *json, const char *keys)
+{
+	uint64_t sum = 0;
+	char key[64];
+
+	while (*keys) {
+		size_t n = strcspn(keys, "+");
+
+		snprintf(key, sizeof(key), "%.*s", (int)n, keys);
+		sum += hj_u64(json, key);
+		keys += n + (keys[n] == '+');
+	}
+	return sum;
+}
+
+/* Wait up to timeout_ms for the count keys (as hj_sum, from one answer) of
+ * flow NAME on d to be want. */
+static inline bool hd_wait_count(const struct hd *d, const char *moverctl,
+				 const char *name, const char *keys,
+				 uint64_t want, int timeout_ms)
+{
+	uint64_t until = tu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	char out[4096];
+	bool answered;
+	uint64_t n = 0;
+
+	do {
+		hd_alive(d);
+		answered = hd_flow_json(d, moverctl, name, out, sizeof(out));
+		if (answered && (n = hj_sum(out, keys)) == want)
+			return true;
+		usleep(10000);
+	} while (tu_now_ns() < until);
+	if (!answered)
+		fprintf(stderr, "flow %s: no answer to flow show\n", name);
+	fprintf(stderr, "flow %s: %s is %llu, want %llu\n", name, keys,
+		(unsigned long long)n, (unsigned long long)want);
+	return false;
 }
 
 /* ---- cases --------------------------------------------------------------- */

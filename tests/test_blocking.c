@@ -245,9 +245,7 @@ static void test_room_below_quarter(void)
 
 		_exit(flowshm_send(o, rec, sizeof(rec), -1) != 0);
 	}
-	for (int i = 0; i < 5000 && producers_sleeping(p) == 0; i++)
-		usleep(1000);
-	CHECK(producers_sleeping(p) == 1);
+	CHECK(sleepers_seen(p, producers_sleeping, true) == 1);
 	c = tu_open(fd, FLOWSHM_CONSUMER, 0);
 	word = space_word(c);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);

@@ -200,18 +200,6 @@ static void fc_done(pid_t pid, const char *what)
 	}
 }
 
-/* Wait until flow name on d has `want` producers and consumers. */
-static void wait_attached(const struct hd *d, const char *name, unsigned want)
-{
-	for (int i = 0; i < 500; i++) {
-		if (flow_u64(d, name, "producers") + flow_u64(d, name, "consumers")
-		    == want)
-			return;
-		usleep(10000);
-	}
-	CHECK(!"the clients did not attach");
-}
-
 /* ---- cases ------------------------------------------------------------------ */
 
 static const char conf1[] =
@@ -327,9 +315,12 @@ static void case_reload(void)
 	prod = fc(&d, 0, "produce", "steady", n);
 	busy_cons = fc(&d, 0, "consume", "busy", 1);
 	grant_cons = fc(&d, 0, "consume", "grant", 1);
-	wait_attached(&d, "steady", 1);
-	wait_attached(&d, "busy", 1);
-	wait_attached(&d, "grant", 1);
+	CHECK(hd_wait_count(&d, moverctl_bin, "steady", "producers+consumers",
+			    1, 90000));
+	CHECK(hd_wait_count(&d, moverctl_bin, "busy", "producers+consumers",
+			    1, 90000));
+	CHECK(hd_wait_count(&d, moverctl_bin, "grant", "producers+consumers",
+			    1, 90000));
 	/* granted by hand: a reload keeps it */
 	CHECK_RC(ctl(&d, out, sizeof(out), "flow allow grant --uid 4001"), 0);
 	write_conf(&d, conf3b);
@@ -369,7 +360,8 @@ static void case_reload(void)
 	hx_wait(busy_cons, 5000);
 	kill(grant_cons, SIGKILL);
 	hx_wait(grant_cons, 5000);
-	wait_attached(&d, "busy", 0);
+	CHECK(hd_wait_count(&d, moverctl_bin, "busy", "producers+consumers",
+			    0, 90000));
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
 	expect_out(out, "flow busy (line 4): re-created");
 	CHECK(flow_u64(&d, "busy", "ring_size") == 128 << 10);

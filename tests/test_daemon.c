@@ -14,11 +14,9 @@
  * SIGTERM shutting down cleanly; its flows stay (issue 15: an attached
  * producer still sends, the next start re-adopts them, see test_life).
  */
-#include "testutil.h"
+#include "harness.h"
 #include "flowshm_internal.h"
-#include "ctl_client.h"
 
-#include <dirent.h>
 #include <stdarg.h>
 #include <poll.h>
 #include <signal.h>
@@ -83,47 +81,18 @@ static int ctl(char *out, size_t cap, const char *fmt, ...)
 	return rc;
 }
 
-static int count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	DIR *d;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	CHECK(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
-/* fds are released asynchronously (a completion later): wait a little.
- * At most `want`: one still on its way out when the baseline was taken
- * may have gone since; a leak is one more. */
-static void wait_fds(pid_t pid, int want)
-{
-	for (int i = 0; i < 200 && count_fds(pid) > want; i++)
-		usleep(10000);
-	if (count_fds(pid) > want)
-		fprintf(stderr, "moverd holds %d fds, want at most %d\n",
-			count_fds(pid), want);
-	CHECK(count_fds(pid) <= want);
-}
-
 /* The fd count once it stops changing: a destroyed flow's ring fd may still
  * be on its way out (released when its last reference's completion is
  * reaped), and must not be counted in a baseline. */
 static int settled_fds(pid_t pid)
 {
-	int last = count_fds(pid), same = 0;
+	int last = hd_fds_pid(pid), same = 0;
 
 	for (int i = 0; i < 200 && same < 5; i++) {
 		int n;
 
 		usleep(10000);
-		n = count_fds(pid);
+		n = hd_fds_pid(pid);
 		same = n == last ? same + 1 : 0;
 		last = n;
 	}
@@ -443,7 +412,7 @@ static void test_bad_frames(void)
 		char out[4096];
 		CHECK(ctl(out, sizeof(out), "status") == 0);
 	}
-	wait_fds(daemon_pid, base);
+	CHECK(hd_wait_fds_pid(daemon_pid, base, 2000));
 }
 
 static void test_destroy_while_attached(void)
@@ -464,7 +433,7 @@ static void test_destroy_while_attached(void)
 	CHECK(ctl(out, sizeof(out), "flow show busy") == 1);
 	flowshm_detach(p);
 	flowshm_detach(c);
-	wait_fds(daemon_pid, base);
+	CHECK(hd_wait_fds_pid(daemon_pid, base, 2000));
 }
 
 static void test_sigterm(void)

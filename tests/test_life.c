@@ -126,20 +126,6 @@ static void wait_tail(const struct hd *d, const char *name, uint64_t bytes)
 	CHECK(!"the flow did not move");
 }
 
-/* Wait until flow name's `key` on d is `want`. */
-static void wait_u64(const struct hd *d, const char *name, const char *key,
-		     uint64_t want)
-{
-	for (int i = 0; i < 1000; i++) {
-		if (flow_u64(d, name, key) == want)
-			return;
-		usleep(10000);
-	}
-	fprintf(stderr, "flow %s: %s never became %llu\n", name, key,
-		(unsigned long long)want);
-	CHECK(!"a flow's count did not change");
-}
-
 /* Let a stopped consumer read until the tail on d has moved 64 KiB more,
  * then stop it again: with its 64 KiB rings full behind it, the producer
  * waits, so it is still sending whatever the speed of the build. */
@@ -320,8 +306,8 @@ static void case_wrong_role(void)
 	local = fc_consume(&a, "w", 1, 50000, 200, 0);
 	remote = fc_consume(&b, "w", 1, 50000, 200, 0);
 	/* both subscribed before the first record */
-	wait_u64(&a, "w", "consumers", 1);
-	wait_u64(&b, "w", "consumers", 1);
+	CHECK(hd_wait_count(&a, moverctl_bin, "w", "consumers", 1, 90000));
+	CHECK(hd_wait_count(&b, moverctl_bin, "w", "consumers", 1, 90000));
 	prod = fc_produce(&a, "w", 1, 50000, 200);
 	fc_done(prod, "producer", 60000);
 	fc_done(local, "consumer on the sending host", 60000);

@@ -658,12 +658,12 @@ static const char *screen_line(const char *screen, const char *prefix,
 	return NULL;
 }
 
-/* The tmux session's screen, once it shows `want` (5 s at most: top
- * redraws after a key in its own time). */
+/* The tmux session's screen, once it shows `want` (ms at most: top
+ * redraws after a key, and exits after q, in its own time). */
 static void screen_with(const char *sess, char *screen, size_t cap,
-			const char *want)
+			const char *want, int ms)
 {
-	for (int i = 0; i < 50; i++) {
+	for (int i = 0; i < ms / 100; i++) {
 		sh(screen, cap, "tmux -L %s capture-pane -p -t %s", sess, sess);
 		if (strstr(screen, want))
 			return;
@@ -713,19 +713,15 @@ static void case_tmux(void)
 	CHECK(strstr(screen, "sort: rate"));
 	CHECK(strstr(screen, "zbusy ") < strstr(screen, "aidle "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s n", sess, sess);
-	screen_with(sess, screen, sizeof(screen), "sort: name");
+	screen_with(sess, screen, sizeof(screen), "sort: name", 5000);
 	CHECK(strstr(screen, "sort: name"));
 	CHECK(strstr(screen, "aidle ") < strstr(screen, "zbusy "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s l", sess, sess);
-	screen_with(sess, screen, sizeof(screen), "sort: lag");
+	screen_with(sess, screen, sizeof(screen), "sort: lag", 5000);
 	CHECK(strstr(screen, "sort: lag"));
 	CHECK(strstr(screen, "aidle ") && strstr(screen, "zbusy "));
 	sh(NULL, 0, "tmux -L %s send-keys -t %s q", sess, sess);
-	for (int i = 0; i < 20 && !strstr(screen, "TOP-EXITED 0"); i++) {
-		usleep(100000);
-		sh(screen, sizeof(screen), "tmux -L %s capture-pane -p -t %s",
-		   sess, sess);
-	}
+	screen_with(sess, screen, sizeof(screen), "TOP-EXITED 0", 5000);
 	CHECK(strstr(screen, "TOP-EXITED 0"));
 	sh(NULL, 0, "tmux -L %s kill-server", sess);
 	wait_ok(p, 60000, "producer");
