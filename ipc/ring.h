@@ -184,6 +184,14 @@
  * (killed between the CAS and step 2), the consumer scans forward for the
  * next position that carries a CLAIMED or COMMITTED seal of its own (or up
  * to tail) and pads the gap.  Records of other producers are never touched.
+ * Known limit: that gap carries no pid, so a producer that is alive but
+ * stopped (SIGSTOP, a frozen vCPU) for the whole recovery timeout exactly
+ * between its CAS and step 2 is taken for dead; when it runs again it
+ * writes its header and payload into space the subscribers have passed:
+ * its record is lost although its send succeeded, and if the ring lapped
+ * meanwhile the write lands on a later record of this ring.  Closing it
+ * needs the claim to name its producer before the CAS (a producer slot in
+ * the control page, as subscribers have): a format change, not made yet.
  *
  * Deposit rings (the consumer end of a flow between hosts): moverd copies
  * spans into the data area in any byte order (RDMA gives no placement
