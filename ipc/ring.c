@@ -135,6 +135,7 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
 		.tail_cache = tail,
 		.stuck_pos = UINT64_MAX,
 		.sub = FR_MAX_SUBS,
+		.prod = FR_MAX_PRODS,
 		/* the floor is never above what a producer may rely on
 		 * (see refresh_min): a safe first head cache */
 		.head_cache = floor,
@@ -472,6 +473,31 @@ static unsigned fit_or_refresh(struct fr_ring *r, const uint32_t *lens,
 	return fit(r, lens, n, t + pad, r->head_cache + r->size, end);
 }
 
+/*
+ * Our slot names the claim we are about to make from t (ring.h, Producer
+ * slots).  Release: a recoverer that reads this value also sees our headers
+ * of every earlier claim (stored before it), so it can tell a gap of ours
+ * from one of a dead producer.  It is ordered before the tail CAS, which
+ * is seq_cst: a recoverer that acquires a tail past our claim reads this
+ * value or a later one of ours.
+ */
+static void claim_busy(struct fr_ring *r, uint64_t t)
+{
+	if (r->prod < FR_MAX_PRODS)
+		atomic_store_explicit(&fr_prod_at(r, r->prod)->claim,
+				      t | FR_CLAIM_BUSY, memory_order_release);
+}
+
+/* Every header of the claim is written (or it was given up). */
+static void claim_done(struct fr_ring *r)
+{
+	/* release: who reads the slot idle also sees our headers (CLAIMED,
+	 * or the pads of a refused claim) */
+	if (r->prod < FR_MAX_PRODS)
+		atomic_store_explicit(&fr_prod_at(r, r->prod)->claim, 0,
+				      memory_order_release);
+}
+
 static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 			 struct fr_claim *c, bool end_record)
 {
@@ -516,6 +542,7 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 				return -EAGAIN;
 			end = t + pad;
 		}
+		claim_busy(r, t);
 		/*
 		 * seq_cst on success: our writes into the claimed space stay
 		 * after the claim (acquire), and the claim is ordered before
@@ -548,10 +575,21 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 	}
 }
 
+/* A claim whose headers are written once it returns, busy in our slot
+ * while it runs. */
+static int claim_named(struct fr_ring *r, const uint32_t *lens, unsigned n,
+		       struct fr_claim *c, bool end_record)
+{
+	int rc = claim_records(r, lens, n, c, end_record);
+
+	claim_done(r);
+	return rc;
+}
+
 int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 	     struct fr_claim *c)
 {
-	return claim_records(r, lens, n, c, false);
+	return claim_named(r, lens, n, c, false);
 }
 
 void fr_commit(struct fr_ring *r, const struct fr_claim *c)
@@ -581,6 +619,26 @@ void fr_producer_number(struct fr_ring *r)
 		 ((n & 0xffu) << FR_INFO_ATTACH_SHIFT);
 }
 
+/* The END record's claim, named in a slot: ours, or one taken for it
+ * (moverd writes END through a ring it only subscribes to).  With none
+ * free it claims unnamed, as a producer of an older library does. */
+static int end_claim(struct fr_ring *r, const uint32_t *len,
+		     struct fr_claim *c)
+{
+	unsigned slot;
+	uint32_t gen;
+	int rc;
+
+	if (r->prod < FR_MAX_PRODS ||
+	    fr_prod_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen))
+		return claim_named(r, len, 1, c, true);
+	r->prod = slot;
+	r->prod_gen = gen;
+	rc = claim_named(r, len, 1, c, true);
+	fr_prod_leave(r, slot, gen);
+	return rc;
+}
+
 /*
  * ENDING first (seq_cst), then the END record's claim: a producer whose
  * claim comes after ours in tail's order sees ENDING and pads its claim
@@ -599,7 +657,7 @@ int fr_write_end(struct fr_ring *r)
 		return 0;
 	if (old & FR_FLAG_CLOSED)
 		return fr_closed_rc(r);
-	rc = claim_records(r, &len, 1, &c, true);
+	rc = end_claim(r, &len, &c);
 	if (rc)
 		return rc; /* -EAGAIN: ENDING stays, call again */
 	memcpy(fr_rec_at(r, c.pos) + 1, &kind, sizeof(kind));
@@ -943,6 +1001,124 @@ unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 	return n;
 }
 
+/* ---- producer slots (ring.h, Producer slots) ----------------------------- */
+
+static int prod_take_free(struct fr_ring *r, uint32_t pid, unsigned *slot,
+			  uint32_t *gen)
+{
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		struct fr_prod *p = fr_prod_at(r, i);
+		uint32_t free_pid = 0;
+
+		if (atomic_load_explicit(&p->pid, memory_order_relaxed))
+			continue;
+		/* acquire: after the previous holder's release of the slot */
+		if (!atomic_compare_exchange_strong_explicit(
+			    &p->pid, &free_pid, pid, memory_order_acquire,
+			    memory_order_relaxed))
+			continue;
+		/* relaxed: a free slot's claim is 0 (fr_prod_leave), unless
+		 * a client scribbled on it; ours from here on */
+		atomic_store_explicit(&p->claim, 0, memory_order_relaxed);
+		*slot = i;
+		*gen = atomic_load_explicit(&p->gen, memory_order_relaxed);
+		return 0;
+	}
+	return -EBUSY;
+}
+
+int fr_prod_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
+		 uint32_t *gen)
+{
+	if (!pid)
+		return -EINVAL;
+	if (!prod_take_free(r, pid, slot, gen))
+		return 0;
+	/* the slots of producers that died without a moverd to see it */
+	if (!fr_prod_leave_dead(r))
+		return -EBUSY;
+	return prod_take_free(r, pid, slot, gen);
+}
+
+int fr_prod_adopt(struct fr_ring *r, unsigned slot, uint32_t gen)
+{
+	struct fr_prod *p;
+
+	if (slot >= FR_MAX_PRODS)
+		return -EINVAL;
+	p = fr_prod_at(r, slot);
+	/* relaxed: the slot is only ever written by its holder, and by a
+	 * leave (which the gen tells) */
+	if (atomic_load_explicit(&p->gen, memory_order_relaxed) != gen ||
+	    !atomic_load_explicit(&p->pid, memory_order_relaxed))
+		return -ESTALE;
+	r->prod = slot;
+	r->prod_gen = gen;
+	return 0;
+}
+
+void fr_prod_leave(struct fr_ring *r, unsigned slot, uint32_t gen)
+{
+	struct fr_prod *p;
+	uint32_t g = gen;
+
+	if (slot >= FR_MAX_PRODS)
+		return;
+	if (r->prod == slot && r->prod_gen == gen)
+		r->prod = FR_MAX_PRODS;
+	p = fr_prod_at(r, slot);
+	/* the gen is the key: of the client and moverd leaving at once (or
+	 * a leave after the slot was taken again) one CAS wins */
+	if (!atomic_compare_exchange_strong(&p->gen, &g, gen + 1))
+		return;
+	/* a holder that died mid-claim: its gap is nobody's now */
+	atomic_store_explicit(&p->claim, 0, memory_order_relaxed);
+	/* release: the claim word is idle before the slot is free */
+	atomic_store_explicit(&p->pid, 0, memory_order_release);
+}
+
+unsigned fr_prod_leave_dead(struct fr_ring *r)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		struct fr_prod *p = fr_prod_at(r, i);
+		uint32_t pid = atomic_load_explicit(&p->pid,
+						    memory_order_acquire);
+
+		if (!pid || pid_alive(pid))
+			continue;
+		fr_prod_leave(r, i, atomic_load_explicit(&p->gen,
+							 memory_order_relaxed));
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Might a live producer still write a header in [pos, end)?  Yes if a slot
+ * of a live pid is busy with a claim from below end: that claim may cover
+ * part of the gap (its headers are written front to back and the slot goes
+ * idle only after the last).  Acquire on the claim word: a slot we read
+ * idle, or busy with a later claim, had its headers of this gap written
+ * before, and the recovery CAS on the seal then fails.
+ */
+static bool gap_claimed_by_live(const struct fr_ring *r, uint64_t end)
+{
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		struct fr_prod *p = fr_prod_at(r, i);
+		uint64_t c = atomic_load_explicit(&p->claim,
+						  memory_order_acquire);
+
+		if (!(c & FR_CLAIM_BUSY) || (c & ~FR_CLAIM_BUSY) >= end)
+			continue;
+		if (pid_alive(atomic_load_explicit(&p->pid,
+						   memory_order_relaxed)))
+			return true;
+	}
+	return false;
+}
+
 /* ---- status (moverd writes, clients read) ------------------------------- */
 
 static void status_begin(struct fr_status *st)
@@ -1088,7 +1264,9 @@ static bool pid_alive(uint32_t pid)
 	char *rp;
 	bool alive = true;
 
-	if (pid == 0)
+	/* a word from shared memory: above the largest pid it is no process
+	 * (and as a pid_t it could name a process group) */
+	if (pid == 0 || pid > FR_INFO_PID)
 		return false;
 	if (kill((pid_t)pid, 0) && errno == ESRCH)
 		return false;
@@ -1217,6 +1395,10 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		}
 	} else {
 		bytes = next_sealed(r, pos, limit) - pos;
+		if (gap_claimed_by_live(r, pos + bytes)) {
+			r->stuck_since_ns = stuck_clock_ns(); /* look later */
+			return -EAGAIN;
+		}
 	}
 	for (;;) {
 		if (!recover_pad(r, pos, seal, bytes))

@@ -36,6 +36,9 @@
  *   line 7      status       written by moverd only: the flow's state as
  *                            clients see it (struct fr_status)
  *   lines 8-23  subscriber slots 0..FR_MAX_SUBS-1, one line each
+ *   lines 24-31 producer slots 0..FR_MAX_PRODS-1, 16 bytes each: slot i
+ *               is on line 24 + i % 8, so the first eight producers of a
+ *               ring write a line each (see Producer slots)
  *
  * ---------------------------------------------------------------------------
  * Subscribers (format 2): several consumers, each at its own position
@@ -95,6 +98,28 @@
  * producers_waiting (fr_want_space), so that the subscribers publish on
  * their next release and one recv frees room for one try-once send; a
  * producer that only spins does not set it.  The publisher clears it.)
+ *
+ * ---------------------------------------------------------------------------
+ * Producer slots (format 3, a compatible addition)
+ * ---------------------------------------------------------------------------
+ *
+ * Each producer holds one of FR_MAX_PRODS slots: its pid (0 = free) and a
+ * generation, taken like a subscriber slot (moverd takes it at attach in
+ * the client's pid and gives it back when the client's control connection
+ * closes; a producer of a ring without moverd takes one itself).  Its one
+ * busy word is `claim`: before every CAS of tail from t the producer stores
+ * t | FR_CLAIM_BUSY there, and it stores 0 once every header of its claim
+ * is written.  So a claim whose headers are not all written yet is always
+ * named by a busy slot at or below its start, and recovery (below) can ask
+ * whether the producer that may own a headerless gap is still alive.  The
+ * words are the producer's own: a producer alone on its line never shares
+ * it, and nobody else reads it but a recovering subscriber.
+ *
+ * Rings written before the slots have zeros there (every slot free): a
+ * producer of an older library holds no slot, and a headerless gap of its
+ * is recovered as before (see the known limit under Recovery).  With all
+ * FR_MAX_PRODS slots taken (and none of a dead pid to take back), a new
+ * producer is refused (-EBUSY) rather than run without one.
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -183,15 +208,18 @@
  * record becomes a PAD of the claimed length.  If no header was written yet
  * (killed between the CAS and step 2), the consumer scans forward for the
  * next position that carries a CLAIMED or COMMITTED seal of its own (or up
- * to tail) and pads the gap.  Records of other producers are never touched.
- * Known limit: that gap carries no pid, so a producer that is alive but
- * stopped (SIGSTOP, a frozen vCPU) for the whole recovery timeout exactly
- * between its CAS and step 2 is taken for dead; when it runs again it
- * writes its header and payload into space the subscribers have passed:
- * its record is lost although its send succeeded, and if the ring lapped
- * meanwhile the write lands on a later record of this ring.  Closing it
- * needs the claim to name its producer before the CAS (a producer slot in
- * the control page, as subscribers have): a format change, not made yet.
+ * to tail) and pads the gap, but only when no producer slot of a live pid
+ * is busy with a claim that starts below the gap's end (Producer slots):
+ * the gap carries no pid of its own, and a producer that is alive but
+ * stopped (SIGSTOP, a frozen vCPU) right after its CAS would otherwise be
+ * taken for dead, and write its record, once continued, into space the
+ * subscribers have passed (lost although its send succeeded, or a lap
+ * later over another record: tests/test_stopped_producer.c).  Records of
+ * other producers are never touched.  Known limits: a producer of an
+ * older library holds no slot, so its gap is recovered on the timeout
+ * alone, as it always was; and a live producer stopped while its slot is
+ * busy holds back recovery of any gap above its claim start (the flow
+ * waits for it, as for a live producer's CLAIMED record).
  *
  * Deposit rings (the consumer end of a flow between hosts): moverd copies
  * spans into the data area in any byte order (RDMA gives no placement
@@ -263,6 +291,8 @@ struct fr_bell; /* ipc/bell.h */
 #define FR_MIN_RING      4096ull
 #define FR_MAX_RING      (1ull << 34) /* 16 GiB */
 #define FR_MAX_SUBS      16u
+#define FR_MAX_PRODS     64u
+#define FR_CLAIM_BUSY    1ull /* in fr_prod.claim: a claim from (claim & ~1) */
 #define FR_PUBLISH_BYTES (64u * 1024u) /* lazy head: publish at least this often */
 #define FR_ROOM_LOOK_NS  10000000ull /* a producer asleep for space looks for
 					room below the wake room this often */
@@ -355,6 +385,13 @@ struct fr_sub {
 	_Atomic uint64_t gen;      /* bumped at each take: who holds it now */
 };
 
+/* One producer's slot (lines 24-31, Producer slots). */
+struct fr_prod {
+	_Atomic uint64_t claim; /* t | FR_CLAIM_BUSY while claiming from t */
+	_Atomic uint32_t pid;   /* holder; 0 = free */
+	_Atomic uint32_t gen;   /* bumped at each leave: a stale leave fails */
+};
+
 /* moverd's view of the flow, for clients (line 7); moverd is its only writer. */
 struct fr_status {
 	_Atomic uint32_t seq;       /* odd while moverd writes (seqlock) */
@@ -395,10 +432,15 @@ struct fr_shared {
 	_Atomic uint32_t producers_waiting;
 	_Alignas(FR_LINE) struct fr_status status;
 	struct fr_sub subs[FR_MAX_SUBS];
+	/* indexed through fr_prod_at, never directly */
+	_Alignas(FR_LINE) struct fr_prod prods[FR_MAX_PRODS];
 };
 
 _Static_assert(sizeof(struct fr_shared) <= FR_CTRL_BYTES, "control page");
 _Static_assert(sizeof(struct fr_rec) == FR_REC_HDR, "record header");
+/* the producer slots sit where rings made before them have zeros */
+_Static_assert(offsetof(struct fr_shared, prods) == 24 * FR_LINE &&
+	       sizeof(struct fr_prod) == 16, "producer slots");
 
 /* Parameters of a new ring. */
 struct fr_params {
@@ -443,6 +485,8 @@ struct fr_ring {
 	struct fr_bell *bell; /* moverd's doorbell page (attach), or NULL */
 	uint32_t bell_index; /* this flow's bit in it (checked < its size) */
 	uint32_t uncounted;  /* data records claimed, not yet in sh->records */
+	unsigned prod;       /* our producer slot, FR_MAX_PRODS = none */
+	uint32_t prod_gen;   /* its gen when we took it */
 };
 
 /* Sizes. */
@@ -575,6 +619,33 @@ void fr_note_full(struct fr_ring *r, uint64_t t0_ns);
 /* Take this producer's attach number (fetch_add of producer_seq) into the
  * info word of every record it writes. */
 void fr_producer_number(struct fr_ring *r);
+
+/* Producer slots (ring.h, Producer slots).  Slot i lives on line i % 8 of
+ * the eight, so that the first eight producers write a line each. */
+static inline struct fr_prod *fr_prod_at(const struct fr_ring *r, unsigned i)
+{
+	unsigned per_line = FR_LINE / sizeof(struct fr_prod);
+
+	return &r->sh->prods[(i % (FR_MAX_PRODS / per_line)) * per_line +
+			     i / (FR_MAX_PRODS / per_line)];
+}
+
+/* Take a free producer slot in `pid` (moverd for a client at attach, or a
+ * producer of a ring without moverd), taking back slots of dead pids if
+ * none is free: *slot and *gen say which.  -EBUSY if all are held. */
+int fr_prod_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
+		 uint32_t *gen);
+
+/* Claim through the slot (taken for us by moverd): -ESTALE if it is not
+ * held with this gen any more. */
+int fr_prod_adopt(struct fr_ring *r, unsigned slot, uint32_t gen);
+
+/* Give a slot back (the producer detached, or moverd saw it die).  Of two
+ * leaves of the same slot and gen one does it; a stale gen does nothing. */
+void fr_prod_leave(struct fr_ring *r, unsigned slot, uint32_t gen);
+
+/* Give back every producer slot whose holder pid is dead; how many. */
+unsigned fr_prod_leave_dead(struct fr_ring *r);
 
 /* The producer identity in a record header (attach number << 22 | pid). */
 static inline uint32_t fr_rec_producer(const struct fr_rec *h)

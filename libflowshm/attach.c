@@ -38,8 +38,18 @@ static void open_error(int fd, const char *flow_name, int rc)
 	}
 	snprintf(attach_err, sizeof(attach_err),
 		 "ring of flow '%s' from moverd: %s", flow_name,
-		 rc == -ESTALE ? "the subscriber slot moverd took for us is "
-				 "gone" : flowshm_strerror(rc));
+		 rc == -ESTALE ? "the slot moverd took for us is gone" :
+		 rc == -EBUSY ? "every producer slot of the flow is taken" :
+				flowshm_strerror(rc));
+}
+
+/* The slot moverd took for us (a consumer's subscriber slot, a producer's
+ * producer slot), or -1: none (an older moverd), we take one ourselves. */
+static int answer_slot(const Flowmover__FlowInfo *fi, enum flowshm_role role)
+{
+	uint32_t s = role == FLOWSHM_PRODUCER ? fi->prod_slot : fi->sub_slot;
+
+	return s ? (int)s - 1 : -1;
 }
 
 /* Attach; wait_ms != 0: moverd waits that long for the flow to appear,
@@ -100,9 +110,10 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 		goto out;
 	}
 	rc = flowshm_open_attached(fds[0], role, opts,
-				   resp->flow->sub_slot ?
-					   (int)resp->flow->sub_slot - 1 : -1,
-				   resp->flow->sub_gen, out);
+				   answer_slot(resp->flow, role),
+				   role == FLOWSHM_PRODUCER ?
+					   resp->flow->prod_gen :
+					   resp->flow->sub_gen, out);
 	if (rc) {
 		open_error(fds[0], flow_name, rc);
 		goto out;

@@ -281,6 +281,23 @@ static void unmap(flowshm_t *f)
 	free(f);
 }
 
+/* A producer names its claims in a slot (ipc/ring.h, Producer slots):
+ * the one moverd took for us, or one of our own without moverd (the ring
+ * takes it back once we are dead, if it runs out). */
+static int producer_slot(struct fr_ring *r, int slot, uint64_t gen)
+{
+	unsigned mine;
+	uint32_t g;
+	int rc;
+
+	if (slot >= 0)
+		return gen > UINT32_MAX ? -EPROTO :
+					  fr_prod_adopt(r, (unsigned)slot,
+							(uint32_t)gen);
+	rc = fr_prod_take(r, (uint32_t)getpid() & FR_INFO_PID, &mine, &g);
+	return rc ? rc : fr_prod_adopt(r, mine, g);
+}
+
 int flowshm_open_attached(int fd, enum flowshm_role role,
 			  const struct flowshm_opts *opts, int slot,
 			  uint64_t gen, flowshm_t **out)
@@ -288,9 +305,11 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 	unsigned mine;
 	int rc = open_map(fd, role, opts, out);
 
-	if (rc || role != FLOWSHM_CONSUMER)
+	if (rc || slot == FLOWSHM_NO_SLOT)
 		return rc;
-	if (slot >= 0) {
+	if (role == FLOWSHM_PRODUCER) {
+		rc = producer_slot(&(*out)->ring, slot, gen);
+	} else if (slot >= 0) {
 		/* moverd took the slot for us (and gives it back when our
 		 * control connection closes) */
 		rc = fr_sub_adopt(&(*out)->ring, (unsigned)slot, gen);
@@ -342,6 +361,8 @@ void flowshm_close(flowshm_t *f)
 	 * own leave at our disconnect is then a no-op (same gen) */
 	if (f->ring.sub < FR_MAX_SUBS)
 		fr_sub_leave(&f->ring, f->ring.sub, f->ring.sub_gen);
+	if (f->ring.prod < FR_MAX_PRODS)
+		fr_prod_leave(&f->ring, f->ring.prod, f->ring.prod_gen);
 	fr_count_flush(&f->ring); /* our claims, before moverd sees us go */
 	if (f->ctl_fd >= 0)
 		close(f->ctl_fd);

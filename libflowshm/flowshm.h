@@ -34,7 +34,8 @@
  *   -EPROTO     the ring is corrupt or of another version: stop using it
  *   -EINVAL     bad argument (zero length, wrong role, misuse of reserve
  *               or peek)
- *   -EBUSY      (attach) every subscriber slot of the flow is taken
+ *   -EBUSY      (attach, open_fd) every subscriber slot (consumers) or
+ *               producer slot (producers) of the flow is taken
  *   -ENOSPC, -EDQUOT, -ENOMEM  (attach, end) a limit of moverd's
  *   -ENOENT, -EACCES, -ECONNREFUSED  (attach) see flowshm_attach
  * Which calls return which is said at each call.
@@ -106,7 +107,8 @@ struct flowshm_info {
  *   -ECONNREFUSED  moverd is not running
  *   -ETIMEDOUT     moverd did not answer in time
  *   -EPROTO        moverd's answer made no sense
- *   -EBUSY         all 16 subscriber slots (consumers) of the flow taken
+ *   -EBUSY         all 16 subscriber slots (consumers), or all 64
+ *                  producer slots (producers), of the flow taken
  *   -ESTALE        a consumer on a receiving host whose sender cut the
  *                  flow (fan-out --max-lag): attach again once the sender
  *                  opens it again (flowshm_attach_wait waits for that)

@@ -70,9 +70,13 @@ int flowshm_ring_create_at(const struct flowshm_ring_params *params,
 
 /*
  * flowshm_open_fd for an attach through moverd: a consumer adopts the
- * subscriber slot moverd took for it (slot >= 0, with its gen), or takes
- * one itself (slot < 0).  -ESTALE if the slot is no longer ours.
+ * subscriber slot moverd took for it, a producer the producer slot (slot
+ * >= 0, with its gen), or takes one itself (slot < 0).  -ESTALE if the
+ * slot is no longer ours.  FLOWSHM_NO_SLOT takes none: moverd's own view of
+ * a ring, which subscribes with a slot of its own (fr_sub_take_held) and
+ * names its END claims in a slot taken for each (fr_write_end).
  */
+#define FLOWSHM_NO_SLOT (-2)
 int flowshm_open_attached(int fd, enum flowshm_role role,
 			  const struct flowshm_opts *opts, int slot,
 			  uint64_t gen, flowshm_t **out);

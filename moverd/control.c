@@ -37,8 +37,9 @@
 struct attachment {
 	struct flow *flow;
 	enum flowshm_role role;
-	unsigned slot;  /* consumer: the subscriber slot taken for it */
-	uint64_t gen;   /* ... and its generation (fr_sub_take) */
+	unsigned slot;  /* the subscriber slot (consumer) or producer slot
+			   (producer) taken for it */
+	uint64_t gen;   /* ... and its generation (fr_sub_take, fr_prod_take) */
 	bool ended;  /* a producer that ended its stream (flowshm_end) */
 };
 
@@ -108,8 +109,14 @@ static void detach_all(struct ctl_client *c)
 			if (f->view)
 				fr_sub_leave(&f->view->ring, c->att[i].slot,
 					     c->att[i].gen);
-		} else
+		} else {
 			f->producers--;
+			/* a producer that died mid-claim: its gap is free
+			 * to be recovered (ipc/ring.h, Producer slots) */
+			if (f->view)
+				fr_prod_leave(&f->view->ring, c->att[i].slot,
+					      (uint32_t)c->att[i].gen);
+		}
 		if (c->att[i].ended)
 			f->producers_ended--;
 		log_debug("flow %s: pid %d detached", f->name, (int)c->pid);
@@ -818,6 +825,19 @@ out:
 	free(ptrs);
 }
 
+/* A slot was taken for the client (rc 0), or answer why not. */
+static bool slot_taken(struct ctl_client *c, uint64_t id, const struct flow *f,
+		       int rc, const char *kind, unsigned all)
+{
+	if (rc == -EBUSY)
+		respond_error(c, id, -EBUSY, "flow '%s': all %u %s slots taken",
+			      f->name, all, kind);
+	else if (rc)
+		respond_error(c, id, rc, "flow '%s': no %s slot: %s", f->name,
+			      kind, strerror(-rc));
+	return rc == 0;
+}
+
 /* A consumer is a subscriber of the ring (ring format 2): take a slot for
  * it in the client's pid; false (answered) if none is free. */
 static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
@@ -834,16 +854,25 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 		f->subs_taken |= 1u << att->slot;
 		f->sub_taken_gen[att->slot] = att->gen;
 	}
-	if (rc == -EBUSY)
-		respond_error(c, id, -EBUSY, "flow '%s': all %u subscriber "
-			      "slots taken", f->name, FR_MAX_SUBS);
-	else if (rc)
-		respond_error(c, id, rc, "flow '%s': no subscriber slot: %s",
-			      f->name, strerror(-rc));
-	return rc == 0;
+	return slot_taken(c, id, f, rc, "subscriber", FR_MAX_SUBS);
 }
 
-/* The attach answer: the flow, its ring fd, and a consumer's slot; for
+/* A producer names its claims in a producer slot (ipc/ring.h, Producer
+ * slots): take one for it in the client's pid; false (answered) if none. */
+static bool take_prod_slot(struct ctl_client *c, uint64_t id, struct flow *f,
+			   struct attachment *att)
+{
+	uint32_t gen = 0;
+	int rc = f->view ? fr_prod_take(&f->view->ring, (uint32_t)c->pid &
+					FR_INFO_PID, &att->slot, &gen) :
+			   -EPIPE;
+
+	att->gen = gen;
+	return slot_taken(c, id, f, rc, "producer", FR_MAX_PRODS);
+}
+
+/* The attach answer: the flow, its ring fd, and the slot taken for the
+ * client (a consumer's subscriber slot, a producer's producer slot); for
  * a producer of a flow to another host, its bit in the doorbell page and
  * the page's fd. */
 static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
@@ -856,7 +885,11 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	if (att->role == FLOWSHM_CONSUMER) {
 		fi.sub_slot = att->slot + 1;
 		fi.sub_gen = att->gen;
-	} else if (mover_bell_fd(c->srv->peers) >= 0) {
+	} else {
+		fi.prod_slot = att->slot + 1;
+		fi.prod_gen = (uint32_t)att->gen;
+	}
+	if (att->role == FLOWSHM_PRODUCER && mover_bell_fd(c->srv->peers) >= 0) {
 		fi.bell_index = mover_bell_index(c->srv->peers, f);
 		if (fi.bell_index)
 			c->out_bell_fd = mover_bell_fd(c->srv->peers);
@@ -918,7 +951,8 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 		return;
 	}
 	att = (struct attachment){ .flow = f, .role = role };
-	if (role == FLOWSHM_CONSUMER && !take_slot(c, id, f, &att))
+	if (role == FLOWSHM_CONSUMER ? !take_slot(c, id, f, &att) :
+				       !take_prod_slot(c, id, f, &att))
 		return;
 	c->att[c->n_att++] = att;
 	if (role == FLOWSHM_CONSUMER)

@@ -75,7 +75,7 @@ static int check_add(const struct flow *f, const char *addr, char *err,
 static int map_sibling(struct flow *f, struct flow *s)
 {
 	struct fr_ring *r;
-	int rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &s->view);
+	int rc = flows_open_view(f->ring_fd, &s->view);
 
 	if (rc)
 		return rc;

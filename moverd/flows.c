@@ -529,7 +529,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->ring_fd = open_state_file(t, file, O_RDWR, why, sizeof(why));
 	if (fl->ring_fd < 0)
 		goto refuse;
-	rc = flowshm_open_fd(fl->ring_fd, FLOWSHM_PRODUCER, NULL, &fl->view);
+	rc = flows_open_view(fl->ring_fd, &fl->view);
 	if (rc) {
 		ring_open_error(fl->ring_fd, rc, why, sizeof(why));
 		close(fl->ring_fd);
@@ -547,6 +547,9 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	/* the slots of clients (and of the moverd) that died while no
 	 * moverd watched them: theirs were the connections that closed */
 	n_dead = fr_sub_leave_dead(&fl->view->ring, fl->view->ring.sub);
+	/* (a dead producer's slot would be taken back when needed anyway;
+	 * its gap, if any, is recovered either way) */
+	n_dead += fr_prod_leave_dead(&fl->view->ring);
 	flowshm_info(fl->view, &in);
 	fl->ring_bytes = in.ring_size;
 	/* sender: everything before our slot's position (joined at the
@@ -555,8 +558,8 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
 	if (n_dead)
-		log_info("flow %s: %u subscriber slot(s) of dead processes "
-			 "given back", name, n_dead);
+		log_info("flow %s: %u subscriber or producer slot(s) of dead "
+			 "processes given back", name, n_dead);
 	fl->inherited_slots = active_slots(fl);
 	fl->exposed = true; /* the last start's clients may hold the file */
 	fl->state = adopted_state(fl->role);
@@ -922,7 +925,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	rc = flowshm_ring_create_at(&p, t->state_fd, file, spec->seal_key,
 				    spec->start, &f->ring_fd);
 	if (!rc)
-		rc = flowshm_open_fd(f->ring_fd, FLOWSHM_PRODUCER, NULL, &f->view);
+		rc = flows_open_view(f->ring_fd, &f->view);
 	if (!rc && spec->role == FLOW_SENDER && (rc = take_sender_slot(f))) {
 		flowshm_close(f->view);
 		f->view = NULL;

@@ -288,6 +288,16 @@ const char *flows_state_name(enum flow_state s);
  */
 void flows_status(struct flow *f);
 
+/* moverd's own mapping of a ring (a flow's view): it takes no producer slot,
+ * as a client's producer would (ipc/ring.h, Producer slots), so a ring
+ * whose slots are all held still opens; it subscribes with a HELD slot of
+ * its own where it sends. */
+static inline int flows_open_view(int ring_fd, flowshm_t **view)
+{
+	return flowshm_open_attached(ring_fd, FLOWSHM_PRODUCER, NULL,
+				     FLOWSHM_NO_SLOT, 0, view);
+}
+
 /*
  * Once a second (police_flows): give back the subscriber slots, inherited
  * from an earlier start, whose holders died since (a consumer that kept

@@ -11,6 +11,7 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 typedef void (*test_fn)(void);
 
@@ -559,6 +560,122 @@ static void test_asymmetric_fences(void)
 	close(fd);
 }
 
+/* A pid that is dead (reaped). */
+static uint32_t dead_pid(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	CHECK(pid >= 0);
+	if (!pid)
+		_exit(0);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	return (uint32_t)pid;
+}
+
+/* Producer slots: one per producer, 64 of them, given back at close,
+ * taken back from dead pids when none is free (ipc/ring.h). */
+static void test_producer_slots(void)
+{
+	int fd = tu_ring(4096, 256, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0), *q = NULL;
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &c->ring;
+	uint32_t me = (uint32_t)getpid() & FR_INFO_PID, gen, g0;
+	unsigned slot, first = FR_MAX_PRODS;
+	unsigned char lines[FR_CTRL_BYTES / FR_LINE] = { 0 };
+
+	/* 64 distinct slots; the first eight each on a line of its own */
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		size_t off = (size_t)((char *)fr_prod_at(r, i) - (char *)r->sh);
+
+		CHECK(off >= 24 * FR_LINE && off + 16 <= FR_CTRL_BYTES);
+		for (unsigned j = 0; j < i; j++)
+			CHECK(fr_prod_at(r, j) != fr_prod_at(r, i));
+		if (i < 8)
+			CHECK(lines[off / FR_LINE]++ == 0);
+	}
+	CHECK(c->ring.prod == FR_MAX_PRODS); /* a consumer holds none */
+	CHECK(p->ring.prod < FR_MAX_PRODS);
+	CHECK(atomic_load(&fr_prod_at(r, p->ring.prod)->pid) == me);
+	for (unsigned i = 1; i < FR_MAX_PRODS; i++) {
+		CHECK_RC(fr_prod_take(r, me, &slot, &gen), 0);
+		if (first == FR_MAX_PRODS) {
+			first = slot;
+			g0 = gen;
+		}
+	}
+	CHECK_RC(fr_prod_take(r, me, &slot, &gen), -EBUSY);
+	CHECK_RC(flowshm_open_fd(fd, FLOWSHM_PRODUCER, NULL, &q), -EBUSY);
+	/* a stale gen gives nothing back; the holder's does */
+	fr_prod_leave(r, first, g0 + 1);
+	CHECK_RC(fr_prod_take(r, me, &slot, &gen), -EBUSY);
+	CHECK_RC(fr_prod_adopt(r, first, g0 + 1), -ESTALE);
+	fr_prod_leave(r, first, g0);
+	CHECK_RC(fr_prod_adopt(r, first, g0), -ESTALE);
+	/* a dead holder's slot is taken back when none is free */
+	CHECK_RC(fr_prod_take(r, dead_pid(), &slot, &gen), 0);
+	CHECK(slot == first);
+	CHECK_RC(fr_prod_take(r, me, &slot, &gen), 0);
+	CHECK(slot == first);
+	/* the producer's own slot goes back at close */
+	slot = p->ring.prod;
+	flowshm_close(p);
+	CHECK(atomic_load(&fr_prod_at(r, slot)->pid) == 0);
+	CHECK_RC(flowshm_open_fd(fd, FLOWSHM_PRODUCER, NULL, &q), 0);
+	CHECK(q->ring.prod == slot);
+	flowshm_close(q);
+	flowshm_close(c);
+	close(fd);
+}
+
+/*
+ * A claim with no header yet whose producer is alive (stopped right after
+ * its CAS) is never padded; once its slot's holder is dead it is, and a
+ * live producer busy with a later claim does not hold that back.
+ */
+static void test_headerless_gap_of_live_producer(void)
+{
+	int fd = tu_ring(4096, 256, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *q = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
+	struct fr_prod *ps = fr_prod_at(&p->ring, p->ring.prod);
+	struct fr_prod *qs = fr_prod_at(&q->ring, q->ring.prod);
+	struct flowshm_info in;
+	char rec[32] = "after the gap", buf[64];
+	uint64_t t, t0;
+	size_t len;
+	int rc;
+
+	/* p as it stands right after its CAS: slot busy, no header */
+	t = atomic_load(&p->ring.sh->tail);
+	atomic_store(&ps->claim, t | FR_CLAIM_BUSY);
+	atomic_store(&p->ring.sh->tail, t + 64);
+	CHECK_RC(flowshm_send(q, rec, sizeof(rec), 0), 0);
+	t0 = tu_now_ns();
+	while (tu_now_ns() - t0 < 30000000ull) /* 30 recovery timeouts */
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 0);
+	/* q busy with a claim above the gap, p's holder dead: padded */
+	atomic_store(&qs->claim, atomic_load(&q->ring.sh->tail) |
+				 FR_CLAIM_BUSY);
+	atomic_store(&ps->pid, dead_pid());
+	t0 = tu_now_ns();
+	while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) == -EAGAIN)
+		CHECK(tu_now_ns() - t0 < 5000000000ull);
+	CHECK_RC(rc, 0);
+	CHECK(len == sizeof(rec) && !memcmp(buf, rec, len));
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 1);
+	atomic_store(&qs->claim, 0);
+	flowshm_close(p);
+	flowshm_close(q);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -579,6 +696,9 @@ int main(void)
 		{ "truncated_file", test_truncated_file },
 		{ "record_count", test_record_count },
 		{ "asymmetric_fences", test_asymmetric_fences },
+		{ "producer_slots", test_producer_slots },
+		{ "headerless_gap_of_live_producer",
+		  test_headerless_gap_of_live_producer },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {

@@ -6,7 +6,8 @@
  * killed -9); max_lag cuts a laggard off (-ESTALE) and it may attach again;
  * the END record (-ENODATA after the last record), locally and between two
  * daemons over TCP; a ring file of format 1 refused at start with its
- * version named.
+ * version named; a live producer's headerless claim never padded, and a
+ * killed producer's slot given back by moverd.
  *
  * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
  */
@@ -339,6 +340,80 @@ static void case_killed_consumer_moverd(void)
 	close(ready[1]);
 }
 
+/*
+ * Through a real moverd: a producer's claims are named in the producer slot
+ * moverd took for it at attach (ipc/ring.h, "Producer slots").  A producer
+ * that claimed space and is still alive, stopped before its header, holds
+ * recovery back however long; killed -9, its slot is given back when its
+ * control connection closes and the gap is padded; the next record comes.
+ */
+static void case_producer_slot_moverd(void)
+{
+	struct flowshm_opts fast = { .recover_ns = 20000000 }; /* 20 ms */
+	struct hd d;
+	char out[4096];
+	flowshm_t *p = NULL, *c = NULL;
+	unsigned char buf[REC_MAX];
+	struct flowshm_info in;
+	uint32_t slot;
+	size_t len;
+	int ready[2];
+	pid_t pid;
+
+	hd_start(&d, moverd_bin, "subs9", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create ps "
+		     "--ring-size 64K --max-record 1024") == 0);
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("ps", FLOWSHM_CONSUMER, &fast, &c), 0);
+	CHECK(pipe(ready) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		flowshm_t *v = NULL;
+		uint64_t t;
+
+		CHECK_RC(flowshm_attach("ps", FLOWSHM_PRODUCER, NULL, &v), 0);
+		/* as a producer stands right after its tail CAS */
+		slot = v->ring.prod;
+		t = atomic_load(&v->ring.sh->tail);
+		atomic_store(&fr_prod_at(&v->ring, slot)->claim,
+			     t | FR_CLAIM_BUSY);
+		atomic_store(&v->ring.sh->tail, t + 64);
+		CHECK(write(ready[1], &slot, sizeof(slot)) == sizeof(slot));
+		pause();
+		_exit(0);
+	}
+	CHECK(read(ready[0], &slot, sizeof(slot)) == sizeof(slot));
+	CHECK(slot < FR_MAX_PRODS);
+	/* moverd took the slot in the client's pid */
+	CHECK(atomic_load(&fr_prod_at(&c->ring, slot)->pid) == (uint32_t)pid);
+	CHECK_RC(flowshm_attach("ps", FLOWSHM_PRODUCER, NULL, &p), 0);
+	CHECK(p->ring.prod < FR_MAX_PRODS && p->ring.prod != slot);
+	tu_fill(buf, 0, 0, 100);
+	CHECK_RC(flowshm_send(p, buf, 100, 0), 0);
+	/* 25 recovery timeouts: the gap's producer lives, nothing moves */
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 500000000), -ETIMEDOUT);
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 0);
+	kill(pid, SIGKILL);
+	CHECK(wait_child(pid) == 128 + SIGKILL);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS), 0);
+	CHECK(len == 100);
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 1);
+	/* and moverd gave its slot back at the disconnect */
+	for (int i = 0; i < 500 &&
+	     atomic_load(&fr_prod_at(&c->ring, slot)->pid); i++)
+		usleep(10000);
+	CHECK(atomic_load(&fr_prod_at(&c->ring, slot)->pid) == 0);
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&d);
+	hd_stop(&d);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 /* END between two daemons over TCP: it travels like data. */
 static void case_end_remote(void)
 {
@@ -454,6 +529,8 @@ int main(int argc, char **argv)
 		{ 7, case_end_remote, "END between two daemons over TCP" },
 		{ 8, case_v1_ring_file, "a format 1 ring file is refused at "
 		  "start, its version named" },
+		{ 9, case_producer_slot_moverd, "moverd: a live producer's "
+		  "claim is never padded; killed -9, its slot goes back" },
 	};
 
 	if (argc != 3) {

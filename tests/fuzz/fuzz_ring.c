@@ -7,8 +7,13 @@
  * a producer (fr_claim/fr_commit, local rings) must claim records on the
  * record grid inside the ring, or refuse, never write off it.
  *
+ * Recovery runs too, with no timeout, on whatever the consumer stops at: it
+ * reads record headers and the producer slots (ipc/ring.h, Producer slots)
+ * a client wrote, and may pad only inside the claimed space.
+ *
  * Input: 1 byte mode (bit 0: deposit ring), 3 x 8 bytes head/tail/published
- * offsets (taken modulo a few laps), then up to 4 KiB of data area.
+ * offsets (taken modulo a few laps), up to 4 KiB of data area, then up to
+ * 1 KiB of producer slots.
  */
 #include "flowshm_internal.h"
 
@@ -86,6 +91,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	atomic_store(&sh->tail, base + (take64(&data, &size) % (2 * RING)));
 	atomic_store(&sh->published, base + (take64(&data, &size) % (2 * RING)));
 	memcpy(map + FR_CTRL_BYTES, data, size < RING ? size : RING);
+	if (size > RING)
+		memcpy(sh->prods, data + RING, size - RING < sizeof(sh->prods) ?
+						       size - RING :
+						       sizeof(sh->prods));
 	if (fr_attach(&r, map, sizeof(map)))
 		return 0;
 	/* a subscriber, as a consumer is in ring format 2 */
@@ -97,12 +106,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		    fr_sub_adopt(&r, slot, gen))
 			return 0;
 	}
-	r.recover_ns = 0; /* no timing: recovery is exercised by the tests */
+	r.recover_ns = 1; /* every record not committed is looked at */
 	for (int i = 0; i < 512; i++) {
 		const struct fr_rec *rec;
 		uint32_t len;
+		int rc;
 
-		if (fr_peek(&r, &rec, &len))
+		/* as if stuck here for ever: recovery runs at once */
+		r.stuck_pos = r.head;
+		r.stuck_since_ns = 0;
+		r.tail_cache = 0;
+		rc = fr_peek(&r, &rec, &len);
+		if (rc == -EAGAIN && r.head < atomic_load(&sh->tail)) {
+			r.stuck_since_ns = 0;
+			rc = fr_peek(&r, &rec, &len);
+		}
+		if (rc)
 			break;
 		/* the record must lie inside the data area */
 		if ((const uint8_t *)(rec + 1) + len > map + sizeof(map))
