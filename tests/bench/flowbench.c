@@ -3089,15 +3089,16 @@ static void print_scale(const struct ropts *o, const struct rscale *sc)
 static void json_scale(const struct ropts *o, const struct rscale *sc)
 {
 	printf("  \"scale\": {\"ok\": %s, \"idle_flows\": %u, \"busy_flows\": "
-	       "%u, \"busy_rate\": %g, \"churn\": %u, \"idle_seconds\": %g, \"create_s\": %.2f, "
-	       "\"churn_s\": %.2f,\n    \"idle_cpu_no_flows\": {\"a\": %.5f, "
-	       "\"b\": %.5f}, \"idle_cpu\": {\"a\": %.5f, \"b\": %.5f},\n"
+	       "%u, \"busy_rate\": %g, \"churn\": %u, \"idle_seconds\": %g, "
+	       "\"create_s\": %.2f, \"churn_s\": %.2f,\n"
+	       "    \"idle_cpu_no_flows\": {\"a\": %.5f, \"b\": %.5f}, "
+	       "\"idle_cpu\": {\"a\": %.5f, \"b\": %.5f},\n"
 	       "    \"busy_alone_records_per_s\": %.0f, "
 	       "\"busy_with_idle_records_per_s\": %.0f,\n    "
 	       "\"sparse_idle_flow_ns\": ", sc->ok ? "true" : "false",
 	       o->idle_flows, o->busy_flows, o->busy_rate, o->churn,
-	       o->idle_seconds, sc->create_s, sc->churn_s, sc->idle0[0], sc->idle0[1],
-	       sc->idle[0], sc->idle[1], sc->alone.recs_per_s,
+	       o->idle_seconds, sc->create_s, sc->churn_s, sc->idle0[0],
+	       sc->idle0[1], sc->idle[0], sc->idle[1], sc->alone.recs_per_s,
 	       sc->with.recs_per_s);
 	json_lat(&sc->sparse.l);
 	printf(",\n    \"sparse_beside_busy_no_idle_ns\": ");
