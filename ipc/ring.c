@@ -474,12 +474,13 @@ static unsigned fit_or_refresh(struct fr_ring *r, const uint32_t *lens,
 }
 
 /*
- * Our slot names the claim we are about to make from t (ring.h, Producer
- * slots).  Release: a recoverer that reads this value also sees our headers
- * of every earlier claim (stored before it), so it can tell a gap of ours
- * from one of a dead producer.  It is ordered before the tail CAS, which
- * is seq_cst: a recoverer that acquires a tail past our claim reads this
- * value or a later one of ours.
+ * Our slot names the claim we are about to make from t or above (ring.h,
+ * Producer slots): stored once, before the first CAS attempt.  Release: a
+ * recoverer that reads this value also sees our headers of every earlier
+ * claim (stored before it), so it can tell a gap of ours from one of a
+ * dead producer.  It is ordered before the tail CAS, which is seq_cst: a
+ * recoverer that acquires a tail past our claim reads this value or a
+ * later one of ours.
  */
 static void claim_busy(struct fr_ring *r, uint64_t t)
 {
@@ -503,6 +504,7 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 {
 	/* relaxed: the CAS below validates the value we start from */
 	uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_relaxed);
+	bool named = false;
 
 	for (;;) {
 		uint64_t rest, pad, end;
@@ -542,7 +544,10 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 				return -EAGAIN;
 			end = t + pad;
 		}
-		claim_busy(r, t);
+		if (!named) {
+			claim_busy(r, t);
+			named = true;
+		}
 		/*
 		 * seq_cst on success: our writes into the claimed space stay
 		 * after the claim (acquire), and the claim is ordered before
