@@ -116,8 +116,8 @@
  * headerless gap is still alive.  The words are the producer's own: a
  * producer alone on its line never shares it, and nobody else reads it but
  * a recovering subscriber.  (Stored before every CAS attempt instead, it
- * cost 16 producers 6-7% of their 32 B per-record rate: eight lines for
- * sixteen slots, and retries are many when sixteen contend.)
+ * cost 16 producers about 7% of their 32 B per-record rate: eight lines
+ * for sixteen slots, and retries are many when sixteen contend.)
  *
  * Rings written before the slots have zeros there (every slot free): a
  * producer of an older library holds no slot, and a headerless gap of its
@@ -296,7 +296,8 @@ struct fr_bell; /* ipc/bell.h */
 #define FR_MAX_RING      (1ull << 34) /* 16 GiB */
 #define FR_MAX_SUBS      16u
 #define FR_MAX_PRODS     64u
-#define FR_CLAIM_BUSY    1ull /* in fr_prod.claim: a claim from (claim & ~1) */
+#define FR_CLAIM_BUSY    1ull /* in fr_prod.claim: a claim at or above
+				 (claim & ~1) is in progress */
 #define FR_PUBLISH_BYTES (64u * 1024u) /* lazy head: publish at least this often */
 #define FR_ROOM_LOOK_NS  10000000ull /* a producer asleep for space looks for
 					room below the wake room this often */
@@ -391,7 +392,7 @@ struct fr_sub {
 
 /* One producer's slot (lines 24-31, Producer slots). */
 struct fr_prod {
-	_Atomic uint64_t claim; /* t | FR_CLAIM_BUSY while claiming from t */
+	_Atomic uint64_t claim; /* t | FR_CLAIM_BUSY while claiming at >= t */
 	_Atomic uint32_t pid;   /* holder; 0 = free */
 	_Atomic uint32_t gen;   /* bumped at each leave: a stale leave fails */
 };
