@@ -858,14 +858,21 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 }
 
 /* A producer names its claims in a producer slot (ipc/ring.h, Producer
- * slots): take one for it in the client's pid; false (answered) if none. */
+ * slots): take one for it in the client's pid; false (answered) if none.
+ * A client whose pid we cannot see (0: another pid namespace) takes one
+ * itself, in the pid it sees. */
 static bool take_prod_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 			   struct attachment *att)
 {
 	uint32_t gen = 0;
-	int rc = f->view ? fr_prod_take(&f->view->ring, (uint32_t)c->pid &
-					FR_INFO_PID, &att->slot, &gen) :
-			   -EPIPE;
+	int rc;
+
+	att->slot = FR_MAX_PRODS;
+	if (c->pid <= 0)
+		return true;
+	rc = f->view ? fr_prod_take(&f->view->ring, (uint32_t)c->pid &
+				    FR_INFO_PID, &att->slot, &gen) :
+		       -EPIPE;
 
 	att->gen = gen;
 	return slot_taken(c, id, f, rc, "producer", FR_MAX_PRODS);
@@ -885,7 +892,7 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	if (att->role == FLOWSHM_CONSUMER) {
 		fi.sub_slot = att->slot + 1;
 		fi.sub_gen = att->gen;
-	} else {
+	} else if (att->slot < FR_MAX_PRODS) {
 		fi.prod_slot = att->slot + 1;
 		fi.prod_gen = (uint32_t)att->gen;
 	}
