@@ -21,7 +21,8 @@ const char *flowshm_attach_error(void)
 
 /* Why the ring moverd handed us does not open, in words: an old or newer
  * format names its version. */
-static void open_error(int fd, const char *flow_name, int rc)
+static void open_error(int fd, const char *flow_name,
+		       enum flowshm_role role, int rc)
 {
 	uint32_t version = 0;
 
@@ -39,7 +40,9 @@ static void open_error(int fd, const char *flow_name, int rc)
 	snprintf(attach_err, sizeof(attach_err),
 		 "ring of flow '%s' from moverd: %s", flow_name,
 		 rc == -ESTALE ? "the slot moverd took for us is gone" :
-		 rc == -EBUSY ? "every producer slot of the flow is taken" :
+		 rc == -EBUSY ? (role == FLOWSHM_PRODUCER ?
+				 "every producer slot of the flow is taken" :
+				 "every subscriber slot of the flow is taken") :
 				flowshm_strerror(rc));
 }
 
@@ -115,7 +118,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 					   resp->flow->prod_gen :
 					   resp->flow->sub_gen, out);
 	if (rc) {
-		open_error(fds[0], flow_name, rc);
+		open_error(fds[0], flow_name, role, rc);
 		goto out;
 	}
 	if (fds[1] >= 0 &&
