@@ -1263,6 +1263,10 @@ struct ropts {
 	unsigned idle_flows, busy_flows, churn;
 	double idle_seconds;    /* window of the idle CPU figure */
 	double busy_rate;       /* records/s of each busy flow, 0: flat out */
+	unsigned bursty;        /* of a throughput case's flows, the first
+				   this many send in bursts (r_burst_wait) */
+	uint64_t burst_bytes;   /* payload bytes of one burst */
+	double burst_gap_us;    /* pause after a burst, 0: until drained */
 	bool spin;              /* consumers poll (timeout 0) and yield */
 	char poll_us[16];       /* moverd --poll-us of both daemons */
 	char idle[16];          /* moverd --idle of both daemons */
@@ -1288,6 +1292,8 @@ struct rcase {
 	bool ok;
 	double cpu_a, cpu_b;    /* each daemon's CPU, share of one cpu */
 	double recs_per_s, gb_per_s, secs, min_flow, max_flow;
+	double bursty_flow, steady_flow; /* records/s, the mean flow of each
+					    kind (--bursty) */
 	uint64_t recs;
 	struct latstat loaded;
 	char transport[16];     /* what moverctl flow show said, or "?" */
@@ -1814,6 +1820,29 @@ static unsigned pace_step(double rate, unsigned n)
 }
 
 /*
+ * A bursty producer (--bursty) has sent a whole burst: pause before the
+ * next one, so that its flow runs dry in between, as a flow that games
+ * moverd's new-flow rule would (mover.c, activate_first).  A gap of 0
+ * waits until moverd has everything it sent acknowledged (the flow is
+ * certainly dry), polling the lag every 20 us.  false: the run is over.
+ */
+static bool r_burst_wait(const struct ropts *o, struct ctl *c, flowshm_t *p)
+{
+	struct flowshm_state st;
+
+	if (o->burst_gap_us > 0) {
+		sleep_ns((uint64_t)(o->burst_gap_us * 1e3));
+		return phase_of(c) != PH_STOP;
+	}
+	while (phase_of(c) != PH_STOP) {
+		if (flowshm_state(p, &st) || !st.lag_bytes)
+			return true;
+		sleep_ns(20000);
+	}
+	return false;
+}
+
+/*
  * A producer on A.  rate == 0: with flowshm_send_batch until STOP, the
  * first unsent record of each call carrying the time of the call; as fast
  * as it can, or at R.busy_rate records/s (a millisecond's worth a call).
@@ -1864,10 +1893,21 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 		unsigned off = nb;
 		double pace = R.busy_rate; /* 0: flat out */
 		uint64_t t0 = now_ns();
+		bool bursty = id < o->bursty;
+		uint64_t burst = bursty ? o->burst_bytes / size : 0, in_burst = 0;
+		unsigned n;
 
+		if (bursty && !burst)
+			burst = 1;
 		rc = 0;
 		while (phase_of(c) != PH_STOP) {
 			unsigned sent = 0;
+
+			if (bursty && in_burst == burst) {
+				if (!r_burst_wait(o, c, p))
+					break;
+				in_burst = 0;
+			}
 
 			if (off == nb) {
 				for (unsigned i = 0; i < nb; i++) {
@@ -1880,9 +1920,12 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 			if (pace > 0)
 				pace_until(t0, seq + off, pace);
 			rec_time(buf + off * size, now_ns());
-			rc = flowshm_send_batch(p, iov + off,
-						pace_step(pace, nb - off), &sent,
+			n = pace_step(pace, nb - off);
+			if (bursty && n > burst - in_burst)
+				n = (unsigned)(burst - in_burst);
+			rc = flowshm_send_batch(p, iov + off, n, &sent,
 						R_WAIT_NS);
+			in_burst += sent;
 			if (rc == -ETIMEDOUT)
 				continue;
 			if (rc)
@@ -2270,6 +2313,11 @@ out:
 			tc->recs += s->f[i].recs;
 			tc->secs += s->f[i].ns / 1e9 / flows;
 			tc->recs_per_s += r;
+			if (i < o->bursty)
+				tc->bursty_flow += r / (o->bursty < flows ?
+							o->bursty : flows);
+			else if (o->bursty < flows)
+				tc->steady_flow += r / (flows - o->bursty);
 			if (!i || r < tc->min_flow)
 				tc->min_flow = r;
 			if (r > tc->max_flow)
@@ -3197,6 +3245,15 @@ static void usage_remote(FILE *f)
 "                      records' processes)\n"
 "  env FLOWBENCH_MOVERD_LOG=LEVEL  moverd --log-level (default warn); logs\n"
 "                      are printed to stderr when a case fails\n"
+"  --bursty N          in every throughput case (and the scale run's busy\n"
+"                      flows), the first N flows' producers send in\n"
+"                      bursts of --burst bytes and pause between them, so\n"
+"                      that their flows run dry (the others stay flat\n"
+"                      out); each row then also prints the mean flow of\n"
+"                      either kind (default 0)\n"
+"  --burst N           bytes of a burst (default 512K, moverd's quantum)\n"
+"  --burst-gap-us G    pause after a burst (default 0: until moverd had\n"
+"                      all of it acknowledged)\n"
 "  --counter-reader HZ a process reads every record of both daemons'\n"
 "                      counters files HZ times a second (as moverctl top\n"
 "                      or a Prometheus scrape does), to show reading them\n"
@@ -3288,6 +3345,34 @@ static void json_pp(const struct rlat *r)
 }
 
 /* `flowbench scale`: `remote` with the scale run alone (--only scale). */
+/* --bursty: the mean flow of each kind, and how the bursty ones fared
+ * against the flows that never ran dry (above 1: ahead of them). */
+static void print_bursty(const struct ropts *o, const struct rcase *tc)
+{
+	unsigned nb = o->bursty < tc->flows ? o->bursty : tc->flows;
+
+	printf("       %u bursty (%" PRIu64 " B bursts, ", nb, o->burst_bytes);
+	if (o->burst_gap_us > 0)
+		printf("%g us apart", o->burst_gap_us);
+	else
+		printf("each once the last was acknowledged");
+	printf("): %.0f records/s a flow", tc->bursty_flow);
+	if (nb < tc->flows)
+		printf("; %u flat out: %.0f a flow; bursty / flat out %.2f",
+		       tc->flows - nb, tc->steady_flow, tc->steady_flow > 0 ?
+		       tc->bursty_flow / tc->steady_flow : 0);
+	printf("\n");
+}
+
+static void json_bursty(const struct ropts *o, const struct rcase *tc)
+{
+	printf(", \"bursty\": {\"flows\": %u, \"burst_bytes\": %" PRIu64
+	       ", \"gap_us\": %g, \"bursty_flow_records_per_s\": %.0f, "
+	       "\"steady_flow_records_per_s\": %.0f}",
+	       o->bursty < tc->flows ? o->bursty : tc->flows, o->burst_bytes,
+	       o->burst_gap_us, tc->bursty_flow, tc->steady_flow);
+}
+
 static bool scale_only;
 
 static int cmd_remote(int argc, char **argv)
@@ -3323,6 +3408,9 @@ static int cmd_remote(int argc, char **argv)
 		{ "idle-seconds", required_argument, NULL, 'W' },
 		{ "churn", required_argument, NULL, 'K' },
 		{ "busy-rate", required_argument, NULL, 'V' },
+		{ "bursty", required_argument, NULL, 'u' },
+		{ "burst", required_argument, NULL, 'k' },
+		{ "burst-gap-us", required_argument, NULL, 'g' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "counter-reader", required_argument, NULL, 'C' },
@@ -3340,6 +3428,7 @@ static int cmd_remote(int argc, char **argv)
 		.busy_flows = 10, .idle_seconds = 30, .churn = 1000,
 		.addr = "127.0.0.1", .transport = "tcp", .doorbell = "auto",
 		.poll_us = "0", .idle = "adaptive",
+		.burst_bytes = 512u << 10,
 	};
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
@@ -3403,6 +3492,9 @@ static int cmd_remote(int argc, char **argv)
 		case 'W': o.idle_seconds = atof(optarg); break;
 		case 'K': o.churn = (unsigned)atoi(optarg); break;
 		case 'V': o.busy_rate = atof(optarg); break;
+		case 'u': o.bursty = (unsigned)atoi(optarg); break;
+		case 'k': o.burst_bytes = parse_bytes(optarg); break;
+		case 'g': o.burst_gap_us = atof(optarg); break;
 		case 'A':
 			if (snprintf(o.addr, sizeof(o.addr), "%s", optarg) >=
 			    (int)sizeof(o.addr))
@@ -3467,7 +3559,8 @@ static int cmd_remote(int argc, char **argv)
 	    o.lat_seconds <= 0 || o.iperf_seconds <= 0 || o.pace_share <= 0 ||
 	    !o.ring_size || o.ring_size > (1ull << 30) || o.pp_size < 24 ||
 	    o.pp_size > (1u << 20) || !o.idle_flows || o.idle_flows > 100000 ||
-	    !o.busy_flows || o.busy_flows > R_MAX_FLOWS || o.idle_seconds <= 0)
+	    !o.busy_flows || o.busy_flows > R_MAX_FLOWS || o.idle_seconds <= 0 ||
+	    !o.burst_bytes || o.burst_gap_us < 0)
 		goto bad;
 	{
 		struct in_addr ia;
@@ -3595,6 +3688,8 @@ static int cmd_remote(int argc, char **argv)
 				       100 * tc->cpu_a, 100 * tc->cpu_b,
 				       tc->loaded.p50 / 1e3, tc->loaded.p99 / 1e3,
 				       tc->transport);
+				if (o.bursty)
+					print_bursty(&o, tc);
 				fflush(stdout);
 			}
 		if (!o.json)
@@ -3776,6 +3871,8 @@ static int cmd_remote(int argc, char **argv)
 				if (iperf_bps > 0)
 					printf(", \"vs_iperf3\": %.4f",
 					       tc->gb_per_s / (iperf_bps / 8e9));
+				if (o.bursty)
+					json_bursty(&o, tc);
 				printf(", \"loaded_latency_ns\": ");
 				json_lat(&tc->loaded);
 			}
