@@ -4,7 +4,8 @@
  * control queue, receiving, failure and reconnection, the peer timer.
  *
  * A peer is one connection to another moverd, shared by every flow
- * between the two.  Each peer has at most one send and one receive in
+ * between the two, in both directions where both proved the key
+ * (inbound_from).  Each peer has at most one send and one receive in
  * flight on the io_uring loop:
  *
  *   send: built by the mover (mover.c: control frames, acknowledgements,
@@ -27,7 +28,9 @@
 
 #include "flowmover.pb-c.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -308,6 +311,8 @@ static void queue_hello(struct peer *p)
 			   p->node, node_name(), proof);
 		hello.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
 	}
+	if (p->outbound)
+		hello.listen_port = p->m->listen_port;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	queue_ctrl(p, &msg);
@@ -375,6 +380,50 @@ static void reset_flows(struct peer *p, const char *why)
 	}
 }
 
+static struct peer *sender_peer(struct peer_mgr *m, struct flow *f);
+
+/*
+ * An inbound connection is gone with our sender flows that rode it
+ * (inbound_from): each goes to another connection from the same daemon,
+ * or back to one of its own, where it resumes from what was acknowledged
+ * (reset_flows).  A connection of its own dials only after REHOME_GRACE_NS:
+ * the daemon that connected redials itself when it has flows of its own
+ * (it had when it connected), and its connection then takes ours too
+ * (adopt_waiting), where dialing at once would race it and leave two.
+ * Not while moverd stops: they stay off any connection.
+ */
+#define REHOME_GRACE_NS 2000000000ull
+
+static void rehome_senders(struct peer *p)
+{
+	struct peer_mgr *m = p->m;
+	uint64_t at = fr_now_ns() + REHOME_GRACE_NS;
+
+	while (p->flows) {
+		struct flow *f = p->flows;
+		struct peer *to;
+		bool fresh;
+
+		unlink_flow(f);
+		if (m->stopping || f->role != FLOW_SENDER ||
+		    f->state == FLOW_FAILED)
+			continue;
+		if (!(to = sender_peer(m, f))) {
+			flows_set_state(f, FLOW_RECONNECTING, "out of memory "
+					"for a peer connection");
+			continue;
+		}
+		fresh = to->outbound && to->state == PEER_DOWN && !to->flows;
+		link_flow(to, f);
+		if (to->state == PEER_UP && to->auth_ok)
+			queue_open(to, f);
+		else if (fresh)
+			to->retry_at_ns = at; /* the peer timer dials then */
+	}
+	if (at < m->timer_due)
+		m->timer_due = at;
+}
+
 /* The connection is finished and no op is in flight: clean up. */
 static void peer_closed(struct peer *p)
 {
@@ -399,8 +448,7 @@ static void peer_closed(struct peer *p)
 			p->backoff_ms *= 2;
 		return;
 	}
-	while (p->flows) /* sender flows of a stopping daemon */
-		unlink_flow(p->flows);
+	rehome_senders(p);
 	for (struct peer **pp = &m->peers; *pp; pp = &(*pp)->next) {
 		if (*pp == p) {
 			*pp = p->next;
@@ -914,6 +962,33 @@ static void auth_reset(struct peer *p)
 	p->auth_fail[0] = p->node[0] = p->node_safe[0] = p->key_id[0] = 0;
 	memset(p->nonce_theirs, 0, sizeof(p->nonce_theirs));
 	auth_nonce(p->nonce_mine);
+	p->listen_port = 0;
+}
+
+static struct peer *inbound_from(struct peer_mgr *m, const char *addr);
+
+/*
+ * A daemon connected to us that our sender flows wait for, on a
+ * connection of their own that is down between retries (say that daemon
+ * restarted): they ride this one instead (inbound_from), and open now.
+ */
+static void adopt_waiting(struct peer *in)
+{
+	for (struct peer *p = in->m->peers; p; p = p->next) {
+		if (!p->outbound || p->state != PEER_DOWN || !p->flows ||
+		    inbound_from(p->m, p->addr) != in)
+			continue;
+		log_info("peer %s: its flows move to the connection %s opened "
+			 "to us", p->addr, in->addr);
+		while (p->flows) {
+			struct flow *f = p->flows;
+
+			detach_flow(f);
+			link_flow(in, f);
+			if (f->state != FLOW_FAILED)
+				queue_open(in, f);
+		}
+	}
 }
 
 static void authenticated(struct peer *p)
@@ -937,6 +1012,8 @@ static void authenticated(struct peer *p)
 		/* only now: a refused handshake reconnects ever more slowly */
 		p->backoff_ms = 100;
 		queue_opens(p);
+	} else {
+		adopt_waiting(p);
 	}
 }
 
@@ -1069,6 +1146,8 @@ static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 	filter_node(p->node_safe, h->node, sizeof(p->node_safe));
 	log_limited(&lim, LOG_LVL_INFO, "peer %s: hello from %s", p->addr,
 		    log_safe(h->node, node, sizeof(node)));
+	if (!p->outbound && h->listen_port <= UINT16_MAX)
+		p->listen_port = (uint16_t)h->listen_port;
 	mismatch = key_mismatch(p, h, buf, sizeof(buf));
 	if (!mismatch && p->m->key)
 		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
@@ -1817,6 +1896,7 @@ void peer_mgr_stop(struct peer_mgr *m)
 	tcp_transport.stop_listening(m);
 	if (m->rdma)
 		rdma_transport.stop_listening(m);
+	m->stopping = true;
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
 		p->outbound = false; /* no reconnecting: free when closed */
@@ -1839,14 +1919,106 @@ bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa)
 	return peer_allow_match(m->allow, sa);
 }
 
-int peer_add_sender(struct peer_mgr *m, struct flow *f)
+/* A numeric host ("10.0.0.1", "::1", "[::1]") as an IPv6 address, IPv4 as
+ * IPv4-mapped, so that both forms of one address compare equal. */
+static bool parse_ip(const char *host, size_t n, struct in6_addr *out)
+{
+	char buf[INET6_ADDRSTRLEN];
+	struct in_addr v4;
+
+	if (n > 2 && host[0] == '[' && host[n - 1] == ']')
+		host++, n -= 2;
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, host, n);
+	buf[n] = 0;
+	if (inet_pton(AF_INET6, buf, out) == 1)
+		return true;
+	if (inet_pton(AF_INET, buf, &v4) != 1)
+		return false;
+	memset(out, 0, sizeof(*out));
+	out->s6_addr[10] = out->s6_addr[11] = 0xff;
+	memcpy(&out->s6_addr[12], &v4, sizeof(v4));
+	return true;
+}
+
+/* "HOST:PORT" with a numeric host: its address and port. */
+static bool parse_endpoint(const char *addr, struct in6_addr *ip,
+			   unsigned *port)
+{
+	const char *colon = strrchr(addr, ':');
+	char *end;
+	unsigned long v;
+
+	if (!colon)
+		return false;
+	v = strtoul(colon + 1, &end, 10);
+	if (end == colon + 1 || *end || !v || v > UINT16_MAX)
+		return false;
+	*port = (unsigned)v;
+	return parse_ip(addr, (size_t)(colon - addr), ip);
+}
+
+/*
+ * One connection per pair of daemons: a sender flow to addr rides a
+ * connection that the daemon listening at addr opened to us, when one is
+ * up, instead of a connection of its own: one connection (one RDMA queue
+ * pair) per pair of daemons, whatever way their flows go (measured:
+ * docs/performance.md).  The daemon is the one whose hello said it listens
+ * on addr's port, from addr's IP.
+ *
+ * Only between daemons that proved the key (--peer-key).  Without a key
+ * a daemon is known by its address (flows.h: origin), and the address a
+ * host connects from need not be the one the other dials: a flow opened
+ * over one connection could then not be resumed over the other.  With a
+ * key both ends know each other by node name and key.
+ *
+ * Only numeric addresses are matched; a host name gets its own
+ * connection, as does a flow whose transport would differ.
+ */
+static struct peer *inbound_from(struct peer_mgr *m, const char *addr)
+{
+	struct in6_addr want, ip;
+	unsigned port;
+	char host[sizeof(((struct peer *)0)->addr)];
+
+	if (!m->key || m->stopping || !parse_endpoint(addr, &want, &port))
+		return NULL;
+	for (struct peer *p = m->peers; p; p = p->next) {
+		if (p->outbound || p->state != PEER_UP || !p->auth_ok ||
+		    p->listen_port != port || p->tp != m->tp)
+			continue;
+		peer_host(p, host, sizeof(host));
+		if (parse_ip(host, strlen(host), &ip) &&
+		    !memcmp(&ip, &want, sizeof(ip)))
+			return p;
+	}
+	return NULL;
+}
+
+/* The connection sender flow f goes on: ours to its peer address, one
+ * that daemon opened to us (inbound_from), or a new one of ours (not yet
+ * connecting); NULL without memory. */
+static struct peer *sender_peer(struct peer_mgr *m, struct flow *f)
 {
 	struct peer *p;
 
 	for (p = m->peers; p; p = p->next)
 		if (p->outbound && strcmp(p->addr, f->peer_addr) == 0)
-			break;
-	if (!p && !(p = peer_new(m, f->peer_addr, true, m->tp)))
+			return p;
+	if ((p = inbound_from(m, f->peer_addr))) {
+		log_info("flow %s: on the connection %s opened to us", f->name,
+			 p->addr);
+		return p;
+	}
+	return peer_new(m, f->peer_addr, true, m->tp);
+}
+
+int peer_add_sender(struct peer_mgr *m, struct flow *f)
+{
+	struct peer *p = sender_peer(m, f);
+
+	if (!p)
 		return -ENOMEM;
 	link_flow(p, f);
 	if (p->state == PEER_UP && p->auth_ok)

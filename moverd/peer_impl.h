@@ -87,6 +87,10 @@ struct peer {
 	char node[256];           /* its node name as sent (the proofs') */
 	char node_safe[65];       /* the same, printable only */
 	char key_id[AUTH_ID_CHARS + 1]; /* the key it proved, "" without */
+	/* inbound: the initiator listens on this port at the address it
+	 * came from and takes our sender flows on this connection (its
+	 * hello; 0: it does not).  See inbound_from in peer.c. */
+	uint16_t listen_port;
 	const struct transport *tp;
 	void *tp_data;            /* the transport's per-connection state */
 	int fd;

@@ -401,6 +401,21 @@ static void accept_done(struct loop_op *op, int res)
 	peer_up(p);
 }
 
+/* The port fd is bound to (our hellos say it: peer.c, inbound_from). */
+static uint16_t bound_port(int fd)
+{
+	struct sockaddr_storage sa;
+	socklen_t len = sizeof(sa);
+
+	if (getsockname(fd, (struct sockaddr *)&sa, &len))
+		return 0;
+	if (sa.ss_family == AF_INET)
+		return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+	if (sa.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+	return 0;
+}
+
 static void arm_accept(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->accept_op, accept_done);
@@ -431,6 +446,7 @@ static int tcp_listen(struct peer_mgr *m, const char *addr)
 	}
 	m->listen_fd = fd;
 	snprintf(m->listen_addr, sizeof(m->listen_addr), "%s", addr);
+	m->listen_port = bound_port(fd);
 	arm_accept(m);
 	log_info("listening for peers on %s", addr);
 	return 0;

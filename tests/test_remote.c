@@ -31,6 +31,12 @@
  *   8  kill -9 of the sending moverd mid-stream, restarted with the same
  *      arguments: producers and consumer keep running, every record
  *      arrives once
+ *   (9-12: hostile peers, the doorbell, idle modes, 300 flows: see each)
+ *  13  both daemons listen, a flow each way: the second rides the
+ *      connection the first opened (one per pair of daemons); kill -9 of
+ *      the daemon that connected, restarted: both flows resume on its new
+ *      connection, every record arrives once; again with no flow of its
+ *      own left: the other daemon dials for its flow
  *
  * Scale with FM_REMOTE_RECORDS (records of case 1, default 200000; the
  * other cases scale with it).  Every wait is bounded; on failure the test
@@ -1380,6 +1386,13 @@ static void test_destroy_busy(void)
  * Cases 5 and 8: once a third of a run's records (2 flows x 2 producers)
  * have arrived, SIGKILL one of the daemons and reap it.
  */
+static void daemon_kill9(struct daemon *d)
+{
+	kill(daemon_pid(d), SIGKILL);
+	waitpid(daemon_pid(d), &procs[d->proc].status, 0);
+	procs[d->proc].done = true;
+}
+
 static void kill_daemon_a_third_in(struct run *R, struct daemon *d)
 {
 	uint64_t t0 = tu_now_ns();
@@ -1395,9 +1408,7 @@ static void kill_daemon_a_third_in(struct run *R, struct daemon *d)
 	printf("# SIGKILL moverd %c after %llu of %llu records\n", d->tag,
 	       (unsigned long long)run_received(R),
 	       (unsigned long long)R->expected);
-	kill(daemon_pid(d), SIGKILL);
-	waitpid(daemon_pid(d), &procs[d->proc].status, 0);
-	procs[d->proc].done = true;
+	daemon_kill9(d);
 }
 
 /* ---- 5: kill -9 the receiving moverd ------------------------------------------- */
@@ -2138,6 +2149,140 @@ static void test_many_flows(void)
 	pair_stop(&P);
 }
 
+/* ---- 13: flows both ways share one connection ------------------------------ */
+
+/* The peer connections moverd d lists as up in `status`, and how many
+ * flows they carry together (*flows). */
+static int peer_conns(const struct run *R, const struct daemon *d,
+		      char *out, size_t cap, uint64_t *flows)
+{
+	const char *p;
+	char state[32];
+	int n = 0;
+
+	if (ctl(d->sock, out, cap, "--json status"))
+		fail_run(R, "status on %c: %s", d->tag, out);
+	p = strstr(out, "\"peers\"");
+	*flows = 0;
+	while (p && (p = strstr(p, "\"address\""))) {
+		if (jget(p, "state", state, sizeof(state)) &&
+		    !strcmp(state, "up")) {
+			n++;
+			*flows += jget_u64(p, "flows");
+		}
+		p++;
+	}
+	return n;
+}
+
+/* Each daemon has one connection up, carrying both flows; or fail. */
+static void want_one_conn(const struct run *R, const char *when)
+{
+	static char out[2][1 << 16];
+	uint64_t fa, fb;
+	int na = peer_conns(R, &R->P->a, out[0], sizeof(out[0]), &fa);
+	int nb = peer_conns(R, &R->P->b, out[1], sizeof(out[1]), &fb);
+
+	if (na != 1 || nb != 1 || fa != 2 || fb != 2)
+		fail_run(R, "%s: A has %d peer connections up with %llu flows, "
+			 "B %d with %llu; want one each with both flows.\n"
+			 "A:\n%s\nB:\n%s", when, na, (unsigned long long)fa, nb,
+			 (unsigned long long)fb, out[0], out[1]);
+}
+
+/* Wait until flow f is "open" on d, at most limit_s. */
+static void wait_open(const struct run *R, const struct daemon *d,
+		      const char *f, double limit_s)
+{
+	char out[4096], state[32];
+	uint64_t t0 = tu_now_ns();
+	int rc;
+
+	while (strcmp(state_of(d->sock, f, state, sizeof(state), &rc, out,
+			       sizeof(out)), "open")) {
+		pair_check(R->P);
+		if (tu_now_ns() - t0 > (uint64_t)(limit_s * SEC))
+			fail_run(R, "flow %s on %c is '%s' after %.0f s", f,
+				 d->tag, state, limit_s);
+		usleep(20000);
+	}
+}
+
+/*
+ * Both daemons listen.  A flow A -> B is made first (A connects to B),
+ * then a flow B -> A: B sends it on the connection A opened, so each
+ * daemon lists one peer connection, not two.  Records go both ways, two
+ * producers a flow; mid-stream moverd A (the one that connected) is
+ * killed and restarted: B's flow moves onto A's new connection, both
+ * flows resume, and every record arrives once.  Then A, left without a
+ * flow of its own, is killed and restarted again: it does not dial, so B
+ * dials for its flow after its grace (rehome_senders), and it opens.
+ */
+static void test_shared_connection(void)
+{
+	uint64_t n = scaled(12000);
+	struct pair P;
+	static struct run R;
+	static char out[1 << 16];
+	char peer_a[64], v[32];
+	int rc;
+
+	pair_init(&P, "c13", remote_addr, NULL, NULL, true);
+	snprintf(peer_a, sizeof(peer_a), "%s:%d", remote_addr, free_tcp_port());
+	snprintf(P.a.listen, sizeof(P.a.listen), "%s", peer_a);
+	pair_start(&P);
+	run_init(&R, &P, "w", 2, 2, n);
+	/* flow w1 goes the other way: producers on B, the consumer on A */
+	snprintf(R.cons[1].sock, sizeof(R.cons[1].sock), "%s", P.a.sock);
+	for (uint32_t i = 0; i < 4; i++) {
+		R.prod[i].stall_ns = 40 * SEC;
+		if (i >= 2)
+			snprintf(R.prod[i].sock, sizeof(R.prod[i].sock), "%s",
+				 P.b.sock);
+	}
+	R.cons[0].stall_ns = R.cons[1].stall_ns = 40 * SEC;
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow create w0 --peer %s "
+		      "--ring-size 256K --max-record 4K", P.peer)))
+		fail_run(&R, "flow create w0 on A: exit %d: %s", rc, out);
+	wait_open(&R, &P.a, "w0", 15);
+	if ((rc = ctl(P.b.sock, out, sizeof(out), "flow create w1 --peer %s "
+		      "--ring-size 256K --max-record 4K", peer_a)))
+		fail_run(&R, "flow create w1 on B: exit %d: %s", rc, out);
+	wait_open(&R, &P.b, "w1", 15);
+	want_one_conn(&R, "flows both ways");
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	kill_daemon_a_third_in(&R, &P.a);
+	/* B waits 2 s before it dials A itself (peer.c, rehome_senders): A's
+	 * own dial at its start, for w0, comes first, and B's flow moves onto
+	 * it (adopt_waiting) */
+	usleep(100000);
+	daemon_check_alive(&P.b);
+	daemon_start(&P.a);  /* same arguments, same state dir */
+	wait_open(&R, &P.a, "w0", 20);
+	wait_open(&R, &P.b, "w1", 20);
+	/* B's flow left its own connection (down, retrying) for A's new one */
+	want_one_conn(&R, "after the restart");
+	run_wait(&R, 90, NULL, NULL);
+	run_report(&R, "both ways on one connection, kill -9 of the one that "
+		   "connected");
+	/* A without flows of its own does not dial again: after its grace B
+	 * dials for w1 itself */
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy w0")))
+		fail_run(&R, "flow destroy w0: exit %d: %s", rc, out);
+	daemon_kill9(&P.a);
+	for (uint64_t t0 = tu_now_ns(); !strcmp(state_of(P.b.sock, "w1", v,
+			sizeof(v), &rc, out, sizeof(out)), "open"); usleep(10000))
+		if (tu_now_ns() - t0 > 15 * SEC)
+			fail_run(&R, "flow w1 on B still open 15 s after its "
+				 "peer A was killed");
+	daemon_start(&P.a);
+	wait_open(&R, &P.b, "w1", 20);
+	if ((rc = ctl(P.b.sock, out, sizeof(out), "flow destroy w1")))
+		fail_run(&R, "flow destroy w1: exit %d: %s", rc, out);
+	pair_stop(&P);
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -2167,6 +2312,7 @@ int main(int argc, char **argv)
 		{ test_doorbell, "idle mover woken by the doorbell (io_uring, thread)", 90 },
 		{ test_idle, "every --idle mode and --io-uring setup delivers exactly once (bursts, beat, gaps)", 600 },
 		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
+		{ test_shared_connection, "flows both ways share one connection; kill -9 of the daemon that connected", 180 },
 	};
 	uint64_t t0 = tu_now_ns();
 

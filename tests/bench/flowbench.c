@@ -1267,6 +1267,7 @@ struct ropts {
 				   this many send in bursts (r_burst_wait) */
 	uint64_t burst_bytes;   /* payload bytes of one burst */
 	double burst_gap_us;    /* pause after a burst, 0: until drained */
+	bool both_ways;         /* odd flows of a throughput case go B -> A */
 	bool spin;              /* consumers poll (timeout 0) and yield */
 	char poll_us[16];       /* moverd --poll-us of both daemons */
 	char idle[16];          /* moverd --idle of both daemons */
@@ -1755,6 +1756,13 @@ static int r_start_daemons(const struct ropts *o)
 	}
 }
 
+/* The daemon whose host flow `id` of a case starts on: A (0), or B (1)
+ * for the odd flows with --both-ways. */
+static int r_src(const struct ropts *o, uint32_t id)
+{
+	return o->both_ways && (id & 1);
+}
+
 static int r_attach(const char *name, int daemon, enum flowshm_role role,
 		    flowshm_t **out)
 {
@@ -1865,7 +1873,7 @@ static void r_producer(const struct ropts *o, struct rshared *s,
 
 	if (rate > 0)
 		fmlt_init("prod");
-	if ((rc = r_attach(name, 0, FLOWSHM_PRODUCER, &p)))
+	if ((rc = r_attach(name, r_src(o, id), FLOWSHM_PRODUCER, &p)))
 		r_child_fail(c, "producer attach", name, rc);
 	for (unsigned i = 0; i < nb; i++)
 		iov[i] = (struct iovec){ buf + i * size, size };
@@ -1975,7 +1983,7 @@ static void r_consumer(const struct ropts *o, struct rshared *s,
 
 	if (count)
 		fmlt_init("cons");
-	if ((rc = r_attach(name, 1, FLOWSHM_CONSUMER, &cons)))
+	if ((rc = r_attach(name, !r_src(o, id), FLOWSHM_CONSUMER, &cons)))
 		r_child_fail(c, "consumer attach", name, rc);
 	/* rec_check: ids below nprod are valid, our producer's id is `id` */
 	announce_ready(c);
@@ -2129,7 +2137,7 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	uint64_t ring = pow2_at_least(o->ring_size > 64 * size ?
 				      o->ring_size : 64 * size);
 	uint64_t count = 0, skip = 0, all = 0, nlat = 0;
-	char names[R_MAX_FLOWS][32], rs[32], mr[32], peer[96], out[2048];
+	char names[R_MAX_FLOWS][32], rs[32], mr[32], peer[2][96], out[2048];
 	char transport[16] = "?";
 	pid_t cons[R_MAX_FLOWS], prod[R_MAX_FLOWS];
 	unsigned created = 0, i;
@@ -2140,7 +2148,8 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	r_case_no++;
 	snprintf(rs, sizeof(rs), "%" PRIu64, ring);
 	snprintf(mr, sizeof(mr), "%" PRIu64, size);
-	snprintf(peer, sizeof(peer), "%s:%d", o->addr, R.port);
+	snprintf(peer[0], sizeof(peer[0]), "%s:%d", o->addr, R.port);
+	snprintf(peer[1], sizeof(peer[1]), "%s:%d", o->addr, R.port_a);
 	if (rate > 0) {
 		skip = (uint64_t)(rate * o->warmup);
 		count = skip + (uint64_t)(rate * o->lat_seconds);
@@ -2149,9 +2158,9 @@ static int r_run_case(const struct ropts *o, uint64_t size, unsigned flows,
 	}
 	for (i = 0; i < flows; i++) {
 		snprintf(names[i], sizeof(names[i]), "fb%u-%u", r_case_no, i);
-		if (r_ctl(0, out, sizeof(out), "flow", "create", names[i],
-			  "--peer", peer, "--ring-size", rs, "--max-record", mr,
-			  NULL)) {
+		if (r_ctl(r_src(o, i), out, sizeof(out), "flow", "create",
+			  names[i], "--peer", peer[r_src(o, i)], "--ring-size",
+			  rs, "--max-record", mr, NULL)) {
 			fprintf(stderr, "flowbench: moverctl flow create %s: "
 				"%s", names[i], out);
 			failed = 1;
@@ -2261,8 +2270,8 @@ out:
 			snprintf(transport, sizeof(transport), "?");
 	}
 	for (i = 0; i < created; i++)
-		if (r_ctl(0, out, sizeof(out), "flow", "destroy", names[i],
-			  NULL)) {
+		if (r_ctl(r_src(o, i), out, sizeof(out), "flow", "destroy",
+			  names[i], NULL)) {
 			fprintf(stderr, "flowbench: moverctl flow destroy %s: "
 				"%s", names[i], out);
 			failed = 1;
@@ -3254,6 +3263,9 @@ static void usage_remote(FILE *f)
 "  --burst N           bytes of a burst (default 512K, moverd's quantum)\n"
 "  --burst-gap-us G    pause after a burst (default 0: until moverd had\n"
 "                      all of it acknowledged)\n"
+"  --both-ways         in every throughput case the odd flows go B -> A\n"
+"                      (producer on B, consumer on A): data both ways\n"
+"                      over the daemons' one connection\n"
 "  --counter-reader HZ a process reads every record of both daemons'\n"
 "                      counters files HZ times a second (as moverctl top\n"
 "                      or a Prometheus scrape does), to show reading them\n"
@@ -3411,6 +3423,7 @@ static int cmd_remote(int argc, char **argv)
 		{ "bursty", required_argument, NULL, 'u' },
 		{ "burst", required_argument, NULL, 'k' },
 		{ "burst-gap-us", required_argument, NULL, 'g' },
+		{ "both-ways", no_argument, NULL, 'O' },
 		{ "dir", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "counter-reader", required_argument, NULL, 'C' },
@@ -3495,6 +3508,7 @@ static int cmd_remote(int argc, char **argv)
 		case 'u': o.bursty = (unsigned)atoi(optarg); break;
 		case 'k': o.burst_bytes = parse_bytes(optarg); break;
 		case 'g': o.burst_gap_us = atof(optarg); break;
+		case 'O': o.both_ways = true; break;
 		case 'A':
 			if (snprintf(o.addr, sizeof(o.addr), "%s", optarg) >=
 			    (int)sizeof(o.addr))
