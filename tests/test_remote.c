@@ -37,6 +37,7 @@
  *      the daemon that connected, restarted: both flows resume on its new
  *      connection, every record arrives once; again with no flow of its
  *      own left: the other daemon dials for its flow
+ *  14  as 13 without a key: two connections, one per daemon's flows
  *
  * Scale with FM_REMOTE_RECORDS (records of case 1, default 200000; the
  * other cases scale with it).  Every wait is bounded; on failure the test
@@ -321,6 +322,7 @@ struct daemon {
 	const char *doorbell;    /* moverd --doorbell, NULL: its default */
 	const char *idle;        /* moverd --idle, NULL: its default */
 	const char *extra[4];    /* more moverd arguments, NULL-ended */
+	bool no_key;             /* no --peer-key (and --insecure-peers) */
 	int proc;                /* index in procs[], -1 when not running */
 };
 
@@ -342,6 +344,11 @@ static void daemon_exec(const void *arg)
 				 d->sock, "--log-level", log_level,
 				 "--peer-key", peer_key };
 	int n = 8, fd;
+
+	if (d->no_key) {
+		argv[6] = "--insecure-peers";
+		n = 7;
+	}
 
 	if (d->listen[0]) {
 		argv[n++] = "--listen";
@@ -2283,6 +2290,57 @@ static void test_shared_connection(void)
 	pair_stop(&P);
 }
 
+/* ---- 14: without a key, each daemon dials for its own flows --------------- */
+
+/*
+ * As case 13's start, but neither daemon has a key: a daemon is then
+ * known by its address, which need not be the same from both ends, so
+ * the flow B -> A must not ride A's connection (peer.c, inbound_from):
+ * two connections, one flow each, and both flows move a record.
+ */
+static void test_no_key_two_connections(void)
+{
+	struct pair P;
+	static struct run R;
+	static char out[2][1 << 16];
+	char peer_a[64];
+	uint64_t fa, fb;
+	int rc, na, nb;
+
+	pair_init(&P, "c14", remote_addr, NULL, NULL, false);
+	snprintf(peer_a, sizeof(peer_a), "%s:%d", remote_addr, free_tcp_port());
+	snprintf(P.a.listen, sizeof(P.a.listen), "%s", peer_a);
+	P.a.no_key = P.b.no_key = true;
+	pair_start(&P);
+	run_init(&R, &P, "k", 2, 1, 50);
+	snprintf(R.cons[1].sock, sizeof(R.cons[1].sock), "%s", P.a.sock);
+	snprintf(R.prod[1].sock, sizeof(R.prod[1].sock), "%s", P.b.sock);
+	if ((rc = ctl(P.a.sock, out[0], sizeof(out[0]), "flow create k0 --peer "
+		      "%s --ring-size 64K --max-record 4K", P.peer)))
+		fail_run(&R, "flow create k0 on A: exit %d: %s", rc, out[0]);
+	wait_open(&R, &P.a, "k0", 15);
+	if ((rc = ctl(P.b.sock, out[0], sizeof(out[0]), "flow create k1 --peer "
+		      "%s --ring-size 64K --max-record 4K", peer_a)))
+		fail_run(&R, "flow create k1 on B: exit %d: %s", rc, out[0]);
+	wait_open(&R, &P.b, "k1", 15);
+	na = peer_conns(&R, &P.a, out[0], sizeof(out[0]), &fa);
+	nb = peer_conns(&R, &P.b, out[1], sizeof(out[1]), &fb);
+	if (na != 2 || nb != 2 || fa != 2 || fb != 2)
+		fail_run(&R, "without a key: A has %d peer connections up with "
+			 "%llu flows, B %d with %llu; want two each, one flow "
+			 "on each.\nA:\n%s\nB:\n%s", na, (unsigned long long)fa,
+			 nb, (unsigned long long)fb, out[0], out[1]);
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 60, NULL, NULL);
+	for (int f = 0; f < 2; f++)
+		if ((rc = ctl(f ? P.b.sock : P.a.sock, out[0], sizeof(out[0]),
+			      "flow destroy k%d", f)))
+			fail_run(&R, "flow destroy k%d: exit %d: %s", f, rc,
+				 out[0]);
+	pair_stop(&P);
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -2313,6 +2371,7 @@ int main(int argc, char **argv)
 		{ test_idle, "every --idle mode and --io-uring setup delivers exactly once (bursts, beat, gaps)", 600 },
 		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
 		{ test_shared_connection, "flows both ways share one connection; kill -9 of the daemon that connected", 180 },
+		{ test_no_key_two_connections, "without a key each daemon dials for its own flows", 90 },
 	};
 	uint64_t t0 = tu_now_ns();
 
