@@ -34,6 +34,7 @@ enum flow_state {
 	FLOW_CLOSING,
 };
 
+struct ibv_mr;
 struct peer;
 
 struct flow_spec {
@@ -176,6 +177,10 @@ struct flow {
 	/* RDMA sender: where the peer's consumer ring is */
 	uint64_t raddr;
 	uint32_t rkey;
+	/* RDMA: this ring's registration (rdma.c, flow_mr) on the connection
+	 * mr_conn, NULL: none; cleared when it is dropped or orphaned */
+	struct ibv_mr *mr;
+	const void *mr_conn;
 
 	/* end of stream (eos.h): attached producers that ended theirs */
 	unsigned producers_ended;

@@ -376,6 +376,7 @@ static void reset_flows(struct peer *p, const char *why)
 			flows_set_state(f, FLOW_RECONNECTING,
 					"waiting for the sender to reconnect");
 			unlink_flow(f);
+			p->carried_theirs = true;
 		}
 	}
 }
@@ -386,18 +387,20 @@ static struct peer *sender_peer(struct peer_mgr *m, struct flow *f);
  * An inbound connection is gone with our sender flows that rode it
  * (inbound_from): each goes to another connection from the same daemon,
  * or back to one of its own, where it resumes from what was acknowledged
- * (reset_flows).  A connection of its own dials only after REHOME_GRACE_NS:
- * the daemon that connected redials itself when it has flows of its own
- * (it had when it connected), and its connection then takes ours too
- * (adopt_waiting), where dialing at once would race it and leave two.
- * Not while moverd stops: they stay off any connection.
+ * (reset_flows).  If the connection carried flows of the daemon that
+ * opened it, that daemon dials again, and its connection takes ours too
+ * (adopt_waiting): a connection of our own then waits REHOME_GRACE_NS
+ * before it dials, where dialing at once would race that daemon's and
+ * leave two (a daemon killed and restarted by systemd, say, is back
+ * within that).  Otherwise ours dials at once.  Not while moverd stops:
+ * they stay off any connection.
  */
-#define REHOME_GRACE_NS 2000000000ull
+#define REHOME_GRACE_NS 5000000000ull
 
 static void rehome_senders(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
-	uint64_t at = fr_now_ns() + REHOME_GRACE_NS;
+	uint64_t at = fr_now_ns() + (p->carried_theirs ? REHOME_GRACE_NS : 0);
 
 	while (p->flows) {
 		struct flow *f = p->flows;

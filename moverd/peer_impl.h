@@ -91,6 +91,9 @@ struct peer {
 	 * came from and takes our sender flows on this connection (its
 	 * hello; 0: it does not).  See inbound_from in peer.c. */
 	uint16_t listen_port;
+	/* inbound: it carried that daemon's own flows when it failed
+	 * (reset_flows), so that daemon dials again (rehome_senders) */
+	bool carried_theirs;
 	const struct transport *tp;
 	void *tp_data;            /* the transport's per-connection state */
 	int fd;

@@ -46,7 +46,6 @@
 #define STAGE_BYTES (1u << 20)
 #define SQ_DEPTH    512
 #define CQ_DEPTH    (SQ_DEPTH + RECV_BUFS)
-#define MR_MAX      64
 #define INLINE_WANT 64
 
 /*
@@ -88,8 +87,11 @@ struct rdma_conn {
 	uint8_t *recv_bufs, *stage;
 	unsigned max_inline;
 	bool qp_ready;
-	struct flow_mr mrs[MR_MAX];
-	unsigned n_mrs;
+	/* every ring registered on this connection, grown as flows come:
+	 * bounded by the flows a peer may have here (--peer-max-flows, and
+	 * ours), and those orphaned until the batch in flight completes */
+	struct flow_mr *mrs;
+	unsigned n_mrs, cap_mrs;
 	struct ibv_send_wr wr[SQ_DEPTH];
 	struct ibv_sge sge[SQ_DEPTH];
 };
@@ -106,8 +108,25 @@ static struct rdma_conn *conn(struct peer *p)
 
 /* ---- memory registration -------------------------------------------------- */
 
+/* Room for one more registration (twice the table, 16 at first). */
+static bool mrs_room(struct rdma_conn *c)
+{
+	unsigned cap = c->cap_mrs ? c->cap_mrs * 2 : 16;
+	struct flow_mr *m;
+
+	if (c->n_mrs < c->cap_mrs)
+		return true;
+	if (!(m = realloc(c->mrs, cap * sizeof(*m))))
+		return false;
+	c->mrs = m;
+	c->cap_mrs = cap;
+	return true;
+}
+
 static struct ibv_mr *find_mr(struct rdma_conn *c, struct flow *f)
 {
+	if (f->mr && f->mr_conn == c)
+		return f->mr; /* the common case: no walk of every flow's */
 	for (unsigned i = 0; i < c->n_mrs; i++)
 		if (c->mrs[i].flow == f)
 			return c->mrs[i].mr;
@@ -120,8 +139,10 @@ static struct ibv_mr *flow_mr(struct rdma_conn *c, struct flow *f, int access)
 	struct fr_ring *r = &f->view->ring;
 	struct ibv_mr *mr = find_mr(c, f);
 
-	if (mr || c->n_mrs == MR_MAX)
+	if (mr)
 		return mr;
+	if (!mrs_room(c))
+		return NULL;
 	mr = ibv_reg_mr(c->pd, r->data, r->size, access);
 	if (!mr) {
 		log_error("flow %s: ibv_reg_mr of %llu bytes: %s%s", f->name,
@@ -131,13 +152,25 @@ static struct ibv_mr *flow_mr(struct rdma_conn *c, struct flow *f, int access)
 		return NULL;
 	}
 	c->mrs[c->n_mrs++] = (struct flow_mr){ f, flow_get(f), mr };
+	f->mr = mr;
+	f->mr_conn = c;
 	return mr;
+}
+
+/* f no longer has its registration on c (dropped, or orphaned). */
+static void forget_cached(struct rdma_conn *c, struct flow *f)
+{
+	if (f && f->mr_conn == c) {
+		f->mr = NULL;
+		f->mr_conn = NULL;
+	}
 }
 
 static void drop_mr(struct rdma_conn *c, unsigned i)
 {
 	struct flow *ref = c->mrs[i].ref;
 
+	forget_cached(c, c->mrs[i].flow);
 	ibv_dereg_mr(c->mrs[i].mr);
 	c->mrs[i] = c->mrs[--c->n_mrs];
 	flow_put(ref); /* after the deregistration: no DMA to its pages */
@@ -181,10 +214,12 @@ static void rdma_forget_flow(struct peer *p, struct flow *f)
 	for (unsigned i = 0; i < c->n_mrs; i++) {
 		if (c->mrs[i].flow != f)
 			continue;
-		if (p->wr_op.busy && f->role == FLOW_SENDER)
+		if (p->wr_op.busy && f->role == FLOW_SENDER) {
+			forget_cached(c, f);
 			c->mrs[i].flow = NULL;
-		else
+		} else {
 			drop_mr(c, i);
+		}
 		return;
 	}
 }
@@ -279,6 +314,7 @@ static void rdma_close(struct peer *p)
 		return;
 	while (c->n_mrs)
 		drop_mr(c, 0);
+	free(c->mrs);
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	if (c->recv_mr)

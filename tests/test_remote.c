@@ -2075,8 +2075,8 @@ static void test_idle(void)
 /* ---- 12: 300 sender flows, one doorbell ------------------------------------- */
 
 /*
- * 300 open sender flows (more than the 127 words the per-flow futex_waitv
- * doorbell could watch: past them it polled every millisecond and counted
+ * 300 open sender flows (FM_REMOTE_MANY; more than the 127 words the
+ * per-flow futex_waitv doorbell could watch: past them it polled every millisecond and counted
  * no sleep), records on the first, the 150th and the last, 30 ms apart so
  * that moverd A sleeps before each.  Every record must arrive once, in
  * order; A must sleep on its doorbell page (status: bell_page, and sleeps
@@ -2085,8 +2085,11 @@ static void test_idle(void)
  */
 static void test_many_flows(void)
 {
-	enum { TOTAL = 300, N = 40 };
-	static const int chosen[] = { 0, TOTAL / 2 - 1, TOTAL - 1 };
+	enum { N = 40 };
+	/* FM_REMOTE_MANY: fewer for the soft-RoCE guest, more than the 64
+	 * rings an RDMA connection could once register */
+	const int total = (int)tu_env_long("FM_REMOTE_MANY", 300);
+	const int chosen[] = { 0, total / 2 - 1, total - 1 };
 	struct pair P;
 	static struct run R;
 	static char out[1 << 20];
@@ -2094,18 +2097,22 @@ static void test_many_flows(void)
 	uint64_t sleeps0, rings0, sleeps, rings, t0;
 	int rc, open;
 
+	CHECK(total >= 3 && total <= 400); /* B's --peer-max-flows 400 */
 	pair_init(&P, "c12", remote_addr, NULL, NULL, false);
 	P.b.extra[0] = "--peer-max-flows";
 	P.b.extra[1] = "400";
 	pair_start(&P);
 	run_init(&R, &P, "m", 3, 1, N);
-	for (int i = 0; i < TOTAL; i++) {
+	t0 = tu_now_ns();
+	for (int i = 0; i < total; i++) {
 		rc = ctl(P.a.sock, out, sizeof(out), "flow create m%03d --peer "
 			 "%s --ring-size 64K --max-record 4K", i, P.peer);
 		if (rc)
 			fail_run(&R, "flow create m%03d on A: exit %d: %s", i,
 				 rc, out);
 	}
+	printf("# %d flows created in %.1f s\n", total,
+	       (tu_now_ns() - t0) / 1e9);
 	for (t0 = tu_now_ns();; usleep(100000)) {
 		const char *p = out;
 
@@ -2113,13 +2120,14 @@ static void test_many_flows(void)
 			fail_run(&R, "flow list on A: %s", out);
 		for (open = 0; (p = strstr(p, "\"state\": \"open\"")); p++)
 			open++;
-		if (open == TOTAL)
+		if (open == total)
 			break;
 		pair_check(&P);
 		if (tu_now_ns() - t0 > 60 * SEC)
 			fail_run(&R, "%d of %d flows open on A after 60 s", open,
-				 TOTAL);
+				 total);
 	}
+	printf("# ... open on A %.1f s later\n", (tu_now_ns() - t0) / 1e9);
 	for (int f = 0; f < 3; f++) {
 		snprintf(R.flow[f], sizeof(R.flow[f]), "m%03d", chosen[f]);
 		memcpy(R.cons[f].flow, R.flow[f], sizeof(R.cons[f].flow));
@@ -2142,17 +2150,20 @@ static void test_many_flows(void)
 	if (sleeps < N || rings < N / 2)
 		fail_run(&R, "%d open flows: %llu sleeps, %llu ended by the "
 			 "doorbell, for %d records 30 ms apart on each of 3 "
-			 "flows: moverd polls instead of sleeping", TOTAL,
+			 "flows: moverd polls instead of sleeping", total,
 			 (unsigned long long)sleeps, (unsigned long long)rings,
 			 N);
 	printf("# %d open flows, %d records on 3: %llu sleeps, %llu ended by "
-	       "the doorbell, %llu bell bits in use\n", TOTAL, 3 * N,
+	       "the doorbell, %llu bell bits in use\n", total, 3 * N,
 	       (unsigned long long)sleeps, (unsigned long long)rings,
 	       (unsigned long long)jget_u64(out, "bell_flows"));
-	run_report(&R, "300 flows");
-	for (int i = 0; i < TOTAL; i++)
+	run_report(&R, "many flows");
+	t0 = tu_now_ns();
+	for (int i = 0; i < total; i++)
 		if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy m%03d", i)))
 			fail_run(&R, "flow destroy m%03d: %s", i, out);
+	printf("# %d flows destroyed in %.1f s\n", total,
+	       (tu_now_ns() - t0) / 1e9);
 	pair_stop(&P);
 }
 
@@ -2223,7 +2234,7 @@ static void wait_open(const struct run *R, const struct daemon *d,
  * killed and restarted: B's flow moves onto A's new connection, both
  * flows resume, and every record arrives once.  Then A, left without a
  * flow of its own, is killed and restarted again: it does not dial, so B
- * dials for its flow after its grace (rehome_senders), and it opens.
+ * dials for its flow (rehome_senders), and it opens.
  */
 static void test_shared_connection(void)
 {
@@ -2232,6 +2243,7 @@ static void test_shared_connection(void)
 	static struct run R;
 	static char out[1 << 16];
 	char peer_a[64], v[32];
+	uint64_t back;
 	int rc;
 
 	pair_init(&P, "c13", remote_addr, NULL, NULL, true);
@@ -2260,21 +2272,26 @@ static void test_shared_connection(void)
 	run_start_consumers(&R);
 	run_start_producers(&R);
 	kill_daemon_a_third_in(&R, &P.a);
-	/* B waits 2 s before it dials A itself (peer.c, rehome_senders): A's
+	back = tu_now_ns();
+	/* B waits 5 s before it dials A itself (peer.c, rehome_senders): A's
 	 * own dial at its start, for w0, comes first, and B's flow moves onto
 	 * it (adopt_waiting) */
 	usleep(100000);
 	daemon_check_alive(&P.b);
 	daemon_start(&P.a);  /* same arguments, same state dir */
+	back = tu_now_ns() - back;
 	wait_open(&R, &P.a, "w0", 20);
 	wait_open(&R, &P.b, "w1", 20);
-	/* B's flow left its own connection (down, retrying) for A's new one */
-	want_one_conn(&R, "after the restart");
+	if (back < 4 * SEC) /* else B may have dialed first: two are right */
+		want_one_conn(&R, "after the restart");
+	else
+		printf("# A took %.1f s to come back, near B's 5 s grace: two "
+		       "connections allowed\n", back / 1e9);
 	run_wait(&R, 90, NULL, NULL);
 	run_report(&R, "both ways on one connection, kill -9 of the one that "
 		   "connected");
-	/* A without flows of its own does not dial again: after its grace B
-	 * dials for w1 itself */
+	/* A without flows of its own does not dial again: B, whose
+	 * connection to A then carried none of A's, dials for w1 at once */
 	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy w0")))
 		fail_run(&R, "flow destroy w0: exit %d: %s", rc, out);
 	daemon_kill9(&P.a);
