@@ -313,6 +313,7 @@ static void queue_hello(struct peer *p)
 	}
 	if (p->outbound)
 		hello.listen_port = p->m->listen_port;
+	hello.instance = p->m->instance;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	queue_ctrl(p, &msg);
@@ -427,11 +428,113 @@ static void rehome_senders(struct peer *p)
 		m->timer_due = at;
 }
 
-/* The connection is finished and no op is in flight: clean up. */
+static void peer_host(const struct peer *p, char *out, size_t cap);
+static bool parse_ip(const char *host, size_t n, struct in6_addr *out);
+
+/* Where p's daemon listens: for a connection we dialed, the address we
+ * connected to (resolved); for one it opened, the address it came from
+ * and the port its hello says.  IPv4 as IPv4-mapped.  false: unknown. */
+static bool peer_endpoint(const struct peer *p, struct in6_addr *ip,
+			  unsigned *port)
+{
+	const struct sockaddr_in6 *s6 = (const void *)&p->sa;
+	const struct sockaddr_in *s4 = (const void *)&p->sa;
+	char host[sizeof(p->addr)];
+
+	if (!p->outbound) {
+		peer_host(p, host, sizeof(host));
+		*port = p->listen_port;
+		return *port && parse_ip(host, strlen(host), ip);
+	}
+	if (p->sa.ss_family == AF_INET6) {
+		*ip = s6->sin6_addr;
+		*port = ntohs(s6->sin6_port);
+		return true;
+	}
+	if (p->sa.ss_family != AF_INET)
+		return false;
+	memset(ip, 0, sizeof(*ip));
+	ip->s6_addr[10] = ip->s6_addr[11] = 0xff;
+	memcpy(&ip->s6_addr[12], &s4->sin_addr, sizeof(s4->sin_addr));
+	*port = ntohs(s4->sin_port);
+	return true;
+}
+
+/*
+ * Is q an authenticated connection that stays, on p's transport, to the
+ * same run of moverd as p: the same instance (the hellos), and the same
+ * address and port where that daemon listens (peer_endpoint)?  The
+ * address too, so that a key holder who says another daemon's instance
+ * gains no more than by claiming a port on its own host (security.md).
+ */
+static bool same_run(const struct peer *q, const struct peer *p)
+{
+	struct in6_addr ip_p, ip_q;
+	unsigned port_p, port_q;
+
+	if (q == p || !p->instance || q->instance != p->instance ||
+	    q->state != PEER_UP || !q->auth_ok || q->retiring ||
+	    q->tp != p->tp)
+		return false;
+	return peer_endpoint(p, &ip_p, &port_p) &&
+	       peer_endpoint(q, &ip_q, &port_q) && port_p == port_q &&
+	       !memcmp(&ip_p, &ip_q, sizeof(ip_p));
+}
+
+/* Our sender flows on from go to to, and open there (it is up and
+ * authenticated): each resumes from what was acknowledged. */
+static void move_senders(struct peer *from, struct peer *to)
+{
+	while (from->flows) {
+		struct flow *f = from->flows;
+
+		detach_flow(f); /* RDMA: its registration goes with from */
+		link_flow(to, f);
+		if (f->state != FLOW_FAILED)
+			queue_open(to, f);
+	}
+}
+
+/* p leaves the list of peers; nothing refers to it any more. */
+static void peer_free(struct peer *p)
+{
+	for (struct peer **pp = &p->m->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	free(p->ctrl_buf);
+	free(p->by_id);
+	free(p);
+}
+
+/*
+ * A connection we retired (merge_duplicate): its sender flows go to the
+ * connection to the same moverd that stays, if it is still there;
+ * otherwise they wait on p and dial again, as after a cut.
+ */
+static void retired(struct peer *p)
+{
+	p->retiring = false;
+	for (struct peer *q = p->m->peers; q; q = q->next) {
+		if (same_run(q, p)) {
+			log_info("peer %s: its flows move to the connection %s",
+				 p->addr, q->addr);
+			move_senders(p, q);
+			return;
+		}
+	}
+}
+
+/*
+ * The connection is finished and no op is in flight: clean up.  A peer
+ * of ours with flows waits to dial again; one without flows goes, as an
+ * inbound one does, so that `moverctl status` lists no connection that
+ * nothing will use.
+ */
 static void peer_closed(struct peer *p)
 {
-	struct peer_mgr *m = p->m;
-
 	p->tp->close(p);
 	ctrlq_clear(p);
 	free_frames(p->tx_ctrl);
@@ -444,37 +547,50 @@ static void peer_closed(struct peer *p)
 	/* no op is in flight any more: what they referred to may go */
 	rx_release(p);
 	tx_release(p);
-	if (p->outbound) {
+	if (p->outbound && p->retiring)
+		retired(p);
+	if (p->outbound && p->flows) {
 		p->state = PEER_DOWN;
 		p->retry_at_ns = fr_now_ns() + p->backoff_ms * 1000000ull;
 		if (p->backoff_ms < 2000)
 			p->backoff_ms *= 2;
 		return;
 	}
-	rehome_senders(p);
-	for (struct peer **pp = &m->peers; *pp; pp = &(*pp)->next) {
-		if (*pp == p) {
-			*pp = p->next;
-			break;
-		}
-	}
-	free(p->ctrl_buf);
-	free(p->by_id);
-	free(p);
+	if (!p->outbound)
+		rehome_senders(p);
+	peer_free(p);
 }
 
 /*
- * Free (inbound) or reset (outbound) every closing peer with nothing in
- * flight.  Only here, at the top of the duty cycle: never inside a
- * completion handler, which may still hold the peer.
+ * Free (inbound, or ours without flows) or reset (ours) every closing
+ * peer with nothing in flight, and free a peer of ours that is down and
+ * lost its last flow meanwhile (destroyed, or moved by adopt_waiting).
+ * Only here, at the top of the duty cycle: never inside a completion
+ * handler, which may still hold the peer.
  */
 void reap_peers(struct peer_mgr *m)
 {
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
-		if (p->state == PEER_CLOSING && !peer_io_busy(p))
+		if (p->state == PEER_CLOSING && !peer_io_busy(p)) {
 			peer_closed(p);
+		} else if (p->outbound && p->state == PEER_DOWN && !p->flows) {
+			p->tp->close(p); /* what a failed attempt left */
+			ctrlq_clear(p);
+			peer_free(p);
+		}
 	}
+}
+
+/* Close p's connection; its flows wait (reset_flows), it goes or is
+ * reset once no op is in flight (reap_peers). */
+static void peer_close(struct peer *p, const char *why)
+{
+	reset_flows(p, why);
+	if (p->state == PEER_UP)
+		p->reconnects++;
+	p->state = PEER_CLOSING;
+	p->tp->shutdown(p);
 }
 
 void peer_fail(struct peer *p, const char *fmt, ...)
@@ -490,11 +606,7 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	va_end(ap);
 	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
 		    why);
-	reset_flows(p, why);
-	if (p->state == PEER_UP)
-		p->reconnects++;
-	p->state = PEER_CLOSING;
-	p->tp->shutdown(p); /* reap_peers frees it once idle */
+	peer_close(p, why);
 }
 
 /* ---- sending ------------------------------------------------------------- */
@@ -966,6 +1078,8 @@ static void auth_reset(struct peer *p)
 	memset(p->nonce_theirs, 0, sizeof(p->nonce_theirs));
 	auth_nonce(p->nonce_mine);
 	p->listen_port = 0;
+	p->instance = 0;
+	p->retiring = false;
 }
 
 static struct peer *inbound_from(struct peer_mgr *m, const char *addr);
@@ -983,15 +1097,53 @@ static void adopt_waiting(struct peer *in)
 			continue;
 		log_info("peer %s: its flows move to the connection %s opened "
 			 "to us", p->addr, in->addr);
-		while (p->flows) {
-			struct flow *f = p->flows;
-
-			detach_flow(f);
-			link_flow(in, f);
-			if (f->state != FLOW_FAILED)
-				queue_open(in, f);
-		}
+		move_senders(p, in);
 	}
+}
+
+/* Close p, a connection we dialed, for keep (merge_duplicate). */
+static void retire(struct peer *p, const struct peer *keep)
+{
+	if (p->state != PEER_UP)
+		return;
+	log_info("peer %s: a second connection to the moverd that %s leads "
+		 "to: closing ours, its flows move there", p->addr, keep->addr);
+	p->retiring = true;
+	peer_close(p, "moving to another connection to the same moverd");
+}
+
+/*
+ * p has just authenticated, and another authenticated connection leads to
+ * the same run of moverd (its hello's instance): both daemons dialed at
+ * once, or a flow names that daemon by host name, which inbound_from does
+ * not match.  One connection per pair of daemons stays.  Each daemon
+ * closes only connections it dialed, and both decide alike without a
+ * word: of one it dialed and one it accepted, the connection dialed by
+ * the daemon of the smaller instance stays; of two it dialed, the older.
+ * The closed connection's sender flows move to the one that stays once
+ * its ops are reaped (retired) and resume from what was acknowledged, as
+ * after a cut.  Only with --peer-key: without it, as for inbound_from, a
+ * daemon is known by its address.  Returns whether p itself goes.
+ */
+static bool merge_duplicate(struct peer *p)
+{
+	struct peer_mgr *m = p->m;
+	bool ours_larger = m->instance > p->instance;
+
+	if (!m->key || m->stopping || !p->instance ||
+	    p->instance == m->instance)
+		return false;
+	for (struct peer *q = m->peers; q; q = q->next) {
+		if (!same_run(q, p))
+			continue;
+		if (p->outbound && (q->outbound || ours_larger)) {
+			retire(p, q);
+			return true;
+		}
+		if (!p->outbound && q->outbound && ours_larger)
+			retire(q, p);
+	}
+	return false;
 }
 
 static void authenticated(struct peer *p)
@@ -1011,13 +1163,15 @@ static void authenticated(struct peer *p)
 	log_limited(&lim, LOG_LVL_INFO, "peer %s: authenticated: node %s, %s%s",
 		    p->addr, p->node_safe, p->key_id[0] ? "key " :
 		    "no key (--peer-key not set)", p->key_id);
-	if (p->outbound) {
-		/* only now: a refused handshake reconnects ever more slowly */
-		p->backoff_ms = 100;
+	if (p->outbound)
+		p->backoff_ms = 100; /* only now: a refused handshake
+				      * reconnects ever more slowly */
+	if (merge_duplicate(p))
+		return; /* its flows go to the other connection */
+	if (p->outbound)
 		queue_opens(p);
-	} else {
+	else
 		adopt_waiting(p);
-	}
 }
 
 /* Printable ASCII only, for logs and status (the raw name is proven). */
@@ -1151,6 +1305,7 @@ static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 		    log_safe(h->node, node, sizeof(node)));
 	if (!p->outbound && h->listen_port <= UINT16_MAX)
 		p->listen_port = (uint16_t)h->listen_port;
+	p->instance = h->instance;
 	mismatch = key_mismatch(p, h, buf, sizeof(buf));
 	if (!mismatch && p->m->key)
 		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
@@ -1863,6 +2018,12 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		.allow = o->allow, .key = o->key,
 		.reopen_due = UINT64_MAX,
 	};
+	while (!m->instance) {
+		uint8_t r[AUTH_NONCE_BYTES];
+
+		auth_nonce(r); /* libsodium's randombytes (auth.c) */
+		memcpy(&m->instance, r, sizeof(m->instance));
+	}
 	if (mover_bell_start(m)) {
 		log_warn("no doorbell page (%s): an idle mover polls every "
 			 "millisecond", strerror(errno));

@@ -58,6 +58,7 @@ struct peer_mgr {
 	char listen_addr[80];
 	uint16_t listen_port;     /* ours, said in our hellos (0: none) */
 	bool stopping;            /* peer_mgr_stop: no flow moves any more */
+	uint64_t instance;        /* this run's, in our hellos (never 0) */
 	struct loop_op accept_op;
 	struct listener_backoff accept_wait; /* after a failed accept */
 	uint64_t timer_due;       /* when peer_timer runs next (peer.c) */

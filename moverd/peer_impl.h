@@ -91,6 +91,11 @@ struct peer {
 	 * came from and takes our sender flows on this connection (its
 	 * hello; 0: it does not).  See inbound_from in peer.c. */
 	uint16_t listen_port;
+	/* the run of moverd at the other end (its hello; 0: an older one),
+	 * and whether we close this connection for another to that run
+	 * (merge_duplicate in peer.c) */
+	uint64_t instance;
+	bool retiring;
 	/* inbound: it carried that daemon's own flows when it failed
 	 * (reset_flows), so that daemon dials again (rehome_senders) */
 	bool carried_theirs;

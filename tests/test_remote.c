@@ -49,6 +49,7 @@
 #include "ctl_client.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -2209,10 +2210,34 @@ static void test_many_flows(void)
 
 /* ---- 13: flows both ways share one connection ------------------------------ */
 
+/* What moverd logs when it closes a second connection to the same moverd
+ * (peer.c, retire). */
+static const char merged_said[] = "a second connection to the moverd";
+
+/* How many times needle is in file path. */
+static int count_in_file(const char *path, const char *needle)
+{
+	static char buf[1 << 22];
+	FILE *fp = fopen(path, "r");
+	size_t n;
+	int count = 0;
+
+	if (!fp)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	for (const char *p = buf; (p = strstr(p, needle)); p++)
+		count++;
+	return count;
+}
+
+
 /* The peer connections moverd d lists as up in `status`, and how many
- * flows they carry together (*flows). */
+ * flows they carry together (*flows); *down: how many it lists as down
+ * (NULL: not counted). */
 static int peer_conns(const struct run *R, const struct daemon *d,
-		      char *out, size_t cap, uint64_t *flows)
+		      char *out, size_t cap, uint64_t *flows, int *down)
 {
 	const char *p;
 	char state[32];
@@ -2222,30 +2247,58 @@ static int peer_conns(const struct run *R, const struct daemon *d,
 		fail_run(R, "status on %c: %s", d->tag, out);
 	p = strstr(out, "\"peers\"");
 	*flows = 0;
+	if (down)
+		*down = 0;
 	while (p && (p = strstr(p, "\"address\""))) {
-		if (jget(p, "state", state, sizeof(state)) &&
-		    !strcmp(state, "up")) {
+		if (!jget(p, "state", state, sizeof(state)))
+			state[0] = 0;
+		if (!strcmp(state, "up")) {
 			n++;
 			*flows += jget_u64(p, "flows");
+		} else if (down && !strcmp(state, "down")) {
+			(*down)++;
 		}
 		p++;
 	}
 	return n;
 }
 
-/* Each daemon has one connection up, carrying both flows; or fail. */
+/* Each daemon has one connection up, carrying both flows, and lists
+ * none that is down (a peer of its own left without flows goes); or
+ * fail. */
 static void want_one_conn(const struct run *R, const char *when)
 {
 	static char out[2][1 << 16];
 	uint64_t fa, fb;
-	int na = peer_conns(R, &R->P->a, out[0], sizeof(out[0]), &fa);
-	int nb = peer_conns(R, &R->P->b, out[1], sizeof(out[1]), &fb);
+	int da, db;
+	int na = peer_conns(R, &R->P->a, out[0], sizeof(out[0]), &fa, &da);
+	int nb = peer_conns(R, &R->P->b, out[1], sizeof(out[1]), &fb, &db);
 
-	if (na != 1 || nb != 1 || fa != 2 || fb != 2)
-		fail_run(R, "%s: A has %d peer connections up with %llu flows, "
-			 "B %d with %llu; want one each with both flows.\n"
-			 "A:\n%s\nB:\n%s", when, na, (unsigned long long)fa, nb,
-			 (unsigned long long)fb, out[0], out[1]);
+	if (na != 1 || nb != 1 || fa != 2 || fb != 2 || da || db)
+		fail_run(R, "%s: A has %d peer connections up with %llu flows "
+			 "and %d down, B %d with %llu and %d down; want one "
+			 "each with both flows.\nA:\n%s\nB:\n%s", when, na,
+			 (unsigned long long)fa, da, nb, (unsigned long long)fb,
+			 db, out[0], out[1]);
+}
+
+/* Wait until want_one_conn holds, at most limit_s; then check it. */
+static void wait_one_conn(const struct run *R, const char *when,
+			  double limit_s)
+{
+	static char out[1 << 16];
+	uint64_t fa, fb, t0 = tu_now_ns();
+	int da, db;
+
+	while (tu_now_ns() - t0 < (uint64_t)(limit_s * SEC)) {
+		if (peer_conns(R, &R->P->a, out, sizeof(out), &fa, &da) == 1 &&
+		    peer_conns(R, &R->P->b, out, sizeof(out), &fb, &db) == 1 &&
+		    fa == 2 && fb == 2 && !da && !db)
+			break;
+		pair_check(R->P);
+		usleep(50000);
+	}
+	want_one_conn(R, when);
 }
 
 /* Wait until flow f is "open" on d, at most limit_s. */
@@ -2322,11 +2375,13 @@ static void test_shared_connection(void)
 	back = tu_now_ns() - back;
 	wait_open(&R, &P.a, "w0", 20);
 	wait_open(&R, &P.b, "w1", 20);
-	if (back < 4 * SEC) /* else B may have dialed first: two are right */
-		want_one_conn(&R, "after the restart");
-	else
-		printf("# A took %.1f s to come back, near B's 5 s grace: two "
-		       "connections allowed\n", back / 1e9);
+	/* had A taken longer than B's grace, both would dial, and one of
+	 * the two connections is closed (merge_duplicate) */
+	wait_one_conn(&R, "after the restart", 20);
+	printf("# A was back in %.1f s; connections closed as a second one to "
+	       "the same moverd: %d\n", back / 1e9,
+	       count_in_file(P.a.log, merged_said) +
+	       count_in_file(P.b.log, merged_said));
 	run_wait(&R, 90, NULL, NULL);
 	run_report(&R, "both ways on one connection, kill -9 of the one that "
 		   "connected");
@@ -2380,8 +2435,8 @@ static void test_no_key_two_connections(void)
 		      "%s --ring-size 64K --max-record 4K", peer_a)))
 		fail_run(&R, "flow create k1 on B: exit %d: %s", rc, out[0]);
 	wait_open(&R, &P.b, "k1", 15);
-	na = peer_conns(&R, &P.a, out[0], sizeof(out[0]), &fa);
-	nb = peer_conns(&R, &P.b, out[1], sizeof(out[1]), &fb);
+	na = peer_conns(&R, &P.a, out[0], sizeof(out[0]), &fa, NULL);
+	nb = peer_conns(&R, &P.b, out[1], sizeof(out[1]), &fb, NULL);
 	if (na != 2 || nb != 2 || fa != 2 || fb != 2)
 		fail_run(&R, "without a key: A has %d peer connections up with "
 			 "%llu flows, B %d with %llu; want two each, one flow "
@@ -2395,6 +2450,126 @@ static void test_no_key_two_connections(void)
 			      "flow destroy k%d", f)))
 			fail_run(&R, "flow destroy k%d: exit %d: %s", f, rc,
 				 out[0]);
+	pair_stop(&P);
+}
+
+/* ---- 15: a second connection to the same daemon is closed ------------------ */
+
+/* Does name resolve first (as moverd's resolver takes it) to IPv4 addr? */
+static bool resolves_to(const char *name, const char *addr)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	char got[INET6_ADDRSTRLEN] = "";
+	bool same;
+
+	if (getaddrinfo(name, NULL, &hints, &ai) || !ai)
+		return false;
+	same = ai->ai_family == AF_INET &&
+	       inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr,
+			 got, sizeof(got)) && !strcmp(got, addr);
+	freeaddrinfo(ai);
+	return same;
+}
+
+/*
+ * A name for IPv4 addr that moverd must look up, not parse: its host name
+ * if it has one (the soft-RoCE guest's 10.77.0.1 has none), else the
+ * three-part spelling inet_aton(3) takes ("127.1" for 127.0.0.1), which
+ * getaddrinfo resolves and inet_pton refuses; "" if neither works.
+ */
+static void host_name_of(const char *addr, char *out, size_t cap)
+{
+	struct sockaddr_in s4 = { .sin_family = AF_INET };
+	uint32_t ip;
+
+	out[0] = 0;
+	if (inet_pton(AF_INET, addr, &s4.sin_addr) != 1)
+		return;
+	if (!getnameinfo((struct sockaddr *)&s4, sizeof(s4), out, cap, NULL,
+			 0, NI_NAMEREQD) && resolves_to(out, addr))
+		return;
+	ip = ntohl(s4.sin_addr.s_addr);
+	snprintf(out, cap, "%u.%u.%u", ip >> 24, (ip >> 16) & 0xff,
+		 ip & 0xffff);
+	if (!resolves_to(out, addr))
+		out[0] = 0;
+}
+
+/*
+ * Both daemons listen.  A's flow to B opens on A's connection; then B
+ * gets a flow to A named by host name, which B cannot match to A's
+ * connection (inbound_from takes numeric addresses): B dials, and the
+ * pair has two connections.  Both hellos name the same two runs of
+ * moverd, so the daemon of the larger instance closes the one it dialed
+ * (peer.c, merge_duplicate) and its flows move to the other one, while
+ * records go both ways: one connection each, every record once.
+ */
+static void test_merge_duplicate(void)
+{
+	uint64_t n = 4000, t0;
+	struct pair P;
+	static struct run R;
+	static char out[1 << 16];
+	char peer_a[64], named_a[128], name[96];
+	int rc, port;
+
+	host_name_of(remote_addr, name, sizeof(name));
+	if (!name[0]) {
+		printf("# skipped: no name resolves to %s first\n",
+		       remote_addr);
+		return;
+	}
+	pair_init(&P, "c15", remote_addr, NULL, NULL, true);
+	port = free_tcp_port();
+	snprintf(peer_a, sizeof(peer_a), "%s:%d", remote_addr, port);
+	snprintf(named_a, sizeof(named_a), "%s:%d", name, port);
+	snprintf(P.a.listen, sizeof(P.a.listen), "%s", peer_a);
+	pair_start(&P);
+	run_init(&R, &P, "d", 2, 2, n);
+	/* flow d1 goes the other way: producers on B, the consumer on A */
+	snprintf(R.cons[1].sock, sizeof(R.cons[1].sock), "%s", P.a.sock);
+	for (uint32_t i = 2; i < 4; i++)
+		snprintf(R.prod[i].sock, sizeof(R.prod[i].sock), "%s",
+			 P.b.sock);
+	for (uint32_t i = 0; i < 4; i++)
+		R.prod[i].stall_ns = 40 * SEC;
+	/* d0 lasts 4 s or more: the second connection comes meanwhile */
+	R.prod[0].gap_us = R.prod[1].gap_us = 1000;
+	R.cons[0].stall_ns = R.cons[1].stall_ns = 40 * SEC;
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow create d0 --peer %s "
+		      "--ring-size 256K --max-record 4K", P.peer)))
+		fail_run(&R, "flow create d0 on A: exit %d: %s", rc, out);
+	wait_open(&R, &P.a, "d0", 15);
+	/* records move on d0 while the second connection comes and goes;
+	 * d1's clients wait for it (attach_retry) */
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	if ((rc = ctl(P.b.sock, out, sizeof(out), "flow create d1 --peer %s "
+		      "--ring-size 256K --max-record 4K", named_a)))
+		fail_run(&R, "flow create d1 on B: exit %d: %s", rc, out);
+	wait_open(&R, &P.b, "d1", 20);
+	t0 = tu_now_ns();
+	wait_one_conn(&R, "20 s after the second connection", 20);
+	rc = count_in_file(P.a.log, merged_said) +
+	     count_in_file(P.b.log, merged_said);
+	if (rc != 1)
+		fail_run(&R, "%d connections closed as a second one to the same "
+			 "moverd (\"%s\" in the logs of A and B); want 1", rc,
+			 merged_said);
+	printf("# d1 named %s: one connection %.1f s after d1 opened, the "
+	       "other closed by %c; d0 had delivered %llu of %llu records\n",
+	       named_a, (tu_now_ns() - t0) / 1e9,
+	       count_in_file(P.a.log, merged_said) ? 'A' : 'B',
+	       (unsigned long long)ld(&sh->recv[0]),
+	       (unsigned long long)(2 * n));
+	run_wait(&R, 90, NULL, NULL);
+	want_one_conn(&R, "after the records");
+	run_report(&R, "two connections to the same daemon become one");
+	for (int f = 0; f < 2; f++)
+		if ((rc = ctl(f ? P.b.sock : P.a.sock, out, sizeof(out),
+			      "flow destroy d%d", f)))
+			fail_run(&R, "flow destroy d%d: exit %d: %s", f, rc,
+				 out);
 	pair_stop(&P);
 }
 
@@ -2429,6 +2604,7 @@ int main(int argc, char **argv)
 		{ test_many_flows, "300 sender flows: one doorbell page, sleeps between records", 300 },
 		{ test_shared_connection, "flows both ways share one connection; kill -9 of the daemon that connected", 180 },
 		{ test_no_key_two_connections, "without a key each daemon dials for its own flows", 90 },
+		{ test_merge_duplicate, "a second connection to the same daemon (a host name) is closed; flows move, records once", 180 },
 	};
 	uint64_t t0 = tu_now_ns();
 
