@@ -341,6 +341,17 @@ static void queue_open(struct peer *p, struct flow *f)
 			"waiting for the peer to open the flow");
 }
 
+/* Sender flow f goes on p, and opens now if p is up and authenticated
+ * (else once it is: queue_opens).  Returns whether it opens now. */
+static bool link_sender(struct peer *p, struct flow *f)
+{
+	link_flow(p, f);
+	if (p->state != PEER_UP || !p->auth_ok || f->state == FLOW_FAILED)
+		return false;
+	queue_open(p, f);
+	return true;
+}
+
 static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
 			 uint64_t head, int error, const char *message,
 			 uint64_t raddr, uint32_t rkey)
@@ -418,10 +429,7 @@ static void rehome_senders(struct peer *p)
 			continue;
 		}
 		fresh = to->outbound && to->state == PEER_DOWN && !to->flows;
-		link_flow(to, f);
-		if (to->state == PEER_UP && to->auth_ok)
-			queue_open(to, f);
-		else if (fresh)
+		if (!link_sender(to, f) && fresh)
 			to->retry_at_ns = at; /* the peer timer dials then */
 	}
 	if (at < m->timer_due)
@@ -489,9 +497,7 @@ static void move_senders(struct peer *from, struct peer *to)
 		struct flow *f = from->flows;
 
 		detach_flow(f); /* RDMA: its registration goes with from */
-		link_flow(to, f);
-		if (f->state != FLOW_FAILED)
-			queue_open(to, f);
+		link_sender(to, f);
 	}
 }
 
@@ -522,6 +528,7 @@ static void retired(struct peer *p)
 			log_info("peer %s: its flows move to the connection %s",
 				 p->addr, q->addr);
 			move_senders(p, q);
+			snprintf(q->alias, sizeof(q->alias), "%s", p->addr);
 			return;
 		}
 	}
@@ -1080,6 +1087,7 @@ static void auth_reset(struct peer *p)
 	p->listen_port = 0;
 	p->instance = 0;
 	p->retiring = false;
+	p->alias[0] = 0;
 }
 
 static struct peer *inbound_from(struct peer_mgr *m, const char *addr);
@@ -2160,7 +2168,8 @@ static struct peer *inbound_from(struct peer_mgr *m, const char *addr)
 	return NULL;
 }
 
-/* The connection sender flow f goes on: ours to its peer address, one
+/* The connection sender flow f goes on: ours to its peer address, the
+ * one that took the flows of ours to it (alias, set by retired), one
  * that daemon opened to us (inbound_from), or a new one of ours (not yet
  * connecting); NULL without memory. */
 static struct peer *sender_peer(struct peer_mgr *m, struct flow *f)
@@ -2169,6 +2178,10 @@ static struct peer *sender_peer(struct peer_mgr *m, struct flow *f)
 
 	for (p = m->peers; p; p = p->next)
 		if (p->outbound && strcmp(p->addr, f->peer_addr) == 0)
+			return p;
+	for (p = m->peers; p; p = p->next)
+		if (p->state == PEER_UP && p->auth_ok && !p->retiring &&
+		    strcmp(p->alias, f->peer_addr) == 0)
 			return p;
 	if ((p = inbound_from(m, f->peer_addr))) {
 		log_info("flow %s: on the connection %s opened to us", f->name,
@@ -2184,10 +2197,7 @@ int peer_add_sender(struct peer_mgr *m, struct flow *f)
 
 	if (!p)
 		return -ENOMEM;
-	link_flow(p, f);
-	if (p->state == PEER_UP && p->auth_ok)
-		queue_open(p, f); /* else it goes once authenticated */
-	else if (p->state == PEER_DOWN)
+	if (!link_sender(p, f) && p->state == PEER_DOWN)
 		p->tp->connect(p);
 	return 0;
 }

@@ -96,6 +96,9 @@ struct peer {
 	 * (merge_duplicate in peer.c) */
 	uint64_t instance;
 	bool retiring;
+	/* the address of a connection of ours that was closed for this one
+	 * (retired): sender flows to that address come here ("" none) */
+	char alias[80];
 	/* inbound: it carried that daemon's own flows when it failed
 	 * (reset_flows), so that daemon dials again (rehome_senders) */
 	bool carried_theirs;

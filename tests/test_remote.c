@@ -2263,10 +2263,11 @@ static int peer_conns(const struct run *R, const struct daemon *d,
 	return n;
 }
 
-/* Each daemon has one connection up, carrying both flows, and lists
- * none that is down (a peer of its own left without flows goes); or
- * fail. */
-static void want_one_conn(const struct run *R, const char *when)
+/* Each daemon has one connection up, carrying all nflows flows, and
+ * lists none that is down (a peer of its own left without flows goes);
+ * or fail. */
+static void want_one_conn(const struct run *R, const char *when,
+			  uint64_t nflows)
 {
 	static char out[2][1 << 16];
 	uint64_t fa, fb;
@@ -2274,17 +2275,18 @@ static void want_one_conn(const struct run *R, const char *when)
 	int na = peer_conns(R, &R->P->a, out[0], sizeof(out[0]), &fa, &da);
 	int nb = peer_conns(R, &R->P->b, out[1], sizeof(out[1]), &fb, &db);
 
-	if (na != 1 || nb != 1 || fa != 2 || fb != 2 || da || db)
+	if (na != 1 || nb != 1 || fa != nflows || fb != nflows || da || db)
 		fail_run(R, "%s: A has %d peer connections up with %llu flows "
 			 "and %d down, B %d with %llu and %d down; want one "
-			 "each with both flows.\nA:\n%s\nB:\n%s", when, na,
-			 (unsigned long long)fa, da, nb, (unsigned long long)fb,
-			 db, out[0], out[1]);
+			 "each with all %llu flows.\nA:\n%s\nB:\n%s", when,
+			 na, (unsigned long long)fa, da, nb,
+			 (unsigned long long)fb, db, (unsigned long long)nflows,
+			 out[0], out[1]);
 }
 
 /* Wait until want_one_conn holds, at most limit_s; then check it. */
 static void wait_one_conn(const struct run *R, const char *when,
-			  double limit_s)
+			  uint64_t nflows, double limit_s)
 {
 	static char out[1 << 16];
 	uint64_t fa, fb, t0 = tu_now_ns();
@@ -2293,12 +2295,12 @@ static void wait_one_conn(const struct run *R, const char *when,
 	while (tu_now_ns() - t0 < (uint64_t)(limit_s * SEC)) {
 		if (peer_conns(R, &R->P->a, out, sizeof(out), &fa, &da) == 1 &&
 		    peer_conns(R, &R->P->b, out, sizeof(out), &fb, &db) == 1 &&
-		    fa == 2 && fb == 2 && !da && !db)
+		    fa == nflows && fb == nflows && !da && !db)
 			break;
 		pair_check(R->P);
 		usleep(50000);
 	}
-	want_one_conn(R, when);
+	want_one_conn(R, when, nflows);
 }
 
 /* Wait until flow f is "open" on d, at most limit_s. */
@@ -2361,7 +2363,7 @@ static void test_shared_connection(void)
 		      "--ring-size 256K --max-record 4K", peer_a)))
 		fail_run(&R, "flow create w1 on B: exit %d: %s", rc, out);
 	wait_open(&R, &P.b, "w1", 15);
-	want_one_conn(&R, "flows both ways");
+	want_one_conn(&R, "flows both ways", 2);
 	run_start_consumers(&R);
 	run_start_producers(&R);
 	kill_daemon_a_third_in(&R, &P.a);
@@ -2377,7 +2379,7 @@ static void test_shared_connection(void)
 	wait_open(&R, &P.b, "w1", 20);
 	/* had A taken longer than B's grace, both would dial, and one of
 	 * the two connections is closed (merge_duplicate) */
-	wait_one_conn(&R, "after the restart", 20);
+	wait_one_conn(&R, "after the restart", 2, 20);
 	printf("# A was back in %.1f s; connections closed as a second one to "
 	       "the same moverd: %d\n", back / 1e9,
 	       count_in_file(P.a.log, merged_said) +
@@ -2549,7 +2551,7 @@ static void test_merge_duplicate(void)
 		fail_run(&R, "flow create d1 on B: exit %d: %s", rc, out);
 	wait_open(&R, &P.b, "d1", 20);
 	t0 = tu_now_ns();
-	wait_one_conn(&R, "20 s after the second connection", 20);
+	wait_one_conn(&R, "20 s after the second connection", 2, 20);
 	rc = count_in_file(P.a.log, merged_said) +
 	     count_in_file(P.b.log, merged_said);
 	if (rc != 1)
@@ -2563,9 +2565,22 @@ static void test_merge_duplicate(void)
 	       (unsigned long long)ld(&sh->recv[0]),
 	       (unsigned long long)(2 * n));
 	run_wait(&R, 90, NULL, NULL);
-	want_one_conn(&R, "after the records");
+	want_one_conn(&R, "after the records", 2);
 	run_report(&R, "two connections to the same daemon become one");
-	for (int f = 0; f < 2; f++)
+	/* another flow named so goes on the connection that stays, without
+	 * a dial of its own (B's, or the alias of the one B closed) */
+	if ((rc = ctl(P.b.sock, out, sizeof(out), "flow create d2 --peer %s "
+		      "--ring-size 64K --max-record 4K", named_a)))
+		fail_run(&R, "flow create d2 on B: exit %d: %s", rc, out);
+	wait_open(&R, &P.b, "d2", 20);
+	want_one_conn(&R, "a second flow named so", 3);
+	rc = count_in_file(P.a.log, merged_said) +
+	     count_in_file(P.b.log, merged_said);
+	if (rc != 1)
+		fail_run(&R, "after another flow named %s: %d connections closed "
+			 "as a second one to the same moverd; want still 1",
+			 named_a, rc);
+	for (int f = 0; f < 3; f++)
 		if ((rc = ctl(f ? P.b.sock : P.a.sock, out, sizeof(out),
 			      "flow destroy d%d", f)))
 			fail_run(&R, "flow destroy d%d: exit %d: %s", f, rc,
