@@ -892,6 +892,16 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
+	} else if (f && f->peer == p && f->id != op->flow_id) {
+		/* two peers of one fan-out flow that lead to this daemon (two
+		 * names of this host): their connections became one
+		 * (merge_duplicate), and the second must not take the flow
+		 * from the first, whose frames would then go nowhere */
+		snprintf(err, sizeof(err), "flow '%s' is open on this "
+			 "connection already (sender flow id %u): another of "
+			 "its peers leads to this host", f->name,
+			 (unsigned)f->id);
+		rc = -EEXIST;
 	} else if (f && flow_cut_off(f) &&
 		   !(rc = check_origin(p, f, err, sizeof(err)))) {
 		rc = recreate_cut(p, &f, op, err, sizeof(err));
@@ -1049,6 +1059,8 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 
 	if (!f || f->role != FLOW_RECEIVER || f->peer != p)
 		return;
+	if (cl->flow_id && cl->flow_id != f->id)
+		return; /* another sender flow's: refused by handle_open */
 	if (!cl->failed || !cl->failed[0]) {
 		log_info("flow %s: closed by the sender", f->name);
 		peer_destroy_flow(p->m, f, NULL);
@@ -2218,6 +2230,7 @@ static void forget_flow(struct flow *f, const char *why)
 		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
 
 		cl.name = f->name;
+		cl.flow_id = f->id;
 		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
 		msg.close = &cl;
 		queue_ctrl(p, &msg);
@@ -2238,6 +2251,7 @@ void peer_close_sender(struct flow *f, const char *failed, bool cut)
 		Flowmover__PeerFlowClose cl = FLOWMOVER__PEER_FLOW_CLOSE__INIT;
 
 		cl.name = f->name;
+		cl.flow_id = f->id;
 		cl.failed = (char *)(failed ? failed : "");
 		cl.cut = failed && cut;
 		msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;

@@ -2590,6 +2590,72 @@ static void test_merge_duplicate(void)
 	pair_stop(&P);
 }
 
+/* ---- 16: one flow sent to the same daemon under two names --------------- */
+
+/*
+ * A flow to B gets a second peer that is B under another name (fan-out,
+ * `flow peer add`).  The second connection is closed (merge_duplicate),
+ * and B refuses the second sender flow of the same name on the one
+ * connection (handle_open): that peer's subscription ends with a reason
+ * that says so, and the flow goes on through the first, every record
+ * once.  Before, the second took B's flow from the first, whose frames
+ * then went nowhere, and the flow hung.
+ */
+static void test_fanout_same_daemon(void)
+{
+	static const char said[] = "another of its peers leads to this host";
+	uint64_t n = scaled(12000), t0;
+	struct pair P;
+	static struct run R;
+	static char out[1 << 16];
+	char named_b[128], name[96], state[32];
+	const char *port;
+	int rc;
+
+	host_name_of(remote_addr, name, sizeof(name));
+	if (!name[0]) {
+		printf("# skipped: no name resolves to %s first\n",
+		       remote_addr);
+		return;
+	}
+	pair_init(&P, "c16", remote_addr, NULL, NULL, true);
+	pair_start(&P);
+	port = strrchr(P.peer, ':');
+	CHECK(port);
+	snprintf(named_b, sizeof(named_b), "%s%s", name, port);
+	run_init(&R, &P, "s", 1, 2, n);
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow create s0 --peer %s "
+		      "--ring-size 256K --max-record 4K", P.peer)))
+		fail_run(&R, "flow create s0 on A: exit %d: %s", rc, out);
+	wait_open(&R, &P.a, "s0", 15);
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow peer add s0 %s",
+		      named_b)))
+		fail_run(&R, "flow peer add s0 %s on A: exit %d: %s", named_b,
+			 rc, out);
+	for (t0 = tu_now_ns();; usleep(50000)) {
+		if ((rc = ctl(P.a.sock, out, sizeof(out), "flow show s0")))
+			fail_run(&R, "flow show s0 on A: exit %d: %s", rc, out);
+		if (strstr(out, said))
+			break;
+		pair_check(&P);
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(&R, "peer %s of s0 not refused as B under another "
+				 "name after 20 s:\n%s", named_b, out);
+	}
+	run_start_consumers(&R);
+	run_start_producers(&R);
+	run_wait(&R, 90, NULL, NULL);
+	run_report(&R, "one flow to the same daemon under two names");
+	if (strcmp(state_of(P.b.sock, "s0", state, sizeof(state), &rc, out,
+			    sizeof(out)), "open"))
+		fail_run(&R, "flow s0 on B is '%s' after the records:\n%s",
+			 state, out);
+	want_one_conn(&R, "after the records", 1);
+	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy s0")))
+		fail_run(&R, "flow destroy s0: exit %d: %s", rc, out);
+	pair_stop(&P);
+}
+
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
 static bool case_selected(const char *only, unsigned n)
 {
@@ -2622,6 +2688,7 @@ int main(int argc, char **argv)
 		{ test_shared_connection, "flows both ways share one connection; kill -9 of the daemon that connected", 180 },
 		{ test_no_key_two_connections, "without a key each daemon dials for its own flows", 90 },
 		{ test_merge_duplicate, "a second connection to the same daemon (a host name) is closed; flows move, records once", 180 },
+		{ test_fanout_same_daemon, "one flow sent to the same daemon under two names: the second refused, the flow goes on", 120 },
 	};
 	uint64_t t0 = tu_now_ns();
 
