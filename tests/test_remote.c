@@ -2497,6 +2497,16 @@ static void host_name_of(const char *addr, char *out, size_t cap)
 		out[0] = 0;
 }
 
+/* host_name_of(remote_addr); false, and the case is skipped, if none. */
+static bool remote_name(char *out, size_t cap)
+{
+	host_name_of(remote_addr, out, cap);
+	if (!out[0])
+		printf("# skipped: no name resolves to %s first\n",
+		       remote_addr);
+	return out[0] != 0;
+}
+
 /*
  * Both daemons listen.  A's flow to B opens on A's connection; then B
  * gets a flow to A named by host name, which B cannot match to A's
@@ -2515,12 +2525,8 @@ static void test_merge_duplicate(void)
 	char peer_a[64], named_a[128], name[96];
 	int rc, port;
 
-	host_name_of(remote_addr, name, sizeof(name));
-	if (!name[0]) {
-		printf("# skipped: no name resolves to %s first\n",
-		       remote_addr);
+	if (!remote_name(name, sizeof(name)))
 		return;
-	}
 	pair_init(&P, "c15", remote_addr, NULL, NULL, true);
 	port = free_tcp_port();
 	snprintf(peer_a, sizeof(peer_a), "%s:%d", remote_addr, port);
@@ -2612,12 +2618,8 @@ static void test_fanout_same_daemon(void)
 	const char *port;
 	int rc;
 
-	host_name_of(remote_addr, name, sizeof(name));
-	if (!name[0]) {
-		printf("# skipped: no name resolves to %s first\n",
-		       remote_addr);
+	if (!remote_name(name, sizeof(name)))
 		return;
-	}
 	pair_init(&P, "c16", remote_addr, NULL, NULL, true);
 	pair_start(&P);
 	port = strrchr(P.peer, ':');
