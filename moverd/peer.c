@@ -439,6 +439,14 @@ static void rehome_senders(struct peer *p)
 static void peer_host(const struct peer *p, char *out, size_t cap);
 static bool parse_ip(const char *host, size_t n, struct in6_addr *out);
 
+/* v4 as an IPv4-mapped IPv6 address, the one form addresses compare in. */
+static void v4_mapped(struct in6_addr *out, const struct in_addr *v4)
+{
+	memset(out, 0, sizeof(*out));
+	out->s6_addr[10] = out->s6_addr[11] = 0xff;
+	memcpy(&out->s6_addr[12], v4, sizeof(*v4));
+}
+
 /* Where p's daemon listens: for a connection we dialed, the address we
  * connected to (resolved); for one it opened, the address it came from
  * and the port its hello says.  IPv4 as IPv4-mapped.  false: unknown. */
@@ -461,9 +469,7 @@ static bool peer_endpoint(const struct peer *p, struct in6_addr *ip,
 	}
 	if (p->sa.ss_family != AF_INET)
 		return false;
-	memset(ip, 0, sizeof(*ip));
-	ip->s6_addr[10] = ip->s6_addr[11] = 0xff;
-	memcpy(&ip->s6_addr[12], &s4->sin_addr, sizeof(s4->sin_addr));
+	v4_mapped(ip, &s4->sin_addr);
 	*port = ntohs(s4->sin_port);
 	return true;
 }
@@ -2120,9 +2126,7 @@ static bool parse_ip(const char *host, size_t n, struct in6_addr *out)
 		return true;
 	if (inet_pton(AF_INET, buf, &v4) != 1)
 		return false;
-	memset(out, 0, sizeof(*out));
-	out->s6_addr[10] = out->s6_addr[11] = 0xff;
-	memcpy(&out->s6_addr[12], &v4, sizeof(v4));
+	v4_mapped(out, &v4);
 	return true;
 }
 

@@ -2232,6 +2232,12 @@ static int count_in_file(const char *path, const char *needle)
 	return count;
 }
 
+/* The connections closed as a second one to the same moverd, both logs. */
+static int merges(const struct pair *P)
+{
+	return count_in_file(P->a.log, merged_said) +
+	       count_in_file(P->b.log, merged_said);
+}
 
 /* The peer connections moverd d lists as up in `status`, and how many
  * flows they carry together (*flows); *down: how many it lists as down
@@ -2263,44 +2269,53 @@ static int peer_conns(const struct run *R, const struct daemon *d,
 	return n;
 }
 
-/* Each daemon has one connection up, carrying all nflows flows, and
- * lists none that is down (a peer of its own left without flows goes);
- * or fail. */
+/* What A and B list of their peer connections (peer_conns). */
+struct conns {
+	int na, nb, da, db;   /* up, down */
+	uint64_t fa, fb;      /* flows on those up */
+	char out[2][1 << 16]; /* the statuses */
+};
+
+/* Has each daemon one connection up, carrying all nflows flows, and none
+ * down (a peer of its own left without flows goes)? */
+static bool one_conn(const struct run *R, uint64_t nflows, struct conns *c)
+{
+	c->na = peer_conns(R, &R->P->a, c->out[0], sizeof(c->out[0]), &c->fa,
+			   &c->da);
+	c->nb = peer_conns(R, &R->P->b, c->out[1], sizeof(c->out[1]), &c->fb,
+			   &c->db);
+	return c->na == 1 && c->nb == 1 && c->fa == nflows &&
+	       c->fb == nflows && !c->da && !c->db;
+}
+
+/* one_conn, or fail. */
 static void want_one_conn(const struct run *R, const char *when,
 			  uint64_t nflows)
 {
-	static char out[2][1 << 16];
-	uint64_t fa, fb;
-	int da, db;
-	int na = peer_conns(R, &R->P->a, out[0], sizeof(out[0]), &fa, &da);
-	int nb = peer_conns(R, &R->P->b, out[1], sizeof(out[1]), &fb, &db);
+	static struct conns c;
 
-	if (na != 1 || nb != 1 || fa != nflows || fb != nflows || da || db)
+	if (!one_conn(R, nflows, &c))
 		fail_run(R, "%s: A has %d peer connections up with %llu flows "
 			 "and %d down, B %d with %llu and %d down; want one "
 			 "each with all %llu flows.\nA:\n%s\nB:\n%s", when,
-			 na, (unsigned long long)fa, da, nb,
-			 (unsigned long long)fb, db, (unsigned long long)nflows,
-			 out[0], out[1]);
+			 c.na, (unsigned long long)c.fa, c.da, c.nb,
+			 (unsigned long long)c.fb, c.db,
+			 (unsigned long long)nflows, c.out[0], c.out[1]);
 }
 
-/* Wait until want_one_conn holds, at most limit_s; then check it. */
+/* Wait until one_conn holds, at most limit_s; or fail. */
 static void wait_one_conn(const struct run *R, const char *when,
 			  uint64_t nflows, double limit_s)
 {
-	static char out[1 << 16];
-	uint64_t fa, fb, t0 = tu_now_ns();
-	int da, db;
+	static struct conns c;
+	uint64_t t0 = tu_now_ns();
 
-	while (tu_now_ns() - t0 < (uint64_t)(limit_s * SEC)) {
-		if (peer_conns(R, &R->P->a, out, sizeof(out), &fa, &da) == 1 &&
-		    peer_conns(R, &R->P->b, out, sizeof(out), &fb, &db) == 1 &&
-		    fa == nflows && fb == nflows && !da && !db)
-			break;
+	while (!one_conn(R, nflows, &c)) {
+		if (tu_now_ns() - t0 >= (uint64_t)(limit_s * SEC))
+			want_one_conn(R, when, nflows); /* fails, saying why */
 		pair_check(R->P);
 		usleep(50000);
 	}
-	want_one_conn(R, when, nflows);
 }
 
 /* Wait until flow f is "open" on d, at most limit_s. */
@@ -2381,9 +2396,7 @@ static void test_shared_connection(void)
 	 * the two connections is closed (merge_duplicate) */
 	wait_one_conn(&R, "after the restart", 2, 20);
 	printf("# A was back in %.1f s; connections closed as a second one to "
-	       "the same moverd: %d\n", back / 1e9,
-	       count_in_file(P.a.log, merged_said) +
-	       count_in_file(P.b.log, merged_said));
+	       "the same moverd: %d\n", back / 1e9, merges(&P));
 	run_wait(&R, 90, NULL, NULL);
 	run_report(&R, "both ways on one connection, kill -9 of the one that "
 		   "connected");
@@ -2558,9 +2571,7 @@ static void test_merge_duplicate(void)
 	wait_open(&R, &P.b, "d1", 20);
 	t0 = tu_now_ns();
 	wait_one_conn(&R, "20 s after the second connection", 2, 20);
-	rc = count_in_file(P.a.log, merged_said) +
-	     count_in_file(P.b.log, merged_said);
-	if (rc != 1)
+	if ((rc = merges(&P)) != 1)
 		fail_run(&R, "%d connections closed as a second one to the same "
 			 "moverd (\"%s\" in the logs of A and B); want 1", rc,
 			 merged_said);
@@ -2582,9 +2593,7 @@ static void test_merge_duplicate(void)
 		fail_run(&R, "flow create d2 on B: exit %d: %s", rc, out);
 	wait_open(&R, &P.b, "d2", 20);
 	want_one_conn(&R, "a second flow named so", 3);
-	rc = count_in_file(P.a.log, merged_said) +
-	     count_in_file(P.b.log, merged_said);
-	if (rc != 1)
+	if ((rc = merges(&P)) != 1)
 		fail_run(&R, "after another flow named %s: %d connections closed "
 			 "as a second one to the same moverd; want still 1",
 			 named_a, rc);
