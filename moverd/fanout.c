@@ -234,6 +234,29 @@ void fanout_restore(struct peer_mgr *m, struct flow *f)
 	free(list);
 }
 
+/* Does subscription s go to the same run of moverd as p? */
+static bool same_daemon(const struct flow *s, const struct peer *p)
+{
+	const struct peer *q = s->peer;
+
+	return q && q->state == PEER_UP && q->auth_ok &&
+	       q->instance == p->instance && s->state != FLOW_FAILED;
+}
+
+const struct flow *fanout_twin(const struct flow *f, const struct peer *p)
+{
+	const struct flow *first = f->sibling_of ? f->sibling_of : f;
+
+	if (!p->instance || !fanout_member(f))
+		return NULL;
+	if (first != f && same_daemon(first, p))
+		return first;
+	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+		if (s != f && same_daemon(s, p))
+			return s;
+	return NULL;
+}
+
 void fanout_lost(struct flow *f, const char *why, bool cut)
 {
 	struct fr_ring *r = ring_of(f);

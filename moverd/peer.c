@@ -319,13 +319,32 @@ static void queue_hello(struct peer *p)
 	queue_ctrl(p, &msg);
 }
 
-static void queue_open(struct peer *p, struct flow *f)
+/*
+ * Open sender flow f on p.  False if f's subscription ended instead: p
+ * leads to a daemon that another peer of f's fan-out flow leads to (two
+ * names of one host), which gets the flow once, from there.  Decided
+ * here, where both connections are seen, for a receiver cannot tell a
+ * second subscription from the same one reconnecting when they come on
+ * two connections (it refuses one only on the same connection,
+ * handle_open).  f may be off p's list on return.
+ */
+static bool queue_open(struct peer *p, struct flow *f)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
+	const struct flow *twin = fanout_twin(f, p);
 	struct fr_ring *r = ring_of(f);
 
 	f->reopen_at_ns = 0; /* this open supersedes a scheduled one */
+	if (twin) {
+		char why[sizeof(twin->peer_addr) + 80];
+
+		snprintf(why, sizeof(why), "another of its peers, %s, leads to "
+			 "the same moverd: it gets the flow there",
+			 twin->peer_addr);
+		fanout_lost(f, why, false);
+		return false;
+	}
 	op.name = f->name;
 	op.flow_id = f->id;
 	op.ring_size = r->size;
@@ -339,6 +358,7 @@ static void queue_open(struct peer *p, struct flow *f)
 	queue_ctrl(p, &msg);
 	flows_set_state(f, f->state == FLOW_OPEN ? FLOW_CONNECTING : f->state,
 			"waiting for the peer to open the flow");
+	return true;
 }
 
 /* Sender flow f goes on p, and opens now if p is up and authenticated
@@ -348,8 +368,7 @@ static bool link_sender(struct peer *p, struct flow *f)
 	link_flow(p, f);
 	if (p->state != PEER_UP || !p->auth_ok || f->state == FLOW_FAILED)
 		return false;
-	queue_open(p, f);
-	return true;
+	return queue_open(p, f);
 }
 
 static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
@@ -1090,9 +1109,13 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 
 static void queue_opens(struct peer *p)
 {
-	for (struct flow *f = p->flows; f; f = f->peer_next)
+	struct flow *next;
+
+	for (struct flow *f = p->flows; f; f = next) {
+		next = f->peer_next; /* queue_open may take f off the list */
 		if (f->state != FLOW_FAILED)
 			queue_open(p, f);
+	}
 }
 
 /* A fresh connection: nothing of an earlier one's handshake is kept. */
@@ -1890,8 +1913,10 @@ static void police_slice(struct peer_mgr *m, uint64_t now)
 static void reopen_due(struct peer *p, uint64_t now)
 {
 	struct peer_mgr *m = p->m;
+	struct flow *next;
 
-	for (struct flow *f = p->flows; f; f = f->peer_next) {
+	for (struct flow *f = p->flows; f; f = next) {
+		next = f->peer_next; /* queue_open may take f off the list */
 		if (!f->reopen_at_ns)
 			continue;
 		if (now < f->reopen_at_ns || p->state != PEER_UP ||

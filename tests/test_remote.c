@@ -2609,16 +2609,18 @@ static void test_merge_duplicate(void)
 
 /*
  * A flow to B gets a second peer that is B under another name (fan-out,
- * `flow peer add`).  The second connection is closed (merge_duplicate),
- * and B refuses the second sender flow of the same name on the one
- * connection (handle_open): that peer's subscription ends with a reason
+ * `flow peer add`).  A sees both connections lead to one run of moverd
+ * (queue_open, fanout_twin): that peer's subscription ends with a reason
  * that says so, and the flow goes on through the first, every record
  * once.  Before, the second took B's flow from the first, whose frames
- * then went nowhere, and the flow hung.
+ * then went nowhere, and the flow hung.  With a key the second
+ * connection is also closed (merge_duplicate): one connection stays.
+ * Without one both stay.
  */
-static void test_fanout_same_daemon(void)
+static void fanout_same_daemon(bool key)
 {
-	static const char said[] = "another of its peers leads to this host";
+	/* A's words (queue_open), or B's (handle_open) */
+	static const char said[] = "another of its peers";
 	uint64_t n = scaled(12000), t0;
 	struct pair P;
 	static struct run R;
@@ -2629,7 +2631,8 @@ static void test_fanout_same_daemon(void)
 
 	if (!remote_name(name, sizeof(name)))
 		return;
-	pair_init(&P, "c16", remote_addr, NULL, NULL, true);
+	pair_init(&P, key ? "c16" : "c16n", remote_addr, NULL, NULL, true);
+	P.a.no_key = P.b.no_key = !key;
 	pair_start(&P);
 	port = strrchr(P.peer, ':');
 	CHECK(port);
@@ -2656,15 +2659,23 @@ static void test_fanout_same_daemon(void)
 	run_start_consumers(&R);
 	run_start_producers(&R);
 	run_wait(&R, 90, NULL, NULL);
-	run_report(&R, "one flow to the same daemon under two names");
+	run_report(&R, key ? "one flow to the same daemon under two names" :
+		   "the same, without a key");
 	if (strcmp(state_of(P.b.sock, "s0", state, sizeof(state), &rc, out,
 			    sizeof(out)), "open"))
 		fail_run(&R, "flow s0 on B is '%s' after the records:\n%s",
 			 state, out);
-	want_one_conn(&R, "after the records", 1);
+	if (key)
+		want_one_conn(&R, "after the records", 1);
 	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy s0")))
 		fail_run(&R, "flow destroy s0: exit %d: %s", rc, out);
 	pair_stop(&P);
+}
+
+static void test_fanout_same_daemon(void)
+{
+	fanout_same_daemon(true);
+	fanout_same_daemon(false);
 }
 
 /* Is case n in FM_REMOTE_CASES ("1,5,10"; unset: every case)? */
@@ -2699,7 +2710,7 @@ int main(int argc, char **argv)
 		{ test_shared_connection, "flows both ways share one connection; kill -9 of the daemon that connected", 180 },
 		{ test_no_key_two_connections, "without a key each daemon dials for its own flows", 90 },
 		{ test_merge_duplicate, "a second connection to the same daemon (a host name) is closed; flows move, records once", 180 },
-		{ test_fanout_same_daemon, "one flow sent to the same daemon under two names: the second refused, the flow goes on", 120 },
+		{ test_fanout_same_daemon, "one flow sent to the same daemon under two names: the second refused, the flow goes on, with and without a key", 240 },
 	};
 	uint64_t t0 = tu_now_ns();
 
