@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 
 uint64_t fr_now_ns(void)
@@ -140,6 +141,7 @@ int fr_attach(struct fr_ring *r, void *map, size_t map_bytes)
 		 * (see refresh_min): a safe first head cache */
 		.head_cache = floor,
 		.pid = (uint32_t)getpid() & FR_INFO_PID,
+		.self_pid = (uint32_t)getpid() & FR_INFO_PID,
 	};
 	return 0;
 }
@@ -620,8 +622,22 @@ void fr_producer_number(struct fr_ring *r)
 	uint32_t n = atomic_fetch_add_explicit(&r->sh->producer_seq, 1,
 					       memory_order_relaxed);
 
-	r->pid = ((uint32_t)getpid() & FR_INFO_PID) |
-		 ((n & 0xffu) << FR_INFO_ATTACH_SHIFT);
+	r->pid = r->self_pid | ((n & 0xffu) << FR_INFO_ATTACH_SHIFT);
+}
+
+uint64_t fr_pid_ns(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/pid", &st) ? 0 : (uint64_t)st.st_ino;
+}
+
+void fr_pid_view(struct fr_ring *r, uint32_t seen_pid, bool same_ns)
+{
+	r->self_pid = seen_pid && seen_pid < FR_PID_UNKNOWN ? seen_pid :
+							      FR_PID_UNKNOWN;
+	r->pid = (r->pid & ~FR_INFO_PID) | r->self_pid;
+	r->pids_foreign = !same_ns;
 }
 
 /* The END record's claim, named in a slot: ours, or one taken for it
@@ -634,8 +650,7 @@ static int end_claim(struct fr_ring *r, const uint32_t *len,
 	uint32_t gen;
 	int rc;
 
-	if (r->prod < FR_MAX_PRODS ||
-	    fr_prod_take(r, (uint32_t)getpid() & FR_INFO_PID, &slot, &gen))
+	if (r->prod < FR_MAX_PRODS || fr_prod_take(r, r->self_pid, &slot, &gen))
 		return claim_named(r, len, 1, c, true);
 	r->prod = slot;
 	r->prod_gen = gen;
@@ -984,7 +999,7 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 	wake_producers(r);
 }
 
-static bool pid_alive(uint32_t pid);
+static bool pid_alive(const struct fr_ring *r, uint32_t pid);
 
 unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 {
@@ -996,8 +1011,8 @@ unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 		if (i == keep || atomic_load_explicit(&s->state,
 					memory_order_acquire) == FR_SUB_FREE)
 			continue;
-		if (pid_alive(atomic_load_explicit(&s->pid,
-						   memory_order_relaxed)))
+		if (pid_alive(r, atomic_load_explicit(&s->pid,
+						      memory_order_relaxed)))
 			continue;
 		fr_sub_leave(r, i, atomic_load_explicit(&s->gen,
 							memory_order_relaxed));
@@ -1091,7 +1106,7 @@ unsigned fr_prod_leave_dead(struct fr_ring *r)
 		uint32_t pid = atomic_load_explicit(&p->pid,
 						    memory_order_acquire);
 
-		if (!pid || pid_alive(pid))
+		if (!pid || pid_alive(r, pid))
 			continue;
 		fr_prod_leave(r, i, atomic_load_explicit(&p->gen,
 							 memory_order_relaxed));
@@ -1117,8 +1132,8 @@ static bool gap_claimed_by_live(const struct fr_ring *r, uint64_t end)
 
 		if (!(c & FR_CLAIM_BUSY) || (c & ~FR_CLAIM_BUSY) >= end)
 			continue;
-		if (pid_alive(atomic_load_explicit(&p->pid,
-						   memory_order_relaxed)))
+		if (pid_alive(r, atomic_load_explicit(&p->pid,
+						      memory_order_relaxed)))
 			return true;
 	}
 	return false;
@@ -1262,7 +1277,9 @@ static void publish_idle(struct fr_ring *r)
 		publish_pos(r);
 }
 
-static bool pid_alive(uint32_t pid)
+/* Is pid, from r's shared memory, a live process?  Only where we can tell
+ * (ring.h, Liveness): else alive, so nothing of a live one is taken. */
+static bool pid_alive(const struct fr_ring *r, uint32_t pid)
 {
 	char path[64], buf[256];
 	FILE *f;
@@ -1273,6 +1290,8 @@ static bool pid_alive(uint32_t pid)
 	 * (and as a pid_t it could name a process group) */
 	if (pid == 0 || pid > FR_INFO_PID)
 		return false;
+	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
+		return true;
 	if (kill((pid_t)pid, 0) && errno == ESRCH)
 		return false;
 	/* A killed child not yet reaped is a zombie: dead for our purposes. */
@@ -1345,7 +1364,7 @@ static uint64_t dead_claim_bytes(struct fr_ring *r, uint64_t pos,
 	info = atomic_load_explicit(&h->info, memory_order_relaxed);
 	len = atomic_load_explicit(&h->len, memory_order_relaxed);
 	*pid = info & FR_INFO_PID;
-	if (pid_alive(*pid))
+	if (pid_alive(r, *pid))
 		return 0;
 	if (!len || len > r->max_record || fr_record_bytes(len) > limit - pos)
 		return 0;

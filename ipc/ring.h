@@ -126,6 +126,27 @@
  * producer is refused (-EBUSY) rather than run without one.
  *
  * ---------------------------------------------------------------------------
+ * Liveness: whose pids (a compatible addition)
+ * ---------------------------------------------------------------------------
+ *
+ * Slots and record headers name processes by pid, and recovery (below)
+ * and the taking back of slots ask whether such a pid is alive.  A pid
+ * means something only in one pid namespace, and a client in a container
+ * has another pid there than in moverd's.  So every pid in a ring that
+ * moverd hands out is a pid as moverd sees it: moverd takes slots in the
+ * pid of the client's socket (SO_PEERCRED), and tells the client at
+ * attach which pid that is and which pid namespace it judges in; the
+ * client then writes that pid in its headers and its own slots
+ * (fr_pid_view), FR_PID_UNKNOWN if moverd cannot see it at all.  A
+ * client in another pid namespace than moverd's never judges a pid: to
+ * it every pid is alive (pids_foreign), and moverd, which can judge,
+ * runs recovery for the flows such consumers read.  FR_PID_UNKNOWN is
+ * alive to everyone: a process moverd cannot see, dead in a claim, stalls
+ * its flow rather than having a live one's record padded.  A process
+ * that attaches without moverd writes and judges in its own pids, as
+ * before.
+ *
+ * ---------------------------------------------------------------------------
  * Doorbell (format 2)
  * ---------------------------------------------------------------------------
  *
@@ -316,6 +337,10 @@ struct fr_bell; /* ipc/bell.h */
 #define FR_INFO_PRODUCER 0x3fffffffu /* attach number << 22 | pid */
 #define FR_INFO_PID      0x003fffffu
 #define FR_INFO_ATTACH_SHIFT 22
+/* A pid nobody judges (Liveness): the largest pid the info word holds
+ * (Linux's largest possible pid, PID_MAX_LIMIT - 1, so a real one is rare,
+ * and only ever counts as alive). */
+#define FR_PID_UNKNOWN   FR_INFO_PID
 
 #define FR_CTRL_END      1ull /* payload of a CTRL record: end of stream */
 
@@ -486,7 +511,11 @@ struct fr_ring {
 
 	/* producer side */
 	uint64_t head_cache; /* last minimum subscriber position seen */
-	uint32_t pid;        /* info word: attach number << 22 | pid */
+	uint32_t pid;        /* info word: attach number << 22 | self_pid */
+	uint32_t self_pid;   /* the pid we write in slots and headers: our
+				own, or the one moverd sees (Liveness) */
+	bool pids_foreign;   /* the ring's pids are of another pid
+				namespace: none is judged dead here */
 	struct fr_bell *bell; /* moverd's doorbell page (attach), or NULL */
 	uint32_t bell_index; /* this flow's bit in it (checked < its size) */
 	uint32_t uncounted;  /* data records claimed, not yet in sh->records */
@@ -624,6 +653,15 @@ void fr_note_full(struct fr_ring *r, uint64_t t0_ns);
 /* Take this producer's attach number (fetch_add of producer_seq) into the
  * info word of every record it writes. */
 void fr_producer_number(struct fr_ring *r);
+
+/* Liveness (above): this process attached through a moverd that sees it
+ * as seen_pid (0: it cannot see us), in the same pid namespace as ours or
+ * not.  Call before taking a slot; the info word follows. */
+void fr_pid_view(struct fr_ring *r, uint32_t seen_pid, bool same_ns);
+
+/* This process's pid namespace (the inode of /proc/self/ns/pid), 0 if
+ * unknown (no /proc). */
+uint64_t fr_pid_ns(void);
 
 /* Producer slots (ring.h, Producer slots).  Slot i lives on line i % 8 of
  * the eight, so that the first eight producers write a line each. */

@@ -64,6 +64,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
 	Flowmover__Response *resp = NULL;
+	struct fsi_pid_view view;
 	const char *path;
 	int sock, fds[2] = { -1, -1 }, rc;
 
@@ -112,11 +113,13 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 		rc = -EPROTO;
 		goto out;
 	}
+	view = (struct fsi_pid_view){ resp->flow->client_pid,
+				     resp->flow->pid_ns };
 	rc = flowshm_open_attached(fds[0], role, opts,
 				   answer_slot(resp->flow, role),
 				   role == FLOWSHM_PRODUCER ?
 					   resp->flow->prod_gen :
-					   resp->flow->sub_gen, out);
+					   resp->flow->sub_gen, &view, out);
 	if (rc) {
 		open_error(fds[0], flow_name, role, rc);
 		goto out;

@@ -294,19 +294,32 @@ static int producer_slot(struct fr_ring *r, int slot, uint64_t gen)
 		return gen > UINT32_MAX ? -EPROTO :
 					  fr_prod_adopt(r, (unsigned)slot,
 							(uint32_t)gen);
-	rc = fr_prod_take(r, (uint32_t)getpid() & FR_INFO_PID, &mine, &g);
+	rc = fr_prod_take(r, r->self_pid, &mine, &g);
 	return rc ? rc : fr_prod_adopt(r, mine, g);
+}
+
+/* Does moverd judge pids in our pid namespace?  Unsure is no. */
+static bool same_pid_ns(const struct fsi_pid_view *view)
+{
+	return view->pid == (uint32_t)getpid() &&
+	       (!view->pid_ns || view->pid_ns == fr_pid_ns());
 }
 
 int flowshm_open_attached(int fd, enum flowshm_role role,
 			  const struct flowshm_opts *opts, int slot,
-			  uint64_t gen, flowshm_t **out)
+			  uint64_t gen, const struct fsi_pid_view *view,
+			  flowshm_t **out)
 {
 	unsigned mine;
 	int rc = open_map(fd, role, opts, out);
 
-	if (rc || slot == FLOWSHM_NO_SLOT)
+	if (rc)
 		return rc;
+	/* before any slot: the pid we write, and whether we may judge */
+	if (view && view->pid)
+		fr_pid_view(&(*out)->ring, view->pid, same_pid_ns(view));
+	if (slot == FLOWSHM_NO_SLOT)
+		return 0;
 	if (role == FLOWSHM_PRODUCER) {
 		rc = producer_slot(&(*out)->ring, slot, gen);
 	} else if (slot >= 0) {
@@ -315,8 +328,8 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 		rc = fr_sub_adopt(&(*out)->ring, (unsigned)slot, gen);
 	} else {
 		/* no moverd: this handle is the subscriber's only owner */
-		rc = fr_sub_take(&(*out)->ring, (uint32_t)getpid() & FR_INFO_PID,
-				 &mine, &gen);
+		rc = fr_sub_take(&(*out)->ring, (*out)->ring.self_pid, &mine,
+				 &gen);
 		if (!rc)
 			rc = fr_sub_adopt(&(*out)->ring, mine, gen);
 	}
@@ -330,7 +343,7 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 int flowshm_open_fd(int fd, enum flowshm_role role,
 		    const struct flowshm_opts *opts, flowshm_t **out)
 {
-	return flowshm_open_attached(fd, role, opts, -1, 0, out);
+	return flowshm_open_attached(fd, role, opts, -1, 0, NULL, out);
 }
 
 int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index)

@@ -77,9 +77,19 @@ int flowshm_ring_create_at(const struct flowshm_ring_params *params,
  * names its END claims in a slot taken for each (fr_write_end).
  */
 #define FLOWSHM_NO_SLOT (-2)
+
+/* What moverd said at attach of the client's pid (ipc/ring.h, Liveness):
+ * its pid as moverd sees it and moverd's pid namespace.  pid 0: nothing
+ * said (no moverd, or an older one): the client's own pids, as before. */
+struct fsi_pid_view {
+	uint32_t pid;
+	uint64_t pid_ns;
+};
+
 int flowshm_open_attached(int fd, enum flowshm_role role,
 			  const struct flowshm_opts *opts, int slot,
-			  uint64_t gen, flowshm_t **out);
+			  uint64_t gen, const struct fsi_pid_view *view,
+			  flowshm_t **out);
 
 /* Map moverd's doorbell page (ipc/bell.h) from bell_fd and ring bit index
  * after commits when moverd armed the ring; 0 or -EPROTO / -errno. */

@@ -896,6 +896,10 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 		fi.prod_slot = att->slot + 1;
 		fi.prod_gen = (uint32_t)att->gen;
 	}
+	/* whose pids the ring holds (ipc/ring.h, Liveness) */
+	fi.client_pid = c->pid > 0 && (uint32_t)c->pid < FR_PID_UNKNOWN ?
+				(uint32_t)c->pid : FR_PID_UNKNOWN;
+	fi.pid_ns = fr_pid_ns();
 	if (att->role == FLOWSHM_PRODUCER && mover_bell_fd(c->srv->peers) >= 0) {
 		fi.bell_index = mover_bell_index(c->srv->peers, f);
 		if (fi.bell_index)

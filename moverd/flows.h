@@ -300,7 +300,7 @@ void flows_status(struct flow *f);
 static inline int flows_open_view(int ring_fd, flowshm_t **view)
 {
 	return flowshm_open_attached(ring_fd, FLOWSHM_PRODUCER, NULL,
-				     FLOWSHM_NO_SLOT, 0, view);
+				     FLOWSHM_NO_SLOT, 0, NULL, view);
 }
 
 /*
@@ -311,6 +311,16 @@ static inline int flows_open_view(int ring_fd, flowshm_t **view)
  * inherited slots are all gone.
  */
 void flows_watch_inherited(struct flow *f);
+
+/*
+ * Once a second (police_flows), for a local flow: run the ring's recovery
+ * of a producer that died in a claim where its slowest consumer waits.
+ * A consumer in another pid namespace than moverd's cannot judge the
+ * ring's pids and leaves that to moverd (ipc/ring.h, Liveness); one that
+ * can runs it too, and the ring's CAS lets only one of them pad.
+ */
+void flows_recover_local(struct flow *f);
+
 const char *flows_role_name(enum flow_role r);
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 

@@ -1776,6 +1776,7 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 		fanout_police(m, f);
 		flows_status(f);
 		flows_watch_inherited(f);
+		flows_recover_local(f);
 	}
 }
 

@@ -187,7 +187,7 @@ static void case_dead_slot_left(void)
 		flowshm_t *c = NULL;
 
 		CHECK_RC(flowshm_open_attached(fd, FLOWSHM_CONSUMER, NULL,
-					       (int)slot, gen, &c), 0);
+					       (int)slot, gen, NULL, &c), 0);
 		CHECK(write(ready[1], "x", 1) == 1);
 		pause();
 		_exit(0);
