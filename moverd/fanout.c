@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+static void rejoin_twins(struct peer_mgr *m, struct flow *first, uint64_t now);
+
 static unsigned peer_count(const struct flow *f)
 {
 	unsigned n = 1;
@@ -205,6 +207,7 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 	}
 	drop_sibling(m, s);
 	log_info("flow %s: peer %s removed", f->name, addr);
+	rejoin_twins(m, f, fr_now_ns()); /* a peer refused as its twin */
 	rc = flows_save(f->table, f);
 	if (rc)
 		snprintf(err, cap, "removed, but the flow's state file was not "
@@ -269,6 +272,16 @@ void fanout_lost(struct flow *f, const char *why, bool cut)
 	f->sub_dropped = true;
 	flows_set_state(f, FLOW_FAILED, why);
 	peer_close_sender(f, why, cut);
+}
+
+void fanout_lost_twin(struct flow *f, const struct flow *twin)
+{
+	char why[sizeof(twin->peer_addr) + 80];
+
+	snprintf(why, sizeof(why), "another of its peers, %s, leads to the "
+		 "same moverd: it gets the flow there", twin->peer_addr);
+	fanout_lost(f, why, false);
+	f->twin_id = twin->id;
 }
 
 /* The first rejoin comes REJOIN_MIN_NS after a cut; each cut within
@@ -369,14 +382,45 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	f->rejoin_at_ns = 0;
 	f->sub_dropped = false;
 	f->sent = f->acked = f->remote_head = r->head;
-	flows_set_state(f, FLOW_CONNECTING, "rejoining after a cut");
+	flows_set_state(f, FLOW_CONNECTING, "rejoining");
 	if (peer_add_sender(m, f)) {
 		fanout_lost(f, "cannot rejoin after a cut: out of memory",
 			    false);
 		return;
 	}
-	log_info("flow %s: peer %s rejoins at position %llu after a cut",
-		 f->name, f->peer_addr, (unsigned long long)f->acked);
+	log_info("flow %s: peer %s rejoins at position %llu", f->name,
+		 f->peer_addr, (unsigned long long)f->acked);
+}
+
+/* Is member id of first's flow still subscribed? */
+static bool member_subscribed(const struct flow *first, uint32_t id)
+{
+	if (first->id == id)
+		return !first->sub_dropped;
+	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+		if (s->id == id)
+			return !s->sub_dropped;
+	return false;
+}
+
+/* f ended as a twin (fanout_lost_twin) and its twin is gone: rejoin now. */
+static void rejoin_if_twin_gone(struct peer_mgr *m, const struct flow *first,
+				struct flow *f, uint64_t now)
+{
+	if (!f->twin_id || !f->sub_dropped ||
+	    member_subscribed(first, f->twin_id))
+		return;
+	f->twin_id = 0;
+	f->rejoin_at_ns = now;
+	rejoin_one(m, f, now);
+}
+
+/* Members of first's flow that ended as twins of one now gone rejoin. */
+static void rejoin_twins(struct peer_mgr *m, struct flow *first, uint64_t now)
+{
+	rejoin_if_twin_gone(m, first, first, now);
+	for (struct flow *s = first->fanout; s; s = s->fanout_next)
+		rejoin_if_twin_gone(m, first, s, now);
 }
 
 void fanout_police(struct peer_mgr *m, struct flow *f)
@@ -388,6 +432,7 @@ void fanout_police(struct peer_mgr *m, struct flow *f)
 	if (f->role != FLOW_SENDER ||
 	    (f->state == FLOW_FAILED && !f->sub_dropped))
 		return;
+	rejoin_twins(m, f, now);
 	rejoin_one(m, f, now);
 	for (struct flow *s = f->fanout; s; s = s->fanout_next)
 		rejoin_one(m, s, now);

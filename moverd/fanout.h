@@ -59,6 +59,11 @@ static inline bool fanout_member(const struct flow *f)
  * instance (an older moverd). */
 const struct flow *fanout_twin(const struct flow *f, const struct peer *p);
 
+/* f's subscription ends, as twin's twin (fanout_lost with the reason);
+ * it rejoins once twin is gone (removed, or its own subscription over),
+ * at the current position, as after a cut. */
+void fanout_lost_twin(struct flow *f, const struct flow *twin);
+
 /* One peer subscription is over (why): its slot goes back, its peer is
  * told the flow failed there (cut: by max_lag, its consumers get -ESTALE),
  * the others go on. */

@@ -337,12 +337,7 @@ static bool queue_open(struct peer *p, struct flow *f)
 
 	f->reopen_at_ns = 0; /* this open supersedes a scheduled one */
 	if (twin) {
-		char why[sizeof(twin->peer_addr) + 80];
-
-		snprintf(why, sizeof(why), "another of its peers, %s, leads to "
-			 "the same moverd: it gets the flow there",
-			 twin->peer_addr);
-		fanout_lost(f, why, false);
+		fanout_lost_twin(f, twin);
 		return false;
 	}
 	op.name = f->name;

@@ -2607,6 +2607,71 @@ static void test_merge_duplicate(void)
 
 /* ---- 16: one flow sent to the same daemon under two names --------------- */
 
+/* Flow show of flow on A until it has want, or fail with what. */
+static void wait_show(struct run *R, struct pair *P, const char *flow,
+		      const char *want, const char *what)
+{
+	static char out[1 << 16];
+	uint64_t t0 = tu_now_ns();
+	int rc;
+
+	for (;; usleep(50000)) {
+		if ((rc = ctl(P->a.sock, out, sizeof(out), "flow show %s",
+			      flow)))
+			fail_run(R, "flow show %s on A: exit %d: %s", flow, rc,
+				 out);
+		if (strstr(out, want))
+			return;
+		pair_check(P);
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(R, "%s: not after 20 s:\n%s", what, out);
+	}
+}
+
+/*
+ * The peer refused as B's twin takes the flow to B once the peer it was
+ * the twin of is removed (fanout_police, rejoin_if_twin_gone), rather than
+ * leaving the flow to B with no subscription.  The first peer goes nowhere
+ * (a port nothing listens on), so that the twin and the refused are both
+ * peers added later, in a known order.
+ */
+static void twin_rejoins(struct run *R, struct pair *P, const char *named_b)
+{
+	static char out[1 << 16];
+	char want[160], state[32];
+	int rc;
+
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow create s1 --peer "
+		      "%s:%d --ring-size 64K --max-record 4K", remote_addr,
+		      free_tcp_port())))
+		fail_run(R, "flow create s1 on A: exit %d: %s", rc, out);
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add s1 %s",
+		      P->peer)))
+		fail_run(R, "flow peer add s1 %s: exit %d: %s", P->peer, rc,
+			 out);
+	snprintf(want, sizeof(want), "%s open", P->peer);
+	wait_show(R, P, "s1", want, "s1 open on B");
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add s1 %s",
+		      named_b)))
+		fail_run(R, "flow peer add s1 %s: exit %d: %s", named_b, rc,
+			 out);
+	wait_show(R, P, "s1", "another of its peers", "s1's peer under "
+		  "another name refused as B's twin");
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer remove s1 %s",
+		      P->peer)))
+		fail_run(R, "flow peer remove s1 %s: exit %d: %s", P->peer,
+			 rc, out);
+	snprintf(want, sizeof(want), "%s open", named_b);
+	wait_show(R, P, "s1", want, "the refused peer of s1 taking the flow "
+		  "to B once its twin was removed");
+	if (strcmp(state_of(P->b.sock, "s1", state, sizeof(state), &rc, out,
+			    sizeof(out)), "open"))
+		fail_run(R, "flow s1 on B is '%s' after the twin's rejoin:\n%s",
+			 state, out);
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow destroy s1")))
+		fail_run(R, "flow destroy s1: exit %d: %s", rc, out);
+}
+
 /*
  * A flow to B gets a second peer that is B under another name (fan-out,
  * `flow peer add`).  A sees both connections lead to one run of moverd
@@ -2669,6 +2734,7 @@ static void fanout_same_daemon(bool key)
 		want_one_conn(&R, "after the records", 1);
 	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy s0")))
 		fail_run(&R, "flow destroy s0: exit %d: %s", rc, out);
+	twin_rejoins(&R, &P, named_b);
 	pair_stop(&P);
 }
 
