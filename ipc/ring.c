@@ -1398,18 +1398,30 @@ static bool recover_pad(struct fr_ring *r, uint64_t pos, uint64_t old,
 }
 
 /*
+ * What one call of recover pads at most, bar one record of a dead producer
+ * (which may be larger).  A gap is scanned seal by seal, and a producer
+ * that moves tail a ring ahead without writing a header would otherwise
+ * make the recoverer read, and on a fresh ring allocate, a whole lap in
+ * one call: moverd's event loop for seconds on a 1 GiB ring.  The rest
+ * is padded on the next calls, without another recovery timeout.
+ */
+#define RECOVER_STEP (1ull << 20)
+
+/*
  * The record at pos was claimed but not committed for recover_ns.  Turn
  * it into padding if its producer is dead, or if no header was ever
  * written (killed between the claim and the header).  Further records
- * claimed by the same dead producer are padded at once.
+ * claimed by the same dead producer are padded at once, up to
+ * RECOVER_STEP bytes.
  * 0 = padded (caller re-reads), -EAGAIN = producer still alive.
  */
 static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		   uint64_t tail)
 {
-	uint64_t limit = lap_limit(r, pos, tail);
+	uint64_t limit = lap_limit(r, pos, tail), start = pos, now;
 	uint32_t pid = 0, next_pid;
 	uint64_t bytes;
+	bool more = false; /* stopped by RECOVER_STEP, not by a record */
 
 	if (seal == fr_seal(r, pos, FR_SEAL_CLAIMED)) {
 		bytes = dead_claim_bytes(r, pos, limit, &pid);
@@ -1418,7 +1430,11 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 			return -EAGAIN;
 		}
 	} else {
-		bytes = next_sealed(r, pos, limit) - pos;
+		uint64_t scan = limit - pos > RECOVER_STEP ?
+					pos + RECOVER_STEP : limit;
+
+		bytes = next_sealed(r, pos, scan) - pos;
+		more = scan < limit && pos + bytes == scan;
 		if (gap_claimed_by_live(r, pos + bytes)) {
 			r->stuck_since_ns = stuck_clock_ns(); /* look later */
 			return -EAGAIN;
@@ -1433,13 +1449,20 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		seal = fr_seal(r, pos, FR_SEAL_CLAIMED);
 		if (pos >= tail || !pid)
 			break;
+		if (pos - start >= RECOVER_STEP) {
+			more = true;
+			break;
+		}
 		bytes = dead_claim_bytes(r, pos, lap_limit(r, pos, tail),
 					 &next_pid);
 		if (!bytes || next_pid != pid)
 			break;
 	}
+	now = stuck_clock_ns();
 	r->stuck_pos = pos;
-	r->stuck_since_ns = stuck_clock_ns();
+	/* more of it: the timeout at pos is served already */
+	r->stuck_since_ns = more && now > r->recover_ns ? now - r->recover_ns :
+							  now;
 	return 0;
 }
 

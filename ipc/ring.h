@@ -233,7 +233,9 @@
  * record becomes a PAD of the claimed length.  If no header was written yet
  * (killed between the CAS and step 2), the consumer scans forward for the
  * next position that carries a CLAIMED or COMMITTED seal of its own (or up
- * to tail) and pads the gap, but only when no producer slot of a live pid
+ * to tail) and pads the gap (a MiB at most per call, the rest on the next
+ * calls without another timeout: a gap can be a lap long, and a recoverer
+ * may be moverd's event loop), but only when no producer slot of a live pid
  * is busy with a claim that starts below the gap's end (Producer slots):
  * the gap carries no pid of its own, and a producer that is alive but
  * stopped (SIGSTOP, a frozen vCPU) right after its CAS would otherwise be

@@ -676,6 +676,55 @@ static void test_headerless_gap_of_live_producer(void)
 	close(fd);
 }
 
+/*
+ * Recovery pads at most RECOVER_STEP (1 MiB) per call (ring.c): a producer
+ * that moves tail a ring ahead without writing, or a dead one with many
+ * claimed records, costs a recoverer (moverd's event loop among them)
+ * that much per call, not a lap.  The rest follows without another
+ * timeout; the record behind arrives, the pads counted.
+ */
+static void test_recovery_in_steps(void)
+{
+	int fd = tu_ring(16u << 20, 64u << 10, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
+	const uint64_t rec = fr_record_bytes(64u << 10);
+	struct fr_ring *r = &p->ring;
+	struct flowshm_info in;
+	char after[32] = "after", buf[64];
+	uint64_t t;
+	size_t len;
+
+	/* a gap of 8 MiB: tail moved, nothing written, no slot busy */
+	t = atomic_load(&r->sh->tail);
+	atomic_store(&r->sh->tail, t + (8u << 20));
+	CHECK_RC(flowshm_send(p, after, sizeof(after), 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll), 0);
+	CHECK(len == sizeof(after) && !memcmp(buf, after, len));
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 8); /* one pad a step; it was one of 8 MiB */
+
+	/* 40 claimed records of a dead producer, 2.5 MiB */
+	t = atomic_load(&r->sh->tail);
+	for (unsigned i = 0; i < 40; i++) {
+		struct fr_rec *h = fr_rec_at(r, t + i * rec);
+
+		atomic_store(&h->len, 64u << 10);
+		atomic_store(&h->info, dead_pid());
+		atomic_store(&h->seal, fr_seal(r, t + i * rec,
+					       FR_SEAL_CLAIMED));
+	}
+	atomic_store(&r->sh->tail, t + 40 * rec);
+	CHECK_RC(flowshm_send(p, after, sizeof(after), 0), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll), 0);
+	CHECK(len == sizeof(after) && !memcmp(buf, after, len));
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == 8 + 40);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -699,6 +748,7 @@ int main(void)
 		{ "producer_slots", test_producer_slots },
 		{ "headerless_gap_of_live_producer",
 		  test_headerless_gap_of_live_producer },
+		{ "recovery_in_steps", test_recovery_in_steps },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
