@@ -80,7 +80,9 @@ struct flowshm_opts {
 	/*
 	 * Consumer: how long a record may stay claimed but uncommitted before
 	 * the consumer checks whether its producer died and, if so, turns it
-	 * into padding.  0 = default (2 s); UINT64_MAX = never.
+	 * into padding.  0 = default (2 s); UINT64_MAX = never.  moverd
+	 * does the same for the flows it serves, on its own 2 s, and alone
+	 * for a consumer in another pid namespace (ipc/ring.h, Liveness).
 	 */
 	uint64_t recover_ns;
 };
