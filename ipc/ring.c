@@ -1408,6 +1408,21 @@ static bool recover_pad(struct fr_ring *r, uint64_t pos, uint64_t old,
 #define RECOVER_STEP (1ull << 20)
 
 /*
+ * The claim at our position is a live producer's, or we cannot tell: look
+ * again after another recover_ns.  A subscriber that cannot judge pids
+ * (ring.h, Liveness) publishes where it waits now, as one about to sleep
+ * does: moverd, which can judge, looks at the slowest published position
+ * (a polling consumer would otherwise publish only every pub_every bytes).
+ */
+static int recover_later(struct fr_ring *r)
+{
+	r->stuck_since_ns = stuck_clock_ns();
+	if (r->pids_foreign && r->head != r->head_pub)
+		fr_sub_publish(r);
+	return -EAGAIN;
+}
+
+/*
  * The record at pos was claimed but not committed for recover_ns.  Turn
  * it into padding if its producer is dead, or if no header was ever
  * written (killed between the claim and the header).  Further records
@@ -1425,20 +1440,16 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 
 	if (seal == fr_seal(r, pos, FR_SEAL_CLAIMED)) {
 		bytes = dead_claim_bytes(r, pos, limit, &pid);
-		if (!bytes) {
-			r->stuck_since_ns = stuck_clock_ns(); /* look later */
-			return -EAGAIN;
-		}
+		if (!bytes)
+			return recover_later(r);
 	} else {
 		uint64_t scan = limit - pos > RECOVER_STEP ?
 					pos + RECOVER_STEP : limit;
 
 		bytes = next_sealed(r, pos, scan) - pos;
 		more = scan < limit && pos + bytes == scan;
-		if (gap_claimed_by_live(r, pos + bytes)) {
-			r->stuck_since_ns = stuck_clock_ns(); /* look later */
-			return -EAGAIN;
-		}
+		if (gap_claimed_by_live(r, pos + bytes))
+			return recover_later(r);
 	}
 	for (;;) {
 		if (!recover_pad(r, pos, seal, bytes))

@@ -16,6 +16,9 @@
  * 3. The same consumer; the producer on the host is killed in its claim:
  *    moverd, which can judge, recovers the record (flows_recover_local)
  *    and the consumer goes on with the next.
+ * 4. The same with a polling consumer (FLOWSHM_WAIT_SPIN), which never
+ *    publishes its position before a sleep: it does when it finds it
+ *    cannot judge the claim it waits at (ring.c, recover_later).
  *
  * Exit 77 (skipped) where pid namespaces cannot be made (no privilege).
  */
@@ -27,6 +30,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
@@ -250,6 +254,8 @@ struct consumer_job {
 	const char *flow;
 	const char *want[3];
 	uint32_t recovered; /* records of the ring padded over, at the end */
+	bool spin;          /* FLOWSHM_WAIT_SPIN: never asleep, so it never
+			     * publishes its position before a sleep */
 };
 
 /* A consumer in the pid namespace: attaches, says so, reads want[]. */
@@ -259,6 +265,8 @@ static int consumer_expects(const void *arg)
 	flowshm_t *c = attach(j->flow, FLOWSHM_CONSUMER);
 	struct flowshm_info in;
 
+	if (j->spin)
+		CHECK_RC(flowshm_set_wait(c, FLOWSHM_WAIT_SPIN), 0);
 	signal_parent();
 	for (int i = 0; i < 3 && j->want[i]; i++)
 		if (expect(c, j->want[i], 30))
@@ -308,7 +316,7 @@ static void producer_slow_in_claim(const char *flow)
 
 static void consumer_in_pidns_slow_producer(void)
 {
-	static const struct consumer_job job = { "pn2", { "A", "B", "C" }, 0 };
+	static const struct consumer_job job = { "pn2", { "A", "B", "C" }, 0, false };
 	pid_t prod, reaper;
 
 	ctl("flow create pn2 --ring-size 64K --max-record 1K");
@@ -335,33 +343,36 @@ static void consumer_in_pidns_slow_producer(void)
 	       "producer's long claim alone\n");
 }
 
-static void consumer_in_pidns_dead_producer(void)
+static void consumer_in_pidns_dead_producer(const char *flow, bool spin)
 {
-	static const struct consumer_job job = { "pn3", { "one", "two" }, 1 };
+	const struct consumer_job job = { flow, { "one", "two" }, 1, spin };
 	static const char said[] = "a record whose producer died before it "
 				   "committed was skipped";
 	char cmd[300];
 	flowshm_t *p;
 	pid_t prod, reaper;
 
-	ctl("flow create pn3 --ring-size 64K --max-record 1K");
+	ctl("flow create %s --ring-size 64K --max-record 1K", flow);
 	in_new_pidns(consumer_expects, &job, &reaper);
 	wait_child("the consumer in the pid namespace attached");
 	prod = fork();
 	CHECK(prod >= 0);
 	if (prod == 0)
-		_exit(producer_dies_in_claim("pn3"));
+		_exit(producer_dies_in_claim(flow));
 	wait_child("the producer on the host claimed");
 	CHECK(kill(prod, SIGKILL) == 0);
 	CHECK(reaped_status(prod) == 128 + SIGKILL);
-	p = attach("pn3", FLOWSHM_PRODUCER);
+	p = attach(flow, FLOWSHM_PRODUCER);
 	send_str(p, "two");
-	consumer_done(reaper, 3, "nobody recovered the dead producer's record");
-	snprintf(cmd, sizeof(cmd), "grep -q '%s' %s", said, log_path);
+	consumer_done(reaper, spin ? 4 : 3, "nobody recovered the dead "
+		      "producer's record");
+	snprintf(cmd, sizeof(cmd), "grep -q 'flow %s: %s' %s", flow, said,
+		 log_path);
 	CHECK(system(cmd) == 0);
 	flowshm_close(p);
-	printf("ok 3 - a consumer in a child pid namespace: moverd recovers "
-	       "a dead producer's record for it\n");
+	printf("ok %d - a consumer in a child pid namespace%s: moverd "
+	       "recovers a dead producer's record for it\n", spin ? 4 : 3,
+	       spin ? ", polling" : "");
 }
 
 int main(int argc, char **argv)
@@ -381,7 +392,8 @@ int main(int argc, char **argv)
 	d = start_daemon();
 	producer_in_pidns();
 	consumer_in_pidns_slow_producer();
-	consumer_in_pidns_dead_producer();
+	consumer_in_pidns_dead_producer("pn3", false);
+	consumer_in_pidns_dead_producer("pn4", true);
 	CHECK(kill(d, SIGTERM) == 0);
 	CHECK(waitpid(d, &st, 0) == d);
 	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
