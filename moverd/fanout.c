@@ -392,14 +392,21 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 		 f->peer_addr, (unsigned long long)f->acked);
 }
 
-/* Is member id of first's flow still subscribed? */
+/* Is s subscribed, or cut off with its rejoin due (its backoff, not a
+ * twin's rejoin, says when that daemon gets the flow again)? */
+static bool holds_subscription(const struct flow *s)
+{
+	return !s->sub_dropped || s->rejoin_at_ns;
+}
+
+/* Does member id of first's flow hold its subscription? */
 static bool member_subscribed(const struct flow *first, uint32_t id)
 {
 	if (first->id == id)
-		return !first->sub_dropped;
+		return holds_subscription(first);
 	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
 		if (s->id == id)
-			return !s->sub_dropped;
+			return holds_subscription(s);
 	return false;
 }
 
