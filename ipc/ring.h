@@ -140,7 +140,9 @@
  * (fr_pid_view), FR_PID_UNKNOWN if moverd cannot see it at all.  A
  * client in another pid namespace than moverd's never judges a pid: to
  * it every pid is alive (pids_foreign), and moverd, which can judge,
- * runs recovery for the flows such consumers read.  FR_PID_UNKNOWN is
+ * runs recovery for the flows such consumers read, at the slowest
+ * published position (such a consumer publishes where it waits once it
+ * finds it cannot judge the claim there).  FR_PID_UNKNOWN is
  * alive to everyone: a process moverd cannot see, dead in a claim, stalls
  * its flow rather than having a live one's record padded.  A process
  * that attaches without moverd writes and judges in its own pids, as

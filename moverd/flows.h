@@ -213,7 +213,7 @@ struct flow {
 	uint64_t rejoin_backoff_ns;
 	/* its subscription ended because member twin_id of the same flow
 	 * leads to the same daemon (fanout_twin): it rejoins once that
-	 * one is gone (fanout_police); 0: none */
+	 * one is gone (fanout.c, rejoin_twins); 0: none */
 	uint32_t twin_id;
 };
 _Static_assert(offsetof(struct flow, name) <= 64, "struct flow: first line");

@@ -40,6 +40,7 @@
 static const char *moverd_bin, *moverctl_bin;
 static char dir[] = "/tmp/pidns-test-XXXXXX";
 static char sock_path[108], log_path[128];
+static pid_t daemon_pid;
 
 static pid_t start_daemon(void)
 {
@@ -51,6 +52,8 @@ static pid_t start_daemon(void)
 	if (pid == 0) {
 		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
+		/* a failed check ends the test: its moverd goes with it */
+		CHECK(prctl(PR_SET_PDEATHSIG, SIGTERM) == 0);
 		CHECK(fd >= 0 && dup2(fd, 1) == 1 && dup2(fd, 2) == 2);
 		execv(moverd_bin, (char **)argv);
 		_exit(127);
@@ -166,6 +169,12 @@ static pid_t in_new_pidns(int (*fn)(const void *), const void *arg,
 		CHECK(waitpid(mid, &st, 0) == mid);
 		if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
 			printf("# SKIP: no pid namespace can be made here\n");
+			char cmd[200];
+
+			kill(daemon_pid, SIGTERM);
+			waitpid(daemon_pid, NULL, 0);
+			snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+			CHECK(system(cmd) == 0);
 			exit(77);
 		}
 		CHECK(!"the pid namespace's init did not start");
@@ -389,7 +398,7 @@ int main(int argc, char **argv)
 	snprintf(log_path, sizeof(log_path), "%s/moverd.log", dir);
 	setenv("FLOWMOVER_SOCKET", sock_path, 1);
 	CHECK(pipe(sig) == 0);
-	d = start_daemon();
+	d = daemon_pid = start_daemon();
 	producer_in_pidns();
 	consumer_in_pidns_slow_producer();
 	consumer_in_pidns_dead_producer("pn3", false);

@@ -2630,7 +2630,7 @@ static void wait_show(struct run *R, struct pair *P, const char *flow,
 
 /*
  * The peer refused as B's twin takes the flow to B once the peer it was
- * the twin of is removed (fanout_police, rejoin_if_twin_gone), rather than
+ * the twin of is removed (fanout_remove, rejoin_twins), rather than
  * leaving the flow to B with no subscription.  The first peer goes nowhere
  * (a port nothing listens on), so that the twin and the refused are both
  * peers added later, in a known order.
