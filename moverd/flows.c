@@ -448,7 +448,7 @@ void flows_recover_local(struct flow *f)
 	static struct log_limit lim; /* the counter is a client's to write */
 	struct fr_ring *r;
 	uint32_t before;
-	uint64_t pos;
+	uint64_t pos, tail;
 
 	if (f->role != FLOW_LOCAL || !f->view)
 		return;
@@ -456,7 +456,12 @@ void flows_recover_local(struct flow *f)
 	/* where the slowest consumer stands (it publishes before it sleeps
 	 * there); a committed record or a closed ring: nothing is stuck */
 	pos = fr_min_pos(r);
-	if (fr_data_at(r, pos))
+	/* acquire: as a producer reads it; both words are clients' to
+	 * write, so a position off the record grid or out of the window
+	 * below tail is left alone (its flow's checks fail the ring) */
+	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+	if (pos % FR_ALIGN || pos > tail || tail - pos > r->size ||
+	    fr_data_at(r, pos))
 		return;
 	/* relaxed: a count for the log line */
 	before = atomic_load_explicit(&r->sh->recovered, memory_order_relaxed);
