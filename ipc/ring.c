@@ -10,12 +10,15 @@
 #include "lattrace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t fr_now_ns(void)
 {
@@ -640,21 +643,148 @@ void fr_pid_view(struct fr_ring *r, uint32_t seen_pid, bool same_ns)
 	r->pids_foreign = !same_ns;
 }
 
-/* The END record's claim, named in a slot: ours, or one taken for it
- * (moverd writes END through a ring it only subscribes to).  With none
- * free it claims unnamed, as a producer of an older library does. */
-static int end_claim(struct fr_ring *r, const uint32_t *len,
-		     struct fr_claim *c)
+/* ---- liveness (ring.h, Liveness) ----------------------------------------- */
+
+/* What /proc says of pid: its state letter and its start time (clock ticks
+ * after boot, as our time namespace counts them).  False if unreadable. */
+static bool proc_stat(uint32_t pid, char *state, uint64_t *start)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* the command name may hold ')' and ' ': the last ')' ends it */
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || !p[2])
+		return false;
+	*state = p[2];
+	/* from the state (field 3), 19 fields on to the start time (22) */
+	p += 2;
+	for (int i = 0; i < 19; i++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return false;
+		p++;
+	}
+	*start = strtoull(p, NULL, 10);
+	return true;
+}
+
+/* The low 32 bits of our time namespace's inode (1 without one): start
+ * times read in two time namespaces differ by their offsets. */
+static uint32_t time_ns_id(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/time", &st) ? 1u : (uint32_t)st.st_ino;
+}
+
+/* The tag of a slot taken in pid: its start time and our time namespace;
+ * 0 (judged by the pid alone) where we cannot see it. */
+static uint64_t slot_tag(const struct fr_ring *r, uint32_t pid)
+{
+	uint64_t start;
+	char state;
+
+	if (r->pids_foreign || !pid || pid >= FR_PID_UNKNOWN ||
+	    !proc_stat(pid, &state, &start))
+		return 0;
+	return (start & 0xffffffffu) << 32 | time_ns_id();
+}
+
+/* Producer slot i's tag.  Relaxed: read after the slot's pid (acquire),
+ * which pairs with the take's CAS (ring.h, Liveness). */
+static uint64_t prod_tag(const struct fr_ring *r, unsigned i)
+{
+	return atomic_load_explicit(&r->sh->prod_tags[i], memory_order_relaxed);
+}
+
+/* Is the holder of a slot in pid, tagged tag, a live process?  Only where
+ * we can tell (ring.h, Liveness): else alive, so nothing of a live one is
+ * taken. */
+static bool holder_alive(const struct fr_ring *r, uint32_t pid, uint64_t tag)
+{
+	uint64_t start;
+	char state;
+
+	/* a word from shared memory: above the largest pid it is no process
+	 * (and as a pid_t it could name a process group) */
+	if (pid == 0 || pid > FR_INFO_PID)
+		return false;
+	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
+		return true;
+	if (kill((pid_t)pid, 0) && errno == ESRCH)
+		return false;
+	if (!proc_stat(pid, &state, &start))
+		return true;
+	/* a killed child not yet reaped is a zombie: dead for our purposes */
+	if (state == 'Z' || state == 'X')
+		return false;
+	/* the pid's process now is another than the holder: reused */
+	return !tag || (uint32_t)tag != time_ns_id() ||
+	       (uint32_t)(tag >> 32) == (uint32_t)start;
+}
+
+/* Is the producer that sealed a header CLAIMED in pid alive?  Only if a
+ * producer slot of a live holder has its pid: every producer holds one
+ * until its claims are committed (ring.h, Liveness). */
+static bool writer_alive(const struct fr_ring *r, uint32_t pid)
+{
+	if (pid == 0 || pid > FR_INFO_PID)
+		return false;
+	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
+		return true;
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		/* acquire: the tag we read next is this holder's or 0 */
+		if (atomic_load_explicit(&fr_prod_at(r, i)->pid,
+					 memory_order_acquire) == pid &&
+		    holder_alive(r, pid, prod_tag(r, i)))
+			return true;
+	}
+	return false;
+}
+
+/* Claim, write and commit the END record. */
+static int end_record(struct fr_ring *r)
+{
+	uint32_t len = sizeof(uint64_t);
+	uint64_t kind = FR_CTRL_END;
+	struct fr_claim c;
+	int rc = claim_named(r, &len, 1, &c, true);
+
+	if (rc)
+		return rc;
+	memcpy(fr_rec_at(r, c.pos) + 1, &kind, sizeof(kind));
+	atomic_store_explicit(&fr_rec_at(r, c.pos)->info, FR_INFO_CTRL | r->pid,
+			      memory_order_relaxed);
+	fr_commit(r, &c); /* release: the kind and info with the seal */
+	return 0;
+}
+
+/* The END record is named in a producer slot until it is committed
+ * (ring.h, Liveness): ours, or one taken for it (moverd writes END
+ * through a ring it only subscribes to).  With none free it is unnamed. */
+static int end_record_named(struct fr_ring *r)
 {
 	unsigned slot;
 	uint32_t gen;
 	int rc;
 
 	if (r->prod < FR_MAX_PRODS || fr_prod_take(r, r->self_pid, &slot, &gen))
-		return claim_named(r, len, 1, c, true);
+		return end_record(r);
 	r->prod = slot;
 	r->prod_gen = gen;
-	rc = claim_named(r, len, 1, c, true);
+	rc = end_record(r);
 	fr_prod_leave(r, slot, gen);
 	return rc;
 }
@@ -667,9 +797,7 @@ static int end_claim(struct fr_ring *r, const uint32_t *len,
  */
 int fr_write_end(struct fr_ring *r)
 {
-	uint32_t len = sizeof(uint64_t), old;
-	uint64_t kind = FR_CTRL_END;
-	struct fr_claim c;
+	uint32_t old;
 	int rc;
 
 	old = atomic_fetch_or(&r->sh->flags, FR_FLAG_ENDING);
@@ -677,13 +805,9 @@ int fr_write_end(struct fr_ring *r)
 		return 0;
 	if (old & FR_FLAG_CLOSED)
 		return fr_closed_rc(r);
-	rc = end_claim(r, &len, &c);
+	rc = end_record_named(r);
 	if (rc)
 		return rc; /* -EAGAIN: ENDING stays, call again */
-	memcpy(fr_rec_at(r, c.pos) + 1, &kind, sizeof(kind));
-	atomic_store_explicit(&fr_rec_at(r, c.pos)->info, FR_INFO_CTRL | r->pid,
-			      memory_order_relaxed);
-	fr_commit(r, &c); /* release: the kind and info with the seal */
 	/* release: who sees ENDED sees the END record committed */
 	atomic_fetch_or_explicit(&r->sh->flags, FR_FLAG_ENDED,
 				 memory_order_release);
@@ -755,6 +879,8 @@ static bool pos_valid(const struct fr_ring *r, uint64_t pos, uint64_t before)
 int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		uint64_t *gen)
 {
+	uint64_t tag = slot_tag(r, pid);
+
 	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
 		struct fr_sub *s = &r->sh->subs[i];
 		uint32_t st = FR_SUB_FREE;
@@ -763,15 +889,18 @@ int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		if (atomic_load_explicit(&s->state, memory_order_relaxed) !=
 		    FR_SUB_FREE)
 			continue;
-		/* acquire: after the previous holder's release of FREE */
+		/* acquire: after the previous holder's release of FREE;
+		 * release: a judge that reads ACTIVE (acquire) reads the
+		 * pid and tag 0 of that leave or ours, never older ones */
 		if (!atomic_compare_exchange_strong_explicit(
 			    &s->state, &st, FR_SUB_ACTIVE,
-			    memory_order_acquire, memory_order_relaxed))
+			    memory_order_acq_rel, memory_order_relaxed))
 			continue;
 		/* the slot's new holder: a stale leave (old gen) fails */
 		g = atomic_fetch_add_explicit(&s->gen, 1,
 					      memory_order_relaxed) + 1;
 		atomic_store_explicit(&s->pid, pid, memory_order_relaxed);
+		atomic_store_explicit(&s->tag, tag, memory_order_relaxed);
 		atomic_store_explicit(&s->records, 0, memory_order_relaxed);
 		x = join_pos(r, i);
 		/* release: our pos is complete before producers see our bit */
@@ -993,13 +1122,12 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 	 * position from a scribbling client is not kept) */
 	if (!left && pos_valid(r, pos, before))
 		fetch_max(&r->sh->floor, pos);
+	atomic_store_explicit(&s->tag, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->pid, 0, memory_order_relaxed);
 	/* release: everything above is done before the slot is free */
 	atomic_store_explicit(&s->state, FR_SUB_FREE, memory_order_release);
 	wake_producers(r);
 }
-
-static bool pid_alive(const struct fr_ring *r, uint32_t pid);
 
 unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 {
@@ -1007,15 +1135,20 @@ unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 
 	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
 		struct fr_sub *s = &r->sh->subs[i];
+		uint64_t gen;
 
+		/* the gen first: should the slot change hands while we
+		 * judge, our leave (of the old gen) does nothing */
+		gen = atomic_load_explicit(&s->gen, memory_order_acquire);
 		if (i == keep || atomic_load_explicit(&s->state,
 					memory_order_acquire) == FR_SUB_FREE)
 			continue;
-		if (pid_alive(r, atomic_load_explicit(&s->pid,
+		if (holder_alive(r, atomic_load_explicit(&s->pid,
+						memory_order_relaxed),
+				 atomic_load_explicit(&s->tag,
 						      memory_order_relaxed)))
 			continue;
-		fr_sub_leave(r, i, atomic_load_explicit(&s->gen,
-							memory_order_relaxed));
+		fr_sub_leave(r, i, gen);
 		n++;
 	}
 	return n;
@@ -1023,8 +1156,8 @@ unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 
 /* ---- producer slots (ring.h, Producer slots) ----------------------------- */
 
-static int prod_take_free(struct fr_ring *r, uint32_t pid, unsigned *slot,
-			  uint32_t *gen)
+static int prod_take_free(struct fr_ring *r, uint32_t pid, uint64_t tag,
+			  unsigned *slot, uint32_t *gen)
 {
 	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
 		struct fr_prod *p = fr_prod_at(r, i);
@@ -1032,14 +1165,18 @@ static int prod_take_free(struct fr_ring *r, uint32_t pid, unsigned *slot,
 
 		if (atomic_load_explicit(&p->pid, memory_order_relaxed))
 			continue;
-		/* acquire: after the previous holder's release of the slot */
+		/* acquire: after the previous holder's release of the slot;
+		 * release: a judge that reads our pid (acquire) reads the
+		 * tag 0 of that leave or ours, never an older holder's */
 		if (!atomic_compare_exchange_strong_explicit(
-			    &p->pid, &free_pid, pid, memory_order_acquire,
+			    &p->pid, &free_pid, pid, memory_order_acq_rel,
 			    memory_order_relaxed))
 			continue;
 		/* relaxed: a free slot's claim is 0 (fr_prod_leave), unless
 		 * a client scribbled on it; ours from here on */
 		atomic_store_explicit(&p->claim, 0, memory_order_relaxed);
+		atomic_store_explicit(&r->sh->prod_tags[i], tag,
+				      memory_order_relaxed);
 		*slot = i;
 		*gen = atomic_load_explicit(&p->gen, memory_order_relaxed);
 		return 0;
@@ -1050,14 +1187,17 @@ static int prod_take_free(struct fr_ring *r, uint32_t pid, unsigned *slot,
 int fr_prod_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		 uint32_t *gen)
 {
+	uint64_t tag;
+
 	if (!pid)
 		return -EINVAL;
-	if (!prod_take_free(r, pid, slot, gen))
+	tag = slot_tag(r, pid);
+	if (!prod_take_free(r, pid, tag, slot, gen))
 		return 0;
 	/* the slots of producers that died without a moverd to see it */
 	if (!fr_prod_leave_dead(r))
 		return -EBUSY;
-	return prod_take_free(r, pid, slot, gen);
+	return prod_take_free(r, pid, tag, slot, gen);
 }
 
 int fr_prod_adopt(struct fr_ring *r, unsigned slot, uint32_t gen)
@@ -1093,7 +1233,8 @@ void fr_prod_leave(struct fr_ring *r, unsigned slot, uint32_t gen)
 		return;
 	/* a holder that died mid-claim: its gap is nobody's now */
 	atomic_store_explicit(&p->claim, 0, memory_order_relaxed);
-	/* release: the claim word is idle before the slot is free */
+	atomic_store_explicit(&r->sh->prod_tags[slot], 0, memory_order_relaxed);
+	/* release: the claim word idle and the tag 0 before the slot is free */
 	atomic_store_explicit(&p->pid, 0, memory_order_release);
 }
 
@@ -1103,13 +1244,16 @@ unsigned fr_prod_leave_dead(struct fr_ring *r)
 
 	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
 		struct fr_prod *p = fr_prod_at(r, i);
+		/* the gen first: should the slot change hands while we
+		 * judge, our leave (of the old gen) does nothing */
+		uint32_t gen = atomic_load_explicit(&p->gen,
+						    memory_order_acquire);
 		uint32_t pid = atomic_load_explicit(&p->pid,
 						    memory_order_acquire);
 
-		if (!pid || pid_alive(r, pid))
+		if (!pid || holder_alive(r, pid, prod_tag(r, i)))
 			continue;
-		fr_prod_leave(r, i, atomic_load_explicit(&p->gen,
-							 memory_order_relaxed));
+		fr_prod_leave(r, i, gen);
 		n++;
 	}
 	return n;
@@ -1132,8 +1276,9 @@ static bool gap_claimed_by_live(const struct fr_ring *r, uint64_t end)
 
 		if (!(c & FR_CLAIM_BUSY) || (c & ~FR_CLAIM_BUSY) >= end)
 			continue;
-		if (pid_alive(r, atomic_load_explicit(&p->pid,
-						      memory_order_relaxed)))
+		if (holder_alive(r, atomic_load_explicit(&p->pid,
+						memory_order_acquire),
+				 prod_tag(r, i)))
 			return true;
 	}
 	return false;
@@ -1277,35 +1422,6 @@ static void publish_idle(struct fr_ring *r)
 		publish_pos(r);
 }
 
-/* Is pid, from r's shared memory, a live process?  Only where we can tell
- * (ring.h, Liveness): else alive, so nothing of a live one is taken. */
-static bool pid_alive(const struct fr_ring *r, uint32_t pid)
-{
-	char path[64], buf[256];
-	FILE *f;
-	char *rp;
-	bool alive = true;
-
-	/* a word from shared memory: above the largest pid it is no process
-	 * (and as a pid_t it could name a process group) */
-	if (pid == 0 || pid > FR_INFO_PID)
-		return false;
-	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
-		return true;
-	if (kill((pid_t)pid, 0) && errno == ESRCH)
-		return false;
-	/* A killed child not yet reaped is a zombie: dead for our purposes. */
-	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return true;
-	if (fgets(buf, sizeof(buf), f) && (rp = strrchr(buf, ')')) &&
-	    (rp[1] == ' ') && (rp[2] == 'Z' || rp[2] == 'X'))
-		alive = false;
-	fclose(f);
-	return alive;
-}
-
 /*
  * The recovery timer needs no precision (recover_ns is seconds by default,
  * a tick of error is nothing) and it is read on the consumer's polling
@@ -1364,7 +1480,7 @@ static uint64_t dead_claim_bytes(struct fr_ring *r, uint64_t pos,
 	info = atomic_load_explicit(&h->info, memory_order_relaxed);
 	len = atomic_load_explicit(&h->len, memory_order_relaxed);
 	*pid = info & FR_INFO_PID;
-	if (pid_alive(r, *pid))
+	if (writer_alive(r, *pid))
 		return 0;
 	if (!len || len > r->max_record || fr_record_bytes(len) > limit - pos)
 		return 0;

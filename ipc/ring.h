@@ -11,8 +11,8 @@
  * Memory layout of one ring object (a memfd or a file, mapped shared)
  * ---------------------------------------------------------------------------
  *
- *   offset 0       struct fr_shared   control page, FR_CTRL_BYTES (4 KiB)
- *   offset 4096    data area          ring_bytes, a power of two >= 4 KiB
+ *   offset 0       struct fr_shared   control page, FR_CTRL_BYTES (8 KiB)
+ *   offset 8192    data area          ring_bytes, a power of two >= 4 KiB
  *
  * The control page is split into 128-byte lines so that the words written
  * by one side never share a cache line (or an adjacent-line prefetch pair)
@@ -39,6 +39,9 @@
  *   lines 24-31 producer slots 0..FR_MAX_PRODS-1, 16 bytes each: slot i
  *               is on line 24 + i % 8, so the first eight producers of a
  *               ring write a line each (see Producer slots)
+ *   lines 32-35 producer slot tags (format 4, Liveness): written when a
+ *               slot is taken or given back, read only by recovery
+ *   lines 36-63 unused (zero)
  *
  * ---------------------------------------------------------------------------
  * Subscribers (format 2): several consumers, each at its own position
@@ -100,7 +103,7 @@
  * producer that only spins does not set it.  The publisher clears it.)
  *
  * ---------------------------------------------------------------------------
- * Producer slots (format 3, a compatible addition)
+ * Producer slots (format 3; held by every producer since format 4)
  * ---------------------------------------------------------------------------
  *
  * Each producer holds one of FR_MAX_PRODS slots: its pid (0 = free) and a
@@ -119,11 +122,10 @@
  * cost 16 producers about 7% of their 32 B per-record rate: eight lines
  * for sixteen slots, and retries are many when sixteen contend.)
  *
- * Rings written before the slots have zeros there (every slot free): a
- * producer of an older library holds no slot, and a headerless gap of its
- * is recovered as before (see the known limit under Recovery).  With all
- * FR_MAX_PRODS slots taken (and none of a dead pid to take back), a new
- * producer is refused (-EBUSY) rather than run without one.
+ * A producer holds its slot from attach to detach, and its CLAIMED
+ * headers are judged through it (Liveness: reused pids).  With all
+ * FR_MAX_PRODS slots taken (and none of a dead holder to take back), a
+ * new producer is refused (-EBUSY) rather than run without one.
  *
  * ---------------------------------------------------------------------------
  * Liveness: whose pids (a compatible addition)
@@ -147,6 +149,32 @@
  * its flow rather than having a live one's record padded.  A process
  * that attaches without moverd writes and judges in its own pids, as
  * before.
+ *
+ * Reused pids (format 4).  A pid alone does not name a process for long:
+ * once a dead one is reaped, the kernel may hand its pid to a new process,
+ * and a claim of the dead one would then stall its flow for as long as the
+ * new one lives.  So every slot carries a tag of its holder, taken with
+ * it: the holder's start time (/proc/PID/stat, in clock ticks, its low 32
+ * bits) and the time namespace it was read in (the low 32 bits of the
+ * inode of /proc/self/ns/time; start times read in two time namespaces
+ * differ).  A slot's holder is dead when its pid is, or when the process
+ * now behind that pid started at another time (read in the same time
+ * namespace; in another one, or with tag 0, the pid alone decides, as in
+ * format 3).  A pid is reused only after a lap of every pid, which takes
+ * far longer than a tick.  Whoever takes a slot stores the tag after the
+ * slot is its (release); whoever gives one back stores tag 0 before the
+ * slot is free: a judge that reads a slot's pid (acquire) reads its
+ * holder's tag or 0, never the tag of the one before.  A CLAIMED header
+ * names its producer by pid only, so it is judged through the slots: in
+ * format 4 every producer holds a slot from attach to detach, and a
+ * claim of its is committed before it gives the slot back, so a CLAIMED
+ * header whose pid holds no producer slot, or only slots of dead
+ * holders, is a dead producer's.  (moverd gives back a client's slots
+ * when its control connection closes, so a producer attached through
+ * moverd is known dead at once, whatever became of its pid.)  The one
+ * claim named by no slot is an END record moverd writes while all
+ * FR_MAX_PRODS slots are held: it is committed right after, and padded
+ * only if moverd stops for a recovery timeout in between.
  *
  * ---------------------------------------------------------------------------
  * Doorbell (format 2)
@@ -231,7 +259,8 @@
  *
  * Recovery of a producer killed between claim and commit: the consumer finds
  * head < tail and the seal at head not COMMITTED for longer than the
- * recovery timeout.  If the seal is CLAIMED and the pid in info is dead, the
+ * recovery timeout.  If the seal is CLAIMED and the producer named in info
+ * is dead (no producer slot of a live holder has its pid: Liveness), the
  * record becomes a PAD of the claimed length.  If no header was written yet
  * (killed between the CAS and step 2), the consumer scans forward for the
  * next position that carries a CLAIMED or COMMITTED seal of its own (or up
@@ -244,11 +273,10 @@
  * taken for dead, and write its record, once continued, into space the
  * subscribers have passed (lost although its send succeeded, or a lap
  * later over another record: tests/test_stopped_producer.c).  Records of
- * other producers are never touched.  Known limits: a producer of an
- * older library holds no slot, so its gap is recovered on the timeout
- * alone, as it always was; and a live producer stopped while its slot is
- * busy holds back recovery of any gap above its claim start (the flow
- * waits for it, as for a live producer's CLAIMED record).
+ * other producers are never touched.  Known limit: a live producer
+ * stopped while its slot is busy holds back recovery of any gap above its
+ * claim start (the flow waits for it, as for a live producer's CLAIMED
+ * record).
  *
  * Deposit rings (the consumer end of a flow between hosts): moverd copies
  * spans into the data area in any byte order (RDMA gives no placement
@@ -309,11 +337,14 @@
 struct fr_bell; /* ipc/bell.h */
 
 #define FR_MAGIC         0x474e49524d574c46ULL /* "FLWMRING" in memory */
-#define FR_VERSION       3u   /* 2: subscribers, status, doorbell arm, CTRL;
+#define FR_VERSION       4u   /* 2: subscribers, status, doorbell arm, CTRL;
 				 * 3: the same layout, asymmetric fences in
 				 * the wake-up protocol (a format 2 sleeper
-				 * would miss a light fence's wake-up) */
-#define FR_CTRL_BYTES    4096u
+				 * would miss a light fence's wake-up);
+				 * 4: an 8 KiB control page with slot tags,
+				 * every producer holds a slot (Liveness:
+				 * reused pids) */
+#define FR_CTRL_BYTES    8192u
 #define FR_LINE          128u
 #define FR_ALIGN         16u
 #define FR_REC_HDR       16u
@@ -417,6 +448,7 @@ struct fr_sub {
 	_Atomic uint32_t state;    /* enum fr_sub_state */
 	_Atomic uint32_t pid;      /* holder, for operators and recovery */
 	_Atomic uint64_t gen;      /* bumped at each take: who holds it now */
+	_Atomic uint64_t tag;      /* the holder's start time (Liveness) */
 };
 
 /* One producer's slot (lines 24-31, Producer slots). */
@@ -468,6 +500,8 @@ struct fr_shared {
 	struct fr_sub subs[FR_MAX_SUBS];
 	/* indexed through fr_prod_at, never directly */
 	_Alignas(FR_LINE) struct fr_prod prods[FR_MAX_PRODS];
+	/* the holder of slot i's start time (Liveness): tags[i] */
+	_Alignas(FR_LINE) _Atomic uint64_t prod_tags[FR_MAX_PRODS];
 };
 
 _Static_assert(sizeof(struct fr_shared) <= FR_CTRL_BYTES, "control page");
@@ -475,6 +509,8 @@ _Static_assert(sizeof(struct fr_rec) == FR_REC_HDR, "record header");
 /* the producer slots sit where rings made before them have zeros */
 _Static_assert(offsetof(struct fr_shared, prods) == 24 * FR_LINE &&
 	       sizeof(struct fr_prod) == 16, "producer slots");
+_Static_assert(offsetof(struct fr_shared, prod_tags) == 32 * FR_LINE,
+	       "producer slot tags");
 
 /* Parameters of a new ring. */
 struct fr_params {

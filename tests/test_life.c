@@ -45,6 +45,7 @@
  */
 #include "harness.h"
 #include "flowshm.h"
+#include "ring.h"
 
 #include <limits.h>
 
@@ -630,7 +631,7 @@ static void case_resize_local(void)
 			    sizeof(reason)));
 	printf("  shrunk: %s\n", reason);
 	CHECK(strstr(reason, "size"));
-	CHECK(fstat(fd, &st) == 0 && st.st_size == 4096 + 65536);
+	CHECK(fstat(fd, &st) == 0 && st.st_size == FR_CTRL_BYTES + 65536);
 	close(fd);
 	close(sock);
 
@@ -639,7 +640,7 @@ static void case_resize_local(void)
 	CHECK(hd_wait_state(&d, moverctl_bin, "gro", "failed", 5000, reason,
 			    sizeof(reason)));
 	printf("  grown: %s\n", reason);
-	CHECK(fstat(fd, &st) == 0 && st.st_size == 4096 + 65536);
+	CHECK(fstat(fd, &st) == 0 && st.st_size == FR_CTRL_BYTES + 65536);
 	close(fd);
 	close(sock);
 

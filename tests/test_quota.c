@@ -359,7 +359,7 @@ static void case_memory(void)
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create shrink9 --ring-size 1M --peer 127.0.0.1:9") == 0);
 	rfd = hd_attach_fd(&d, "grow9", FLOWMOVER__ROLE__PRODUCER, &sock);
-	CHECK(fallocate(rfd, 0, 0, (1 << 20) + 4096 + (256 << 20)) == 0);
+	CHECK(fallocate(rfd, 0, 0, (1 << 20) + FR_CTRL_BYTES + (256 << 20)) == 0);
 	CHECK(hd_wait_state(&d, moverctl_bin, "grow9", "failed", 5000, out,
 			    sizeof(out)));
 	printf("# grown ring file: %s\n", out);
@@ -367,10 +367,10 @@ static void case_memory(void)
 	CHECK(fstat(rfd, &s) == 0);
 	printf("# its size now %lld, %lld bytes allocated\n",
 	       (long long)s.st_size, (long long)s.st_blocks * 512);
-	CHECK(s.st_size == (1 << 20) + 4096);
+	CHECK(s.st_size == (1 << 20) + FR_CTRL_BYTES);
 	/* the 256 MiB grown are given back; the file system may keep a
 	 * block or two of extent metadata beyond the ring's own bytes */
-	CHECK((uint64_t)s.st_blocks * 512 <= (1u << 20) + 4096 + 65536);
+	CHECK((uint64_t)s.st_blocks * 512 <= (1u << 20) + FR_CTRL_BYTES + 65536);
 	close(rfd);
 	close(sock);
 
@@ -385,7 +385,7 @@ static void case_memory(void)
 	printf("# moverd's own view faulted and was replaced: %s\n",
 	       strstr(out, "faulted") ? "yes" : "no (checked first)");
 	CHECK(strstr(out, "size"));
-	CHECK(fstat(rfd, &s) == 0 && s.st_size == (1 << 20) + 4096);
+	CHECK(fstat(rfd, &s) == 0 && s.st_size == (1 << 20) + FR_CTRL_BYTES);
 	close(rfd);
 	close(sock);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy grow9") == 0);

@@ -211,8 +211,9 @@ static void test_corrupt_control_page(void)
 		{ offsetof(struct fr_shared, geo.magic), 1, 8 },
 		{ offsetof(struct fr_shared, geo.version), 1, 4 }, /* v1 */
 		{ offsetof(struct fr_shared, geo.version), 2, 4 }, /* v2 */
-		{ offsetof(struct fr_shared, geo.version), 4, 4 },
-		{ offsetof(struct fr_shared, geo.ctrl_bytes), 8192, 4 },
+		{ offsetof(struct fr_shared, geo.version), 3, 4 }, /* v3 */
+		{ offsetof(struct fr_shared, geo.version), 5, 4 },
+		{ offsetof(struct fr_shared, geo.ctrl_bytes), 4096, 4 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 8192, 8 },
 		{ offsetof(struct fr_shared, geo.ring_bytes), 5000, 8 },
 		{ offsetof(struct fr_shared, geo.max_record), 0, 4 },
@@ -725,6 +726,105 @@ static void test_recovery_in_steps(void)
 	close(fd);
 }
 
+/* A CLAIMED header in our pid at tail, as a producer leaves it dying
+ * between its header and its commit. */
+static void claimed_in(struct fr_ring *r, uint32_t pid)
+{
+	uint64_t t = atomic_load(&r->sh->tail);
+	struct fr_rec *h = fr_rec_at(r, t);
+
+	atomic_store(&h->len, 32);
+	atomic_store(&h->info, pid);
+	atomic_store(&h->seal, fr_seal(r, t, FR_SEAL_CLAIMED));
+	atomic_store(&r->sh->tail, t + fr_record_bytes(32));
+}
+
+/* c gets nothing for `ns` (many recovery timeouts), then, if want is not
+ * NULL, gets want within 5 s; recovered is then `recovered`. */
+static void recv_after(flowshm_t *c, uint64_t ns, const char *want,
+		       uint64_t recovered)
+{
+	struct flowshm_info in;
+	uint64_t t0 = tu_now_ns();
+	char buf[64];
+	size_t len;
+	int rc;
+
+	while (tu_now_ns() - t0 < ns)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	if (want) {
+		while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) ==
+		       -EAGAIN)
+			CHECK(tu_now_ns() - t0 < ns + 5000000000ull);
+		CHECK_RC(rc, 0);
+		CHECK(len == strlen(want) + 1 && !memcmp(buf, want, len));
+	}
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == recovered);
+}
+
+/*
+ * Reused pids (ipc/ring.h, Liveness): a CLAIMED header names a live
+ * producer only while a producer slot of a live holder has its pid; a
+ * slot whose tag names another start time than its pid's process now is
+ * a dead holder's; a tag read in another time namespace is not judged.
+ * Our own pid stands for a reused one: alive, but not the header's writer
+ * once no slot of ours has it.
+ */
+static void test_reused_pid(void)
+{
+	int fd = tu_ring(4096, 256, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
+	struct fr_ring *r = &p->ring;
+	uint32_t me = (uint32_t)getpid() & FR_INFO_PID, gen = r->prod_gen, g;
+	unsigned slot = r->prod, s;
+	_Atomic uint64_t *tag = &r->sh->prod_tags[slot];
+	uint64_t real = atomic_load(tag), sg;
+	const uint64_t other_start = real ^ (1ull << 40);
+	const uint64_t other_ns = real ^ 2;
+
+	CHECK(real >> 32 && (uint32_t)real); /* start time, time namespace */
+	/* our slot's holder is alive: the claim in our pid waits */
+	claimed_in(r, me);
+	CHECK_RC(flowshm_send(p, "after", 6, 0), 0);
+	recv_after(c, 30000000ull, NULL, 0);
+	atomic_store(tag, other_ns ^ (1ull << 40));
+	recv_after(c, 20000000ull, NULL, 0);
+	/* the holder started at another time: its pid was reused */
+	atomic_store(tag, other_start);
+	recv_after(c, 0, "after", 1);
+
+	/* our pid alive, but no slot has it: not the writer */
+	atomic_store(tag, real);
+	claimed_in(r, me);
+	CHECK_RC(flowshm_send(p, "after 2", 8, 0), 0);
+	recv_after(c, 30000000ull, NULL, 1);
+	fr_prod_leave(r, slot, gen);
+	recv_after(c, 0, "after 2", 2);
+	CHECK(atomic_load(tag) == 0);
+
+	/* slots of reused pids are given back, of live holders kept */
+	CHECK_RC(fr_prod_take(r, me, &slot, &g), 0);
+	CHECK(atomic_load(tag) == real);
+	CHECK(fr_prod_leave_dead(r) == 0);
+	atomic_store(tag, other_ns);
+	CHECK(fr_prod_leave_dead(r) == 0);
+	atomic_store(tag, other_start);
+	CHECK(fr_prod_leave_dead(r) == 1);
+	CHECK(atomic_load(&fr_prod_at(r, slot)->pid) == 0);
+	CHECK_RC(fr_sub_take(r, me, &s, &sg), 0);
+	CHECK(atomic_load(&r->sh->subs[s].tag) == real);
+	CHECK(fr_sub_leave_dead(r, FR_MAX_SUBS) == 0);
+	atomic_store(&r->sh->subs[s].tag, other_start);
+	CHECK(fr_sub_leave_dead(r, FR_MAX_SUBS) == 1);
+	CHECK(atomic_load(&r->sh->subs[s].state) == FR_SUB_FREE);
+	CHECK(atomic_load(&r->sh->subs[c->ring.sub].state) == FR_SUB_ACTIVE);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -749,6 +849,7 @@ int main(void)
 		{ "headerless_gap_of_live_producer",
 		  test_headerless_gap_of_live_producer },
 		{ "recovery_in_steps", test_recovery_in_steps },
+		{ "reused_pid", test_reused_pid },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {

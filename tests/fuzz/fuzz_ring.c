@@ -8,12 +8,14 @@
  * record grid inside the ring, or refuse, never write off it.
  *
  * Recovery runs too, with no timeout, on whatever the consumer stops at: it
- * reads record headers and the producer slots (ipc/ring.h, Producer slots)
- * a client wrote, and may pad only inside the claimed space.
+ * reads record headers, the producer slots and their tags (ipc/ring.h,
+ * Producer slots, Liveness) a client wrote, and may pad only inside the
+ * claimed space.
  *
  * Input: 1 byte mode (bit 0: deposit ring), 3 x 8 bytes head/tail/published
  * offsets (taken modulo a few laps), up to 4 KiB of data area, then up to
- * 1 KiB of producer slots.
+ * 1 KiB of producer slots and 512 bytes of their tags (ipc/ring.h,
+ * Liveness).
  */
 #include "flowshm_internal.h"
 
@@ -91,10 +93,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	atomic_store(&sh->tail, base + (take64(&data, &size) % (2 * RING)));
 	atomic_store(&sh->published, base + (take64(&data, &size) % (2 * RING)));
 	memcpy(map + FR_CTRL_BYTES, data, size < RING ? size : RING);
-	if (size > RING)
-		memcpy(sh->prods, data + RING, size - RING < sizeof(sh->prods) ?
-						       size - RING :
-						       sizeof(sh->prods));
+	if (size > RING) {
+		size_t rest = size - RING;
+		size_t k = rest < sizeof(sh->prods) ? rest : sizeof(sh->prods);
+
+		memcpy(sh->prods, data + RING, k);
+		rest -= k;
+		memcpy(sh->prod_tags, data + RING + k,
+		       rest < sizeof(sh->prod_tags) ? rest :
+						      sizeof(sh->prod_tags));
+	}
 	if (fr_attach(&r, map, sizeof(map)))
 		return 0;
 	/* a subscriber, as a consumer is in ring format 2 */
