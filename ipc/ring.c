@@ -1802,6 +1802,21 @@ int fr_check_stuck(struct fr_ring *r, uint64_t pos)
 	return not_committed(r, pos, seal);
 }
 
+int fr_recover_slowest(struct fr_ring *r, uint64_t *pos)
+{
+	/* acquire, as a producer reads them.  Both are clients' words: a
+	 * position off the record grid or out of the window below tail is
+	 * left alone (its flow's own checks fail the ring) */
+	uint64_t at = fr_min_pos(r);
+	uint64_t tail = atomic_load_explicit(&r->sh->tail,
+					     memory_order_acquire);
+
+	*pos = at;
+	if (at % FR_ALIGN || !bound_sane(r, at, tail) || fr_data_at(r, at))
+		return -EAGAIN;
+	return fr_check_stuck(r, at);
+}
+
 /* ---- waiting ------------------------------------------------------------ */
 
 bool fr_data_at(const struct fr_ring *r, uint64_t pos)

@@ -874,6 +874,14 @@ int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
  * record at pos was turned into padding; -EAGAIN = keep waiting. */
 int fr_check_stuck(struct fr_ring *r, uint64_t pos);
 
+/* moverd, for a local flow whose consumers may not judge pids (Liveness):
+ * fr_check_stuck at the slowest subscriber's position (*pos), run on
+ * moverd's own timer (r->stuck_pos), as a consumer stuck there would.  A
+ * position off the record grid or outside the window below tail is left
+ * alone.  0 = a record there was turned into padding; else -EAGAIN (or
+ * fr_check_stuck's other errors). */
+int fr_recover_slowest(struct fr_ring *r, uint64_t *pos);
+
 /* --- waiting (ring.c) ---------------------------------------------------- */
 
 /* Sleep until data may be there, closed, or deadline (CLOCK_MONOTONIC ns;

@@ -446,30 +446,13 @@ static uint32_t active_slots(const struct flow *f)
 void flows_recover_local(struct flow *f)
 {
 	static struct log_limit lim; /* the counter is a client's to write */
-	struct fr_ring *r;
-	uint32_t before;
-	uint64_t pos, tail;
+	uint64_t pos;
 
 	if (f->role != FLOW_LOCAL || !f->view)
 		return;
-	r = &f->view->ring;
 	/* where the slowest consumer stands (it publishes before it sleeps
-	 * there); a committed record or a closed ring: nothing is stuck */
-	pos = fr_min_pos(r);
-	/* acquire: as a producer reads it; both words are clients' to
-	 * write, so a position off the record grid or out of the window
-	 * below tail is left alone (its flow's checks fail the ring) */
-	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
-	if (pos % FR_ALIGN || pos > tail || tail - pos > r->size ||
-	    fr_data_at(r, pos))
-		return;
-	/* relaxed: a count for the log line */
-	before = atomic_load_explicit(&r->sh->recovered, memory_order_relaxed);
-	/* our own timer on pos (the view's stuck_pos): recover_ns from
-	 * the first look that found a claim there, as a consumer's */
-	fr_check_stuck(r, pos);
-	if (atomic_load_explicit(&r->sh->recovered, memory_order_relaxed) !=
-	    before)
+	 * there, or once it finds it cannot judge the claim there) */
+	if (!fr_recover_slowest(&f->view->ring, &pos))
 		log_limited(&lim, LOG_LVL_INFO, "flow %s: a record whose "
 			    "producer died before it committed was skipped at "
 			    "position %llu", f->name, (unsigned long long)pos);
