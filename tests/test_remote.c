@@ -2673,6 +2673,65 @@ static void twin_rejoins(struct run *R, struct pair *P, const char *named_b)
 }
 
 /*
+ * A twin cut off by max_lag keeps the flow for its daemon until its own
+ * rejoin (fanout.c, holds_subscription): the peer refused as its twin
+ * stays refused meanwhile.  Before, the refused one took the flow at the
+ * next once-a-second check, and the twin, on its rejoin, was refused in
+ * its turn.  B's flow has no consumer, so its ring fills and A's producer,
+ * waiting, makes A cut B's subscription.
+ */
+static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
+{
+	static char out[1 << 16];
+	static unsigned char buf[4000];
+	char open[160], cut[160];
+	flowshm_t *p;
+	uint64_t t0;
+	int rc;
+
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow create s2 --peer %s "
+		      "--ring-size 64K --max-record 4K --max-lag 16K", P->peer)))
+		fail_run(R, "flow create s2 on A: exit %d: %s", rc, out);
+	wait_open(R, &P->b, "s2", 15);
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add s2 %s",
+		      named_b)))
+		fail_run(R, "flow peer add s2 %s: exit %d: %s", named_b, rc,
+			 out);
+	wait_show(R, P, "s2", "another of its peers", "s2's peer under "
+		  "another name refused as B's twin");
+	setenv("FLOWMOVER_SOCKET", P->a.sock, 1);
+	p = attach_retry("producer of s2", "s2", FLOWSHM_PRODUCER, 15 * SEC);
+	snprintf(open, sizeof(open), "%s open", P->peer);
+	snprintf(cut, sizeof(cut), "%s failed: cut off", P->peer);
+	for (t0 = tu_now_ns(); !strstr(out, cut);) {
+		rc = flowshm_send(p, buf, sizeof(buf), SEC / 10);
+		if (rc && rc != -ETIMEDOUT)
+			fail_run(R, "send on s2: %d (%s)", rc,
+				 flowshm_strerror(rc));
+		if ((rc = ctl(P->a.sock, out, sizeof(out), "flow show s2")))
+			fail_run(R, "flow show s2 on A: exit %d: %s", rc, out);
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(R, "B's subscription of s2 not cut off by "
+				 "max_lag after 20 s:\n%s", out);
+	}
+	flowshm_detach(p);
+	/* B cut, its rejoin due: the refused peer stays refused */
+	for (t0 = tu_now_ns(); !strstr(out, open); usleep(50000)) {
+		if ((rc = ctl(P->a.sock, out, sizeof(out), "flow show s2")))
+			fail_run(R, "flow show s2 on A: exit %d: %s", rc, out);
+		if (!strstr(out, "another of its peers"))
+			fail_run(R, "the peer refused as B's twin took s2 "
+				 "while B was cut off:\n%s", out);
+		pair_check(P);
+		if (tu_now_ns() - t0 > 20 * SEC)
+			fail_run(R, "B's subscription of s2 not back 20 s "
+				 "after its cut:\n%s", out);
+	}
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow destroy s2")))
+		fail_run(R, "flow destroy s2: exit %d: %s", rc, out);
+}
+
+/*
  * A flow to B gets a second peer that is B under another name (fan-out,
  * `flow peer add`).  A sees both connections lead to one run of moverd
  * (queue_open, fanout_twin): that peer's subscription ends with a reason
@@ -2735,6 +2794,7 @@ static void fanout_same_daemon(bool key)
 	if ((rc = ctl(P.a.sock, out, sizeof(out), "flow destroy s0")))
 		fail_run(&R, "flow destroy s0: exit %d: %s", rc, out);
 	twin_rejoins(&R, &P, named_b);
+	twin_cut_keeps(&R, &P, named_b);
 	pair_stop(&P);
 }
 
