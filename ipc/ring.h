@@ -161,10 +161,11 @@
  * now behind that pid started at another time (read in the same time
  * namespace; in another one, or with tag 0, the pid alone decides, as in
  * format 3).  A pid is reused only after a lap of every pid, which takes
- * far longer than a tick.  Whoever takes a slot stores the tag after the
- * slot is its (release); whoever gives one back stores tag 0 before the
- * slot is free: a judge that reads a slot's pid (acquire) reads its
- * holder's tag or 0, never the tag of the one before.  A CLAIMED header
+ * far longer than a tick.  Whoever takes a slot stores the tag once its
+ * CAS (acq_rel) made the slot its; whoever gives one back stores tag 0
+ * before the release that frees the slot: a judge that reads a slot's pid
+ * or state (acquire) then reads its holder's tag or 0, never the tag of
+ * the one before.  A CLAIMED header
  * names its producer by pid only, so it is judged through the slots: in
  * format 4 every producer holds a slot from attach to detach, and a
  * claim of its is committed before it gives the slot back, so a CLAIMED
@@ -448,7 +449,8 @@ struct fr_sub {
 	_Atomic uint32_t state;    /* enum fr_sub_state */
 	_Atomic uint32_t pid;      /* holder, for operators and recovery */
 	_Atomic uint64_t gen;      /* bumped at each take: who holds it now */
-	_Atomic uint64_t tag;      /* the holder's start time (Liveness) */
+	_Atomic uint64_t tag;      /* the holder's tag (Liveness): start
+				      time << 32 | time namespace */
 };
 
 /* One producer's slot (lines 24-31, Producer slots). */
@@ -500,7 +502,7 @@ struct fr_shared {
 	struct fr_sub subs[FR_MAX_SUBS];
 	/* indexed through fr_prod_at, never directly */
 	_Alignas(FR_LINE) struct fr_prod prods[FR_MAX_PRODS];
-	/* the holder of slot i's start time (Liveness): tags[i] */
+	/* prod_tags[i]: the tag of slot i's holder, as fr_sub.tag */
 	_Alignas(FR_LINE) _Atomic uint64_t prod_tags[FR_MAX_PRODS];
 };
 
