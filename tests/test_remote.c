@@ -2628,6 +2628,24 @@ static void wait_show(struct run *R, struct pair *P, const char *flow,
 	}
 }
 
+/* B under another name joins flow's peers on A, and is refused as the
+ * twin of the peer that reaches B already. */
+static void add_twin(struct run *R, struct pair *P, const char *flow,
+		     const char *named_b)
+{
+	static char out[1 << 16];
+	char what[160];
+	int rc;
+
+	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add %s %s",
+		      flow, named_b)))
+		fail_run(R, "flow peer add %s %s: exit %d: %s", flow, named_b,
+			 rc, out);
+	snprintf(what, sizeof(what), "%s's peer under another name refused "
+		 "as B's twin", flow);
+	wait_show(R, P, flow, "another of its peers", what);
+}
+
 /*
  * The peer refused as B's twin takes the flow to B once the peer it was
  * the twin of is removed (fanout_remove, rejoin_twins), rather than
@@ -2651,12 +2669,7 @@ static void twin_rejoins(struct run *R, struct pair *P, const char *named_b)
 			 out);
 	snprintf(want, sizeof(want), "%s open", P->peer);
 	wait_show(R, P, "s1", want, "s1 open on B");
-	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add s1 %s",
-		      named_b)))
-		fail_run(R, "flow peer add s1 %s: exit %d: %s", named_b, rc,
-			 out);
-	wait_show(R, P, "s1", "another of its peers", "s1's peer under "
-		  "another name refused as B's twin");
+	add_twin(R, P, "s1", named_b);
 	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer remove s1 %s",
 		      P->peer)))
 		fail_run(R, "flow peer remove s1 %s: exit %d: %s", P->peer,
@@ -2693,12 +2706,7 @@ static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
 		      "--ring-size 64K --max-record 4K --max-lag 16K", P->peer)))
 		fail_run(R, "flow create s2 on A: exit %d: %s", rc, out);
 	wait_open(R, &P->b, "s2", 15);
-	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow peer add s2 %s",
-		      named_b)))
-		fail_run(R, "flow peer add s2 %s: exit %d: %s", named_b, rc,
-			 out);
-	wait_show(R, P, "s2", "another of its peers", "s2's peer under "
-		  "another name refused as B's twin");
+	add_twin(R, P, "s2", named_b);
 	setenv("FLOWMOVER_SOCKET", P->a.sock, 1);
 	p = attach_retry("producer of s2", "s2", FLOWSHM_PRODUCER, 15 * SEC);
 	snprintf(open, sizeof(open), "%s open", P->peer);
