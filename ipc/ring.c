@@ -628,11 +628,17 @@ void fr_producer_number(struct fr_ring *r)
 	r->pid = r->self_pid | ((n & 0xffu) << FR_INFO_ATTACH_SHIFT);
 }
 
-uint64_t fr_pid_ns(void)
+/* The inode of one of our namespaces (/proc/self/ns/NAME), 0 if unknown. */
+static uint64_t ns_inode(const char *path)
 {
 	struct stat st;
 
-	return stat("/proc/self/ns/pid", &st) ? 0 : (uint64_t)st.st_ino;
+	return stat(path, &st) ? 0 : (uint64_t)st.st_ino;
+}
+
+uint64_t fr_pid_ns(void)
+{
+	return ns_inode("/proc/self/ns/pid");
 }
 
 void fr_pid_view(struct fr_ring *r, uint32_t seen_pid, bool same_ns)
@@ -684,9 +690,9 @@ static bool proc_stat(uint32_t pid, char *state, uint64_t *start)
  * times read in two time namespaces differ by their offsets. */
 static uint32_t time_ns_id(void)
 {
-	struct stat st;
+	uint64_t ino = ns_inode("/proc/self/ns/time");
 
-	return stat("/proc/self/ns/time", &st) ? 1u : (uint32_t)st.st_ino;
+	return ino ? (uint32_t)ino : 1u;
 }
 
 /* The tag of a slot taken in pid: its start time and our time namespace;
