@@ -2607,9 +2607,11 @@ static void test_merge_duplicate(void)
 
 /* ---- 16: one flow sent to the same daemon under two names --------------- */
 
-/* Flow show of flow on A until it has want, or fail with what. */
-static void wait_show(struct run *R, struct pair *P, const char *flow,
-		      const char *want, const char *what)
+/* Flow show of flow on A until it has want, or fail with what; and fail
+ * at once if it no longer has keep (NULL: anything goes meanwhile). */
+static void wait_show_keeping(struct run *R, struct pair *P, const char *flow,
+			      const char *want, const char *keep,
+			      const char *what)
 {
 	static char out[1 << 16];
 	uint64_t t0 = tu_now_ns();
@@ -2620,12 +2622,21 @@ static void wait_show(struct run *R, struct pair *P, const char *flow,
 			      flow)))
 			fail_run(R, "flow show %s on A: exit %d: %s", flow, rc,
 				 out);
+		if (keep && !strstr(out, keep))
+			fail_run(R, "%s: '%s' gone first:\n%s", what, keep,
+				 out);
 		if (strstr(out, want))
 			return;
 		pair_check(P);
 		if (tu_now_ns() - t0 > 20 * SEC)
 			fail_run(R, "%s: not after 20 s:\n%s", what, out);
 	}
+}
+
+static void wait_show(struct run *R, struct pair *P, const char *flow,
+		      const char *want, const char *what)
+{
+	wait_show_keeping(R, P, flow, want, NULL, what);
 }
 
 /* B under another name joins flow's peers on A, and is refused as the
@@ -2724,17 +2735,8 @@ static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
 	}
 	flowshm_detach(p);
 	/* B cut, its rejoin due: the refused peer stays refused */
-	for (t0 = tu_now_ns(); !strstr(out, open); usleep(50000)) {
-		if ((rc = ctl(P->a.sock, out, sizeof(out), "flow show s2")))
-			fail_run(R, "flow show s2 on A: exit %d: %s", rc, out);
-		if (!strstr(out, "another of its peers"))
-			fail_run(R, "the peer refused as B's twin took s2 "
-				 "while B was cut off:\n%s", out);
-		pair_check(P);
-		if (tu_now_ns() - t0 > 20 * SEC)
-			fail_run(R, "B's subscription of s2 not back 20 s "
-				 "after its cut:\n%s", out);
-	}
+	wait_show_keeping(R, P, "s2", open, "another of its peers", "B back "
+			  "on s2 after its cut, its twin refused meanwhile");
 	if ((rc = ctl(P->a.sock, out, sizeof(out), "flow destroy s2")))
 		fail_run(R, "flow destroy s2: exit %d: %s", rc, out);
 }

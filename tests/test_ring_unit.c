@@ -630,6 +630,44 @@ static void test_producer_slots(void)
 	close(fd);
 }
 
+/* A CLAIMED header of len bytes in pid at tail, as a producer leaves it
+ * dying between its header and its commit. */
+static void claimed_in(struct fr_ring *r, uint32_t pid, uint32_t len)
+{
+	uint64_t t = atomic_load(&r->sh->tail);
+	struct fr_rec *h = fr_rec_at(r, t);
+
+	atomic_store(&h->len, len);
+	atomic_store(&h->info, pid);
+	atomic_store(&h->seal, fr_seal(r, t, FR_SEAL_CLAIMED));
+	atomic_store(&r->sh->tail, t + fr_record_bytes(len));
+}
+
+/* c gets nothing for `ns` (many recovery timeouts), then, if want is not
+ * NULL, gets its want_len bytes within 5 s; recovered is then
+ * `recovered`. */
+static void recv_after(flowshm_t *c, uint64_t ns, const void *want,
+		       size_t want_len, uint64_t recovered)
+{
+	struct flowshm_info in;
+	uint64_t t0 = tu_now_ns();
+	char buf[64];
+	size_t len;
+	int rc;
+
+	while (tu_now_ns() - t0 < ns)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	if (want) {
+		while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) ==
+		       -EAGAIN)
+			CHECK(tu_now_ns() - t0 < ns + 5000000000ull);
+		CHECK_RC(rc, 0);
+		CHECK(len == want_len && !memcmp(buf, want, len));
+	}
+	CHECK_RC(flowshm_info(c, &in), 0);
+	CHECK(in.recovered == recovered);
+}
+
 /*
  * A claim with no header yet whose producer is alive (stopped right after
  * its CAS) is never padded; once its slot's holder is dead it is, and a
@@ -643,33 +681,20 @@ static void test_headerless_gap_of_live_producer(void)
 	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
 	struct fr_prod *ps = fr_prod_at(&p->ring, p->ring.prod);
 	struct fr_prod *qs = fr_prod_at(&q->ring, q->ring.prod);
-	struct flowshm_info in;
-	char rec[32] = "after the gap", buf[64];
-	uint64_t t, t0;
-	size_t len;
-	int rc;
+	char rec[32] = "after the gap";
+	uint64_t t;
 
 	/* p as it stands right after its CAS: slot busy, no header */
 	t = atomic_load(&p->ring.sh->tail);
 	atomic_store(&ps->claim, t | FR_CLAIM_BUSY);
 	atomic_store(&p->ring.sh->tail, t + 64);
 	CHECK_RC(flowshm_send(q, rec, sizeof(rec), 0), 0);
-	t0 = tu_now_ns();
-	while (tu_now_ns() - t0 < 30000000ull) /* 30 recovery timeouts */
-		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
-	CHECK_RC(flowshm_info(c, &in), 0);
-	CHECK(in.recovered == 0);
+	recv_after(c, 30000000ull, NULL, 0, 0); /* 30 recovery timeouts */
 	/* q busy with a claim above the gap, p's holder dead: padded */
 	atomic_store(&qs->claim, atomic_load(&q->ring.sh->tail) |
 				 FR_CLAIM_BUSY);
 	atomic_store(&ps->pid, dead_pid());
-	t0 = tu_now_ns();
-	while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) == -EAGAIN)
-		CHECK(tu_now_ns() - t0 < 5000000000ull);
-	CHECK_RC(rc, 0);
-	CHECK(len == sizeof(rec) && !memcmp(buf, rec, len));
-	CHECK_RC(flowshm_info(c, &in), 0);
-	CHECK(in.recovered == 1);
+	recv_after(c, 0, rec, sizeof(rec), 1);
 	atomic_store(&qs->claim, 0);
 	flowshm_close(p);
 	flowshm_close(q);
@@ -689,7 +714,6 @@ static void test_recovery_in_steps(void)
 	int fd = tu_ring(16u << 20, 64u << 10, 0);
 	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
 	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
-	const uint64_t rec = fr_record_bytes(64u << 10);
 	struct fr_ring *r = &p->ring;
 	struct flowshm_info in;
 	char after[32] = "after", buf[64];
@@ -706,16 +730,8 @@ static void test_recovery_in_steps(void)
 	CHECK(in.recovered == 8); /* one pad a step; it was one of 8 MiB */
 
 	/* 40 claimed records of a dead producer, 2.5 MiB */
-	t = atomic_load(&r->sh->tail);
-	for (unsigned i = 0; i < 40; i++) {
-		struct fr_rec *h = fr_rec_at(r, t + i * rec);
-
-		atomic_store(&h->len, 64u << 10);
-		atomic_store(&h->info, dead_pid());
-		atomic_store(&h->seal, fr_seal(r, t + i * rec,
-					       FR_SEAL_CLAIMED));
-	}
-	atomic_store(&r->sh->tail, t + 40 * rec);
+	for (unsigned i = 0; i < 40; i++)
+		claimed_in(r, dead_pid(), 64u << 10);
 	CHECK_RC(flowshm_send(p, after, sizeof(after), 0), 0);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000ll), 0);
 	CHECK(len == sizeof(after) && !memcmp(buf, after, len));
@@ -724,43 +740,6 @@ static void test_recovery_in_steps(void)
 	flowshm_close(p);
 	flowshm_close(c);
 	close(fd);
-}
-
-/* A CLAIMED header in our pid at tail, as a producer leaves it dying
- * between its header and its commit. */
-static void claimed_in(struct fr_ring *r, uint32_t pid)
-{
-	uint64_t t = atomic_load(&r->sh->tail);
-	struct fr_rec *h = fr_rec_at(r, t);
-
-	atomic_store(&h->len, 32);
-	atomic_store(&h->info, pid);
-	atomic_store(&h->seal, fr_seal(r, t, FR_SEAL_CLAIMED));
-	atomic_store(&r->sh->tail, t + fr_record_bytes(32));
-}
-
-/* c gets nothing for `ns` (many recovery timeouts), then, if want is not
- * NULL, gets want within 5 s; recovered is then `recovered`. */
-static void recv_after(flowshm_t *c, uint64_t ns, const char *want,
-		       uint64_t recovered)
-{
-	struct flowshm_info in;
-	uint64_t t0 = tu_now_ns();
-	char buf[64];
-	size_t len;
-	int rc;
-
-	while (tu_now_ns() - t0 < ns)
-		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
-	if (want) {
-		while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) ==
-		       -EAGAIN)
-			CHECK(tu_now_ns() - t0 < ns + 5000000000ull);
-		CHECK_RC(rc, 0);
-		CHECK(len == strlen(want) + 1 && !memcmp(buf, want, len));
-	}
-	CHECK_RC(flowshm_info(c, &in), 0);
-	CHECK(in.recovered == recovered);
 }
 
 /*
@@ -786,22 +765,22 @@ static void test_reused_pid(void)
 
 	CHECK(real >> 32 && (uint32_t)real); /* start time, time namespace */
 	/* our slot's holder is alive: the claim in our pid waits */
-	claimed_in(r, me);
+	claimed_in(r, me, 32);
 	CHECK_RC(flowshm_send(p, "after", 6, 0), 0);
-	recv_after(c, 30000000ull, NULL, 0);
+	recv_after(c, 30000000ull, NULL, 0, 0);
 	atomic_store(tag, other_ns ^ (1ull << 40));
-	recv_after(c, 20000000ull, NULL, 0);
+	recv_after(c, 20000000ull, NULL, 0, 0);
 	/* the holder started at another time: its pid was reused */
 	atomic_store(tag, other_start);
-	recv_after(c, 0, "after", 1);
+	recv_after(c, 0, "after", 6, 1);
 
 	/* our pid alive, but no slot has it: not the writer */
 	atomic_store(tag, real);
-	claimed_in(r, me);
+	claimed_in(r, me, 32);
 	CHECK_RC(flowshm_send(p, "after 2", 8, 0), 0);
-	recv_after(c, 30000000ull, NULL, 1);
+	recv_after(c, 30000000ull, NULL, 0, 1);
 	fr_prod_leave(r, slot, gen);
-	recv_after(c, 0, "after 2", 2);
+	recv_after(c, 0, "after 2", 8, 2);
 	CHECK(atomic_load(tag) == 0);
 
 	/* slots of reused pids are given back, of live holders kept */
