@@ -255,6 +255,8 @@ static uint32_t sub_mask(const struct fr_ring *r)
 	return atomic_load(&((struct fr_shared *)r->sh)->sub_mask) & SUB_ALL;
 }
 
+static bool leave_dead_blockers(struct fr_ring *r);
+
 static uint64_t min_of(const struct fr_ring *r, uint32_t mask)
 {
 	uint64_t m = UINT64_MAX;
@@ -433,6 +435,7 @@ void fr_want_space(struct fr_ring *r)
 		atomic_fetch_or_explicit(w, FR_SPACE_WANTED,
 					 memory_order_relaxed);
 	full_with_lag(r);
+	leave_dead_blockers(r);
 	fr_count_flush(r);
 }
 
@@ -882,11 +885,66 @@ static bool pos_valid(const struct fr_ring *r, uint64_t pos, uint64_t before)
 	       !(pos % FR_ALIGN);
 }
 
-int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
-		uint64_t *gen)
+/*
+ * Give subscriber slot i back if a dead process holds it; true if this call
+ * did.  A client judges less than moverd (by_client): neither moverd's
+ * HELD slots (its unsent bytes, which only a restarted moverd may let go)
+ * nor pid 0 (a slot moverd took for a client whose pid it cannot see, or
+ * one being taken this instant: its taker stores the pid after its CAS).
+ */
+static bool leave_if_dead(struct fr_ring *r, unsigned i, bool by_client)
 {
-	uint64_t tag = slot_tag(r, pid);
+	struct fr_sub *s = &r->sh->subs[i];
+	/* the gen first: should the slot change hands while we judge, our
+	 * leave (of the old gen) does nothing */
+	uint64_t gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+	/* acquire: the pid and tag we read next are this holder's or 0
+	 * (Liveness) */
+	uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
+	uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
 
+	if (st == FR_SUB_FREE || (by_client && (st == FR_SUB_HELD || !pid)))
+		return false;
+	if (holder_alive(r, pid,
+			 atomic_load_explicit(&s->tag, memory_order_relaxed)))
+		return false;
+	fr_sub_leave(r, i, gen);
+	return true;
+}
+
+/*
+ * A producer held back: give back the slots of dead subscribers among those
+ * at the lowest position, the ones that hold it back (ring.h, Subscribers:
+ * dead subscribers).  At most once per FR_ROOM_LOOK_NS per handle, the
+ * pace at which a sleeping producer looks for room: a look costs a kill(2)
+ * and a read of /proc per slot.  True if a slot was given back.
+ */
+static bool leave_dead_blockers(struct fr_ring *r)
+{
+	uint64_t now = fr_now_ns(), min;
+	uint32_t mask;
+	bool left = false;
+
+	if (now - r->judged_ns < FR_ROOM_LOOK_NS)
+		return false;
+	r->judged_ns = now;
+	mask = sub_mask(r);
+	min = min_of(r, mask);
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		/* relaxed: which slots to judge (a slot that moved meanwhile
+		 * is judged anyway, harmlessly); the judgement reads the
+		 * slot itself */
+		if ((mask & (1u << i)) &&
+		    atomic_load_explicit(&r->sh->subs[i].pos,
+					 memory_order_relaxed) == min)
+			left |= leave_if_dead(r, i, true);
+	}
+	return left;
+}
+
+static int sub_take_free(struct fr_ring *r, uint32_t pid, uint64_t tag,
+			 unsigned *slot, uint64_t *gen)
+{
 	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
 		struct fr_sub *s = &r->sh->subs[i];
 		uint32_t st = FR_SUB_FREE;
@@ -928,6 +986,21 @@ int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		return 0;
 	}
 	return -EBUSY;
+}
+
+int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
+		uint64_t *gen)
+{
+	uint64_t tag = slot_tag(r, pid);
+	unsigned n = 0;
+	int rc = sub_take_free(r, pid, tag, slot, gen);
+
+	if (rc != -EBUSY)
+		return rc;
+	/* the slots of subscribers that died without a moverd to see it */
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
+		n += leave_if_dead(r, i, true);
+	return n ? sub_take_free(r, pid, tag, slot, gen) : -EBUSY;
 }
 
 int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen)
@@ -1139,24 +1212,8 @@ unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
 {
 	unsigned n = 0;
 
-	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
-		struct fr_sub *s = &r->sh->subs[i];
-		uint64_t gen;
-
-		/* the gen first: should the slot change hands while we
-		 * judge, our leave (of the old gen) does nothing */
-		gen = atomic_load_explicit(&s->gen, memory_order_acquire);
-		if (i == keep || atomic_load_explicit(&s->state,
-					memory_order_acquire) == FR_SUB_FREE)
-			continue;
-		if (holder_alive(r, atomic_load_explicit(&s->pid,
-						memory_order_relaxed),
-				 atomic_load_explicit(&s->tag,
-						      memory_order_relaxed)))
-			continue;
-		fr_sub_leave(r, i, gen);
-		n++;
-	}
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
+		n += i != keep && leave_if_dead(r, i, false);
 	return n;
 }
 
@@ -1967,6 +2024,9 @@ static int sleep_for_room(struct fr_ring *r, uint32_t v, uint64_t seen,
 	for (;;) {
 		if (rc != -ETIMEDOUT)
 			return rc;
+		/* held back by a subscriber that died without a moverd to
+		 * see it? */
+		leave_dead_blockers(r);
 		if (fr_min_pos(r) > seen)
 			return 0; /* moved: the caller tries its claim again */
 		if (until >= deadline_ns)
@@ -1991,6 +2051,7 @@ static int wait_space(struct fr_ring *r, uint64_t deadline_ns,
 	 * and with fr_release's read of the count) */
 	atomic_thread_fence(memory_order_seq_cst);
 	full_with_lag(r);
+	leave_dead_blockers(r);
 	if (!ready(r, seen))
 		rc = sleep_for_room(r, v, seen, deadline_ns, ready);
 	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,

@@ -62,6 +62,22 @@
  * (CAS ACTIVE -> CUT, clear its mask bit); that subscriber then gets
  * -ESTALE and may re-attach at the current position.
  *
+ * Dead subscribers.  moverd gives back the slot of a client whose control
+ * connection closes.  On a ring without moverd (flowshm_open_fd) nobody
+ * would, and a consumer that died would hold the producers back for good.
+ * So a producer the ring holds back (one that waits for room, or gives up
+ * on a full ring) judges the holders of the ACTIVE slots at the lowest
+ * position, at most once per FR_ROOM_LOOK_NS, and gives back those of
+ * dead processes (judged as Liveness says: not at all by a client in
+ * another pid namespace than moverd's).  A subscriber that finds no
+ * free slot does the same for every slot before it gives up (-EBUSY).  A
+ * client leaves alone what only moverd can judge: HELD slots, and slots in
+ * pid 0 (a client whose pid moverd cannot see; also a slot in the instant
+ * between its take's CAS and the store of its pid).  As for any leave,
+ * the last subscriber's position becomes the floor, so what the dead one
+ * had not read is kept; what it read but had not yet published (lazy
+ * publishing, below) the next one reads again.
+ *
  * moverd's slots are HELD (CAS ACTIVE -> HELD once taken): producers never
  * cut them, because bytes of a HELD slot may be in a send still in flight
  * (a socket send queued in the kernel, an RDMA WRITE not yet read by the
@@ -561,6 +577,8 @@ struct fr_ring {
 	struct fr_bell *bell; /* moverd's doorbell page (attach), or NULL */
 	uint32_t bell_index; /* this flow's bit in it (checked < its size) */
 	uint32_t uncounted;  /* data records claimed, not yet in sh->records */
+	uint64_t judged_ns;  /* when we last judged the subscribers that hold
+				us back (Subscribers: dead subscribers) */
 	unsigned prod;       /* our producer slot, FR_MAX_PRODS = none */
 	uint32_t prod_gen;   /* its gen when we took it */
 };
@@ -769,7 +787,9 @@ uint64_t fr_min_pos(const struct fr_ring *r);
 
 /* Take a free slot for a new subscriber (moverd at attach, or a client of
  * a ring without moverd) at the minimum position; *slot and *gen say which.
- * -EBUSY if every slot is taken, -EPROTO if the words are corrupt. */
+ * With none free, slots of dead holders are given back first (Subscribers:
+ * dead subscribers).  -EBUSY if every slot is taken, -EPROTO if the words
+ * are corrupt. */
 int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		uint64_t *gen);
 

@@ -804,6 +804,78 @@ static void test_reused_pid(void)
 	close(fd);
 }
 
+/* Fill the ring with 48-byte records (64 bytes each) and read them all. */
+static void fill_and_drain(flowshm_t *p, flowshm_t *c)
+{
+	char rec[48] = "x", buf[64];
+	size_t len;
+
+	while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
+		;
+	while (flowshm_recv(c, buf, sizeof(buf), &len, 0) == 0)
+		;
+}
+
+/* A subscriber slot whose holder died, on a ring without moverd: the
+ * producers it holds back give it back (ring.h, Subscribers: dead
+ * subscribers), and so does a new subscriber that finds no free slot.
+ * Our own live pid with another start time in its tag stands in for a
+ * dead holder (as in test_reused_pid).  Neither judges moverd's HELD
+ * slots nor pid 0: moverd does. */
+static void test_dead_subscribers(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	flowshm_t *m = tu_open(fd, FLOWSHM_PRODUCER, 0); /* "moverd" */
+	struct fr_ring *r = &p->ring;
+	uint32_t me = (uint32_t)getpid() & FR_INFO_PID;
+	const uint64_t dead = atomic_load(&r->sh->subs[c->ring.sub].tag) ^
+			      (1ull << 40);
+	const char rec[48] = "x";
+	unsigned s, n_free = 0;
+	uint64_t g;
+
+	/* a dead holder behind everyone: a waiting producer frees it */
+	CHECK_RC(fr_sub_take(r, me, &s, &g), 0);
+	atomic_store(&r->sh->subs[s].tag, dead);
+	fill_and_drain(p, c);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 1000000000), 0);
+	CHECK(atomic_load(&r->sh->subs[s].state) == FR_SUB_FREE);
+	CHECK(atomic_load(&r->sh->subs[c->ring.sub].state) == FR_SUB_ACTIVE);
+
+	/* moverd's HELD slot, and a slot in pid 0: the producer waits */
+	CHECK_RC(fr_sub_take_held(&m->ring, me), 0);
+	atomic_store(&r->sh->subs[m->ring.sub].tag, dead);
+	fill_and_drain(p, c);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 30000000), -ETIMEDOUT);
+	CHECK(fr_sub_leave_dead(r, FR_MAX_SUBS) == 1); /* moverd's judge */
+	CHECK_RC(fr_sub_take(r, 0, &s, &g), 0);
+	fill_and_drain(p, c);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 30000000), -ETIMEDOUT);
+	fr_sub_leave(r, s, g);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+
+	/* every slot taken, all but ours by dead holders (one HELD, one in
+	 * pid 0): a new subscriber gets one of the dead ones' */
+	CHECK_RC(fr_sub_take_held(&m->ring, me), 0);
+	atomic_store(&r->sh->subs[m->ring.sub].tag, dead);
+	CHECK_RC(fr_sub_take(r, 0, &s, &g), 0);
+	for (unsigned i = 3; i < FR_MAX_SUBS; i++) {
+		CHECK_RC(fr_sub_take(r, me, &s, &g), 0);
+		atomic_store(&r->sh->subs[s].tag, dead);
+	}
+	CHECK_RC(fr_sub_take(r, me, &s, &g), 0);
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
+		n_free += atomic_load(&r->sh->subs[i].state) == FR_SUB_FREE;
+	CHECK(n_free == FR_MAX_SUBS - 4); /* c's, HELD, pid 0, the new one */
+	CHECK(atomic_load(&r->sh->subs[m->ring.sub].state) == FR_SUB_HELD);
+	flowshm_close(m);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -829,6 +901,7 @@ int main(void)
 		  test_headerless_gap_of_live_producer },
 		{ "recovery_in_steps", test_recovery_in_steps },
 		{ "reused_pid", test_reused_pid },
+		{ "dead_subscribers", test_dead_subscribers },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {

@@ -7,7 +7,9 @@
  * the END record (-ENODATA after the last record), locally and between two
  * daemons over TCP; a ring file of format 1 refused at start with its
  * version named; a live producer's headerless claim never padded, and a
- * killed producer's slot given back by moverd.
+ * killed producer's slot given back by moverd; without moverd, a killed
+ * consumer's slot given back by the producer it holds back, and by a new
+ * consumer that finds no free slot.
  *
  * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
  */
@@ -198,8 +200,10 @@ static void case_dead_slot_left(void)
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
 	kill(pid, SIGKILL);
 	CHECK(wait_child(pid) == 128 + SIGKILL);
-	/* dead, but nobody gave its slot back: still held */
-	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
+	/* dead, but nobody gave its slot back: still held.  The producer
+	 * waits longer than it takes to judge (FR_ROOM_LOOK_NS), but the
+	 * slot is in pid 0, a client moverd cannot see: moverd's to judge */
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 50000000), -ETIMEDOUT);
 	fr_sub_leave(&p->ring, slot, gen);
 	tu_fill(buf, 0, seq, sizeof(buf));
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), 0);
@@ -207,6 +211,88 @@ static void case_dead_slot_left(void)
 	fr_sub_leave(&p->ring, slot, gen);
 	CHECK(drain(live) == 1);
 	flowshm_close(live);
+	flowshm_close(p);
+	close(fd);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/*
+ * Without moverd: a consumer process killed -9 holds the producer back
+ * only until the producer, waiting, finds its holder dead and gives its
+ * slot back (ipc/ring.h, Subscribers: dead subscribers).  Nothing the dead
+ * one had not read is lost: a new consumer reads on from its position.
+ * And a new consumer finds a slot when dead ones hold all the others.
+ */
+static void case_killed_consumer_no_moverd(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0), ready[2];
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0), *c = NULL, *c2;
+	pid_t pids[FR_MAX_SUBS];
+	unsigned char buf[REC_MAX];
+	uint64_t seq = 0, first = 0, first_new;
+	uint32_t id;
+	size_t len;
+	char x;
+
+	CHECK(pipe(ready) == 0);
+	pids[0] = fork();
+	CHECK(pids[0] >= 0);
+	if (pids[0] == 0) {
+		c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+		CHECK(write(ready[1], "x", 1) == 1);
+		consume_all(c, 1, 3);
+		CHECK(write(ready[1], "x", 1) == 1);
+		pause();
+		_exit(0);
+	}
+	CHECK(read(ready[0], &x, 1) == 1);
+	fill(p, &seq);
+	CHECK(read(ready[0], &x, 1) == 1);
+	kill(pids[0], SIGKILL);
+	CHECK(wait_child(pids[0]) == 128 + SIGKILL);
+	/* a new one joins where the dead one stands (the 3 it read, but
+	 * had not yet published, it may see again) and reads on */
+	c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	for (uint64_t want = UINT64_MAX; want != seq; want++) {
+		uint64_t got;
+
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+		CHECK(tu_verify(buf, len, &id, &got) && id == 0);
+		if (want == UINT64_MAX)
+			want = first = got;
+		CHECK(got == want);
+	}
+	CHECK(first <= 3);
+	/* the dead one's slot holds the producer back until it looks */
+	tu_fill(buf, 0, seq, 1000);
+	CHECK_RC(flowshm_send(p, buf, 1000, WAIT_NS), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK(tu_verify(buf, len, &id, &first_new) && first_new == seq++);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+
+	/* every other slot held by a dead consumer: a new one gets one */
+	for (unsigned i = 1; i < FR_MAX_SUBS; i++) {
+		pids[i] = fork();
+		CHECK(pids[i] >= 0);
+		if (pids[i] == 0) {
+			tu_open(fd, FLOWSHM_CONSUMER, 0);
+			CHECK(write(ready[1], "x", 1) == 1);
+			pause();
+			_exit(0);
+		}
+		CHECK(read(ready[0], &x, 1) == 1);
+	}
+	for (unsigned i = 1; i < FR_MAX_SUBS; i++) {
+		kill(pids[i], SIGKILL);
+		CHECK(wait_child(pids[i]) == 128 + SIGKILL);
+	}
+	c2 = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	printf("  a killed consumer held the producer until it looked; a new "
+	       "one read on from record %llu of %llu\n",
+	       (unsigned long long)first, (unsigned long long)seq);
+	flowshm_close(c2);
+	flowshm_close(c);
 	flowshm_close(p);
 	close(fd);
 	close(ready[0]);
@@ -327,8 +413,13 @@ static void case_killed_consumer_moverd(void)
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), -EAGAIN);
 	kill(pid, SIGKILL);
 	CHECK(wait_child(pid) == 128 + SIGKILL);
+	/* moverd gives it back: no send (whose wait would judge it) first */
+	for (int i = 0; i < 1000 && atomic_load(&p->ring.sh->sub_mask) !=
+				    1u << live->ring.sub; i++)
+		usleep(10000);
+	CHECK(atomic_load(&p->ring.sh->sub_mask) == 1u << live->ring.sub);
 	tu_fill(buf, 0, seq, sizeof(buf));
-	CHECK_RC(flowshm_send(p, buf, sizeof(buf), WAIT_NS), 0);
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 0), 0);
 	CHECK(drain(live) == 1);
 	CHECK(hd_flow_json(&d, moverctl_bin, "s", out, sizeof(out)));
 	CHECK(strstr(out, "\"consumers\": 1"));
@@ -531,6 +622,8 @@ int main(int argc, char **argv)
 		  "start, its version named" },
 		{ 9, case_producer_slot_moverd, "moverd: a live producer's "
 		  "claim is never padded; killed -9, its slot goes back" },
+		{ 10, case_killed_consumer_no_moverd, "no moverd: a consumer "
+		  "killed -9 releases the producer; nothing unread is lost" },
 	};
 
 	if (argc != 3) {
@@ -541,3 +634,4 @@ int main(int argc, char **argv)
 	moverctl_bin = argv[2];
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]), "FM_SUB_CASES");
 }
+
