@@ -21,7 +21,9 @@
  *   - throughput (records/s, GB/s of payload) per record size, for
  *     per-record send/recv, the batch APIs, and several producers;
  *   - ping-pong round trip over two rings (32 B by default), percentiles;
- *   - memcpy bandwidth in the same run, as the reference for large records.
+ *   - memcpy bandwidth in the same run, as the reference for large records,
+ *     and right before each single-producer case of 4 KiB records or more
+ *     the same copies through a bare shared buffer (pipe_gbps).
  * Every record carries (producer id, sequence number) in its first 8 bytes
  * and a check word in its last 8 bytes; the consumer verifies both and the
  * length, so the benchmark cannot silently measure garbage.
@@ -64,6 +66,7 @@
 #define MAX_SIZES     32
 #define MAX_MP        8
 #define CHECK_XOR     0xa5a5c3c35a5a3c3cull
+#define PIPE_MIN_SIZE 4096 /* records this large get the pipe reference */
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -318,6 +321,7 @@ struct tput_case {
 	uint64_t recs;
 	double secs;
 	double line_ns;    /* bare line round trip just before the case */
+	double pipe_gbps;  /* bare copy pipeline just before it (0: none) */
 };
 
 /* Records per batch call: batch_bytes of them, at least 1, at most batch. */
@@ -524,6 +528,78 @@ static int make_ring(const struct opts *o, uint32_t max_record, int *fd)
 
 static double line_rtt_ns(const struct opts *o, double secs);
 
+/*
+ * The copies a record of `size` bytes costs, without the ring: a child
+ * copies size-byte blocks into a shared buffer of ring_size bytes and we
+ * copy them out, one index each way (release/acquire), for secs after a
+ * quarter of that to warm up.  GB/s of payload.  On a KVM host the rate of
+ * two processes copying through shared memory can swing several-fold with
+ * where the host puts the two vCPUs, while a memcpy on one cpu does not
+ * (docs/performance.md): measured right before a case, this is the floor
+ * under the copies of that case.
+ */
+static double pipe_gbps(const struct opts *o, uint64_t size, double secs)
+{
+	struct pipe_idx {
+		_Alignas(64) _Atomic uint64_t head;
+		_Alignas(64) _Atomic uint64_t tail;
+		_Alignas(64) _Atomic int stop;
+	} *x = shared_alloc(sizeof(*x));
+	uint64_t slots = o->ring_size / size, h = 0, n0 = 0, t0 = 0, t1;
+	unsigned char *buf = shared_alloc(slots * size), *dst = xalloc(size);
+	uint64_t warm_end = now_ns() + (uint64_t)(secs / 4 * 1e9);
+	pid_t child;
+
+	memset(buf, 0, slots * size);
+	fflush(NULL);
+	child = fork();
+	if (child < 0)
+		die("fork", 0);
+	if (child == 0) {
+		unsigned char *src = xalloc(size);
+
+		if (o->pin)
+			pin_to(1);
+		/* acquire of head: our copy into a slot comes after the
+		 * reader's copy out of it; release of tail: our copy is
+		 * visible before the reader acquires the index */
+		for (uint64_t t = 0; !atomic_load(&x->stop); t++) {
+			while (t - atomic_load_explicit(&x->head,
+					memory_order_acquire) >= slots)
+				if (atomic_load(&x->stop))
+					_exit(0);
+			memcpy(buf + (t % slots) * size, src, size);
+			atomic_store_explicit(&x->tail, t + 1,
+					      memory_order_release);
+		}
+		_exit(0);
+	}
+	if (o->pin)
+		pin_to(0);
+	for (;;) {
+		while (atomic_load_explicit(&x->tail, memory_order_acquire) == h)
+			;
+		memcpy(dst, buf + (h % slots) * size, size);
+		__asm__ __volatile__("" : : "r"(dst) : "memory");
+		atomic_store_explicit(&x->head, ++h, memory_order_release);
+		t1 = now_ns();
+		if (!t0 && t1 >= warm_end) {
+			t0 = t1;
+			n0 = h;
+		} else if (t0 && t1 - t0 >= (uint64_t)(secs * 1e9)) {
+			break;
+		}
+	}
+	atomic_store(&x->stop, 1);
+	waitpid(child, NULL, 0);
+	if (o->pin)
+		unpin();
+	free(dst);
+	munmap(buf, slots * size);
+	munmap(x, sizeof(*x));
+	return (double)((h - n0) * size) / (double)(t1 - t0);
+}
+
 static int run_tput(const struct opts *o, struct tput_case *tc)
 {
 	struct ctl *c = shared_alloc(sizeof(*c));
@@ -533,6 +609,10 @@ static int run_tput(const struct opts *o, struct tput_case *tc)
 
 	/* where the host has put our two vCPUs right now (it moves them) */
 	tc->line_ns = line_rtt_ns(o, 0.02);
+	if (tc->producers == 1 && tc->size >= PIPE_MIN_SIZE)
+		tc->pipe_gbps = pipe_gbps(o, tc->size,
+					  o->seconds / 4 < 0.1 ? 0.1 :
+								o->seconds / 4);
 	rc = make_ring(o, (uint32_t)tc->size, &fd);
 	if (rc)
 		die("flowshm_ring_create", rc);
@@ -1119,10 +1199,19 @@ static int cmd_local(int argc, char **argv)
 					       100 * tc->gb_per_s / mc[0].gb_per_s,
 					       100 * tc->gb_per_s / mc[1].gb_per_s,
 					       100 * tc->gb_per_s / mc[2].gb_per_s);
+				if (tc->pipe_gbps > 0)
+					printf("  pipe %6.2f GB/s: %5.1f%%",
+					       tc->pipe_gbps,
+					       100 * tc->gb_per_s / tc->pipe_gbps);
 				printf("\n");
 				fflush(stdout);
 			}
 		}
+		if (!o.json && o.do_tput)
+			printf("(pipe: the same copies through a bare shared "
+			       "buffer of the ring's size between two processes, "
+			       "measured right before the case; records of %u B "
+			       "and up)\n", PIPE_MIN_SIZE);
 		if (!o.json && o.do_mp && o.nmp)
 			printf("(prod > 1: %ld cpus are shared by all producers "
 			       "and the consumer, so these are contention "
@@ -1190,6 +1279,10 @@ static int cmd_local(int argc, char **argv)
 			       i ? "," : "", tc->size, api_name(tc->api),
 			       tc->producers, tc->recs, tc->secs,
 			       tc->recs_per_s, tc->gb_per_s, tc->line_ns);
+			if (tc->pipe_gbps > 0)
+				printf(", \"pipe_gb_per_s\": %.4f, "
+				       "\"vs_pipe\": %.4f", tc->pipe_gbps,
+				       tc->gb_per_s / tc->pipe_gbps);
 			if (ratio_base > 0)
 				printf(", \"vs_memcpy_cache\": %.4f, "
 				       "\"vs_memcpy_ring_set\": %.4f, "
