@@ -1208,12 +1208,12 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 	wake_producers(r);
 }
 
-unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep)
+unsigned fr_sub_leave_dead(struct fr_ring *r, uint32_t slots)
 {
 	unsigned n = 0;
 
 	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
-		n += i != keep && leave_if_dead(r, i, false);
+		n += (slots & (1u << i)) && leave_if_dead(r, i, false);
 	return n;
 }
 

@@ -833,14 +833,16 @@ void fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
  * max_record bytes would not fit).  True if this call cut it. */
 bool fr_sub_cut_held(struct fr_ring *r);
 
-/* moverd re-adopting a ring after a restart: give back every slot (but
- * `keep`, FR_MAX_SUBS = none) whose holder pid is dead; returns how many.
- * The clients that held them connected to the moverd that died.  moverd
- * calls it again once a second while slots it inherited are ACTIVE
- * (flows_watch_inherited, issue 15): a consumer that outlived the old
- * moverd has no connection to the new one, so its death later would
- * otherwise hold producers back for good. */
-unsigned fr_sub_leave_dead(struct fr_ring *r, unsigned keep);
+/* moverd re-adopting a ring after a restart: give back every slot of the
+ * mask `slots` whose holder is dead, pid 0 included (a client the old
+ * moverd could not see); returns how many.  The clients that held them
+ * connected to the moverd that died.  moverd calls it again once a second
+ * for the slots it inherited that are still ACTIVE (flows_watch_inherited,
+ * issue 15): a consumer that outlived the old moverd has no connection to
+ * the new one, so its death later would otherwise hold producers back for
+ * good.  Only those: a slot the new moverd took in pid 0 is a live client
+ * it cannot see. */
+unsigned fr_sub_leave_dead(struct fr_ring *r, uint32_t slots);
 
 /* --- status (ring.c): moverd writes, clients read ------------------------ */
 

@@ -853,6 +853,9 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 		/* for the counters' records consumed (counters.c) */
 		f->subs_taken |= 1u << att->slot;
 		f->sub_taken_gen[att->slot] = att->gen;
+		/* ours now, in a pid we may not see (0): not the last
+		 * start's to judge (flows_watch_inherited) */
+		f->inherited_slots &= ~(1u << att->slot);
 	}
 	return slot_taken(c, id, f, rc, "subscriber", FR_MAX_SUBS);
 }

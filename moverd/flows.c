@@ -429,18 +429,22 @@ static void guard_ring(struct flow *f)
 					  f->view->ring.map_bytes);
 }
 
+/* Every subscriber slot of f's ring but moverd's own. */
+static uint32_t others_slots(const struct flow *f)
+{
+	const struct fr_ring *r = &f->view->ring;
+	uint32_t all = (1u << FR_MAX_SUBS) - 1u;
+
+	return r->sub < FR_MAX_SUBS ? all & ~(1u << r->sub) : all;
+}
+
 /* The ACTIVE subscriber slots of f's ring but moverd's own. */
 static uint32_t active_slots(const struct flow *f)
 {
-	const struct fr_ring *r = &f->view->ring;
 	/* relaxed: a hint of which slots to look at; fr_sub_leave_dead
 	 * reads each slot's state itself (acquire) */
-	uint32_t mask = atomic_load_explicit(&r->sh->sub_mask,
-					     memory_order_relaxed);
-
-	if (r->sub < FR_MAX_SUBS)
-		mask &= ~(1u << r->sub);
-	return mask;
+	return atomic_load_explicit(&f->view->ring.sh->sub_mask,
+				    memory_order_relaxed) & others_slots(f);
 }
 
 void flows_recover_local(struct flow *f)
@@ -464,12 +468,13 @@ void flows_watch_inherited(struct flow *f)
 
 	if (!f->inherited_slots || !f->view)
 		return;
-	n = fr_sub_leave_dead(&f->view->ring, f->view->ring.sub);
+	n = fr_sub_leave_dead(&f->view->ring, f->inherited_slots);
 	if (n)
 		log_info("flow %s: %u subscriber slot(s) of processes that "
 			 "died since the restart given back", f->name, n);
-	/* a slot freed and taken again by a client of ours keeps its bit
-	 * a while longer: only costs a look */
+	/* a slot freed and taken again by a client itself (flowshm_open_fd)
+	 * keeps its bit a while longer: it is judged by the pid that client
+	 * wrote, its own (moverd's takes clear the bit: take_slot) */
 	f->inherited_slots &= active_slots(f);
 }
 
@@ -561,7 +566,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	}
 	/* the slots of clients (and of the moverd) that died while no
 	 * moverd watched them: theirs were the connections that closed */
-	n_dead = fr_sub_leave_dead(&fl->view->ring, fl->view->ring.sub);
+	n_dead = fr_sub_leave_dead(&fl->view->ring, others_slots(fl));
 	/* (a dead producer's slot would be taken back when needed anyway;
 	 * its gap, if any, is recovered either way) */
 	n_dead += fr_prod_leave_dead(&fl->view->ring);
