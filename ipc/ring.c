@@ -915,19 +915,29 @@ static bool leave_if_dead(struct fr_ring *r, unsigned i, bool by_client)
 /*
  * A producer held back: give back the slots of dead subscribers among those
  * at the lowest position, the ones that hold it back (ring.h, Subscribers:
- * dead subscribers).  At most once per FR_ROOM_LOOK_NS per handle, the
- * pace at which a sleeping producer looks for room: a look costs a kill(2)
- * and a read of /proc per slot.  True if a slot was given back.
+ * dead subscribers).  At most once per FR_ROOM_LOOK_NS per ring and per
+ * handle, the pace at which a sleeping producer looks for room.  True if
+ * a slot was given back.
  */
 static bool leave_dead_blockers(struct fr_ring *r)
 {
-	uint64_t now = fr_now_ns(), min;
+	_Atomic uint64_t *stamp = &r->sh->judged_ns;
+	uint64_t now = fr_now_ns(), last, min;
 	uint32_t mask;
 	bool left = false;
 
 	if (now - r->judged_ns < FR_ROOM_LOOK_NS)
 		return false;
 	r->judged_ns = now;
+	/* relaxed: a pace, ordering nothing; the CAS picks one producer of
+	 * those that wait at once.  A stamp from the future (another time
+	 * namespace, a scribbling client) is, unsigned, older than any */
+	last = atomic_load_explicit(stamp, memory_order_relaxed);
+	if (now - last < FR_ROOM_LOOK_NS ||
+	    !atomic_compare_exchange_strong_explicit(stamp, &last, now,
+						     memory_order_relaxed,
+						     memory_order_relaxed))
+		return false;
 	mask = sub_mask(r);
 	min = min_of(r, mask);
 	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {

@@ -41,7 +41,10 @@
  *               ring write a line each (see Producer slots)
  *   lines 32-35 producer slot tags (format 4, Liveness): written when a
  *               slot is taken or given back, read only by recovery
- *   lines 36-63 unused (zero)
+ *   line 36     when a producer last judged the subscribers holding it
+ *               back (Subscribers: dead subscribers; a compatible
+ *               addition to format 4): written at most every 10 ms
+ *   lines 37-63 unused (zero)
  *
  * ---------------------------------------------------------------------------
  * Subscribers (format 2): several consumers, each at its own position
@@ -67,9 +70,14 @@
  * would, and a consumer that died would hold the producers back for good.
  * So a producer the ring holds back (one that waits for room, or gives up
  * on a full ring) judges the holders of the ACTIVE slots at the lowest
- * position, at most once per FR_ROOM_LOOK_NS, and gives back those of
- * dead processes (judged as Liveness says: not at all by a client in
- * another pid namespace than moverd's).  A subscriber that finds no
+ * position and gives back those of dead processes (judged as Liveness
+ * says: not at all by a client in another pid namespace than moverd's).
+ * A judgement costs a kill(2) and a read of /proc per slot (about 14 us
+ * on the 2-vCPU test host), so a ring takes one per FR_ROOM_LOOK_NS,
+ * whoever waits (`judged_ns`, taken by CAS), and a handle at most one per
+ * FR_ROOM_LOOK_NS whatever that word says (a stamp from the future, of
+ * another time namespace or a scribbling client, counts as none).  A
+ * subscriber that finds no
  * free slot does the same for every slot before it gives up (-EBUSY).  A
  * client leaves alone what only moverd can judge: HELD slots, and slots in
  * pid 0 (a client whose pid moverd cannot see; also a slot in the instant
@@ -520,6 +528,9 @@ struct fr_shared {
 	_Alignas(FR_LINE) struct fr_prod prods[FR_MAX_PRODS];
 	/* prod_tags[i]: the tag of slot i's holder, as fr_sub.tag */
 	_Alignas(FR_LINE) _Atomic uint64_t prod_tags[FR_MAX_PRODS];
+	/* when a producer held back last judged the subscribers that hold
+	 * it back (Subscribers: dead subscribers), its CLOCK_MONOTONIC ns */
+	_Alignas(FR_LINE) _Atomic uint64_t judged_ns;
 };
 
 _Static_assert(sizeof(struct fr_shared) <= FR_CTRL_BYTES, "control page");
@@ -529,6 +540,8 @@ _Static_assert(offsetof(struct fr_shared, prods) == 24 * FR_LINE &&
 	       sizeof(struct fr_prod) == 16, "producer slots");
 _Static_assert(offsetof(struct fr_shared, prod_tags) == 32 * FR_LINE,
 	       "producer slot tags");
+_Static_assert(offsetof(struct fr_shared, judged_ns) == 36 * FR_LINE,
+	       "the last judgement of dead subscribers");
 
 /* Parameters of a new ring. */
 struct fr_params {
@@ -577,8 +590,8 @@ struct fr_ring {
 	struct fr_bell *bell; /* moverd's doorbell page (attach), or NULL */
 	uint32_t bell_index; /* this flow's bit in it (checked < its size) */
 	uint32_t uncounted;  /* data records claimed, not yet in sh->records */
-	uint64_t judged_ns;  /* when we last judged the subscribers that hold
-				us back (Subscribers: dead subscribers) */
+	uint64_t judged_ns;  /* when we last looked at the subscribers that
+				hold us back (Subscribers: dead subscribers) */
 	unsigned prod;       /* our producer slot, FR_MAX_PRODS = none */
 	uint32_t prod_gen;   /* its gen when we took it */
 };

@@ -876,6 +876,42 @@ static void test_dead_subscribers(void)
 	close(fd);
 }
 
+/* One judgement of the subscribers holding producers back per ring per
+ * FR_ROOM_LOOK_NS, whoever waits: a producer that finds another's fresh
+ * stamp does not judge; a stamp from the future (scribbled, or of another
+ * time namespace) stops nobody. */
+static void test_judgement_pace(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &p->ring;
+	_Atomic uint64_t *tag;
+	const char rec[48] = "x";
+	uint64_t g, t0, t1;
+	unsigned s;
+
+	CHECK_RC(fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &s, &g), 0);
+	tag = &r->sh->subs[s].tag;
+	fill_and_drain(p, c); /* s, alive, holds p back */
+	atomic_store(tag, atomic_load(tag) ^ (1ull << 40)); /* now dead */
+	r->judged_ns = 0; /* this handle's own pace: not what is tested */
+	t0 = fr_now_ns();
+	atomic_store(&r->sh->judged_ns, t0); /* another producer just did */
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EAGAIN);
+	t1 = fr_now_ns();
+	if (t1 - t0 < FR_ROOM_LOOK_NS / 2) /* else the stamp grew old */
+		CHECK(atomic_load(&r->sh->subs[s].state) == FR_SUB_ACTIVE);
+	r->judged_ns = 0;
+	atomic_store(&r->sh->judged_ns, fr_now_ns() + 1000000000ull);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), -EAGAIN);
+	CHECK(atomic_load(&r->sh->subs[s].state) == FR_SUB_FREE);
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 0), 0);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -902,6 +938,7 @@ int main(void)
 		{ "recovery_in_steps", test_recovery_in_steps },
 		{ "reused_pid", test_reused_pid },
 		{ "dead_subscribers", test_dead_subscribers },
+		{ "judgement_pace", test_judgement_pace },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
