@@ -77,14 +77,14 @@
  * whoever waits (`judged_ns`, taken by CAS), and a handle at most one per
  * FR_ROOM_LOOK_NS whatever that word says (a stamp from the future, of
  * another time namespace or a scribbling client, counts as none).  A
- * subscriber that finds no
- * free slot does the same for every slot before it gives up (-EBUSY).  A
- * client leaves alone what only moverd can judge: HELD slots, and slots in
- * pid 0 (a client whose pid moverd cannot see; also a slot in the instant
- * between its take's CAS and the store of its pid).  As for any leave,
- * the last subscriber's position becomes the floor, so what the dead one
- * had not read is kept; what it read but had not yet published (lazy
- * publishing, below) the next one reads again.
+ * subscriber that finds no free slot does the same for every slot before
+ * it gives up (-EBUSY).  A client leaves alone what only moverd can
+ * judge: HELD slots, and slots in pid 0 (a client whose pid moverd cannot
+ * see; also a slot in the instant between its take's CAS and the store of
+ * its pid).  As for any leave, the last subscriber's position becomes
+ * the floor, so what the dead one had not read is kept; what it read but
+ * had not yet published (lazy publishing, below) the next one reads
+ * again.
  *
  * moverd's slots are HELD (CAS ACTIVE -> HELD once taken): producers never
  * cut them, because bytes of a HELD slot may be in a send still in flight
