@@ -535,8 +535,8 @@ static double line_rtt_ns(const struct opts *o, double secs);
  * quarter of that to warm up.  GB/s of payload.  On a KVM host the rate of
  * two processes copying through shared memory can swing several-fold with
  * where the host puts the two vCPUs, while a memcpy on one cpu does not
- * (docs/performance.md): measured right before a case, this is the floor
- * under the copies of that case.
+ * (docs/performance.md): measured right before a case, it tells which
+ * mode the host was in then (it can change within a second).
  */
 static double pipe_gbps(const struct opts *o, uint64_t size, double secs)
 {
