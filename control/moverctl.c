@@ -826,17 +826,25 @@ static bool peer_rtt(const struct fmc_map *m, const char *address,
 	return false;
 }
 
+/* The connection window and its cuts. */
+static void window_text(char *out, size_t cap, uint64_t window,
+			uint64_t cuts)
+{
+	snprintf(out, cap, "%.2f MiB (%" PRIu64 ")",
+		 (double)window / (1024.0 * 1024.0), cuts);
+}
+
 static void print_peer_counters(const Flowmover__StatusInfo *s,
 				const struct fmc_map *m)
 {
-	struct table t = { .ncol = 8 };
-	char a[16], b[16], c[24], d[24], e[24], g[24], h[16];
+	struct table t = { .ncol = 9 };
+	char a[16], b[16], c[24], d[24], e[24], g[24], h[16], w[48];
 
-	for (size_t i = 1; i < 8; i++)
+	for (size_t i = 1; i < 9; i++)
 		t.right[i] = true;
 	tbl_row(&t, (const char *const[]){ "PEER", "FRAMES OUT", "FRAMES IN",
 		"ACKS TIMED", "RTT MEAN", "RTT p50/p99", "RTT MAX",
-		"HB MISSED" });
+		"HB MISSED", "WINDOW (CUTS)" });
 	for (size_t i = 0; i < s->n_peers; i++) {
 		const Flowmover__PeerInfo *p = s->peers[i];
 		uint64_t p50, p99;
@@ -854,8 +862,9 @@ static void print_peer_counters(const Flowmover__StatusInfo *s,
 			snprintf(e, sizeof(e), "-");
 		snprintf(g, sizeof(g), "%.0f us", (double)p->ack_rtt_max_ns / 1e3);
 		snprintf(h, sizeof(h), "%" PRIu64, p->heartbeats_missed);
+		window_text(w, sizeof(w), p->window_bytes, p->window_cuts);
 		tbl_row(&t, (const char *const[]){ dash(p->address), a, b, c, d,
-			e, g, h });
+			e, g, h, w });
 	}
 	putchar('\n');
 	tbl_print(&t);
@@ -941,6 +950,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 			j_u64(&j, "heartbeats_missed", p->heartbeats_missed);
 			j_u64(&j, "rdma_wr_posted", p->rdma_wr_posted);
 			j_u64(&j, "rdma_wc_polled", p->rdma_wc_polled);
+			j_u64(&j, "window_bytes", p->window_bytes);
+			j_u64(&j, "unacked_bytes", p->unacked_bytes);
+			j_u64(&j, "window_cuts", p->window_cuts);
 			j_close(&j, '}');
 		}
 		j_close(&j, ']');

@@ -809,6 +809,9 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		       PRIu64, r->out, r->rx, r->frames, r->p50, r->p99, r->max);
 		for (unsigned k = 0; k < FMC_P_RTT_BUCKET0; k++)
 			printf(",\"%s\":%" PRIu64, pnames[k], r->s.v[k]);
+		printf(",\"window\":%" PRIu64 ",\"unacked\":%" PRIu64
+		       ",\"window_cuts\":%" PRIu64, r->s.v[FMC_P_WINDOW],
+		       r->s.v[FMC_P_UNACKED], r->s.v[FMC_P_WINDOW_CUTS]);
 		putchar('}');
 	}
 	printf("]}\n");

@@ -291,7 +291,12 @@ enum fmc_peer {
 	FMC_P_RTT_SUM_NS,
 	FMC_P_RTT_MAX_NS,      /* the largest since moverd started */
 	FMC_P_RTT_BUCKET0,     /* FMC_RTT_BUCKETS cumulative counts */
-	FMC_P_COUNT = FMC_P_RTT_BUCKET0 + FMC_RTT_BUCKETS
+	/* the connection window (moverd/mover.c): bytes of data it lets be
+	 * unacknowledged (gauge), those that are (gauge), and its cuts */
+	FMC_P_WINDOW = FMC_P_RTT_BUCKET0 + FMC_RTT_BUCKETS,
+	FMC_P_UNACKED,
+	FMC_P_WINDOW_CUTS,
+	FMC_P_COUNT
 };
 _Static_assert(FMC_P_COUNT <= FMC_VALUES, "peer values");
 

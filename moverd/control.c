@@ -1161,6 +1161,7 @@ static void fill_peer_counters(const struct peer_stats *s,
 	pi->heartbeats_missed = s->hb_missed;
 	pi->rdma_wr_posted = s->wr_posted;
 	pi->rdma_wc_polled = s->wc_polled;
+	pi->window_cuts = s->win_cuts;
 }
 
 /* What the loop and the sampler count about moverd itself (counters.h). */
@@ -1226,6 +1227,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].key_id = (char *)ps[i].key_id;
 		pi[i].authenticated = ps[i].authenticated;
 		fill_peer_counters(ps[i].st, &pi[i]);
+		pi[i].window_bytes = ps[i].window;
+		pi[i].unacked_bytes = ps[i].unacked;
 		pip[i] = &pi[i];
 	}
 	st.n_peers = np;

@@ -509,6 +509,9 @@ static void write_peer(struct counters *c, struct peer *p, uint64_t now)
 	fmc_set(r, FMC_P_RTT_COUNT, p->st.rtt_count);
 	fmc_set(r, FMC_P_RTT_SUM_NS, p->st.rtt_sum_ns);
 	fmc_set(r, FMC_P_RTT_MAX_NS, p->st.rtt_max_ns);
+	fmc_set(r, FMC_P_WINDOW, p->window);
+	fmc_set(r, FMC_P_UNACKED, p->unacked);
+	fmc_set(r, FMC_P_WINDOW_CUTS, p->st.win_cuts);
 	for (unsigned b = 0; b < FMC_RTT_BUCKETS; b++)
 		fmc_set(r, FMC_P_RTT_BUCKET0 + b, p->st.rtt[b]);
 	fmc_end(r);

@@ -286,6 +286,14 @@ static const struct peer_metric peer_metrics[] = {
 	    "Bytes of flow rings registered (pinned)." }, FMC_P_PINNED_BYTES },
 	{ { "flowmover_peer_flows", "gauge", "Flows on the connection." },
 	  FMC_P_FLOWS },
+	{ { "flowmover_peer_window_bytes", "gauge",
+	    "Data bytes the connection window lets be unacknowledged." },
+	  FMC_P_WINDOW },
+	{ { "flowmover_peer_unacknowledged_bytes", "gauge",
+	    "Data bytes sent and not yet acknowledged." }, FMC_P_UNACKED },
+	{ { "flowmover_peer_window_cuts", "counter",
+	    "Times late acknowledgements cut the connection window." },
+	  FMC_P_WINDOW_CUTS },
 };
 
 static void peer_labels(struct buf *b, const struct fmc_snap *s,

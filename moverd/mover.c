@@ -235,6 +235,131 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
 	return end - f->sent;
 }
 
+/* ---- the connection window ----------------------------------------------- */
+
+/*
+ * One connection carries every flow to a peer, and what it holds is a
+ * queue no round robin reorders: a sparse flow's record waits behind what
+ * busy flows put in before it, unsent in our socket or unread in the
+ * peer's.  When the peer reads slower than we send (its cpu taken by
+ * other processes), that queue fills the socket buffers: up to 8 MB,
+ * 10-25 ms of 32 B records beside 10 busy flows (docs/performance.md,
+ * "The connection window").  So the bytes the connection holds are
+ * bounded by the queueing delay their acknowledgements show: a round
+ * trip more than WIN_DELAY_NS above the least one of the last
+ * WIN_BASE_NS (the link's own: a WAN's 10 ms is no queue) cuts the
+ * window to what was in flight, scaled down to that target but by half
+ * at most (once a round trip); one within the target grows it by
+ * WIN_STEP while the window is in use.  The backlog stays in the producers' rings, where the
+ * round robin orders it.  A peer that keeps up never meets the window;
+ * it never goes below WIN_MIN.
+ */
+#define WIN_MIN        (256ull << 10)
+#define WIN_MAX        (64ull << 20)
+#define WIN_STEP       (64ull << 10)
+#define WIN_DELAY_NS   1000000ull
+#define WIN_BASE_NS    10000000000ull
+/* the count of unacknowledged bytes is kept as sends and
+ * acknowledgements go; a flow cut, failed or moved with bytes in flight
+ * leaves it high, so a closed window counts them again, this often */
+#define WIN_RECOUNT_NS 100000000ull
+
+void mover_window_reset(struct peer *p)
+{
+	p->unacked = 0;
+	p->window = WIN_MAX;
+	p->win_cut_ns = 0;
+	p->win_counted_ns = 0;
+	p->rtt_base_ns = 0;
+}
+
+/* The least round trip of the last WIN_BASE_NS or so: what the link
+ * takes with nothing queued.  Learnt again from the next sample after
+ * that long, so a route that got longer is not taken for a queue. */
+static void learn_base(struct peer *p, uint64_t rtt_ns, uint64_t now)
+{
+	if (!p->rtt_base_ns || rtt_ns <= p->rtt_base_ns ||
+	    now - p->rtt_base_at_ns > WIN_BASE_NS) {
+		p->rtt_base_ns = rtt_ns;
+		p->rtt_base_at_ns = now;
+	}
+}
+
+void mover_acked(struct peer *p, uint64_t bytes, uint64_t rtt_ns)
+{
+	uint64_t flight = p->unacked, now, target, in_use, w;
+
+	p->unacked -= bytes < p->unacked ? bytes : p->unacked;
+	if (!rtt_ns)
+		return;
+	now = fr_now_ns();
+	learn_base(p, rtt_ns, now);
+	target = p->rtt_base_ns + WIN_DELAY_NS;
+	if (rtt_ns <= target) {
+		/* grow only a window in use, not one nothing tests */
+		if (flight >= p->window / 2 && p->window < WIN_MAX)
+			p->window += WIN_STEP;
+		return;
+	}
+	if (now - p->win_cut_ns < rtt_ns)
+		return; /* this round trip's delay has cut it already */
+	p->win_cut_ns = now;
+	in_use = flight < p->window ? flight : p->window;
+	w = (uint64_t)((double)in_use * (double)target / (double)rtt_ns);
+	/* at most halved a round trip, as TCP's multiplicative decrease: a
+	 * peer descheduled for a few ms is no reason to drain the link (a
+	 * deeper cut lost 6% of one 32 B flow's rate); a queue that stays
+	 * is cut again the next round trip */
+	if (w < in_use / 2)
+		w = in_use / 2;
+	p->window = w > WIN_MIN ? w : WIN_MIN;
+	p->st.win_cuts++;
+}
+
+static uint64_t count_unacked(const struct peer *p)
+{
+	uint64_t n = 0;
+
+	for (const struct flow *f = p->flows; f; f = f->peer_next)
+		if (f->role == FLOW_SENDER && f->state == FLOW_OPEN)
+			n += f->sent - f->acked;
+	return n;
+}
+
+/*
+ * Ring bytes of the record committed at f's send position (0: none yet).
+ * The length is the producer's: next_span's scan judges it, this only
+ * lets one record larger than the window's room go alone.
+ */
+static uint64_t first_record_bytes(struct flow *f)
+{
+	struct fr_ring *r = ring_of(f);
+	struct fr_rec *rec = fr_rec_at(r, f->sent);
+
+	/* acquire: pairs with the producer's release of the seal, so the
+	 * length read after it is the committed one */
+	if (atomic_load_explicit(&rec->seal, memory_order_acquire) !=
+	    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
+		return 0;
+	return fr_record_bytes(atomic_load_explicit(&rec->len,
+						    memory_order_relaxed));
+}
+
+/* Data bytes the connection window lets into this send. */
+static uint64_t win_room(struct peer *p)
+{
+	uint64_t now;
+
+	if (p->unacked < p->window)
+		return p->window - p->unacked;
+	now = fr_now_ns();
+	if (now - p->win_counted_ns < WIN_RECOUNT_NS)
+		return 0;
+	p->win_counted_ns = now;
+	p->unacked = count_unacked(p);
+	return p->unacked < p->window ? p->window - p->unacked : 0;
+}
+
 static void add_data(struct peer *p, struct flow *f, uint64_t len,
 		     uint64_t records)
 {
@@ -254,6 +379,7 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len,
 		tx_add(p, r->data, len - first);
 	}
 	f->sent += len;
+	p->unacked += len;
 	f->bytes_sent += len;
 	f->st.records_sent += records;
 	stats_sent(&f->st, f->sent, fr_now_ns());
@@ -489,13 +615,15 @@ static int build_data(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f, *next, *last = m->active.tail;
-	uint64_t total = 0;
+	uint64_t total = 0, most = win_room(p);
 	int spans = 0;
 
+	if (most > BATCH_MAX)
+		most = BATCH_MAX;
 	/* each flow active at the start once; flows activated meanwhile
 	 * (none are, in this loop) would wait for the next batch */
-	for (f = m->active.head; f && total < BATCH_MAX && tx_room(p, 4); f = next) {
-		uint64_t quantum, budget, len, records;
+	for (f = m->active.head; f && total < most && tx_room(p, 4); f = next) {
+		uint64_t quantum, budget, room, first, len, records;
 		bool idle;
 
 		next = f == last ? NULL : f->act_next;
@@ -516,8 +644,12 @@ static int build_data(struct peer *p)
 		if (f->deficit < 2 * quantum)
 			f->deficit += quantum;
 		budget = f->deficit;
-		if (total && budget > BATCH_MAX - total)
-			budget = BATCH_MAX - total;
+		room = most - total;
+		/* a record larger than what the window lets in goes alone */
+		if (!total && room < (first = first_record_bytes(f)))
+			room = first;
+		if (budget > room)
+			budget = room;
 		len = next_span(f, budget, &idle, &records);
 		if (f->state != FLOW_OPEN) {
 			deactivate(m, f); /* failed by what it read */
@@ -761,7 +893,8 @@ static bool active_ready(struct peer_mgr *m)
 {
 	for (struct flow *f = m->active.head; f; f = f->act_next)
 		if (f->peer && !f->peer->wr_op.busy &&
-		    f->state == FLOW_OPEN && f->view && record_ready(f))
+		    f->state == FLOW_OPEN && f->view && record_ready(f) &&
+		    win_room(f->peer))
 			return true;
 	return false;
 }

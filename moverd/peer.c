@@ -405,6 +405,7 @@ static void reset_flows(struct peer *p, const char *why)
 			p->carried_theirs = true;
 		}
 	}
+	p->unacked = 0; /* nothing is in flight on a connection gone */
 }
 
 static struct peer *sender_peer(struct peer_mgr *m, struct flow *f);
@@ -1442,7 +1443,8 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 			  (unsigned long long)h->aux);
 		return;
 	}
-	stats_acked(&f->st, &p->st, h->pos, fr_now_ns());
+	mover_acked(p, h->pos - f->acked,
+		    stats_acked(&f->st, &p->st, h->pos, fr_now_ns()));
 	f->bytes_acked += h->pos - f->acked;
 	f->acked = h->pos;
 	f->remote_head = h->aux;
@@ -1694,6 +1696,7 @@ void peer_up(struct peer *p)
 	p->state = PEER_UP;
 	set_identity(p);
 	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
+	mover_window_reset(p);
 	auth_reset(p); /* the hello deadline runs until authenticated */
 	if (p->outbound)
 		queue_hello(p); /* opens go once the responder proved its key */
@@ -2320,7 +2323,8 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.bytes_received = p->bytes_rx,
 			.reconnects = p->reconnects,
 			.node = p->node_safe, .key_id = p->key_id,
-			.authenticated = p->auth_ok, .st = &p->st,
+			.authenticated = p->auth_ok, .window = p->window,
+			.unacked = p->unacked, .st = &p->st,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

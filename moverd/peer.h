@@ -185,6 +185,7 @@ struct peer_status {
 	const char *node;            /* as the peer named itself (filtered) */
 	const char *key_id;          /* the key it proved, "" without */
 	bool authenticated;
+	uint64_t window, unacked;    /* the connection window (mover.c) */
 	const struct peer_stats *st; /* frames, ack times (stats.h) */
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,

@@ -147,6 +147,15 @@ struct peer {
 	struct flow *tx_flows[TX_MAX_IOV];
 	unsigned n_tx_flows;
 
+	/* the connection window (mover.c): DATA bytes of sender flows sent
+	 * on this connection and not yet acknowledged, and how many may be;
+	 * the window shrinks when acknowledgements show a queue and grows
+	 * back when they do not */
+	uint64_t unacked, window;
+	uint64_t win_cut_ns;      /* the last cut (one per round trip) */
+	uint64_t win_counted_ns;  /* the last exact count (win_room) */
+	uint64_t rtt_base_ns, rtt_base_at_ns; /* the least recent round trip */
+
 	uint64_t last_rx_ns, last_tx_ns, retry_at_ns;
 	unsigned backoff_ms;
 	uint64_t bytes_tx, bytes_rx;
@@ -191,6 +200,12 @@ struct transport {
 	/* ring memory registered with the device (count, bytes) */
 	void (*registered)(const struct peer *p, uint32_t *n, uint64_t *bytes);
 };
+
+/* The connection window (mover.c): fresh when a connection comes up; an
+ * acknowledgement of `bytes` that ends a timed round trip of rtt_ns (0:
+ * none). */
+void mover_window_reset(struct peer *p);
+void mover_acked(struct peer *p, uint64_t bytes, uint64_t rtt_ns);
 
 extern const struct transport tcp_transport;
 extern const struct transport rdma_transport;

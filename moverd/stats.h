@@ -36,6 +36,7 @@ struct peer_stats {
 	uint64_t rtt_count, rtt_sum_ns, rtt_max_ns;
 	uint64_t rtt[FMC_RTT_BUCKETS];
 	uint64_t hb_missed;
+	uint64_t win_cuts;               /* the connection window cut */
 	uint64_t hb_checked_ns;          /* counters.c: last period counted */
 	uint32_t slot;                   /* counters.c, as flow_stats */
 };
@@ -60,14 +61,20 @@ static inline void stats_sent(struct flow_stats *s, uint64_t end,
 	}
 }
 
-/* An acknowledgement up to pos came now. */
-static inline void stats_acked(struct flow_stats *fs, struct peer_stats *ps,
-			       uint64_t pos, uint64_t now)
+/* An acknowledgement up to pos came now: the round trip it ends, in ns
+ * (0: it ends none). */
+static inline uint64_t stats_acked(struct flow_stats *fs,
+				   struct peer_stats *ps, uint64_t pos,
+				   uint64_t now)
 {
-	if (fs->rtt_t0 && pos >= fs->rtt_pos) {
-		stats_rtt(ps, now - fs->rtt_t0);
-		fs->rtt_t0 = 0;
-	}
+	uint64_t ns;
+
+	if (!fs->rtt_t0 || pos < fs->rtt_pos)
+		return 0;
+	ns = now - fs->rtt_t0;
+	stats_rtt(ps, ns);
+	fs->rtt_t0 = 0;
+	return ns ? ns : 1;
 }
 
 #endif

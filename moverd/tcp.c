@@ -180,7 +180,9 @@ static void read_body_now(struct peer *p)
  * Beside two busy flows a sparse record's p50 went from 5-11 ms to about
  * 2 ms; 256 KiB gained little more and cost 64 KiB / 1 MiB throughput
  * in some runs, 1 MiB did not (moverd/README.md, "One connection, many
- * flows").  The buffers stay at 4 MiB so that bulk is not window-bound.
+ * flows").  The buffers stay at 4 MiB so that bulk is not window-bound;
+ * what the peer has not read yet (up to its receive buffer) is bounded by
+ * the mover's connection window instead (mover.c), by the delay it adds.
  */
 #define NOTSENT_LOWAT (1 << 20)
 

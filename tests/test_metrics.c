@@ -52,6 +52,12 @@
  *  12  a consumer on B takes 8 KiB of 40 KiB (less than the quarter ring
  *      a receiver credits at once) and stops, attached: A's view of what
  *      it consumed (flow show --json) comes up to B's
+ *  13  a flow no client holds: its record follows what moverd does to it
+ *  14  the connection window: B stopped 300 ms while 1 MiB records flow,
+ *      the window is cut (counted) below a record's size; B stopped
+ *      again: no more than the window and a record unacknowledged; every
+ *      record still arrives, nothing stays unacknowledged; the same
+ *      figures in top --json and status
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -148,7 +154,8 @@ static void next_pass(const struct cmap *m)
 
 /* ---- producers and consumers in child processes --------------------------- */
 
-/* Send n records of len bytes (paced at rate bytes/s if rate), exit 0. */
+/* Send n records of len (<= 2 MiB) bytes (paced at rate bytes/s if
+ * rate), exit 0. */
 static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
 		     size_t len, uint64_t rate)
 {
@@ -157,7 +164,7 @@ static pid_t produce(const struct hd *d, const char *flow, uint64_t n,
 	if (pid)
 		return pid;
 	flowshm_t *f;
-	char buf[65536] = { 0 };
+	static char buf[2 << 20];
 	uint64_t t0 = tu_now_ns();
 
 	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f)) {
@@ -230,7 +237,7 @@ static pid_t consume(const struct hd *d, const char *flow, uint64_t n,
 	if (pid)
 		return pid;
 	flowshm_t *f;
-	static char buf[65536];
+	static char buf[2 << 20];
 	uint64_t next = 0;
 	size_t len;
 
@@ -1404,6 +1411,104 @@ static void case_unheld(void)
 	cmap_close(&mb);
 }
 
+/* ---- 14: the connection window ------------------------------------------------ */
+
+/*
+ * A peer that stops reading for 300 ms (SIGSTOP) while a flow sends
+ * 1 MiB records: the acknowledgements of what was in flight come 300 ms
+ * late, and the connection window (moverd/mover.c) is cut to its floor,
+ * 256 KiB, smaller than one record.  Stopped again right after, the peer
+ * has at most the window and one record unacknowledged.  A record larger
+ * than the window still goes, alone: every record arrives; the cuts are
+ * counted; nothing stays unacknowledged once the consumer has everything.
+ */
+static void case_window(void)
+{
+	struct hd a, b;
+	struct cmap ma;
+	struct fmc_snap pa;
+	struct seen *s = seen_new();
+	const char *const extra[] = { "--transport", "tcp", NULL };
+	const uint64_t n = 2000, len = 1 << 20;
+	uint64_t stopped_at;
+	pid_t p, c;
+	int i;
+
+	hd_start(&b, moverd, "metrics14b", true, NULL);
+	hd_start(&a, moverd, "metrics14a", false, extra);
+	ma = cmap_open(&a);
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow create win "
+			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
+			b.port), 0);
+	CHECK(hd_wait_state(&a, moverctl, "win", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&b, moverctl, "win", "open", 10000, NULL, 0));
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	printf("  window at the start %llu bytes, cuts %llu\n",
+	       (unsigned long long)pa.v[FMC_P_WINDOW],
+	       (unsigned long long)pa.v[FMC_P_WINDOW_CUTS]);
+	CHECK(pa.v[FMC_P_WINDOW] >= 16u << 20 && pa.v[FMC_P_WINDOW_CUTS] == 0);
+
+	c = consume(&b, "win", n, s);
+	p = produce(&a, "win", n, len, 0);
+	for (i = 0; i < 3000 && s->records < 10; i++)
+		usleep(1000);
+	CHECK(s->records >= 10 && s->records < n);
+	CHECK(kill(b.pid, SIGSTOP) == 0);
+	usleep(300000);
+	CHECK(kill(b.pid, SIGCONT) == 0);
+	/* stopped again soon after: the cut window holds what A sends while
+	 * no acknowledgement comes (one record more at most: the one that
+	 * went alone), where the socket buffers alone would take megabytes */
+	usleep(20000);
+	CHECK(kill(b.pid, SIGSTOP) == 0);
+	next_pass(&ma);
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	stopped_at = s->records;
+	CHECK(kill(b.pid, SIGCONT) == 0);
+	printf("  stopped again at record %llu: window %llu bytes, %llu "
+	       "unacknowledged\n", (unsigned long long)stopped_at,
+	       (unsigned long long)pa.v[FMC_P_WINDOW],
+	       (unsigned long long)pa.v[FMC_P_UNACKED]);
+	CHECK(stopped_at < n);
+	CHECK(pa.v[FMC_P_WINDOW] < 16u << 20);
+	CHECK(pa.v[FMC_P_UNACKED] <= pa.v[FMC_P_WINDOW] + len + FR_REC_HDR);
+	wait_ok(p, 120000, "producer");
+	wait_ok(c, 120000, "consumer");
+	CHECK(s->records == n && s->total == n * len);
+	for (i = 0; i < 100; i++) {
+		next_pass(&ma);
+		CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+		if (pa.v[FMC_P_UNACKED] == 0)
+			break;
+	}
+	printf("  after a 300 ms stop: %llu window cuts, window %llu bytes, "
+	       "%llu unacknowledged; %llu records of 1 MiB delivered\n",
+	       (unsigned long long)pa.v[FMC_P_WINDOW_CUTS],
+	       (unsigned long long)pa.v[FMC_P_WINDOW],
+	       (unsigned long long)pa.v[FMC_P_UNACKED],
+	       (unsigned long long)s->records);
+	CHECK(pa.v[FMC_P_WINDOW_CUTS] >= 1);
+	CHECK(pa.v[FMC_P_UNACKED] == 0);
+	/* what an operator reads: moverctl top --json */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once --json"), 0);
+	CHECK(strstr(out, "\"peers\":["));
+	CHECK(hj_u64(strstr(out, "\"peers\":["), "window_cuts") >= 1);
+	CHECK(hj_u64(strstr(out, "\"peers\":["), "window") >= 256u << 10);
+	/* ... and moverctl status */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
+	CHECK(hj_u64(out, "window_cuts") == pa.v[FMC_P_WINDOW_CUTS]);
+	CHECK(hj_u64(out, "window_bytes") >= 256u << 10);
+	CHECK(strstr(out, "\"unacked_bytes\"") &&
+	      hj_u64(out, "unacked_bytes") == 0);
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status"), 0);
+	CHECK(strstr(out, "WINDOW (CUTS)"));
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1422,6 +1527,8 @@ int main(int argc, char **argv)
 		  "consumer freed before it stopped (less than a quarter "
 		  "ring)" },
 		{ 13, case_unheld, "the record of a flow no client holds" },
+		{ 14, case_window, "the connection window: cut by a stopped "
+		  "peer, records larger than it still go" },
 	};
 
 	if (argc != 4) {
