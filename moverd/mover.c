@@ -250,9 +250,9 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
  * WIN_BASE_NS (the link's own: a WAN's 10 ms is no queue) cuts the
  * window to what was in flight, scaled down to that target but by half
  * at most (once a round trip); one within the target grows it by
- * WIN_STEP while the window is in use.  The backlog stays in the producers' rings, where the
- * round robin orders it.  A peer that keeps up never meets the window;
- * it never goes below WIN_MIN.
+ * WIN_STEP while the window is in use.  The backlog stays in the
+ * producers' rings, where the round robin orders it.  A peer that keeps
+ * up never meets the window; it never goes below WIN_MIN.
  */
 #define WIN_MIN        (256ull << 10)
 #define WIN_MAX        (64ull << 20)
@@ -615,14 +615,13 @@ static int build_data(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f, *next, *last = m->active.tail;
-	uint64_t total = 0, most = win_room(p);
+	uint64_t total = 0, win = win_room(p);
 	int spans = 0;
 
-	if (most > BATCH_MAX)
-		most = BATCH_MAX;
 	/* each flow active at the start once; flows activated meanwhile
 	 * (none are, in this loop) would wait for the next batch */
-	for (f = m->active.head; f && total < most && tx_room(p, 4); f = next) {
+	for (f = m->active.head; f && total < BATCH_MAX && total < win &&
+	     tx_room(p, 4); f = next) {
 		uint64_t quantum, budget, room, first, len, records;
 		bool idle;
 
@@ -644,7 +643,9 @@ static int build_data(struct peer *p)
 		if (f->deficit < 2 * quantum)
 			f->deficit += quantum;
 		budget = f->deficit;
-		room = most - total;
+		if (total && budget > BATCH_MAX - total)
+			budget = BATCH_MAX - total;
+		room = win - total;
 		/* a record larger than what the window lets in goes alone */
 		if (!total && room < (first = first_record_bytes(f)))
 			room = first;
