@@ -334,6 +334,9 @@ static void peer_row(struct row *r, const Flowmover__PeerInfo *p)
 	v[FMC_P_RTT_COUNT] = p->ack_rtt_count;
 	v[FMC_P_RTT_SUM_NS] = p->ack_rtt_sum_ns;
 	v[FMC_P_RTT_MAX_NS] = p->ack_rtt_max_ns;
+	v[FMC_P_WINDOW] = p->window_bytes;
+	v[FMC_P_UNACKED] = p->unacked_bytes;
+	v[FMC_P_WINDOW_CUTS] = p->window_cuts;
 }
 
 static void daemon_row(struct frame *f, struct ctl_src *c,
@@ -560,14 +563,17 @@ static const char *count(char *buf, size_t cap, double v)
 	return buf;
 }
 
+/* A duration in 6 characters at most (below 1000 s): 850us, 12.3ms, 376ms */
 static const char *dur(char *buf, size_t cap, uint64_t ns)
 {
 	if (!ns)
 		return "-";
-	if (ns < 1000000)
+	if (ns < 999500)
 		snprintf(buf, cap, "%.0fus", (double)ns / 1e3);
-	else if (ns < 1000000000)
+	else if (ns < 99950000)
 		snprintf(buf, cap, "%.1fms", (double)ns / 1e6);
+	else if (ns < 999500000)
+		snprintf(buf, cap, "%.0fms", (double)ns / 1e6); /* 6 wide */
 	else
 		snprintf(buf, cap, "%.1fs", (double)ns / 1e9);
 	return buf;
@@ -642,6 +648,14 @@ static const char *role_short(uint64_t r)
 	return r == 0 ? "loc" : r == 1 ? "send" : "recv";
 }
 
+/* A peer's connection: its transport while up, else "down" */
+static const char *link_state(const struct fmc_snap *s)
+{
+	if (s->v[FMC_P_STATE] != 2)
+		return "down";
+	return s->v[FMC_P_TRANSPORT] ? "rdma" : "tcp";
+}
+
 static void draw(const struct fmc_map *m, const struct frame *f,
 		 const struct frame *prev, struct screen *sc)
 {
@@ -656,7 +670,8 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	if (peer_rows > (unsigned)sc->rows / 3)
 		peer_rows = (unsigned)sc->rows / 3;
 	/* 79 columns: the flow's name and RECN give up what REC/s takes;
-	 * the peer keeps room for an IPv4 address and port */
+	 * the peer keeps room for an IPv4 address and port, and one LINK
+	 * column (transport, or down) leaves room for the window */
 	line(sc, "%-12s %-4s %-6s %5s %6s %6s %6s %5s %4s %-16s", "FLOW",
 	     "ROLE", "STATE", "REC/s", "IN/s", "OUT/s", "LAG", "BATCH",
 	     "RECN", "PEER");
@@ -681,19 +696,19 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	}
 	if (f->n_peers) {
 		line(sc, "%s", "");
-		line(sc, "%-21s %-4s %-4s %6s %6s %6s %6s %6s %6s %4s",
-		     "PEER", "TP", "UP", "TX/s", "RX/s", "FRM/s",
-		     from_ctl ? "mean" : "p50", "p99", "max", "RECN");
+		line(sc, "%-21s %-4s %6s %6s %6s %6s %6s %6s %5s %4s",
+		     "PEER", "LINK", "TX/s", "RX/s", "FRM/s",
+		     from_ctl ? "mean" : "p50", "p99", "max", "WIN", "RECN");
 	}
 	for (unsigned i = 0; i < f->n_peers; i++) {
 		const struct row *r = &f->peers[i];
 
-		line(sc, "%-21.21s %-4s %-4s %6s %6s %6.0f %6s %6s %6s %4" PRIu64,
-		     r->s.text[FMC_NAME], r->s.v[FMC_P_TRANSPORT] ? "rdma" : "tcp",
-		     r->s.v[FMC_P_STATE] == 2 ? "up" : "down",
+		line(sc, "%-21.21s %-4s %6s %6s %6.0f %6s %6s %6s %5s %4" PRIu64,
+		     r->s.text[FMC_NAME], link_state(&r->s),
 		     human(a, sizeof(a), r->out), human(b, sizeof(b), r->rx),
 		     r->frames, dur(c, sizeof(c), r->p50),
 		     dur(g, sizeof(g), r->p99), dur(h, sizeof(h), r->max),
+		     human(e, sizeof(e), (double)r->s.v[FMC_P_WINDOW]),
 		     r->s.v[FMC_P_RECONNECTS]);
 	}
 	if (!sc->plain)

@@ -912,6 +912,17 @@ static bool leave_if_dead(struct fr_ring *r, unsigned i, bool by_client)
 	return true;
 }
 
+/* leave_if_dead for each slot of `slots`; how many it gave back */
+static unsigned leave_dead_slots(struct fr_ring *r, uint32_t slots,
+				 bool by_client)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
+		n += (slots & (1u << i)) && leave_if_dead(r, i, by_client);
+	return n;
+}
+
 /*
  * A producer held back: give back the slots of dead subscribers among those
  * at the lowest position, the ones that hold it back (ring.h, Subscribers:
@@ -1002,15 +1013,14 @@ int fr_sub_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		uint64_t *gen)
 {
 	uint64_t tag = slot_tag(r, pid);
-	unsigned n = 0;
 	int rc = sub_take_free(r, pid, tag, slot, gen);
 
 	if (rc != -EBUSY)
 		return rc;
 	/* the slots of subscribers that died without a moverd to see it */
-	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
-		n += leave_if_dead(r, i, true);
-	return n ? sub_take_free(r, pid, tag, slot, gen) : -EBUSY;
+	if (!leave_dead_slots(r, SUB_ALL, true))
+		return -EBUSY;
+	return sub_take_free(r, pid, tag, slot, gen);
 }
 
 int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen)
@@ -1220,11 +1230,7 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 
 unsigned fr_sub_leave_dead(struct fr_ring *r, uint32_t slots)
 {
-	unsigned n = 0;
-
-	for (unsigned i = 0; i < FR_MAX_SUBS; i++)
-		n += (slots & (1u << i)) && leave_if_dead(r, i, false);
-	return n;
+	return leave_dead_slots(r, slots, false);
 }
 
 /* ---- producer slots (ring.h, Producer slots) ----------------------------- */

@@ -326,25 +326,6 @@ static uint64_t count_unacked(const struct peer *p)
 	return n;
 }
 
-/*
- * Ring bytes of the record committed at f's send position (0: none yet).
- * The length is the producer's: next_span's scan judges it, this only
- * lets one record larger than the window's room go alone.
- */
-static uint64_t first_record_bytes(struct flow *f)
-{
-	struct fr_ring *r = ring_of(f);
-	struct fr_rec *rec = fr_rec_at(r, f->sent);
-
-	/* acquire: pairs with the producer's release of the seal, so the
-	 * length read after it is the committed one */
-	if (atomic_load_explicit(&rec->seal, memory_order_acquire) !=
-	    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
-		return 0;
-	return fr_record_bytes(atomic_load_explicit(&rec->len,
-						    memory_order_relaxed));
-}
-
 /* Data bytes the connection window lets into this send. */
 static uint64_t win_room(struct peer *p)
 {
@@ -529,25 +510,37 @@ static void rotate_active(struct peer_mgr *m)
 }
 
 /*
- * Could the mover send the record at f's send position now?  Committed,
- * and inside the peer consumer's window: a closed window opens only with
- * an ACK, which arrives as a network event and wakes us; polling for it
- * would spin.  (A garbage length only makes this answer "no": the scan in
- * next_span is what judges the record.)
+ * Ring bytes of the record committed at f's send position (0: none yet).
+ * The length is the producer's and may be garbage: next_span's scan is
+ * what judges the record; a bad length here only makes record_ready
+ * answer "no", or lets build_data offer one record more room than the
+ * window has (the scan then fails the flow).
  */
-static bool record_ready(struct flow *f)
+static uint64_t committed_bytes(struct flow *f)
 {
 	struct fr_ring *r = ring_of(f);
 	struct fr_rec *rec = fr_rec_at(r, f->sent);
-	uint32_t len;
 
 	/* acquire: pairs with the producer's release of the seal, so the
 	 * length read after it is the committed one */
 	if (atomic_load_explicit(&rec->seal, memory_order_acquire) !=
 	    fr_seal(r, f->sent, FR_SEAL_COMMITTED))
-		return false;
-	len = atomic_load_explicit(&rec->len, memory_order_relaxed);
-	return f->sent + fr_record_bytes(len) <= f->remote_head + r->size;
+		return 0;
+	return fr_record_bytes(atomic_load_explicit(&rec->len,
+						    memory_order_relaxed));
+}
+
+/*
+ * Could the mover send the record at f's send position now?  Committed,
+ * and inside the peer consumer's window: a closed window opens only with
+ * an ACK, which arrives as a network event and wakes us; polling for it
+ * would spin.
+ */
+static bool record_ready(struct flow *f)
+{
+	uint64_t bytes = committed_bytes(f);
+
+	return bytes && f->sent + bytes <= f->remote_head + ring_of(f)->size;
 }
 
 /*
@@ -647,7 +640,7 @@ static int build_data(struct peer *p)
 			budget = BATCH_MAX - total;
 		room = win - total;
 		/* a record larger than what the window lets in goes alone */
-		if (!total && room < (first = first_record_bytes(f)))
+		if (!total && room < (first = committed_bytes(f)))
 			room = first;
 		if (budget > room)
 			budget = room;

@@ -1422,6 +1422,28 @@ static void case_unheld(void)
  * than the window still goes, alone: every record arrives; the cuts are
  * counted; nothing stays unacknowledged once the consumer has everything.
  */
+/*
+ * top's peer row shows the link and the window: "127.0.0.1:PORT tcp ..."
+ * with WIN, the ninth column, the window in bytes (K/M, as top prints it).
+ */
+static void check_top_window(const char *screen, uint64_t window)
+{
+	char line[256], link[16], win[16], unit = 'B';
+	double v = 0;
+
+	printf("%s", screen);
+	CHECK(strstr(screen, " LINK ") && strstr(screen, " WIN "));
+	CHECK(screen_line(screen, "127.0.0.1:", line, sizeof(line)));
+	CHECK(sscanf(line, "%*s %15s %*s %*s %*s %*s %*s %*s %15s", link,
+		     win) == 2);
+	CHECK(!strcmp(link, "tcp"));
+	CHECK(sscanf(win, "%lf%c", &v, &unit) == 2);
+	v *= unit == 'K' ? 1024.0 : unit == 'M' ? 1048576.0 : 1.0;
+	printf("  top shows a window of %s, the counters %llu bytes\n", win,
+	       (unsigned long long)window);
+	CHECK(v > 0.9 * (double)window && v < 1.1 * (double)window);
+}
+
 static void case_window(void)
 {
 	struct hd a, b;
@@ -1430,6 +1452,7 @@ static void case_window(void)
 	struct seen *s = seen_new();
 	const char *const extra[] = { "--transport", "tcp", NULL };
 	const uint64_t n = 2000, len = 1 << 20;
+	char path[192], moved[200];
 	uint64_t stopped_at;
 	pid_t p, c;
 	int i;
@@ -1504,6 +1527,17 @@ static void case_window(void)
 	      hj_u64(out, "unacked_bytes") == 0);
 	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status"), 0);
 	CHECK(strstr(out, "WINDOW (CUTS)"));
+	/* ... and top's screen (a plain frame, as in its full-screen view) */
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once"), 0);
+	check_top_window(out, pa.v[FMC_P_WINDOW]);
+	/* ... and the same from the control socket, without the file */
+	snprintf(path, sizeof(path), "%s.counters", a.sock);
+	snprintf(moved, sizeof(moved), "%s.moved", path);
+	CHECK(rename(path, moved) == 0);
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once"), 0);
+	CHECK(strstr(out, "no counters file"));
+	check_top_window(out, pa.v[FMC_P_WINDOW]);
+	CHECK(rename(moved, path) == 0);
 	hd_stop(&a);
 	hd_stop(&b);
 	cmap_close(&ma);
