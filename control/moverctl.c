@@ -901,6 +901,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_u64(&j, "doorbell_rings", s->doorbell_rings);
 		j_str(&j, "idle", s->idle);
 		j_str(&j, "io_uring", s->io_uring);
+		j_u64(&j, "window_delay_us", s->window_delay_us);
 		j_key(&j, "bell_page");
 		j_sep(&j);
 		fputs(s->bell_page ? "true" : "false", stdout);
@@ -986,6 +987,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
 	   s->idle_backoffs);
 	kv("io_uring", "%s", dash(s->io_uring));
+	kv("window delay", "%" PRIu64 " us above a link's least round trip "
+	   "cuts its window", s->window_delay_us);
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);

@@ -1207,6 +1207,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	}
 	if (c->srv->io_uring)
 		st.io_uring = (char *)c->srv->io_uring;
+	st.window_delay_us = c->srv->peers->win_delay_ns / 1000;
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +

@@ -64,6 +64,7 @@ struct options {
 	bool insecure_peers;      /* --insecure-peers */
 	/* connection floods (docs/security-edges.md) */
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
+	unsigned window_delay_us; /* --window-delay-us */
 	unsigned max_clients, max_per_uid;
 	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
 	char metrics[80];         /* --metrics HOST:PORT, "" = none */
@@ -76,6 +77,7 @@ enum {
 	OPT_PEER_PER_ADDR = 256,
 	OPT_PEER_PENDING,
 	OPT_PEER_HELLO,
+	OPT_WINDOW_DELAY,
 	OPT_MAX_CLIENTS,
 	OPT_MAX_PER_UID,
 	OPT_UID_FLOWS,
@@ -172,6 +174,11 @@ static void usage(FILE *out)
 "                           (COOP_TASKRUN), plain (no flags) or sqpoll (a\n"
 "                           kernel thread submits); figures in\n"
 "                           moverd/README.md\n"
+"  --window-delay-us N      queueing delay, above a peer link's least round\n"
+"                           trip, at which its connection window is cut\n"
+"                           (10 us to 10 s; default 1000): smaller keeps a\n"
+"                           sparse flow's records from waiting behind busy\n"
+"                           flows' for bulk throughput (moverd/README.md)\n"
 "  --cpus LIST              run every thread of moverd on these cpus only\n"
 "                           (as taskset: 0,2-3).  With --idle yield, two\n"
 "                           daemons on one host with yielding clients do\n"
@@ -285,6 +292,7 @@ static const struct option long_opts[] = {
 	{ "peer-max-conns-per-addr", required_argument, NULL, OPT_PEER_PER_ADDR },
 	{ "peer-max-pending", required_argument, NULL, OPT_PEER_PENDING },
 	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
+	{ "window-delay-us", required_argument, NULL, OPT_WINDOW_DELAY },
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
@@ -512,6 +520,9 @@ static int set_option(struct options *o, int key, const char *val)
 		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(key, val) : 0;
 	case OPT_PEER_HELLO:
 		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(key, val) : 0;
+	case OPT_WINDOW_DELAY:
+		return parse_count(val, 10, 10000000, &o->window_delay_us) ?
+		       bad(key, val) : 0;
 	}
 bad:
 	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
@@ -593,6 +604,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.peer_per_addr = PEER_DEFAULT_PER_ADDR,
 		.peer_pending = PEER_DEFAULT_PENDING,
 		.peer_hello_s = PEER_DEFAULT_HELLO_S,
+		.window_delay_us = PEER_DEFAULT_WINDOW_DELAY_US,
 		.max_clients = CTL_DEFAULT_MAX_CLIENTS,
 		.max_per_uid = CTL_DEFAULT_PER_UID,
 
@@ -1095,6 +1107,7 @@ int main(int argc, char **argv)
 		.max_conns_per_addr = d.opt.peer_per_addr,
 		.max_pending = d.opt.peer_pending,
 		.hello_timeout_s = d.opt.peer_hello_s,
+		.window_delay_us = d.opt.window_delay_us,
 		.allow = &d.opt.allow,
 		.key = d.have_key ? &d.key : NULL,
 		.flow_gone = forget_attachments, .flow_gone_arg = &d.ctl,
@@ -1127,10 +1140,12 @@ int main(int argc, char **argv)
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);
-	log_info("idle strategy: %s%s, io_uring: %s, cpus: %s",
-		 idle_name(d.opt.idle), d.opt.poll_ns ? " (--poll-us)" : "",
+	log_info("idle strategy: %s%s, io_uring: %s, cpus: %s, window "
+		 "delay target %u us", idle_name(d.opt.idle),
+		 d.opt.poll_ns ? " (--poll-us)" : "",
 		 loop_mode_name(d.loop.mode),
-		 d.opt.cpus_list[0] ? d.opt.cpus_list : "any");
+		 d.opt.cpus_list[0] ? d.opt.cpus_list : "any",
+		 d.opt.window_delay_us);
 	/* after setup_signals: its thread inherits the blocked signals */
 	if (d.opt.metrics[0] &&
 	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))

@@ -246,18 +246,20 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
  * 10-25 ms of 32 B records beside 10 busy flows (docs/performance.md,
  * "The connection window").  So the bytes the connection holds are
  * bounded by the queueing delay their acknowledgements show: a round
- * trip more than WIN_DELAY_NS above the least one of the last
- * WIN_BASE_NS (the link's own: a WAN's 10 ms is no queue) cuts the
- * window to what was in flight, scaled down to that target but by half
- * at most (once a round trip); one within the target grows it by
- * WIN_STEP while the window is in use.  The backlog stays in the
- * producers' rings, where the round robin orders it.  A peer that keeps
- * up never meets the window; it never goes below WIN_MIN.
+ * trip more than m->win_delay_ns (moverd --window-delay-us, 1 ms by
+ * default) above the least one of the last WIN_BASE_NS (the link's own:
+ * a WAN's 10 ms is no queue) cuts the window to what was in flight,
+ * scaled down to that target but by half at most (once a round trip);
+ * one within the target grows it by WIN_STEP while the window is in use.
+ * The backlog stays in the producers' rings, where the round robin
+ * orders it.  A peer that keeps up never meets the window; it never goes
+ * below WIN_MIN.  A smaller target halves a sparse record's wait beside
+ * busy flows at 300 us, for 10-16% of bulk throughput (moverd/README.md,
+ * "The connection window").
  */
 #define WIN_MIN        (256ull << 10)
 #define WIN_MAX        (64ull << 20)
 #define WIN_STEP       (64ull << 10)
-#define WIN_DELAY_NS   1000000ull
 #define WIN_BASE_NS    10000000000ull
 /* the count of unacknowledged bytes is kept as sends and
  * acknowledgements go; a flow cut, failed or moved with bytes in flight
@@ -294,7 +296,7 @@ void mover_acked(struct peer *p, uint64_t bytes, uint64_t rtt_ns)
 		return;
 	now = fr_now_ns();
 	learn_base(p, rtt_ns, now);
-	target = p->rtt_base_ns + WIN_DELAY_NS;
+	target = p->rtt_base_ns + p->m->win_delay_ns;
 	if (rtt_ns <= target) {
 		/* grow only a window in use, not one nothing tests */
 		if (flight >= p->window / 2 && p->window < WIN_MAX)

@@ -2065,6 +2065,8 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 						PEER_DEFAULT_PENDING,
 		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
 				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+		.win_delay_ns = (o->window_delay_us ? o->window_delay_us :
+				 PEER_DEFAULT_WINDOW_DELAY_US) * 1000ull,
 		.allow = o->allow, .key = o->key,
 		.reopen_due = UINT64_MAX,
 	};

@@ -95,6 +95,8 @@ struct peer_mgr {
 	/* inbound connections (see peer_opts) */
 	unsigned max_conns_per_addr, max_pending;
 	uint64_t hello_timeout_ns;
+	/* the connection window's queueing delay target (mover.c) */
+	uint64_t win_delay_ns;
 	uint64_t refused;         /* closed at accept: over a cap */
 
 	/* sender flows armed and gone idle that no producer rang since:
@@ -123,6 +125,9 @@ struct peer_opts {
 	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
 	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
+	/* the queueing delay, above a link's least round trip, that cuts
+	 * its connection window (mover.c) */
+	unsigned window_delay_us;     /* 0: PEER_DEFAULT_WINDOW_DELAY_US */
 	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
 	const struct auth_key *key;     /* --peer-key, NULL: none */
 	/* a flow is being destroyed (peer_destroy_flow): the control plane
@@ -135,6 +140,7 @@ struct peer_opts {
 #define PEER_DEFAULT_PER_ADDR 8u
 #define PEER_DEFAULT_PENDING  64u
 #define PEER_DEFAULT_HELLO_S  10u
+#define PEER_DEFAULT_WINDOW_DELAY_US 1000u
 
 /* Pick the transport and doorbell, listen, start the timer. */
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,

@@ -57,7 +57,11 @@
  *      the window is cut (counted) below a record's size; B stopped
  *      again: no more than the window and a record unacknowledged; every
  *      record still arrives, nothing stays unacknowledged; the same
- *      figures in top --json and status
+ *      figures in top --json and status, and WIN on top's screen (from
+ *      the counters file and from the control socket)
+ *  15  moverd --window-delay-us: A with a 5 s target and B stopped 300 ms
+ *      as in 14: no cut, the window whole; status shows each daemon's
+ *      target; a target below 10 us is refused
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -1543,6 +1547,60 @@ static void case_window(void)
 	cmap_close(&ma);
 }
 
+/*
+ * The delay target is the operator's (moverd --window-delay-us): with 5 s,
+ * a peer stopped 300 ms delays no acknowledgement past it, so the window
+ * that case 14 sees cut stays whole.  An impossible target is refused.
+ */
+static void case_window_delay(void)
+{
+	struct hd a, b;
+	struct cmap ma;
+	struct fmc_snap pa;
+	struct seen *s = seen_new();
+	const char *const extra[] = { "--transport", "tcp",
+				      "--window-delay-us", "5000000", NULL };
+	const uint64_t n = 600, len = 1 << 20;
+	pid_t p, c;
+	int i;
+
+	CHECK(sh(out, sizeof(out), "%s --foreground --socket /nonexistent/s "
+		 "--window-delay-us 5 2>&1", moverd) == 2);
+	CHECK(strstr(out, "bad value '5' for --window-delay-us"));
+	hd_start(&b, moverd, "metrics15b", true, NULL);
+	hd_start(&a, moverd, "metrics15a", false, extra);
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
+	CHECK(hj_u64(out, "window_delay_us") == 5000000);
+	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "status"), 0);
+	CHECK(strstr(out, "window delay:  1000 us above"));
+	ma = cmap_open(&a);
+	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow create win "
+			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
+			b.port), 0);
+	CHECK(hd_wait_state(&a, moverctl, "win", "open", 10000, NULL, 0));
+	c = consume(&b, "win", n, s);
+	p = produce(&a, "win", n, len, 0);
+	for (i = 0; i < 3000 && s->records < 10; i++)
+		usleep(1000);
+	CHECK(s->records >= 10 && s->records < n);
+	CHECK(kill(b.pid, SIGSTOP) == 0);
+	usleep(300000);
+	CHECK(kill(b.pid, SIGCONT) == 0);
+	wait_ok(p, 120000, "producer");
+	wait_ok(c, 120000, "consumer");
+	CHECK(s->records == n && s->total == n * len);
+	next_pass(&ma);
+	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
+	printf("  a 5 s target, B stopped 300 ms: %llu window cuts, window "
+	       "%llu bytes\n", (unsigned long long)pa.v[FMC_P_WINDOW_CUTS],
+	       (unsigned long long)pa.v[FMC_P_WINDOW]);
+	CHECK(pa.v[FMC_P_WINDOW_CUTS] == 0);
+	CHECK(pa.v[FMC_P_WINDOW] == 64u << 20);
+	hd_stop(&a);
+	hd_stop(&b);
+	cmap_close(&ma);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1563,6 +1621,8 @@ int main(int argc, char **argv)
 		{ 13, case_unheld, "the record of a flow no client holds" },
 		{ 14, case_window, "the connection window: cut by a stopped "
 		  "peer, records larger than it still go" },
+		{ 15, case_window_delay, "the window's delay target is "
+		  "moverd --window-delay-us" },
 	};
 
 	if (argc != 4) {
