@@ -256,6 +256,12 @@ static uint64_t next_span(struct flow *f, uint64_t budget, bool *idle,
  * below WIN_MIN.  A smaller target halves a sparse record's wait beside
  * busy flows at 300 us, for 10-16% of bulk throughput (moverd/README.md,
  * "The connection window").
+ *
+ * Only a transport with a byte queue has a window (struct transport):
+ * RDMA WRITEs land in the consumer's ring, so nothing waits at the peer,
+ * and a round trip there is mostly the two daemons' own time, which a
+ * busy sender would read as queue (in the TCG guest, a window cut by it
+ * moved 32 B records over 8 flows at a third of the rate).
  */
 #define WIN_MIN        (256ull << 10)
 #define WIN_MAX        (64ull << 20)
@@ -292,7 +298,7 @@ void mover_acked(struct peer *p, uint64_t bytes, uint64_t rtt_ns)
 	uint64_t flight = p->unacked, now, target, in_use, w;
 
 	p->unacked -= bytes < p->unacked ? bytes : p->unacked;
-	if (!rtt_ns)
+	if (!rtt_ns || !p->tp->byte_queue)
 		return;
 	now = fr_now_ns();
 	learn_base(p, rtt_ns, now);
@@ -333,6 +339,8 @@ static uint64_t win_room(struct peer *p)
 {
 	uint64_t now;
 
+	if (!p->tp->byte_queue)
+		return UINT64_MAX; /* no queue to bound (struct transport) */
 	if (p->unacked < p->window)
 		return p->window - p->unacked;
 	now = fr_now_ns();

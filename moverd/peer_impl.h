@@ -179,6 +179,10 @@ static inline struct fr_ring *ring_of(struct flow *f)
 /* A transport moves the frames of one peer connection. */
 struct transport {
 	const char *name;
+	/* the connection holds bytes the peer has not read yet (TCP's socket
+	 * buffers), a queue the connection window bounds (mover.c); RDMA
+	 * WRITEs land in the consumer's ring, and nothing queues there */
+	bool byte_queue;
 	int (*listen)(struct peer_mgr *m, const char *addr);
 	void (*stop_listening)(struct peer_mgr *m);
 	/* start connecting p (outbound): later peer_up() or peer_closed */

@@ -478,6 +478,7 @@ static void tcp_close(struct peer *p)
 
 const struct transport tcp_transport = {
 	.name = "tcp",
+	.byte_queue = true,
 	.listen = tcp_listen,
 	.stop_listening = tcp_stop_listening,
 	.connect = tcp_connect,
