@@ -1430,6 +1430,27 @@ static void case_unheld(void)
  * counted; nothing stays unacknowledged once the consumer has everything.
  */
 /*
+ * Cases 14-16: daemons A (TCP, with `extra` options) -> B, A's counters
+ * mapped, and flow "win" open between them (16 MiB ring, 1 MiB records).
+ */
+static void window_pair(struct hd *a, struct hd *b, struct cmap *ma,
+			const char *tag, const char *const *extra)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "metrics%sb", tag);
+	hd_start(b, moverd, name, true, NULL);
+	snprintf(name, sizeof(name), "metrics%sa", tag);
+	hd_start(a, moverd, name, false, extra);
+	*ma = cmap_open(a);
+	CHECK_RC(hd_ctl(a, moverctl, out, sizeof(out), "flow create win "
+			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
+			b->port), 0);
+	CHECK(hd_wait_state(a, moverctl, "win", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(b, moverctl, "win", "open", 10000, NULL, 0));
+}
+
+/*
  * top's peer row shows the link and the window: "127.0.0.1:PORT tcp ..."
  * with WIN, the ninth column, the window in bytes (K/M, as top prints it).
  */
@@ -1464,14 +1485,7 @@ static void case_window(void)
 	pid_t p, c;
 	int i;
 
-	hd_start(&b, moverd, "metrics14b", true, NULL);
-	hd_start(&a, moverd, "metrics14a", false, extra);
-	ma = cmap_open(&a);
-	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow create win "
-			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
-			b.port), 0);
-	CHECK(hd_wait_state(&a, moverctl, "win", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&b, moverctl, "win", "open", 10000, NULL, 0));
+	window_pair(&a, &b, &ma, "14", extra);
 	next_pass(&ma);
 	CHECK(find_rec(&ma, FMC_PEER, "127.0.0.1", &pa, NULL));
 	printf("  window at the start %llu bytes, cuts %llu\n",
@@ -1570,17 +1584,11 @@ static void case_window_delay(void)
 	CHECK(sh(out, sizeof(out), "%s --foreground --socket /nonexistent/s "
 		 "--window-delay-us 5 2>&1", moverd) == 2);
 	CHECK(strstr(out, "bad value '5' for --window-delay-us"));
-	hd_start(&b, moverd, "metrics15b", true, NULL);
-	hd_start(&a, moverd, "metrics15a", false, extra);
+	window_pair(&a, &b, &ma, "15", extra);
 	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "status --json"), 0);
 	CHECK(hj_u64(out, "window_delay_us") == 5000000);
 	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "status"), 0);
 	CHECK(strstr(out, "window delay:  1000 us above"));
-	ma = cmap_open(&a);
-	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow create win "
-			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
-			b.port), 0);
-	CHECK(hd_wait_state(&a, moverctl, "win", "open", 10000, NULL, 0));
 	c = consume(&b, "win", n, s);
 	p = produce(&a, "win", n, len, 0);
 	for (i = 0; i < 3000 && s->records < 10; i++)
@@ -1621,13 +1629,7 @@ static void case_window_floor(void)
 	uint64_t least = UINT64_MAX;
 	pid_t p, c;
 
-	hd_start(&b, moverd, "metrics16b", true, NULL);
-	hd_start(&a, moverd, "metrics16a", false, extra);
-	ma = cmap_open(&a);
-	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "flow create win "
-			"--ring-size 16M --max-record 1M --peer 127.0.0.1:%d",
-			b.port), 0);
-	CHECK(hd_wait_state(&a, moverctl, "win", "open", 10000, NULL, 0));
+	window_pair(&a, &b, &ma, "16", extra);
 	c = consume(&b, "win", n, s);
 	p = produce(&a, "win", n, len, 0);
 	/* the window while they flow, as the sampler publishes it; B is
