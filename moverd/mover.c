@@ -522,9 +522,9 @@ static void rotate_active(struct peer_mgr *m)
 /*
  * Ring bytes of the record committed at f's send position (0: none yet).
  * The length is the producer's and may be garbage: next_span's scan is
- * what judges the record; a bad length here only makes record_ready
- * answer "no", or lets build_data offer one record more room than the
- * window has (the scan then fails the flow).
+ * what judges the record, before anything is sent.  A bad length here
+ * only makes record_ready answer "no", or gives build_data's record that
+ * goes alone more room than the window has, which the scan then refuses.
  */
 static uint64_t committed_bytes(struct flow *f)
 {
