@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -718,37 +719,72 @@ static uint64_t prod_tag(const struct fr_ring *r, unsigned i)
 	return atomic_load_explicit(&r->sh->prod_tags[i], memory_order_relaxed);
 }
 
-/* Is the holder of a slot in pid, tagged tag, a live process?  Only where
- * we can tell (ring.h, Liveness): else alive, so nothing of a live one is
- * taken. */
-static bool holder_alive(const struct fr_ring *r, uint32_t pid, uint64_t tag)
+/* What the process in a pid is now (see_pid): gone (or a zombie), alive
+ * as far as we can tell (no /proc to read, or a pid we do not judge),
+ * or alive with its start time read. */
+enum pid_seen { PID_GONE, PID_ALIVE, PID_STARTED };
+
+struct pid_view {
+	enum pid_seen seen;
+	uint64_t start;   /* PID_STARTED: its start time */
+	uint32_t time_ns; /* PID_STARTED: our time namespace (time_ns_id) */
+};
+
+/* One look at pid: a kill(2) and a read of /proc, whatever number of
+ * slots hold it. */
+static struct pid_view see_pid(const struct fr_ring *r, uint32_t pid)
 {
-	uint64_t start;
+	struct pid_view v = { .seen = PID_ALIVE };
 	char state;
 
 	/* a word from shared memory: above the largest pid it is no process
 	 * (and as a pid_t it could name a process group) */
 	if (pid == 0 || pid > FR_INFO_PID)
-		return false;
+		return (struct pid_view){ .seen = PID_GONE };
 	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
-		return true;
+		return v;
 	if (kill((pid_t)pid, 0) && errno == ESRCH)
-		return false;
-	if (!proc_stat(pid, &state, &start))
-		return true;
+		return (struct pid_view){ .seen = PID_GONE };
+	if (!proc_stat(pid, &state, &v.start))
+		return v;
 	/* a killed child not yet reaped is a zombie: dead for our purposes */
 	if (state == 'Z' || state == 'X')
-		return false;
-	/* the pid's process now is another than the holder: reused */
-	return !tag || (uint32_t)tag != time_ns_id() ||
-	       (uint32_t)(tag >> 32) == (uint32_t)start;
+		return (struct pid_view){ .seen = PID_GONE };
+	v.seen = PID_STARTED;
+	v.time_ns = time_ns_id();
+	return v;
+}
+
+/* Is a slot's holder, tagged tag, the process v saw?  Not if the pid's
+ * process now started at another time than the holder did: reused. */
+static bool holder_is(const struct pid_view *v, uint64_t tag)
+{
+	if (v->seen != PID_STARTED)
+		return v->seen == PID_ALIVE;
+	return !tag || (uint32_t)tag != v->time_ns ||
+	       (uint32_t)(tag >> 32) == (uint32_t)v->start;
+}
+
+/* Is the holder of a slot in pid, tagged tag, a live process?  Only where
+ * we can tell (ring.h, Liveness): else alive, so nothing of a live one is
+ * taken. */
+static bool holder_alive(const struct fr_ring *r, uint32_t pid, uint64_t tag)
+{
+	struct pid_view v = see_pid(r, pid);
+
+	return holder_is(&v, tag);
 }
 
 /* Is the producer that sealed a header CLAIMED in pid alive?  Only if a
  * producer slot of a live holder has its pid: every producer holds one
- * until its claims are committed (ring.h, Liveness). */
+ * until its claims are committed (ring.h, Liveness).  The pid is looked
+ * at once, not once per slot: a client that puts it in every slot would
+ * otherwise cost moverd FR_MAX_PRODS reads of /proc per record judged. */
 static bool writer_alive(const struct fr_ring *r, uint32_t pid)
 {
+	struct pid_view v = { .seen = PID_GONE };
+	bool seen = false;
+
 	if (pid == 0 || pid > FR_INFO_PID)
 		return false;
 	if (r->pids_foreign || pid == FR_PID_UNKNOWN)
@@ -756,8 +792,15 @@ static bool writer_alive(const struct fr_ring *r, uint32_t pid)
 	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
 		/* acquire: the tag we read next is this holder's or 0 */
 		if (atomic_load_explicit(&fr_prod_at(r, i)->pid,
-					 memory_order_acquire) == pid &&
-		    holder_alive(r, pid, prod_tag(r, i)))
+					 memory_order_acquire) != pid)
+			continue;
+		if (!seen) {
+			v = see_pid(r, pid);
+			seen = true;
+		}
+		if (v.seen == PID_GONE)
+			return false;
+		if (holder_is(&v, prod_tag(r, i)))
 			return true;
 	}
 	return false;
@@ -1109,6 +1152,19 @@ bool fr_sub_lost(const struct fr_ring *r)
 				    memory_order_relaxed) != r->sub_gen;
 }
 
+static int scan_run(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+		    unsigned max, uint64_t *end, bool *stuck,
+		    uint64_t *records);
+
+/*
+ * What one fr_sub_skip_lag walks at most: it runs on moverd's event loop
+ * at every attach, and a lap of 16-byte pads that a client wrote would be
+ * 64 Mi records on a 1 GiB ring (0.19 s a call, as often as the client
+ * attaches).  A subscriber left more than max_lag behind by a bounded walk
+ * moves up again at its next attach, if a producer cuts it meanwhile.
+ */
+#define SKIP_MAX_RECORDS (1u << 18)
+
 void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 {
 	/* relaxed: max_lag is a setting, read once */
@@ -1123,7 +1179,8 @@ void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 		return;
 	/* whole committed records only: nothing below a claim still being
 	 * written is given up, so no producer writes where another does */
-	if (fr_scan_records(r, pos, tail - lag / 2, &end, &stuck, &records) ||
+	if (scan_run(r, pos, tail - lag / 2, SKIP_MAX_RECORDS, &end, &stuck,
+		     &records) ||
 	    end == pos)
 		return;
 	/* release: as a consumer's publication (we read nothing below) */
@@ -1545,9 +1602,10 @@ static uint64_t next_sealed(const struct fr_ring *r, uint64_t pos,
 }
 
 /* The claimed length of the record at pos, if it is sealed CLAIMED by a
- * producer that is dead; 0 otherwise. */
+ * producer that is dead; 0 otherwise.  dead: a pid this call of recover
+ * judged dead already (0: none), not judged again. */
 static uint64_t dead_claim_bytes(struct fr_ring *r, uint64_t pos,
-				 uint64_t limit, uint32_t *pid)
+				 uint64_t limit, uint32_t dead, uint32_t *pid)
 {
 	struct fr_rec *h = fr_rec_at(r, pos);
 	uint32_t info, len;
@@ -1559,7 +1617,7 @@ static uint64_t dead_claim_bytes(struct fr_ring *r, uint64_t pos,
 	info = atomic_load_explicit(&h->info, memory_order_relaxed);
 	len = atomic_load_explicit(&h->len, memory_order_relaxed);
 	*pid = info & FR_INFO_PID;
-	if (writer_alive(r, *pid))
+	if ((!dead || *pid != dead) && writer_alive(r, *pid))
 		return 0;
 	if (!len || len > r->max_record || fr_record_bytes(len) > limit - pos)
 		return 0;
@@ -1634,7 +1692,7 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 	bool more = false; /* stopped by RECOVER_STEP, not by a record */
 
 	if (seal == fr_seal(r, pos, FR_SEAL_CLAIMED)) {
-		bytes = dead_claim_bytes(r, pos, limit, &pid);
+		bytes = dead_claim_bytes(r, pos, limit, 0, &pid);
 		if (!bytes)
 			return recover_later(r);
 	} else {
@@ -1659,7 +1717,9 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 			more = true;
 			break;
 		}
-		bytes = dead_claim_bytes(r, pos, lap_limit(r, pos, tail),
+		/* pid is dead: its next records cost no judgement each (a
+		 * client's RECOVER_STEP of 16-byte claims would be 64 Ki) */
+		bytes = dead_claim_bytes(r, pos, lap_limit(r, pos, tail), pid,
 					 &next_pid);
 		if (!bytes || next_pid != pid)
 			break;
@@ -1842,11 +1902,13 @@ static bool data_record(const struct fr_rec *h)
 		 (FR_INFO_PAD | FR_INFO_CTRL));
 }
 
-int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
-		    uint64_t *end, bool *stuck, uint64_t *records)
+/* fr_scan_records, of at most max records. */
+static int scan_run(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+		    unsigned max, uint64_t *end, bool *stuck,
+		    uint64_t *records)
 {
 	*stuck = false;
-	while (pos < limit) {
+	while (pos < limit && max--) {
 		const struct fr_rec *h = fr_rec_at(r, pos);
 		uint64_t bytes;
 
@@ -1869,6 +1931,12 @@ int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 	}
 	*end = pos;
 	return 0;
+}
+
+int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
+		    uint64_t *end, bool *stuck, uint64_t *records)
+{
+	return scan_run(r, pos, limit, UINT_MAX, end, stuck, records);
 }
 
 int fr_check_stuck(struct fr_ring *r, uint64_t pos)

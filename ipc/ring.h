@@ -837,7 +837,9 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid);
  * answer) with max_lag set: a join position more than max_lag behind the
  * tail (every other subscriber was cut, the floor is where they were)
  * moves forward over whole committed records to within max_lag / 2 of it,
- * so "attach again at the current position" is not cut again at once. */
+ * so "attach again at the current position" is not cut again at once.
+ * It walks 2^18 records at most (moverd's loop, at every attach): one
+ * left further behind moves up again at its next attach. */
 void fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
 
 /* moverd, for its HELD slot, with none of its sends in flight: cut it

@@ -9,6 +9,7 @@
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -912,6 +913,121 @@ static void test_judgement_pace(void)
 	close(fd);
 }
 
+/* read(2) calls this process made so far (/proc/self/io's syscr), or
+ * UINT64_MAX where the kernel does not count them. */
+static uint64_t reads_made(void)
+{
+	char buf[512], *at;
+	uint64_t n = UINT64_MAX;
+	int fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+	ssize_t len;
+
+	if (fd < 0)
+		return n;
+	len = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (len <= 0)
+		return n;
+	buf[len] = '\0';
+	at = strstr(buf, "syscr:");
+	return at ? strtoull(at + 6, NULL, 10) : n;
+}
+
+/*
+ * A hostile producer's claims cost moverd one judgement of their pid, not
+ * one per record and slot: our own pid in every producer slot with a tag
+ * of another start time (a "reused" pid: dead for the judge, but only
+ * after a read of /proc per slot), and 1 MiB of 32-byte records sealed
+ * CLAIMED in it.  Before, one fr_check_stuck read /proc 64 times per
+ * record, 2 Mi reads (30 s of moverd's loop, the audit of 2026-11-28);
+ * counted here in read(2) calls, not timed.
+ */
+static void test_judgement_per_pid(void)
+{
+	int fd = tu_ring(4u << 20, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 1000000); /* 1 ms */
+	struct fr_ring *r = &c->ring;
+	uint32_t me = (uint32_t)getpid() & FR_INFO_PID;
+	uint64_t n = (1u << 20) / 32, before = 0, reads;
+	struct stat st;
+	int rc = -EAGAIN;
+
+	CHECK(stat("/proc/self/ns/time", &st) == 0 || errno == ENOENT);
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		atomic_store(&fr_prod_at(r, i)->pid, me);
+		atomic_store(&r->sh->prod_tags[i],
+			     (0x12345ull << 32) |
+				     (st.st_ino ? (uint32_t)st.st_ino : 1u));
+	}
+	for (uint64_t k = 0; k < n; k++) {
+		struct fr_rec *h = fr_rec_at(r, k * 32);
+
+		atomic_store(&h->len, 1);
+		atomic_store(&h->info, me);
+		atomic_store(&h->seal, fr_seal(r, k * 32, FR_SEAL_CLAIMED));
+	}
+	atomic_store(&r->sh->tail, n * 32);
+	r->recover_ns = 1;
+	/* a few calls: tail looked at, the timeout started and run out */
+	for (int i = 0; i < 100; i++) {
+		before = reads_made();
+		rc = fr_check_stuck(r, 0);
+		if (rc != -EAGAIN)
+			break;
+		usleep(5000);
+	}
+	CHECK_RC(rc, 0);
+	reads = reads_made() - before;
+	CHECK(atomic_load(&r->sh->recovered) == n); /* all of it padded */
+	if (before == UINT64_MAX) {
+		printf("# /proc/self/io unreadable: reads not counted\n");
+	} else {
+		printf("# %llu records judged in %llu reads\n",
+		       (unsigned long long)n, (unsigned long long)reads);
+		CHECK(reads <= 4);
+	}
+	flowshm_close(c);
+	close(fd);
+}
+
+/*
+ * fr_sub_skip_lag (moverd, at every attach) walks at most 2^18 records: a
+ * lap of 16-byte pads behind a subscriber would be 64 Mi of them on a
+ * 1 GiB ring.  A subscriber further behind than that walk moves up by it.
+ */
+static void test_skip_lag_bounded(void)
+{
+	uint64_t ring = 8u << 20, pads = ring / FR_REC_HDR;
+	int fd = tu_ring(ring, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	struct fr_ring *r = &p->ring;
+	uint64_t g, pos;
+	unsigned s;
+
+	/* a lap of committed pads from 0, as a client may write them */
+	for (uint64_t k = 0; k < pads; k++) {
+		struct fr_rec *h = fr_rec_at(r, k * FR_REC_HDR);
+
+		atomic_store(&h->len, 0);
+		atomic_store(&h->info, FR_INFO_PAD);
+		atomic_store(&h->seal,
+			     fr_seal(r, k * FR_REC_HDR, FR_SEAL_COMMITTED));
+	}
+	atomic_store(&r->sh->tail, ring);
+	atomic_store(&r->sh->max_lag, 4096);
+	CHECK_RC(fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &s, &g), 0);
+	CHECK(atomic_load(&r->sh->subs[s].pos) == 0);
+	fr_sub_skip_lag(r, s);
+	pos = atomic_load(&r->sh->subs[s].pos);
+	printf("# skipped %llu of %llu bytes\n", (unsigned long long)pos,
+	       (unsigned long long)(ring - 2048));
+	CHECK(pos == (1u << 18) * FR_REC_HDR);
+	fr_sub_skip_lag(r, s); /* the next attach moves it on, to max_lag/2 */
+	CHECK(atomic_load(&r->sh->subs[s].pos) == ring - 2048);
+	flowshm_close(p);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -939,6 +1055,8 @@ int main(void)
 		{ "reused_pid", test_reused_pid },
 		{ "dead_subscribers", test_dead_subscribers },
 		{ "judgement_pace", test_judgement_pace },
+		{ "judgement_per_pid", test_judgement_per_pid },
+		{ "skip_lag_bounded", test_skip_lag_bounded },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
