@@ -403,7 +403,7 @@ static void respond_flow(struct ctl_client *c, uint64_t id,
 
 	fill_info(f, &fi);
 	fill_fanout(f, &fi, &fo);
-	fi.declared = declared_has(c->srv->declared, f->name);
+	fi.declared = declared_has(c->srv->declared, f);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
 	respond(c, &resp, id, pass);
@@ -447,7 +447,9 @@ static bool may_see(const struct ctl_client *c, const struct flow *f);
  * parameters (a script or a unit may create at every start; a declared
  * flow is there before them), else an error naming the first parameter
  * that differs.  Someone who may not see the flow learns only that the
- * name is taken.
+ * name is taken.  A flow another user created is never "done already":
+ * it is theirs (they may read what is written into it), and a script that
+ * took it for its own would hand them its records.
  */
 static void create_exists(struct ctl_client *c, uint64_t id,
 			  const struct flow_spec *spec, const char *err)
@@ -461,6 +463,12 @@ static void create_exists(struct ctl_client *c, uint64_t id,
 		respond_error(c, id, -EEXIST, "%s", err);
 		return;
 	}
+	if (f->role != FLOW_RECEIVER && f->owner_uid != c->uid &&
+	    !declared_has(c->srv->declared, f)) {
+		respond_error(c, id, -EEXIST, "flow '%s' already exists, created "
+			      "by uid %u", f->name, (unsigned)f->owner_uid);
+		return;
+	}
 	if (declared_differs(c->srv->flows, f, spec, why, sizeof(why))) {
 		respond_error(c, id, -EEXIST, "flow '%s' already exists with a "
 			      "different %s", f->name, why);
@@ -468,7 +476,7 @@ static void create_exists(struct ctl_client *c, uint64_t id,
 	}
 	fill_info(f, &fi);
 	fi.existed = true;
-	fi.declared = declared_has(c->srv->declared, f->name);
+	fi.declared = declared_has(c->srv->declared, f);
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
 	respond(c, &resp, id, NULL);
@@ -801,8 +809,7 @@ static void do_list(struct ctl_client *c, uint64_t id,
 		if (flows[i]->fanout)
 			fos[i] = malloc(sizeof(*fos[i]));
 		fill_fanout(flows[i], &infos[i], fos[i]);
-		infos[i].declared = declared_has(c->srv->declared,
-						 flows[i]->name);
+		infos[i].declared = declared_has(c->srv->declared, flows[i]);
 		/* the message, its tag and its length prefix */
 		one = protobuf_c_message_get_packed_size(&infos[i].base) + 4;
 		if (i && bytes + one > LIST_PAGE_BYTES)

@@ -723,6 +723,14 @@ static int relag(struct declared *d, const struct declared_flow *n,
 	return 1;
 }
 
+/* A flow of a declared name that a user created, not moverd: it stays
+ * the user's (who may read what producers write into it, grant it,
+ * destroy it), so it is never taken for the declared one. */
+static bool squatted(const struct declared *d, const struct flow *f)
+{
+	return f->role != FLOW_RECEIVER && f->owner_uid != d->uid;
+}
+
 /* One declaration now in the file, o what was applied for it (or NULL).
  * True if n is in force now; false keeps o (or nothing). */
 static bool apply_one(struct declared *d, const struct declared_flow *o,
@@ -747,6 +755,14 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 		else
 			r->changed++;
 		return true;
+	}
+	if (squatted(d, f)) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
+		    "that name exists, created by uid %u, not by moverd; "
+		    "destroy it and reload", n->name, n->line,
+		    (unsigned)f->owner_uid);
+		return false;
 	}
 	if (o && same_decl(o, n)) {
 		r->unchanged++; /* never touched, whatever moverctl did to it */
@@ -850,9 +866,9 @@ int declared_reload(struct declared *d, struct declared_report *r, char *err,
 	return 0;
 }
 
-bool declared_has(const struct declared *d, const char *name)
+bool declared_has(const struct declared *d, const struct flow *f)
 {
-	return d && find(&d->cur, name);
+	return d && find(&d->cur, f->name) && !squatted(d, f);
 }
 
 void declared_grant(struct declared *d, struct flow *f)

@@ -100,7 +100,7 @@ int declared_reload(struct declared *d, struct declared_report *r,
 		    char *err, size_t cap);
 
 /* Is f declared here (flow show)? */
-bool declared_has(const struct declared *d, const char *name);
+bool declared_has(const struct declared *d, const struct flow *f);
 
 /*
  * How an existing flow differs from a create request: NULL if it does

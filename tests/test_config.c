@@ -37,6 +37,10 @@
  *      on the command line overrides it (on a host with two cpus); a list
  *      that does not parse is refused (exit 2), one with no usable cpu
  *      too (exit 1), each with a message naming it
+ *   9  a flow a user created under a name declared later: the reload
+ *      refuses it naming the uid, it is not shown as declared, root's
+ *      flow create of it fails naming the owner; after the user destroys
+ *      it the reload creates the declared one
  */
 #include "harness.h"
 
@@ -651,6 +655,51 @@ static void case_cpus(void)
 	CHECK(rmdir(dir) == 0);
 }
 
+/*
+ * A flow a user made under a name the operator declares later stays the
+ * user's (audit of 2026-11-28: it was taken for the declared flow, and the
+ * user kept reading what producers of the declared flow wrote).  The
+ * reload refuses the declaration naming the uid, and `flow show` says the
+ * flow is not declared; root's `flow create` of it fails naming the owner
+ * instead of answering "exists" (a script would hand the user its
+ * records); the owner's own create of it still exists.  Once the user
+ * destroys it, the next reload creates the declared one, moverd's.
+ */
+static void case_squatted(void)
+{
+	static const char decl[] = "log-level = debug\n"
+				   "flow = metrics ring-size=64K "
+				   "allow-uid=4000\n";
+	char out[4096], nobody[PATH_MAX + 96];
+	struct hd d;
+
+	snprintf(nobody, sizeof(nobody), "setpriv --reuid %u --regid %u "
+		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
+	start_conf(&d, "cfg9", 0, "log-level = debug\n");
+	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow create metrics "
+			"--ring-size 64K --allow-uid 4000"), 0);
+	expect_out(out, "created");
+	write_conf(&d, decl);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, "created by uid 65534, not by moverd");
+	CHECK(flow_u64(&d, "metrics", "owner_uid") == NOBODY);
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow show metrics --json"), 0);
+	expect_out(out, "\"declared\": false");
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow create metrics --ring-size 64K "
+		     "--allow-uid 4000"), 1);
+	expect_out(out, "already exists, created by uid 65534");
+	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow create metrics "
+			"--ring-size 64K --allow-uid 4000"), 0);
+	expect_out(out, "exists");
+	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow destroy metrics"),
+		 0);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	CHECK(flow_u64(&d, "metrics", "owner_uid") == getuid());
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow show metrics --json"), 0);
+	expect_out(out, "\"declared\": true");
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -670,6 +719,8 @@ int main(int argc, char **argv)
 		  "removes and adds a peer and changes max-lag in place" },
 		{ 8, case_cpus, "cpus: every thread on the listed cpus; bad "
 		  "lists refused" },
+		{ 9, case_squatted, "a user's flow of a name declared later "
+		  "stays the user's: not declared, not 'exists' to root" },
 	};
 
 	if (argc != 4) {
