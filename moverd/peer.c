@@ -644,7 +644,43 @@ void peer_sent(struct peer *p)
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
+	p->tx_faults = 0;
 	tx_release(p);
+}
+
+/* How often one send may fault before its peer is failed: a client that
+ * keeps shrinking the file could otherwise hold the link in a loop. */
+#define TX_FAULTS_MAX 4u
+
+static void fail_tampered(struct flow *f, const char *why);
+
+/*
+ * The kernel's copy out of a producer ring faulted: a client shrank the
+ * ring file under a record whose header moverd had read (ring_guard.h:
+ * moverd's own touch would be SIGBUS, the kernel's is EFAULT).  Nothing of
+ * that call went, but the frames before it may have, so the stream can
+ * only go on with the bytes it promised: each flow of the send whose file
+ * changed size is repaired (the shrunk part reads as zeros again) and
+ * failed, its receiver told after this send, and the send posted again.
+ * Only that flow's records can carry zeros (its consumer finds no valid
+ * seal in them); the link and every other flow go on.  A client that
+ * puts the size back first leaves nothing to repair; the send is posted
+ * again all the same, up to TX_FAULTS_MAX times.
+ */
+bool peer_tx_fault(struct peer *p)
+{
+	char why[200];
+
+	if (++p->tx_faults > TX_FAULTS_MAX)
+		return false;
+	for (unsigned i = 0; i < p->n_tx_flows; i++) {
+		struct flow *f = p->tx_flows[i];
+
+		if (f->state == FLOW_OPEN &&
+		    flows_ring_tampered(f, why, sizeof(why)))
+			fail_tampered(f, why);
+	}
+	return true;
 }
 
 /*
@@ -679,6 +715,20 @@ void fail_sender(struct flow *f, const char *why)
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
 	msg.close = &cl;
 	queue_ctrl(f->peer, &msg);
+}
+
+/* A client resized the flow's ring file: fail it, tell its peer. */
+static void fail_tampered(struct flow *f, const char *why)
+{
+	if (f->role == FLOW_SENDER) {
+		fail_sender(f, why);
+		return;
+	}
+	flows_fail(f, why);
+	if (f->role != FLOW_RECEIVER || !f->peer)
+		return;
+	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
+	detach_flow(f); /* its DATA in flight is read and dropped */
 }
 
 /*
@@ -1593,6 +1643,33 @@ void peer_rx_header(struct peer *p)
 	p->body_have = 0;
 }
 
+/*
+ * The receive of a DATA body straight into a consumer ring faulted: a
+ * client shrank the ring file under it (ring_guard.h: where moverd's own
+ * touch of such a page is SIGBUS, the kernel's copy into it is EFAULT).
+ * A receive that faults takes nothing from the socket, so the stream is
+ * whole: fail that flow alone and tell its sender, as the timer's check
+ * of the file would (fail_tampered), and read the rest of the body into
+ * nowhere.  False if the receive was not into a ring (the caller fails
+ * the peer).
+ */
+bool peer_rx_fault(struct peer *p)
+{
+	struct flow *f = p->rx_flow;
+	char why[200];
+
+	if (!p->in_body || p->hdr.type != WIRE_DATA || !f || p->rx_discard)
+		return false;
+	if (!p->ctrl_buf && !(p->ctrl_buf = malloc(WIRE_MAX_CTRL)))
+		return false;
+	p->rx_discard = true; /* finish_data publishes nothing: f failed */
+	/* the file's check repairs it and says how it was changed */
+	if (!flows_ring_tampered(f, why, sizeof(why)))
+		snprintf(why, sizeof(why), "a deposit into its ring faulted");
+	fail_tampered(f, why);
+	return true;
+}
+
 void peer_rx_body(struct peer *p)
 {
 	p->in_body = false;
@@ -1723,20 +1800,6 @@ void peer_up(struct peer *p)
  * or RDMA is in use.  Measured
  * before (a 20 ms tick that walked every flow of every peer): moverd/README.
  */
-
-/* A client resized the flow's ring file: fail it, tell its peer. */
-static void fail_tampered(struct flow *f, const char *why)
-{
-	if (f->role == FLOW_SENDER) {
-		fail_sender(f, why);
-		return;
-	}
-	flows_fail(f, why);
-	if (f->role != FLOW_RECEIVER || !f->peer)
-		return;
-	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
-	detach_flow(f); /* its DATA in flight is read and dropped */
-}
 
 /* A receiver flow whose sender has not come back for --orphan-timeout. */
 static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,

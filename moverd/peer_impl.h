@@ -146,6 +146,7 @@ struct peer {
 	/* the flows whose rings the send in flight reads (referenced) */
 	struct flow *tx_flows[TX_MAX_IOV];
 	unsigned n_tx_flows;
+	unsigned tx_faults;       /* EFAULTs of the send in flight (peer_tx_fault) */
 
 	/* the connection window (mover.c): DATA bytes of sender flows sent
 	 * on this connection and not yet acknowledged, and how many may be;
@@ -248,8 +249,16 @@ void peer_up(struct peer *p);
 void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void peer_sent(struct peer *p);     /* the whole send went */
+/* The send failed with EFAULT (a client shrank a ring file it reads):
+ * true to post the rest again (the flows whose files shrank are repaired
+ * and failed), false to fail the peer. */
+bool peer_tx_fault(struct peer *p);
 void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);
+/* A receive of a DATA body into its ring failed with EFAULT (a client
+ * shrank the ring file): fail that flow only and read the rest of the
+ * body into nowhere; false if the receive was not into a ring. */
+bool peer_rx_fault(struct peer *p);
 /* received bytes of a byte stream: headers and bodies as they come */
 void peer_rx_stream(struct peer *p, const uint8_t *b, size_t n);
 /* where the rest of the current DATA body goes in the consumer ring (from

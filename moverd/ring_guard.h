@@ -8,6 +8,9 @@
  * with anonymous memory (reads then see zeros: no record, nothing to send)
  * and marks it tripped, and the flow is failed on the next check
  * (flows_ring_tampered).  A SIGBUS anywhere else is fatal as before.
+ * The kernel's own copies into or out of such a page (a socket receive
+ * or send) fail with EFAULT instead: tcp.c hands those to peer_rx_fault
+ * and peer_tx_fault, which fail that flow and keep the link.
  *
  * All of moverd's user-space ring accesses run on the main thread; the
  * handler runs there, synchronously, so the registry needs no lock.

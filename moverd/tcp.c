@@ -55,6 +55,11 @@ static void write_done(struct loop_op *op, int res)
 	fmlt_mark(LT_TX_DONE, (uint64_t)res);
 	if (p->state == PEER_CLOSING)
 		return; /* reap_peers takes it from here */
+	/* a send out of a ring a client shrank: that flow only */
+	if (res == -EFAULT && peer_tx_fault(p)) {
+		tcp_send(p);
+		return;
+	}
 	if (res <= 0) {
 		peer_fail(p, "send: %s", res ? strerror(-res) : "closed");
 		return;
@@ -82,6 +87,11 @@ static void read_done(struct loop_op *op, int res)
 
 	if (p->state == PEER_CLOSING)
 		return; /* reap_peers takes it from here */
+	/* a receive straight into a ring a client shrank: that flow only */
+	if (res == -EFAULT && !p->rx_staged && peer_rx_fault(p)) {
+		tcp_recv(p);
+		return;
+	}
 	if (res <= 0) {
 		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
 		return;

@@ -28,6 +28,10 @@
  *      position; a producer on A, and a consumer on B, store FAILED in
  *      flags.  Each flow fails on both hosts and the honest client on the
  *      other host gets -EPROTO
+ *   7  a ring file shrunk under a 1 MiB record in flight: received
+ *      straight into B's consumer ring, sent from A's producer ring (the
+ *      kernel's copy faults): that flow fails on both hosts, the link
+ *      never drops, q moves on
  *
  * Every case passes only if the checked flows deliver every record exactly
  * once (flowcheck), moverd stays alive and exits 0 on SIGTERM (no sanitizer
@@ -982,6 +986,111 @@ static void case_ctl_flood(void)
 	hd_stop(&d);
 }
 
+/* ---- case 7: a ring file shrunk under a record in flight ------------------- */
+
+#define BIG_RECORD (1u << 20)
+
+static void big_flow(const struct hd *a, const struct hd *b, const char *name)
+{
+	char out[4096];
+
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s --peer "
+		     "127.0.0.1:%d --ring-size 4M --max-record 1M", name,
+		     b->port) == 0);
+	CHECK(hd_wait_state(a, moverctl_bin, name, "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(b, moverctl_bin, name, "open", 10000, NULL, 0));
+}
+
+/* Failed on both hosts, with a reason. */
+static void failed_on_both(const struct hd *a, const struct hd *b,
+			   const char *flow)
+{
+	char why[256];
+
+	CHECK(hd_wait_state(a, moverctl_bin, flow, "failed", 10000, why,
+			    sizeof(why)));
+	printf("  %s on A: failed: %s\n", flow, why);
+	CHECK(hd_wait_state(b, moverctl_bin, flow, "failed", 10000, why,
+			    sizeof(why)));
+	printf("  %s on B: failed: %s\n", flow, why);
+}
+
+static uint64_t reconnects(const struct hd *d)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	return hj_u64(out, "reconnects");
+}
+
+/*
+ * The kernel's copy into or out of a ring whose file a client shrank
+ * faults (EFAULT) where moverd's own touch would be SIGBUS (the audit of
+ * 2026-11-28: B dropped the whole link, "receive: Bad address", and every
+ * flow on it went to reconnecting).  On B a consumer of t2 shrinks its
+ * ring to the control page and 8 KiB before a 1 MiB record arrives (the
+ * body is received straight into the ring); on A, with moverd stopped, a
+ * producer of t1 commits a 1 MiB record and shrinks the file to the page
+ * of its header, which moverd reads before it sends the body from the
+ * pages that are gone.  Each flow fails on both hosts; the link never
+ * drops; q delivers every record once.
+ */
+static void case_shrunk_in_flight(void)
+{
+	static const char *const names[] = { "q", NULL };
+	static uint8_t rec[BIG_RECORD];
+	struct hd a, b;
+	struct checked q;
+	flowshm_t *p1, *p2;
+	int base_a, base_b, s1, f1, s2, f2;
+
+	two_daemons(&a, &b, "garbage7", names, NULL);
+	big_flow(&a, &b, "t1");
+	big_flow(&a, &b, "t2");
+	base_a = hd_fds(&a);
+	base_b = hd_fds(&b);
+	q = checked_start(&a, &b, "q", Q_RECORDS);
+	memset(rec, 0x5a, sizeof(rec));
+
+	f2 = hd_attach_fd(&b, "t2", FLOWMOVER__ROLE__CONSUMER, &s2);
+	CHECK(ftruncate(f2, FR_CTRL_BYTES + 8192) == 0);
+	p2 = attach_raw(&a, "t2", FLOWSHM_PRODUCER);
+	CHECK_RC(flowshm_send(p2, rec, sizeof(rec), 5000000000ll), 0);
+	failed_on_both(&a, &b, "t2");
+
+	f1 = hd_attach_fd(&a, "t1", FLOWMOVER__ROLE__PRODUCER, &s1);
+	p1 = attach_raw(&a, "t1", FLOWSHM_PRODUCER);
+	CHECK(kill(a.pid, SIGSTOP) == 0);
+	CHECK_RC(flowshm_send(p1, rec, sizeof(rec), 0), 0);
+	CHECK(ftruncate(f1, FR_CTRL_BYTES + 4096) == 0);
+	CHECK(kill(a.pid, SIGCONT) == 0);
+	failed_on_both(&a, &b, "t1");
+
+	hd_alive(&a);
+	hd_alive(&b);
+	printf("  'Bad address' in the logs: A %d, B %d; reconnects A %llu, "
+	       "B %llu\n", hd_log_count(&a, "Bad address"),
+	       hd_log_count(&b, "Bad address"),
+	       (unsigned long long)reconnects(&a),
+	       (unsigned long long)reconnects(&b));
+	CHECK(hd_log_count(&a, "Bad address") == 0);
+	CHECK(hd_log_count(&b, "Bad address") == 0);
+	CHECK(reconnects(&a) == 0 && reconnects(&b) == 0);
+	checked_done(&q);
+	flowshm_detach(p1);
+	flowshm_detach(p2);
+	close(f1);
+	close(s1);
+	close(f2);
+	close(s2);
+	cpu_settled(&a, "A");
+	cpu_settled(&b, "B");
+	fds_settled(&a, "A", base_a);
+	fds_settled(&b, "B", base_b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -997,6 +1106,9 @@ int main(int argc, char **argv)
 		{ 6, case_words, "one impossible word each: a producer's tail "
 		  "beyond the ring, FAILED stored by a producer and by a "
 		  "consumer" },
+		{ 7, case_shrunk_in_flight, "ring files shrunk under a record "
+		  "in flight (received into B's, sent from A's): that flow "
+		  "fails, the link stays up" },
 	};
 
 	if (argc != 4) {
