@@ -197,7 +197,8 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	FILE *f;
 	int rc;
 
-	if (!meta_value_ok(fl->peer_addr) || !meta_value_ok(fl->origin))
+	if (!meta_value_ok(fl->peer_addr) || !meta_value_ok(fl->origin) ||
+	    !meta_value_ok(fl->origin_host))
 		return -EINVAL; /* flows_create refused it already */
 	file_name(fl->name, "flow", name, sizeof(name));
 	file_name(fl->name, "flow.tmp", tmp, sizeof(tmp));
@@ -207,6 +208,10 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	fprintf(f, "role=%s\npeer=%s\nid=%u\nowner_uid=%u\nowner_gid=%u\n"
 		"origin=%s\n", flows_role_name(fl->role), fl->peer_addr, fl->id,
 		(unsigned)fl->owner_uid, (unsigned)fl->owner_gid, fl->origin);
+	/* only a keyed identity differs from the address: a keyless flow's
+	 * file stays as an older moverd reads it */
+	if (strcmp(fl->origin_host, fl->origin))
+		fprintf(f, "origin_host=%s\n", fl->origin_host);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
@@ -270,15 +275,16 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_CREATED, K_FANOUT, K_COUNT };
+		K_CREATED, K_FANOUT, K_HOST, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids", "origin", "created_ms", "fanout",
+	"allow_gids", "origin", "created_ms", "fanout", "origin_host",
 };
 /* keys a file written before they existed may lack (fanout: only a
  * flow to several peers has it) */
-#define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT))
+#define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT) | \
+		       (1u << K_HOST))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -319,6 +325,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->origin))
 			return false;
 		strcpy(fl->origin, v);
+		return true;
+	case K_HOST:
+		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->origin_host))
+			return false;
+		strcpy(fl->origin_host, v);
 		return true;
 	case K_CREATED:
 		return parse_u64(v, &fl->created_unix_ms);
@@ -544,6 +555,12 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fclose(f);
 	if (rc)
 		goto refuse;
+	/* no origin_host: origin is the address (a keyless peer's), or the
+	 * file is older than origin_host and the flow is charged to its
+	 * identity until its peer resumes it (peer.c, check_origin) */
+	if (!fl->origin_host[0])
+		snprintf(fl->origin_host, sizeof(fl->origin_host), "%.*s",
+			 FLOW_HOST_MAX, fl->origin);
 	file_name(name, "ring", file, sizeof(file));
 	flow_file(t, name, "ring", fl->path, sizeof(fl->path));
 	fl->ring_fd = open_state_file(t, file, O_RDWR, why, sizeof(why));
@@ -731,7 +748,7 @@ struct flow_remains {
 	uint64_t guard;
 	enum flow_role role;
 	uid_t owner_uid;
-	char origin[FLOW_ORIGIN_MAX + 1];
+	char origin_host[FLOW_HOST_MAX + 1];
 	uint64_t ring_bytes;
 	uint64_t until_ns;       /* the consumer's grace ends */
 	char name[FLOW_NAME_MAX + 1];
@@ -742,12 +759,15 @@ struct usage {
 	uint64_t bytes;
 };
 
-/* Is this flow (or remains) charged to the peer host or uid asked about? */
-static bool charged(enum flow_role role, uid_t owner, const char *origin,
+/* Is this flow (or remains) charged to the peer host or uid asked about?
+ * A peer host is its address, not its identity: that holds the node name
+ * the peer said, and a key holder saying another name each time would get
+ * a fresh quota each time. */
+static bool charged(enum flow_role role, uid_t owner, const char *host,
 		    const struct flow_spec *s, uid_t uid)
 {
 	if (s->role == FLOW_RECEIVER)
-		return role == FLOW_RECEIVER && !strcmp(origin, s->origin);
+		return role == FLOW_RECEIVER && !strcmp(host, s->origin_host);
 	return role != FLOW_RECEIVER && owner == uid;
 }
 
@@ -759,13 +779,13 @@ static struct usage usage_of(const struct flow_table *t,
 	struct usage u = { 0 };
 
 	for (const struct flow *f = t->head; f; f = f->next) {
-		if (charged(f->role, f->owner_uid, f->origin, s, uid)) {
+		if (charged(f->role, f->owner_uid, f->origin_host, s, uid)) {
 			u.flows++;
 			u.bytes += f->ring_bytes;
 		}
 	}
 	for (const struct flow_remains *r = t->remains; r; r = r->next) {
-		if (charged(r->role, r->owner_uid, r->origin, s, uid)) {
+		if (charged(r->role, r->owner_uid, r->origin_host, s, uid)) {
 			u.flows++;
 			u.bytes += r->ring_bytes;
 		}
@@ -788,11 +808,11 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 	char who[96];
 	struct usage u;
 
-	if (peer ? !s->origin : uid == 0)
+	if (peer ? !s->origin_host : uid == 0)
 		return 0; /* a local call, or root: no quota */
 	u = usage_of(t, s, uid);
 	if (peer)
-		snprintf(who, sizeof(who), "peer host %s", s->origin);
+		snprintf(who, sizeof(who), "peer host %s", s->origin_host);
 	else
 		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
 	if (u.flows >= max_flows) {
@@ -889,6 +909,11 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 "'=', or longer than %d)", FLOW_ORIGIN_MAX);
 		return -EINVAL;
 	}
+	if (s->origin_host && (!meta_value_ok(s->origin_host) ||
+			       strlen(s->origin_host) > FLOW_HOST_MAX)) {
+		snprintf(err, errlen, "the peer's address cannot be kept");
+		return -EINVAL;
+	}
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
 		snprintf(err, errlen, "at most %d allowed uids and gids",
 			 FLOW_ALLOW_MAX);
@@ -961,6 +986,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	snprintf(f->name, sizeof(f->name), "%s", spec->name);
 	snprintf(f->origin, sizeof(f->origin), "%s",
 		 spec->origin ? spec->origin : "");
+	snprintf(f->origin_host, sizeof(f->origin_host), "%s",
+		 spec->origin_host ? spec->origin_host : "");
 	f->ring_bytes = p.ring_size;
 	guard_ring(f);
 	/* relaxed: the ring is not handed to anyone yet */
@@ -1174,7 +1201,8 @@ static void release_pages(struct flow_table *t, struct flow *f)
 			.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
 			.until_ns = fr_now_ns() + DRAIN_GRACE_NS,
 		};
-		snprintf(r->origin, sizeof(r->origin), "%s", f->origin);
+		snprintf(r->origin_host, sizeof(r->origin_host), "%s",
+			 f->origin_host);
 		snprintf(r->name, sizeof(r->name), "%s", f->name);
 		t->remains = r;
 	} else {

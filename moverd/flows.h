@@ -19,6 +19,7 @@
 #define FLOW_NAME_MAX  64
 #define FLOW_ALLOW_MAX 16
 #define FLOW_ORIGIN_MAX 127  /* a peer's identity (struct peer, identity) */
+#define FLOW_HOST_MAX 63     /* a peer's address (struct peer, host) */
 
 enum flow_role {
 	FLOW_LOCAL,    /* producers and consumer on this host: one ring */
@@ -46,6 +47,8 @@ struct flow_spec {
 	uint64_t ring_size;      /* 0 = default */
 	uint32_t max_record;     /* 0 = default */
 	const char *origin;      /* receiver: the identity of the peer asking */
+	const char *origin_host; /* receiver: its address, which the quotas
+				  * charge (NULL: a local call, no quota) */
 	uint64_t max_lag;        /* producer ring: cut laggards (0 = lossless) */
 	/* sender: the peer hosts after the first (fan-out), for comparing a
 	 * create with an existing flow (fanout_add adds them) */
@@ -141,6 +144,11 @@ struct flow {
 	 * or "NODE key KEYID" once peers authenticate).  Only that peer may
 	 * open or resume the flow again; kept in the state file. */
 	char origin[FLOW_ORIGIN_MAX + 1];
+	/* receiver: the peer host its quotas are charged to: the address of
+	 * the peer that created or last resumed it, never the node name in
+	 * origin (any key holder may say any name).  Kept in the state file
+	 * when it differs from origin. */
+	char origin_host[FLOW_HOST_MAX + 1];
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
 	uint64_t guard;          /* ring file: moverd's mapping, guarded
 				  * against SIGBUS (ring_guard.h) */

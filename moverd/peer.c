@@ -875,6 +875,19 @@ static bool upgrades_origin(const struct peer *p, const struct flow *f)
 	return true;
 }
 
+/* f's peer resumes it, maybe from another address (a flow re-adopted
+ * from an older state file is charged to its identity until now): it is
+ * charged to where its peer is now. */
+static void charge_host(struct peer *p, struct flow *f)
+{
+	if (!strcmp(f->origin_host, p->host))
+		return;
+	snprintf(f->origin_host, sizeof(f->origin_host), "%s", p->host);
+	if (flows_save(p->m->flows, f))
+		log_warn("flow %s: cannot keep its peer's address in its state "
+			 "file", f->name);
+}
+
 static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 {
 	static struct log_limit lim; /* a peer can ask at will */
@@ -882,13 +895,17 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 
 	if (!f->origin[0] || upgrades_origin(p, f)) {
 		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
+		snprintf(f->origin_host, sizeof(f->origin_host), "%s",
+			 p->host);
 		if (flows_save(p->m->flows, f))
 			log_warn("flow %s: cannot keep its peer's identity in "
 				 "its state file", f->name);
 		return 0;
 	}
-	if (!strcmp(f->origin, p->identity))
+	if (!strcmp(f->origin, p->identity)) {
+		charge_host(p, f);
 		return 0;
+	}
 	snprintf(err, cap, "flow '%s' exists on this host and belongs to "
 		 "another peer", f->name);
 	/* identities hold the node name a peer sent in its hello */
@@ -911,6 +928,7 @@ static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
 		.ring_size = op->ring_size, .max_record = op->max_record,
 		.seal_key = op->seal_key, .start = op->start,
 		.origin = p->identity,
+		.origin_host = p->host, /* the quotas: never the node name */
 		.allow_gids = &group, .n_allow_gids = l->peer_flow_group,
 	};
 
@@ -1752,11 +1770,46 @@ void peer_rx_stream(struct peer *p, const uint8_t *b, size_t n)
 	}
 }
 
+/*
+ * p->host, for the quotas: what the connection itself says, never the
+ * hello.  Inbound, the address it came from; outbound, the address we
+ * connected to (resolved, so a host name we dialed is charged as the
+ * address it names).  One numeric form, so that "::ffff:10.0.0.1" and
+ * "10.0.0.1" are one host.
+ */
+static void set_host(struct peer *p)
+{
+	const struct sockaddr_in6 *s6 = (const void *)&p->sa;
+	const struct sockaddr_in *s4 = (const void *)&p->sa;
+	char host[sizeof(p->addr)];
+	struct in6_addr ip;
+	bool ok;
+
+	peer_host(p, host, sizeof(host));
+	if (p->outbound && p->sa.ss_family == AF_INET6) {
+		ip = s6->sin6_addr;
+		ok = true;
+	} else if (p->outbound && p->sa.ss_family == AF_INET) {
+		v4_mapped(&ip, &s4->sin_addr);
+		ok = true;
+	} else {
+		ok = parse_ip(host, strlen(host), &ip);
+	}
+	if (ok && IN6_IS_ADDR_V4MAPPED(&ip))
+		ok = inet_ntop(AF_INET, &ip.s6_addr[12], host, sizeof(host));
+	else if (ok)
+		ok = inet_ntop(AF_INET6, &ip, host, sizeof(host));
+	if (!ok) /* not numeric: as it is (it was never a claim either) */
+		peer_host(p, host, sizeof(host));
+	snprintf(p->host, sizeof(p->host), "%s", host);
+}
+
 /* Until the hello authenticates it, a peer is its address, without the
  * port (which changes with every connection). */
 static void set_identity(struct peer *p)
 {
 	peer_host(p, p->identity, sizeof(p->identity));
+	set_host(p);
 }
 
 static void log_inbound(const struct peer *p)

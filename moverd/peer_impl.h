@@ -65,6 +65,11 @@ struct peer {
 	 * port, set by peer_up; the hello's authentication replaces it with
 	 * "NODE key KEYID" (auth_done) */
 	char identity[128];
+	/* the peer host its receiver flows are charged to (the quotas,
+	 * flows.h: origin_host): the address it came from, or the one we
+	 * reached it at, numeric, IPv4 as IPv4.  Not identity: the node name
+	 * there is only what the peer says, proven or not.  Set by peer_up. */
+	char host[FLOW_HOST_MAX + 1];
 	bool outbound;
 	enum peer_state state;
 	/* it said a valid hello (outbound: we did; the acceptor never

@@ -27,6 +27,10 @@
  *      handshake, over 200 handshakes (reported, never asserted)
  *  11  a moverd outside --peer-allow: refused at accept (TCP) or before
  *      rdma_accept (RDMA), no flow, no registration
+ *  12  one key holder, several node names: the per-peer-host quota
+ *      (--peer-max-flows) holds across them, also for flows re-adopted
+ *      after a restart; the flows still resume under their own name, are
+ *      refused to another name, and another address has its own quota
  *
  * Cases 1-3 and 11 run over FM_AUTH_TRANSPORT to FM_AUTH_ADDR: tcp and
  * 127.0.0.1 by default; in the soft-RoCE guest
@@ -887,6 +891,105 @@ static void case_cost(void)
 	auth_forget(&k);
 }
 
+/* ---- 12: the quotas count what a peer proved, not the name it says ------- */
+
+/* A key holder's handshake as node on fd (honest: it holds the key). */
+static void handshake_as(int fd, const struct auth_key *k, const char *node)
+{
+	uint8_t nonce_i[AUTH_NONCE_BYTES], proof[AUTH_PROOF_BYTES];
+	struct hp_hello_in in;
+
+	auth_nonce(nonce_i);
+	CHECK(hp_hello_auth(fd, node, nonce_i, AUTH_NONCE_BYTES, k->id));
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(auth_check(k, AUTH_RESPONDER, nonce_i, in.nonce, node, in.node,
+			 in.proof, in.proof_len));
+	auth_proof(k, AUTH_INITIATOR, nonce_i, in.nonce, node, in.node, proof);
+	CHECK(hp_auth(fd, proof, AUTH_PROOF_BYTES));
+}
+
+/* Open flow name (id) on fd; the answer's error, its message in msg. */
+static int open_as(int fd, const char *name, uint32_t id, char *msg,
+		   size_t cap)
+{
+	const struct hp_open o = { name, id, 1 << 16, 1024, 0x12340000ull, 0 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	int err;
+
+	CHECK(hp_open(fd, &o));
+	CHECK(hp_wait_opened(fd, id, 5000, &op) == 0);
+	err = op->error;
+	snprintf(msg, cap, "%s", op->message ? op->message : "");
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	return err;
+}
+
+/* As node from src, open name: the error (the connection is closed). */
+static int open_from(const struct hd *b, const struct auth_key *k,
+		     const char *src, const char *node, const char *name)
+{
+	char msg[256];
+	int fd = hp_connect_from(b->port, src);
+	int err;
+
+	handshake_as(fd, k, node);
+	err = open_as(fd, name, 1, msg, sizeof(msg));
+	printf("  %s as %s opens %s: %d %s\n", src, node, name, err, msg);
+	close(fd);
+	return err;
+}
+
+static void case_quota_names(void)
+{
+	const char *key = new_key("k12", NULL, 0);
+	const char *eb[] = { "--peer-key", key, "--peer-max-flows", "3", NULL };
+	unsigned opened = 0, refused = 0;
+	char name[32], node[32], msg[256];
+	struct auth_key k;
+	struct hd b;
+
+	load_key(key, &k);
+	start(&b, "auth12", true, eb);
+	/* node0..node3, three opens each: three in all, not three a name */
+	for (int n = 0; n < 4; n++) {
+		int fd = hp_connect(b.port);
+
+		snprintf(node, sizeof(node), "node%d", n);
+		handshake_as(fd, &k, node);
+		for (int i = 0; i < 3; i++) {
+			int err;
+
+			snprintf(name, sizeof(name), "q%d-%d", n, i);
+			err = open_as(fd, name, (uint32_t)i + 1, msg,
+				      sizeof(msg));
+			if (!err) {
+				opened++;
+				continue;
+			}
+			refused++;
+			CHECK(err == -EDQUOT && strstr(msg, "--peer-max-flows"));
+		}
+		printf("  after %s: %u opened, %u refused (%s)\n", node,
+		       opened, refused, msg);
+		close(fd);
+	}
+	CHECK(opened == 3 && refused == 9);
+
+	/* restarted, the three are re-adopted and still count; node0 still
+	 * resumes its own, another name may not take it */
+	hd_term(&b);
+	hd_restart(&b, moverd_bin, eb);
+	CHECK(open_from(&b, &k, "127.0.0.1", "node0", "q0-0") == 0);
+	CHECK(open_from(&b, &k, "127.0.0.1", "node1", "q0-1") == -EEXIST);
+	CHECK(open_from(&b, &k, "127.0.0.1", "node7", "q7-0") == -EDQUOT);
+	/* another host holding the same key: a quota of its own */
+	CHECK(open_from(&b, &k, "127.0.0.2", "other", "r0") == 0);
+	CHECK(open_from(&b, &k, "127.0.0.2", "other", "r1") == 0);
+	hd_alive(&b);
+	hd_stop(&b);
+	auth_forget(&k);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -908,6 +1011,8 @@ int main(int argc, char **argv)
 		{ 11, case_peer_allow_pair, "a moverd outside --peer-allow "
 		  "(over FM_AUTH_TRANSPORT): refused before anything is "
 		  "allocated" },
+		{ 12, case_quota_names, "one key, several node names: one "
+		  "peer host's quota" },
 	};
 
 	if (argc != 4) {
