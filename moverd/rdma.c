@@ -94,6 +94,9 @@ struct rdma_conn {
 	unsigned n_mrs, cap_mrs;
 	struct ibv_send_wr wr[SQ_DEPTH];
 	struct ibv_sge sge[SQ_DEPTH];
+	/* the wr_id of the signalled last WR of the batch in flight (valid
+	 * while p->wr_op.busy): the one completion that means "sent" */
+	uint64_t sent_wr_id;
 };
 
 static struct rdma_shared *shared(struct peer_mgr *m)
@@ -247,6 +250,10 @@ static void drop_orphans(struct rdma_conn *c)
 
 /* ---- queue pair ------------------------------------------------------------ */
 
+/* Send WRs carry this bit in wr_id, receives their buffer's index (below
+ * RECV_BUFS): a completion names whose it is, whatever its opcode says. */
+#define WR_SEND (1ull << 32)
+
 static int post_recv(struct rdma_conn *c, unsigned i)
 {
 	struct ibv_sge sge = { (uintptr_t)(c->recv_bufs + (size_t)i * RECV_BYTES),
@@ -352,7 +359,8 @@ static void add_wr(struct rdma_conn *c, unsigned *n, enum ibv_wr_opcode op,
 	struct ibv_send_wr *wr = &c->wr[*n];
 
 	c->sge[*n] = (struct ibv_sge){ addr, len, lkey };
-	*wr = (struct ibv_send_wr){ .wr_id = *n, .sg_list = &c->sge[*n],
+	*wr = (struct ibv_send_wr){ .wr_id = WR_SEND | *n,
+				    .sg_list = &c->sge[*n],
 				    .num_sge = 1, .opcode = op };
 	if (op == IBV_WR_RDMA_WRITE) {
 		wr->wr.rdma.remote_addr = raddr;
@@ -433,6 +441,7 @@ static void rdma_send(struct peer *p)
 	}
 	c->wr[n - 1].send_flags |= IBV_SEND_SIGNALED; /* selective signalling */
 	c->wr[n - 1].next = NULL;
+	c->sent_wr_id = c->wr[n - 1].wr_id;
 	if (ibv_post_send(c->id->qp, c->wr, &bad)) {
 		peer_fail(p, "ibv_post_send: %s", strerror(errno));
 		return;
@@ -451,7 +460,7 @@ static void rdma_recv(struct peer *p)
 
 /* ---- completions -------------------------------------------------------------- */
 
-static void got_frame(struct peer *p, struct ibv_wc *wc)
+static void got_frame(struct peer *p, const struct ibv_wc *wc)
 {
 	struct rdma_conn *c = conn(p);
 	uint8_t *buf = c->recv_bufs + (size_t)wc->wr_id * RECV_BYTES;
@@ -482,6 +491,72 @@ static void got_frame(struct peer *p, struct ibv_wc *wc)
 	peer_rx_body(p);
 }
 
+/* A receive buffer has a frame of the peer: take it, post it again. */
+static void completed_recv(struct peer *p, const struct ibv_wc *wc)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (wc->wr_id >= RECV_BUFS) { /* it indexes recv_bufs */
+		peer_fail(p, "a receive completion for work request %llu, "
+			  "which is not one of ours",
+			  (unsigned long long)wc->wr_id);
+		return;
+	}
+	got_frame(p, wc);
+	if (p->state == PEER_UP && post_recv(c, (unsigned)wc->wr_id))
+		peer_fail(p, "cannot re-post a receive");
+}
+
+/*
+ * Only the signalled last WR of our batch in flight is "sent": then every
+ * WRITE before it has been read out of the rings, and the flows and
+ * registrations it used may go.  A completion taken for it too early
+ * would release them under a WRITE still running.
+ */
+static void completed_send(struct peer *p, const struct ibv_wc *wc)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (!p->wr_op.busy || wc->wr_id != c->sent_wr_id) {
+		peer_fail(p, "a send completion for work request %#llx, which "
+			  "is not our batch in flight",
+			  (unsigned long long)wc->wr_id);
+		return;
+	}
+	p->wr_op.busy = false;
+	drop_orphans(c);
+	peer_sent(p);
+}
+
+/*
+ * Dispatch on what completed.  The protocol uses SENDs into posted
+ * receives and plain WRITEs into the rings (which complete nothing here);
+ * anything else comes from a peer breaking it: a WRITE with immediate
+ * data, even of 0 bytes (no rkey needed, no authentication either), takes
+ * a receive buffer and completes as RECV_RDMA_WITH_IMM.  The connection
+ * goes (its buffer is not posted again, the queue pair goes with it).
+ */
+static void completed(struct peer *p, const struct ibv_wc *wc)
+{
+	switch (wc->opcode) {
+	case IBV_WC_RECV:
+		completed_recv(p, wc);
+		return;
+	case IBV_WC_SEND:
+		completed_send(p, wc);
+		return;
+	case IBV_WC_RECV_RDMA_WITH_IMM:
+		peer_fail(p, "the peer sent an RDMA write with immediate data, "
+			  "which the protocol never uses");
+		return;
+	default:
+		peer_fail(p, "an unexpected completion (opcode %d, work "
+			  "request %#llx)", (int)wc->opcode,
+			  (unsigned long long)wc->wr_id);
+		return;
+	}
+}
+
 static int poll_peer(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
@@ -498,16 +573,7 @@ static int poll_peer(struct peer *p)
 					  ibv_wc_status_str(wc[i].status));
 				return work + 1;
 			}
-			if (wc[i].opcode == IBV_WC_RECV) {
-				got_frame(p, &wc[i]);
-				if (p->state == PEER_UP &&
-				    post_recv(c, (unsigned)wc[i].wr_id))
-					peer_fail(p, "cannot re-post a receive");
-			} else {
-				p->wr_op.busy = false;
-				drop_orphans(c);
-				peer_sent(p);
-			}
+			completed(p, &wc[i]);
 			work++;
 		}
 		if (p->state != PEER_UP)
