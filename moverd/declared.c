@@ -474,6 +474,7 @@ static struct flow_spec spec_of(const struct declared_flow *df,
 		.more_peers = more, .n_more_peers = df->n_more,
 		.allow_uids = df->uids, .n_allow_uids = df->n_uids,
 		.allow_gids = df->gids, .n_allow_gids = df->n_gids,
+		.unmetered = true, /* the operator's: no ring rate */
 	};
 }
 

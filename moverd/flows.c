@@ -835,6 +835,146 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 	return 0;
 }
 
+/* ---- how fast a party creates rings ------------------------------------- */
+
+/*
+ * Creating a ring allocates all of it (fallocate) and destroying it punches
+ * it out again, both on the event loop: on tmpfs about 0.3 s and 0.14 s a
+ * GiB, while no other flow moves and no client is answered.  The quotas
+ * bound what a party holds, not how often it creates, so a user or a peer
+ * looping create/destroy of 1 GiB rings stalled every flow of the host.
+ * Each party (a non-root uid; a peer host, by its identity) therefore has a
+ * budget of ring bytes created a second: a token bucket, kept as the time
+ * its debt is paid off (GCRA), so a party with a full bucket needs no
+ * entry.  A ring's destroy is paid for by its create.
+ */
+struct rate_party {
+	struct rate_party *next;
+	bool peer;
+	uid_t uid;
+	char origin[FLOW_ORIGIN_MAX + 1];
+	uint64_t free_at_ns;     /* fr_now_ns: its bucket is full again */
+};
+
+/* The bucket: one ring of --max-ring-size always passes when it is full.
+ * Never less than 1 GiB: a host with small rings stalls its loop for one
+ * small ring at a time, and scripts that create many at once still pass. */
+#define RATE_BURST_MIN (1ull << 30)
+
+/* The time `bytes` take at `rate` a second; capped at ~30 years, so that
+ * a rate of a few bytes and a huge --max-ring-size do not overflow. */
+static uint64_t rate_ns(uint64_t bytes, uint64_t rate)
+{
+	double ns = (double)bytes / (double)rate * 1e9;
+
+	return ns < 1e18 ? (uint64_t)ns : 1000000000000000000ull;
+}
+
+/* Forget the parties whose bucket is full again (all: now = UINT64_MAX). */
+static void prune_rates(struct flow_table *t, uint64_t now)
+{
+	for (struct rate_party **pp = &t->rates, *r; (r = *pp);) {
+		if (r->free_at_ns > now) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		free(r);
+	}
+}
+
+/* The party that creates (a new entry, its bucket full); NULL: no memory. */
+static struct rate_party *party_of(struct flow_table *t,
+				   const struct flow_spec *s, uid_t uid)
+{
+	bool peer = s->role == FLOW_RECEIVER;
+	struct rate_party *r;
+
+	for (r = t->rates; r; r = r->next)
+		if (r->peer == peer && (peer ? !strcmp(r->origin, s->origin) :
+					       r->uid == uid))
+			return r;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->peer = peer;
+	r->uid = uid;
+	snprintf(r->origin, sizeof(r->origin), "%s", peer ? s->origin : "");
+	r->next = t->rates;
+	t->rates = r;
+	return r;
+}
+
+/* Root, moverd's own user and the config's flows are the operator's; a
+ * receiver without an origin is a local call (as check_quota). */
+static bool rate_exempt(const struct flow_spec *s, uid_t uid)
+{
+	if (s->unmetered)
+		return true;
+	if (s->role == FLOW_RECEIVER)
+		return !s->origin;
+	return uid == 0 || uid == geteuid();
+}
+
+/* "64 MiB", "512 KiB", "1000 bytes": a rate as the operator wrote it. */
+static void size_text(uint64_t v, char *out, size_t cap)
+{
+	if (v >= 1u << 20 && !(v & ((1u << 20) - 1)))
+		snprintf(out, cap, "%llu MiB", (unsigned long long)(v >> 20));
+	else if (v >= 1u << 10 && !(v & ((1u << 10) - 1)))
+		snprintf(out, cap, "%llu KiB", (unsigned long long)(v >> 10));
+	else
+		snprintf(out, cap, "%llu bytes", (unsigned long long)v);
+}
+
+/*
+ * --max-ring-rate-per-uid, --peer-max-ring-rate: may this party create a
+ * ring of `ring` bytes now?  If so it is charged; else -EAGAIN, and err
+ * says when the same create will pass (a peer's sender retries on its
+ * own: "busy, retry", peer.c handle_opened).
+ */
+static int check_rate(struct flow_table *t, const struct flow_spec *s,
+		      uid_t uid, uint64_t ring, char *err, size_t errlen)
+{
+	bool peer = s->role == FLOW_RECEIVER;
+	uint64_t rate = peer ? t->limits.peer_ring_rate :
+			       t->limits.uid_ring_rate;
+	static struct log_limit lim; /* a user can ask at will */
+	uint64_t burst = t->limits.max_ring_size, now, due, burst_ns;
+	struct rate_party *r;
+	char who[160], per[32];
+
+	if (!rate || rate_exempt(s, uid))
+		return 0;
+	now = fr_now_ns();
+	prune_rates(t, now);
+	r = party_of(t, s, uid);
+	if (!r) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (burst < RATE_BURST_MIN)
+		burst = RATE_BURST_MIN;
+	burst_ns = rate_ns(burst, rate);
+	due = (r->free_at_ns > now ? r->free_at_ns : now) + rate_ns(ring, rate);
+	if (due - now <= burst_ns) {
+		r->free_at_ns = due;
+		return 0;
+	}
+	if (peer)
+		snprintf(who, sizeof(who), "peer host %s", s->origin);
+	else
+		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	size_text(rate, per, sizeof(per));
+	snprintf(err, errlen, "creating rings too fast: %s may create %s of "
+		 "rings a second here (%s); try again in %llu ms", who, per,
+		 peer ? "--peer-max-ring-rate" : "--max-ring-rate-per-uid",
+		 (unsigned long long)((due - now - burst_ns + 999999) / 1000000));
+	if (!peer) /* (a peer's refusals are logged by handle_open) */
+		log_limited(&lim, LOG_LVL_WARN, "flow %s: %s", s->name, err);
+	return -EAGAIN;
+}
+
 /*
  * A ring file may not leave the state directory's filesystem (tmpfs by
  * default: memory) with less than --state-dir-reserve percent free.
@@ -960,6 +1100,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	 * restarted moverd re-adopts it; a stale one goes first, anything
 	 * else there fails O_EXCL */
 	rc = check_state_dir(t, p.ring_size, err, errlen);
+	if (!rc) /* last: a create refused for another reason costs nothing */
+		rc = check_rate(t, spec, uid, p.ring_size, err, errlen);
 	if (rc) {
 		free(f);
 		return rc;
@@ -1230,6 +1372,7 @@ void flows_reap_remains(struct flow_table *t, uint64_t now)
 		release_now(-1, r->view, r->guard, r->ring_bytes, r->name);
 		free(r);
 	}
+	prune_rates(t, now);
 }
 
 /* ---- ring files that a client resized -------------------------------------- */

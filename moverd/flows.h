@@ -58,6 +58,9 @@ struct flow_spec {
 	size_t n_allow_uids;
 	const uint32_t *allow_gids;
 	size_t n_allow_gids;
+	/* declared in moverd's config (declared.c): the operator's, so not
+	 * held to a uid's ring rate (check_rate) */
+	bool unmetered;
 };
 
 /*
@@ -237,6 +240,11 @@ struct flow_limits {
 	/* what one non-root uid may own (local and sender flows) */
 	unsigned uid_max_flows;
 	uint64_t uid_max_ring_bytes;
+	/* ring bytes one non-root uid, and one peer host, may have created a
+	 * second (0: no limit): creating and destroying rings runs on the
+	 * event loop (flows.c, check_rate) */
+	uint64_t uid_ring_rate;
+	uint64_t peer_ring_rate;
 	unsigned state_dir_reserve;   /* percent of the state dir kept free */
 	unsigned orphan_timeout_s;    /* 0 = receiver flows wait forever */
 	/* who owns a flow a peer opens here (--peer-flow-owner): never the
@@ -247,6 +255,7 @@ struct flow_limits {
 };
 
 struct flow_remains;
+struct rate_party;
 
 struct flow_table {
 	struct flow *head;
@@ -270,6 +279,9 @@ struct flow_table {
 	/* rings of destroyed flows whose consumer may still drain them:
 	 * their pages go after DRAIN_GRACE_NS (flows.c: release_pages) */
 	struct flow_remains *remains;
+	/* the parties whose ring rate budget is spent in part (check_rate);
+	 * one whose bucket is full again is forgotten */
+	struct rate_party *rates;
 	/* this moverd's start count, kept in the state directory (`epoch`):
 	 * clients that see it change know the daemon restarted */
 	uint64_t epoch;
@@ -337,7 +349,9 @@ const char *flows_role_name(enum flow_role r);
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 
 /* Create a flow owned by uid/gid.  0, or a negative errno with a sentence
- * for the client in err: -EEXIST, -EINVAL, -ENOSPC, -ENOMEM... */
+ * for the client in err: -EEXIST, -EINVAL, -ENOSPC, -ENOMEM, -EDQUOT,
+ * -EAGAIN (its owner, or peer host, creates rings too fast: retry after
+ * the time err names)... */
 int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 uid_t uid, gid_t gid, struct flow **out, char *err,
 		 size_t errlen);
@@ -403,8 +417,9 @@ void flows_let_go(struct flow_table *t, struct flow *f);
  */
 void flows_fail(struct flow *f, const char *reason);
 
-/* Release the remains that are drained or past their grace (all: now =
- * UINT64_MAX, at shutdown). */
+/* Release the remains that are drained or past their grace, and forget
+ * the ring rate budgets that are whole again (all: now = UINT64_MAX, at
+ * shutdown). */
 void flows_reap_remains(struct flow_table *t, uint64_t now);
 
 /*

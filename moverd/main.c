@@ -82,8 +82,10 @@ enum {
 	OPT_MAX_PER_UID,
 	OPT_UID_FLOWS,
 	OPT_UID_BYTES,
+	OPT_UID_RATE,
 	OPT_PEER_FLOWS,
 	OPT_PEER_BYTES,
+	OPT_PEER_RATE,
 	OPT_RESERVE,
 	OPT_ORPHAN,
 	OPT_PEER_OWNER,
@@ -211,9 +213,19 @@ static void usage(FILE *out)
 "  --max-flows-per-uid N    flows a non-root user may own (default 64)\n"
 "  --max-ring-bytes-per-uid N\n"
 "                           ring bytes a non-root user may own (default 4G)\n"
+"  --max-ring-rate-per-uid N\n"
+"                           ring bytes a non-root user may create a second\n"
+"                           (default 64M; 0 = no limit): creating and\n"
+"                           destroying a ring stalls every flow meanwhile.\n"
+"                           --max-ring-size (at least 1G) may be created at\n"
+"                           once; beyond, flow create fails with EAGAIN and\n"
+"                           says when to try again\n"
 "  --peer-max-flows N       flows one peer host may open here (default 64)\n"
 "  --peer-max-ring-bytes N  ring bytes one peer host may make this host\n"
 "                           allocate (default 4G)\n"
+"  --peer-max-ring-rate N   ring bytes one peer host may make this host create\n"
+"                           a second (default 64M; 0 = no limit); its opens\n"
+"                           beyond are answered busy, and retried\n"
 "  --state-dir-reserve PCT  refuse a ring file that would leave the state\n"
 "                           dir's filesystem less than PCT%% free (default 10)\n"
 "  --orphan-timeout S       destroy a receiver flow whose sender has not come\n"
@@ -283,8 +295,10 @@ static const struct option long_opts[] = {
 	{ "peer-flow-owner", required_argument, NULL, OPT_PEER_OWNER },
 	{ "max-flows-per-uid", required_argument, NULL, OPT_UID_FLOWS },
 	{ "max-ring-bytes-per-uid", required_argument, NULL, OPT_UID_BYTES },
+	{ "max-ring-rate-per-uid", required_argument, NULL, OPT_UID_RATE },
 	{ "peer-max-flows", required_argument, NULL, OPT_PEER_FLOWS },
 	{ "peer-max-ring-bytes", required_argument, NULL, OPT_PEER_BYTES },
+	{ "peer-max-ring-rate", required_argument, NULL, OPT_PEER_RATE },
 	{ "state-dir-reserve", required_argument, NULL, OPT_RESERVE },
 	{ "orphan-timeout", required_argument, NULL, OPT_ORPHAN },
 	{ "max-clients", required_argument, NULL, OPT_MAX_CLIENTS },
@@ -494,6 +508,14 @@ static int set_option(struct options *o, int key, const char *val)
 		if (parse_size(val, &v)) goto bad;
 		o->limits.uid_max_ring_bytes = v;
 		return 0;
+	case OPT_UID_RATE:
+		if (parse_size(val, &v)) goto bad;
+		o->limits.uid_ring_rate = v;
+		return 0;
+	case OPT_PEER_RATE:
+		if (parse_size(val, &v)) goto bad;
+		o->limits.peer_ring_rate = v;
+		return 0;
 	case OPT_PEER_FLOWS:
 		if (parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.peer_max_flows = (unsigned)v;
@@ -599,6 +621,12 @@ static int parse_options(struct options *o, int argc, char **argv)
 			    .uid_max_ring_bytes = 4ull << 30,
 			    .peer_max_flows = 64,
 			    .peer_max_ring_bytes = 4ull << 30,
+			    /* ... nor stalls the event loop creating
+			     * rings for more than a few % of its time
+			     * (about 0.45 s a GiB created and destroyed,
+			     * on tmpfs: docs/security-quota.md) */
+			    .uid_ring_rate = 64u << 20,
+			    .peer_ring_rate = 64u << 20,
 			    .state_dir_reserve = 10,
 			    .orphan_timeout_s = 6 * 3600 },
 		.peer_per_addr = PEER_DEFAULT_PER_ADDR,

@@ -469,6 +469,132 @@ static void case_per_uid(void)
 	hd_stop(&d);
 }
 
+/* ---- 14: how fast a party creates rings ----------------------------------- */
+
+/* "try again in N ms" of a refusal; -1 if it says no time. */
+static long retry_ms(const char *msg)
+{
+	const char *at = strstr(msg, "try again in ");
+
+	return at ? strtol(at + strlen("try again in "), NULL, 10) : -1;
+}
+
+/* uid 65534's raw creates and destroys of ring bytes `ring` (a child of
+ * ours), at most max: the errno of the first create refused, 0 if none. */
+static int nobody_churn(const struct hd *d, uint64_t ring, int max)
+{
+	int st, sock, rc = 0;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		become_nobody();
+		sock = ctl_connect(d->sock);
+		CHECK(sock >= 0);
+		for (int i = 0; i < max && !rc; i++)
+			if (!(rc = hc_create(sock, "raw14", ring, 0)))
+				CHECK_RC(hc_destroy(sock, "raw14"), 0);
+		_exit(-rc);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	return -WEXITSTATUS(st);
+}
+
+/* `flow create NAME` and destroy by ctl, at most max times: how many
+ * passed before the first refusal (its words in out). */
+static int ctl_churn(const struct hd *d, const char *ctl, const char *name,
+		     int max, char *out, size_t cap)
+{
+	int i;
+
+	for (i = 0; i < max; i++) {
+		if (hd_ctl(d, ctl, out, cap, "flow create %s --ring-size 64M",
+			   name))
+			return i;
+		CHECK(hd_ctl(d, ctl, out, cap, "flow destroy %s", name) == 0);
+	}
+	snprintf(out, cap, "(never refused)\n");
+	return i;
+}
+
+/*
+ * Creating a ring allocates all of it and destroying it punches it out,
+ * both on moverd's event loop: quotas bound what a party holds, not how
+ * often it creates, so a loop of create/destroy stalled every flow (1 GiB
+ * rings: `status` 2 ms -> 150-300 ms).  Each non-root uid and each peer
+ * host may create so many ring bytes a second (16M here), after a bucket
+ * of 1 GiB (at least --max-ring-size).  No timing is asserted: the bucket
+ * starts full, so the first 16 rings of 64 MiB always pass, a churn
+ * without pause always empties it, and the wait moverd names is enough by
+ * construction.
+ */
+static void case_create_rate(void)
+{
+	static const char *const opts[] = { "--max-ring-size", "64M",
+					    "--max-ring-rate-per-uid", "16M",
+					    "--peer-max-ring-rate", "16M",
+					    NULL };
+	struct bystander b;
+	char out[4096], msg[256], name[64], other[512];
+	int rc, fd, err = 0, i;
+	long wait_ms;
+	struct hd d;
+
+	hd_start(&d, moverd_bin, "quota14", true, opts);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	/* (a) uid 65534 loops create/destroy: refused after its bucket */
+	i = ctl_churn(&d, nobody_ctl, "r14", 64, out, sizeof(out));
+	printf("# uid 65534 created %d rings of 64M; then: %s", i, out);
+	CHECK(i >= 16 && i < 64);
+	CHECK(strstr(out, "creating rings too fast") &&
+	      strstr(out, "--max-ring-rate-per-uid"));
+	CHECK(!flow_exists(&d, "r14"));
+	CHECK(hd_log_count(&d, "creating rings too fast") >= 1);
+	/* retryable, and so named to the caller */
+	CHECK_RC(nobody_churn(&d, 64 << 20, 64), -EAGAIN);
+	/* (b) after the wait it was told, uid 65534 creates again */
+	CHECK(ctl_churn(&d, nobody_ctl, "r14", 64, out, sizeof(out)) < 64);
+	wait_ms = retry_ms(out);
+	printf("# refused again: told to wait %ld ms\n", wait_ms);
+	CHECK(wait_ms > 0 && wait_ms <= 4000);
+	usleep((useconds_t)(wait_ms + 50) * 1000);
+	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
+		    "flow create r14 --ring-size 64M");
+	printf("# after the wait: exit %d: %s", rc, rc ? out : "created\n");
+	CHECK(rc == 0);
+	/* (c) root is not held to it, nor is another uid to 65534's */
+	CHECK(ctl_churn(&d, moverctl_bin, "root14", 24, out, sizeof(out)) == 24);
+	snprintf(other, sizeof(other), "setpriv --reuid %d --regid %d "
+		 "--clear-groups %s", NOBODY - 1, NOBODY - 1, moverctl_bin);
+	CHECK(hd_ctl(&d, other, out, sizeof(out),
+		     "flow create other14 --ring-size 64M") == 0);
+	/* (d) a peer opening 64M rings: "busy, retry" after its bucket */
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "hasty"));
+	for (i = 0; i < 60; i++) {
+		snprintf(name, sizeof(name), "p14-%d", i);
+		err = peer_open(fd, name, (uint32_t)i + 1, 64 << 20, msg,
+				sizeof(msg));
+		if (err)
+			break;
+	}
+	printf("# peer opened %d rings of 64M; then: error %d: %s\n", i, err,
+	       msg);
+	CHECK(i >= 16 && i < 60);
+	CHECK(err == -EAGAIN && strstr(msg, "creating rings too fast") &&
+	      strstr(msg, "--peer-max-ring-rate"));
+	CHECK(!flow_exists(&d, name));
+	close(fd);
+	by_send(&b, 100);
+	by_check(&b);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy r14") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow destroy other14") == 0);
+	check_idle(&d);
+	hd_stop(&d);
+}
+
 /* ---- 13: other users' flows are not shown --------------------------------- */
 
 static void case_visibility(void)
@@ -517,6 +643,8 @@ int main(int argc, char **argv)
 		  "files cannot be resized" },
 		{ 10, case_per_uid, "per-uid limits; flow list of any length" },
 		{ 13, case_visibility, "other users' flows are not shown" },
+		{ 14, case_create_rate, "ring bytes created a second, per uid "
+		  "and per peer host" },
 	};
 
 	if (argc != 3) {
