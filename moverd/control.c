@@ -426,15 +426,19 @@ int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
 }
 
 /* create --peer B --peer C...: the peers after the first (fanout.h); all
- * or nothing. */
-static int add_more_peers(struct ctl_server *s, struct flow *f,
+ * or nothing.  Each may need a connection uid may not make (asked after
+ * the ones before it are made, so that they count). */
+static int add_more_peers(struct ctl_server *s, struct flow *f, uid_t uid,
 			  const Flowmover__FlowSpec *sp, char *err, size_t cap)
 {
 	int rc = 0;
 
-	for (size_t i = 0; i < sp->n_more_peers && !rc; i++)
-		rc = fanout_add(s->peers, f, sp->more_peers[i],
-				i + 1 == sp->n_more_peers, err, cap);
+	for (size_t i = 0; i < sp->n_more_peers && !rc; i++) {
+		rc = peer_may_dial(s->peers, sp->more_peers[i], uid, err, cap);
+		if (!rc)
+			rc = fanout_add(s->peers, f, sp->more_peers[i],
+					i + 1 == sp->n_more_peers, err, cap);
+	}
 	if (rc)
 		peer_destroy_flow(s->peers, f, NULL);
 	return rc;
@@ -518,10 +522,18 @@ static void do_create(struct ctl_client *c, uint64_t id,
 			      FANOUT_MAX_PEERS);
 		return;
 	}
+	/* a new peer address is a new connection: capped (peer_may_dial);
+	 * a flow that exists already rides one, and is not refused here */
+	rc = spec.peer ? peer_may_dial(c->srv->peers, spec.peer, c->uid, err,
+				       sizeof(err)) : 0;
+	if (rc) {
+		respond_error(c, id, rc, "%s", err);
+		return;
+	}
 	rc = ctl_create_flow(c->srv, &spec, c->uid, c->gid, &f, err,
 			     sizeof(err));
 	if (!rc && sp->n_more_peers)
-		rc = add_more_peers(c->srv, f, sp, err, sizeof(err));
+		rc = add_more_peers(c->srv, f, c->uid, sp, err, sizeof(err));
 	if (rc == -EEXIST && !f)
 		create_exists(c, id, &spec, err);
 	else if (rc)
@@ -697,10 +709,12 @@ static void do_fanout_peer(struct ctl_client *c, uint64_t id,
 
 	if (!f)
 		return;
-	rc = e->remove ? fanout_remove(c->srv->peers, f, e->peer, err,
-				       sizeof(err)) :
-			 fanout_add(c->srv->peers, f, e->peer, true, err,
-				    sizeof(err));
+	if (e->remove)
+		rc = fanout_remove(c->srv->peers, f, e->peer, err, sizeof(err));
+	else if (!(rc = peer_may_dial(c->srv->peers, e->peer ? e->peer : "",
+				      c->uid, err, sizeof(err))))
+		rc = fanout_add(c->srv->peers, f, e->peer, true, err,
+				sizeof(err));
 	if (rc)
 		respond_error(c, id, rc, "%s", err);
 	else

@@ -64,6 +64,8 @@ struct options {
 	bool insecure_peers;      /* --insecure-peers */
 	/* connection floods (docs/security-edges.md) */
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
+	/* outbound peers (docs/security-quota.md) */
+	unsigned peer_hosts, peer_hosts_per_uid;
 	unsigned window_delay_us; /* --window-delay-us */
 	unsigned max_clients, max_per_uid;
 	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
@@ -93,6 +95,8 @@ enum {
 	OPT_IDLE,
 	OPT_IO_URING,
 	OPT_CPUS,
+	OPT_PEER_HOSTS,
+	OPT_PEER_HOSTS_UID,
 };
 
 struct daemon {
@@ -241,6 +245,12 @@ static void usage(FILE *out)
 "                           hello yet (default 64); more are closed at accept\n"
 "  --peer-hello-timeout S   seconds an inbound peer has to say hello\n"
 "                           (default 10); heartbeats do not count\n"
+"  --peer-max-hosts N       peer daemons this one connects to, for its flows\n"
+"                           (default 256); the last 16 are kept for root.\n"
+"                           A connection closes 5 s after its last flow\n"
+"  --peer-max-hosts-per-uid N\n"
+"                           peer daemons the flows of one uid other than\n"
+"                           root may make this one connect to (default 32)\n"
 "  --metrics HOST:PORT      serve the counters (SOCKET.counters, readable by\n"
 "                           moverd's group) as Prometheus text at\n"
 "                           http://HOST:PORT/metrics, from a thread of its\n"
@@ -306,6 +316,8 @@ static const struct option long_opts[] = {
 	{ "peer-max-conns-per-addr", required_argument, NULL, OPT_PEER_PER_ADDR },
 	{ "peer-max-pending", required_argument, NULL, OPT_PEER_PENDING },
 	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
+	{ "peer-max-hosts", required_argument, NULL, OPT_PEER_HOSTS },
+	{ "peer-max-hosts-per-uid", required_argument, NULL, OPT_PEER_HOSTS_UID },
 	{ "window-delay-us", required_argument, NULL, OPT_WINDOW_DELAY },
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
@@ -540,6 +552,10 @@ static int set_option(struct options *o, int key, const char *val)
 		return parse_count(val, 1, 1u << 20, &o->peer_per_addr) ? bad(key, val) : 0;
 	case OPT_PEER_PENDING:
 		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(key, val) : 0;
+	case OPT_PEER_HOSTS:
+		return parse_count(val, 2, 1u << 20, &o->peer_hosts) ? bad(key, val) : 0;
+	case OPT_PEER_HOSTS_UID:
+		return parse_count(val, 1, 1u << 20, &o->peer_hosts_per_uid) ? bad(key, val) : 0;
 	case OPT_PEER_HELLO:
 		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(key, val) : 0;
 	case OPT_WINDOW_DELAY:
@@ -632,6 +648,8 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.peer_per_addr = PEER_DEFAULT_PER_ADDR,
 		.peer_pending = PEER_DEFAULT_PENDING,
 		.peer_hello_s = PEER_DEFAULT_HELLO_S,
+		.peer_hosts = PEER_DEFAULT_HOSTS,
+		.peer_hosts_per_uid = PEER_DEFAULT_HOSTS_PER_UID,
 		.window_delay_us = PEER_DEFAULT_WINDOW_DELAY_US,
 		.max_clients = CTL_DEFAULT_MAX_CLIENTS,
 		.max_per_uid = CTL_DEFAULT_PER_UID,
@@ -1135,6 +1153,8 @@ int main(int argc, char **argv)
 		.max_conns_per_addr = d.opt.peer_per_addr,
 		.max_pending = d.opt.peer_pending,
 		.hello_timeout_s = d.opt.peer_hello_s,
+		.max_hosts = d.opt.peer_hosts,
+		.max_hosts_per_uid = d.opt.peer_hosts_per_uid,
 		.window_delay_us = d.opt.window_delay_us,
 		.allow = &d.opt.allow,
 		.key = d.have_key ? &d.key : NULL,

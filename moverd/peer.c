@@ -54,6 +54,7 @@ struct peer *peer_new(struct peer_mgr *m, const char *addr, bool outbound,
 	p->outbound = outbound;
 	p->backoff_ms = 100;
 	p->ctrlq_tail = &p->ctrlq;
+	p->idle_since_ns = fr_now_ns(); /* until its first flow links */
 	snprintf(p->addr, sizeof(p->addr), "%s", addr);
 	p->next = m->peers;
 	m->peers = p;
@@ -136,6 +137,7 @@ static void ids_remove(struct peer *p, struct flow *f)
 static void link_flow(struct peer *p, struct flow *f)
 {
 	p->n_flows++;
+	p->idle_since_ns = 0;
 	f->peer = p;
 	f->transport = p->tp->name;
 	f->peer_next = p->flows;
@@ -162,6 +164,11 @@ static void unlink_flow(struct flow *f)
 			break;
 		}
 	}
+	if (!p->n_flows)
+		p->idle_since_ns = fr_now_ns(); /* PEER_LINGER_NS from now */
+	else if (p->outbound && f->owner_uid == p->uid)
+		p->uid = p->flows->owner_uid; /* a user who has gone from the
+					       * link is not charged for it */
 	f->peer = NULL;
 	f->peer_next = NULL;
 }
@@ -2061,6 +2068,39 @@ static uint64_t earlier(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/*
+ * A connection we dialed, up, that no flow has ridden since idle_since_ns:
+ * closed once PEER_LINGER_NS is over (linger_over).  One down or failing
+ * without flows goes already (peer_closed, reap_peers); inbound ones are
+ * the other daemon's to close.
+ */
+static bool lingering(const struct peer *p)
+{
+	return p->outbound && p->state == PEER_UP && !p->n_flows &&
+	       p->idle_since_ns && !p->m->stopping;
+}
+
+/* ... and its linger is over.  Not with a send in flight: what it sends
+ * (the last flow's CLOSE) goes first, or the send deadline fails it. */
+static bool linger_over(const struct peer *p, uint64_t now)
+{
+	/* (idle_since_ns may be later than the timer's now) */
+	return lingering(p) && !p->wr_op.busy &&
+	       now >= p->idle_since_ns + PEER_LINGER_NS;
+}
+
+/* Close an idle link in order: it is freed once its ops are reaped
+ * (peer_closed: ours without flows goes). */
+static void close_idle(struct peer *p)
+{
+	static struct log_limit lim; /* users make these at will */
+
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: no flows for %llu s: "
+		    "closing the connection", p->addr,
+		    (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
+	peer_close(p, "no flows");
+}
+
 /* When p needs the timer (or the loop awake) next. */
 static uint64_t peer_due(const struct peer_mgr *m, const struct peer *p)
 {
@@ -2071,6 +2111,8 @@ static uint64_t peer_due(const struct peer_mgr *m, const struct peer *p)
 	if (p->state != PEER_UP)
 		return UINT64_MAX; /* connecting or closing: I/O ends it */
 	due = p->last_rx_ns + DEAD_NS + 1;
+	if (lingering(p) && !p->wr_op.busy)
+		due = earlier(due, p->idle_since_ns + PEER_LINGER_NS + 1);
 	if (!p->hello_ok)
 		due = earlier(due, p->connected_ns + m->hello_timeout_ns + 1);
 	/* a heartbeat is due (tx_build sends it when the loop runs) unless
@@ -2132,6 +2174,8 @@ void peer_timer(struct peer_mgr *m, uint64_t now)
 						       1000000000ull));
 		else if (p->state == PEER_DOWN && p->flows && now >= p->retry_at_ns)
 			p->tp->connect(p);
+		else if (linger_over(p, now))
+			close_idle(p);
 	}
 	if (now >= m->reopen_due) {
 		m->reopen_due = UINT64_MAX; /* reopen_due sets the next */
@@ -2181,6 +2225,10 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 						PEER_DEFAULT_PENDING,
 		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
 				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+		.max_hosts = o->max_hosts ? o->max_hosts : PEER_DEFAULT_HOSTS,
+		.max_hosts_per_uid = o->max_hosts_per_uid ?
+				     o->max_hosts_per_uid :
+				     PEER_DEFAULT_HOSTS_PER_UID,
 		.win_delay_ns = (o->window_delay_us ? o->window_delay_us :
 				 PEER_DEFAULT_WINDOW_DELAY_US) * 1000ull,
 		.allow = o->allow, .key = o->key,
@@ -2326,27 +2374,94 @@ static struct peer *inbound_from(struct peer_mgr *m, const char *addr)
 	return NULL;
 }
 
-/* The connection sender flow f goes on: ours to its peer address, the
- * one that took the flows of ours to it (alias, set by retired), one
- * that daemon opened to us (inbound_from), or a new one of ours (not yet
- * connecting); NULL without memory. */
-static struct peer *sender_peer(struct peer_mgr *m, struct flow *f)
+/* The connection a sender flow to addr rides, if there is one: ours to
+ * that address, the one that took the flows of ours to it (alias, set by
+ * retired), or one that daemon opened to us (inbound_from: *theirs). */
+static struct peer *existing_peer(struct peer_mgr *m, const char *addr,
+				  bool *theirs)
 {
 	struct peer *p;
 
+	*theirs = false;
 	for (p = m->peers; p; p = p->next)
-		if (p->outbound && strcmp(p->addr, f->peer_addr) == 0)
+		if (p->outbound && strcmp(p->addr, addr) == 0)
 			return p;
 	for (p = m->peers; p; p = p->next)
 		if (p->state == PEER_UP && p->auth_ok && !p->retiring &&
-		    strcmp(p->alias, f->peer_addr) == 0)
+		    strcmp(p->alias, addr) == 0)
 			return p;
-	if ((p = inbound_from(m, f->peer_addr))) {
+	*theirs = true;
+	return inbound_from(m, addr);
+}
+
+/* The connection sender flow f goes on: an existing one, or a new one of
+ * ours (not yet connecting), charged to f's owner (peer_may_dial); NULL
+ * without memory. */
+static struct peer *sender_peer(struct peer_mgr *m, struct flow *f)
+{
+	bool theirs;
+	struct peer *p = existing_peer(m, f->peer_addr, &theirs);
+
+	if (p && theirs)
 		log_info("flow %s: on the connection %s opened to us", f->name,
 			 p->addr);
+	if (p)
 		return p;
+	p = peer_new(m, f->peer_addr, true, m->tp);
+	if (p)
+		p->uid = f->owner_uid;
+	return p;
+}
+
+/* Outbound connections root does not get: the reserve, at most half. */
+static unsigned hosts_reserve(const struct peer_mgr *m)
+{
+	return m->max_hosts / 2 < PEER_ROOT_RESERVE ? m->max_hosts / 2 :
+						      PEER_ROOT_RESERVE;
+}
+
+int peer_may_dial(struct peer_mgr *m, const char *addr, uid_t uid, char *err,
+		  size_t cap)
+{
+	unsigned all = 0, mine = 0;
+	bool theirs;
+
+	if (existing_peer(m, addr, &theirs))
+		return 0; /* no new connection */
+	/* closing and down ones count: they hold (or will) an fd */
+	for (const struct peer *p = m->peers; p; p = p->next) {
+		if (!p->outbound)
+			continue;
+		all++;
+		mine += p->uid == uid;
 	}
-	return peer_new(m, f->peer_addr, true, m->tp);
+	if (all >= m->max_hosts) {
+		snprintf(err, cap, "too many peer hosts (%u): moverd connects "
+			 "to at most %u other daemons (--peer-max-hosts); a "
+			 "connection closes %llu s after its last flow", all,
+			 m->max_hosts,
+			 (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
+		return -ENOSPC;
+	}
+	if (uid && all >= m->max_hosts - hosts_reserve(m)) {
+		snprintf(err, cap, "too many peer hosts (%u): of the %u other "
+			 "daemons moverd connects to (--peer-max-hosts), the "
+			 "last %u are kept for root; a connection closes %llu s "
+			 "after its last flow", all, m->max_hosts,
+			 hosts_reserve(m),
+			 (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
+		return -ENOSPC;
+	}
+	if (uid && mine >= m->max_hosts_per_uid) {
+		snprintf(err, cap, "too many peer hosts (%u) for uid %u: flows "
+			 "of one user may connect to at most %u other daemons "
+			 "(--peer-max-hosts-per-uid); a connection closes %llu "
+			 "s after its last flow", mine, (unsigned)uid,
+			 m->max_hosts_per_uid,
+			 (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
+		return -EDQUOT; /* as the other per-uid quotas */
+	}
+	return 0;
 }
 
 int peer_add_sender(struct peer_mgr *m, struct flow *f)

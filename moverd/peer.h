@@ -95,6 +95,9 @@ struct peer_mgr {
 	/* inbound connections (see peer_opts) */
 	unsigned max_conns_per_addr, max_pending;
 	uint64_t hello_timeout_ns;
+	/* outbound connections, in all and counted against one non-root uid
+	 * (peer_may_dial) */
+	unsigned max_hosts, max_hosts_per_uid;
 	/* the connection window's queueing delay target (mover.c) */
 	uint64_t win_delay_ns;
 	uint64_t refused;         /* closed at accept: over a cap */
@@ -125,6 +128,10 @@ struct peer_opts {
 	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
 	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
+	/* outbound peers: connections we dial, in all (the last few kept
+	 * for root), and those one non-root uid's flows may make */
+	unsigned max_hosts;           /* 0: PEER_DEFAULT_HOSTS */
+	unsigned max_hosts_per_uid;   /* 0: PEER_DEFAULT_HOSTS_PER_UID */
 	/* the queueing delay, above a link's least round trip, that cuts
 	 * its connection window (mover.c) */
 	unsigned window_delay_us;     /* 0: PEER_DEFAULT_WINDOW_DELAY_US */
@@ -140,6 +147,13 @@ struct peer_opts {
 #define PEER_DEFAULT_PER_ADDR 8u
 #define PEER_DEFAULT_PENDING  64u
 #define PEER_DEFAULT_HELLO_S  10u
+/* 256: the counters file's peer records (FMC_PEER_RECS), and far more
+ * hosts than one daemon's flows go to in a real cluster; 32 per user:
+ * more than FANOUT_MAX_PEERS, so one user's flow may always fan out */
+#define PEER_DEFAULT_HOSTS    256u
+#define PEER_DEFAULT_HOSTS_PER_UID 32u
+/* of --peer-max-hosts, kept for root (at most half) */
+#define PEER_ROOT_RESERVE     16u
 #define PEER_DEFAULT_WINDOW_DELAY_US 1000u
 
 /* Pick the transport and doorbell, listen, start the timer. */
@@ -157,6 +171,18 @@ void peer_mgr_stop(struct peer_mgr *m);
 void peer_timer(struct peer_mgr *m, uint64_t now);
 int peer_timer_ms(struct peer_mgr *m, int max_ms);
 bool peer_mgr_busy(struct peer_mgr *m);
+
+/*
+ * May a flow of uid's go to addr ("HOST:PORT")?  0 if a connection it
+ * would ride exists (sender_peer), or one more may be dialed; else
+ * a negative errno with a sentence in err: -ENOSPC over
+ * --peer-max-hosts (root has the last PEER_ROOT_RESERVE), -EDQUOT over
+ * --peer-max-hosts-per-uid (a uid other than root).  Asked by the control plane before a flow
+ * create or peer add names an address; flows that exist already
+ * (re-adopted, declared, rejoining) are not refused.
+ */
+int peer_may_dial(struct peer_mgr *m, const char *addr, uid_t uid, char *err,
+		  size_t cap);
 
 /* A sender flow was created or re-adopted: connect and open it. */
 int peer_add_sender(struct peer_mgr *m, struct flow *f);

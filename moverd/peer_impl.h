@@ -47,6 +47,19 @@
 /* open files a new inbound peer must leave free (for control clients,
  * flows and outbound peers): past that it is refused at accept */
 #define PEER_FD_RESERVE 64u
+/*
+ * A connection we dialed that has had no flow for this long is closed and
+ * freed (peer_timer): every distinct "HOST:PORT" a flow names gets a
+ * connection of its own (sender_peer), and one kept for ever after its
+ * last flow went would let a user who creates and destroys flows to ever
+ * new addresses hold moverd's open files until it has none (security.md,
+ * --peer-max-hosts).  A few seconds: a flow destroyed and created again to
+ * the same peer (a script, a unit restarting its producer) finds the link
+ * up and authenticated, and an idle link costs one fd and a struct peer,
+ * which the caps bound, so lingering longer buys little.  As long as
+ * DEAD_NS: a link that silent would be given up on anyway.
+ */
+#define PEER_LINGER_NS 5000000000ull
 
 struct ctrl_frame {
 	struct ctrl_frame *next;
@@ -72,6 +85,12 @@ struct peer {
 	char host[FLOW_HOST_MAX + 1];
 	bool outbound;
 	enum peer_state state;
+	/* outbound: when its last flow went (unlink_flow; 0 while it has
+	 * flows), for PEER_LINGER_NS; and the uid it counts against for
+	 * --peer-max-hosts-per-uid: the owner of the flow that made it, then
+	 * of one that still rides it (peer_may_dial) */
+	uint64_t idle_since_ns;
+	uid_t uid;
 	/* it said a valid hello (outbound: we did; the acceptor never
 	 * does).  Until then only a hello or heartbeats are accepted, and
 	 * only until the hello deadline. */

@@ -1,0 +1,196 @@
+/*
+ * tests/test_peers.c - the connections moverd dials for its flows
+ * (docs/security-tests.md), against real daemons: a local user who
+ * creates and destroys flows to ever new peer addresses must not make
+ * moverd hold a connection for each (its open files ran out: EMFILE for
+ * everyone).
+ * FM_PEERS_CASES=1 runs only that case.
+ *
+ *   usage: test_peers MOVERD MOVERCTL
+ */
+#include "harness.h"
+
+static const char *moverd_bin, *moverctl_bin;
+static char nobody_ctl[512];   /* moverctl run as uid 65534 */
+
+#define NOBODY 65534
+
+/* A second moverd on 0.0.0.0:port: every 127.x.y.z:port reaches it, so
+ * each address is a peer host of its own to the daemon under test. */
+static void start_far(struct hd *b, int port)
+{
+	static char laddr[64];
+	const char *const opts[] = { "--listen", laddr, "--insecure-peers",
+				     "--peer-max-conns-per-addr", "1000",
+				     NULL };
+
+	snprintf(laddr, sizeof(laddr), "0.0.0.0:%d", port);
+	hd_start(b, moverd_bin, "peersfar", false, opts);
+}
+
+/* Does d's `status --json` list a peer whose address has prefix? */
+static bool lists_peer(const struct hd *d, const char *prefix)
+{
+	char out[65536];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	return strstr(out, prefix) != NULL;
+}
+
+/* Wait (generously: shared, noisy cores) until d lists no such peer. */
+static void wait_unlisted(const struct hd *d, const char *prefix)
+{
+	for (int i = 0; i < 600 && lists_peer(d, prefix); i++)
+		usleep(50000);
+	if (lists_peer(d, prefix)) {
+		char out[65536];
+
+		hd_ctl(d, moverctl_bin, out, sizeof(out), "status");
+		fprintf(stderr, "peers %s* still listed:\n%s", prefix, out);
+		CHECK(!"idle outbound peers were not closed");
+	}
+}
+
+/* Flow NAME to addr, as ctl (root's or nobody's moverctl): open on the far
+ * daemon, then destroyed.  The link it made is up and authenticated. */
+static void create_open_destroy(const struct hd *a, const char *ctl,
+				const char *name, const char *addr)
+{
+	char out[4096];
+
+	if (hd_ctl(a, ctl, out, sizeof(out), "flow create %s --peer %s "
+		   "--ring-size 64K", name, addr)) {
+		fprintf(stderr, "flow create %s --peer %s: %s", name, addr, out);
+		CHECK(!"flow create failed");
+	}
+	CHECK(hd_wait_state(a, moverctl_bin, name, "open", 20000, NULL, 0));
+	CHECK(hd_ctl(a, ctl, out, sizeof(out), "flow destroy %s", name) == 0);
+}
+
+/* A create that must be refused for too many peer hosts, saying which
+ * option; the sentence printed. */
+static void refused(const struct hd *a, const char *ctl, const char *name,
+		    const char *addr, const char *option)
+{
+	char out[4096];
+	int rc = hd_ctl(a, ctl, out, sizeof(out), "flow create %s --peer %s "
+			"--ring-size 64K", name, addr);
+
+	printf("# flow create %s --peer %s: exit %d: %s", name, addr, rc, out);
+	CHECK(rc != 0 && strstr(out, "too many peer hosts") &&
+	      strstr(out, option));
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow show %s",
+		     name) != 0);
+}
+
+/* ---- 1: idle links close, and outbound connections are capped ------------ */
+
+static void case_idle_links(void)
+{
+	const char *const opts_a[] = { "--peer-max-hosts", "40",
+				       "--peer-max-hosts-per-uid", "4", NULL };
+	const char *const opts_t[] = { "--peer-max-hosts", "6",
+				       "--peer-max-hosts-per-uid", "100", NULL };
+	char addr[64], prefix[32], name[128], out[4096];
+	struct hd a, b;
+	int port = hd_free_port(), base, n;
+
+	start_far(&b, port);
+	hd_start(&a, moverd_bin, "peers1", false, opts_a);
+	/* the baseline after a flow's files were first made */
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create warm "
+		     "--ring-size 64K") == 0);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow destroy "
+		     "warm") == 0);
+	base = hd_fds(&a);
+	printf("# moverd's fds at start: %d\n", base);
+
+	/* uid 65534 churns through three times its cap of distinct peer
+	 * hosts: each round fills the cap, is refused one more, and waits
+	 * for the idle links to go; root is not held to the per-uid cap */
+	for (int r = 0; r < 3; r++) {
+		snprintf(prefix, sizeof(prefix), "127.0.%d.", 3 + r);
+		for (int i = 1; i <= 4; i++) {
+			snprintf(addr, sizeof(addr), "%s%d:%d", prefix, i, port);
+			snprintf(name, sizeof(name), "churn%d-%d", r, i);
+			create_open_destroy(&a, nobody_ctl, name, addr);
+		}
+		snprintf(addr, sizeof(addr), "%s5:%d", prefix, port);
+		refused(&a, nobody_ctl, "over", addr,
+			"--peer-max-hosts-per-uid");
+		create_open_destroy(&a, moverctl_bin, "rootflow", addr);
+		wait_unlisted(&a, prefix);
+		CHECK(hd_wait_fds_pid(a.pid, base, 30000));
+		printf("# round %d: 5 links closed, fds back to %d\n", r,
+		       hd_fds(&a));
+	}
+
+	/* destroyed and made again at once: the link that lingers is used
+	 * (printed, not checked: it is a matter of time) */
+	snprintf(addr, sizeof(addr), "127.0.9.1:%d", port);
+	create_open_destroy(&a, nobody_ctl, "again", addr);
+	create_open_destroy(&a, nobody_ctl, "again", addr);
+	snprintf(name, sizeof(name), "peer %s: connected", addr);
+	printf("# a flow destroyed and created again: %d connection(s)\n",
+	       hd_log_count(&a, name));
+	wait_unlisted(&a, "127.0.9.");
+	CHECK(hd_wait_fds_pid(a.pid, base, 30000));
+	hd_alive(&b);
+	hd_stop(&a);
+
+	/* the cap in all: 6, the last 3 kept for root; fan-out too */
+	hd_start(&a, moverd_bin, "peers1t", false, opts_t);
+	for (int i = 1; i <= 3; i++) {
+		snprintf(addr, sizeof(addr), "127.0.10.%d:%d", i, port);
+		CHECK(hd_ctl(&a, nobody_ctl, out, sizeof(out), "flow create "
+			     "t%d --peer %s --ring-size 64K", i, addr) == 0);
+	}
+	snprintf(addr, sizeof(addr), "127.0.10.4:%d", port);
+	refused(&a, nobody_ctl, "t4", addr, "kept for root");
+	for (int i = 4; i <= 6; i++) {
+		snprintf(addr, sizeof(addr), "127.0.10.%d:%d", i, port);
+		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
+			     "r%d --peer %s --ring-size 64K", i, addr) == 0);
+	}
+	snprintf(addr, sizeof(addr), "127.0.10.7:%d", port);
+	refused(&a, moverctl_bin, "r7", addr, "--peer-max-hosts");
+	n = hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add r4 %s",
+		   addr);
+	printf("# flow peer add r4 %s: exit %d: %s", addr, n, out);
+	CHECK(n != 0 && strstr(out, "too many peer hosts (6)"));
+	/* a host already connected to costs no connection */
+	snprintf(addr, sizeof(addr), "127.0.10.1:%d", port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add r4 %s",
+		     addr) == 0);
+	CHECK(hd_ctl(&a, nobody_ctl, out, sizeof(out), "flow create t5 --peer "
+		     "%s --ring-size 64K", addr) == 0);
+	/* flows that exist keep their links past the linger */
+	CHECK(hd_wait_state(&a, moverctl_bin, "t1", "open", 20000, NULL, 0));
+	usleep(7000000);
+	for (int i = 1; i <= 6; i++) {
+		snprintf(prefix, sizeof(prefix), "127.0.10.%d:", i);
+		CHECK(lists_peer(&a, prefix));
+	}
+	CHECK(hd_log_count(&a, "no flows for") == 0);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct hcase cases[] = {
+		{ 1, case_idle_links, "outbound links without flows close; "
+		  "outbound peer hosts are capped" },
+	};
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+		return 2;
+	}
+	moverd_bin = argv[1];
+	moverctl_bin = argv[2];
+	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %d --regid %d "
+		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
+	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
+		      "FM_PEERS_CASES");
+}
