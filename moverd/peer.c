@@ -1050,6 +1050,24 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		mover_wake_flow(m, f);
 }
 
+/*
+ * Does sender flow f take op?  An answer to its open (opened, or busy:
+ * retry) only while that open is outstanding (queue_open: CONNECTING, or
+ * RECONNECTING across a cut or a reopen); an error also while it is open,
+ * for a receiver says so when it fails or destroys its flow (fail_receiver,
+ * forget_flow).  One that failed (fail_sender, a refused open) takes
+ * nothing: its producers were told -EPROTO, and an OPENED, unsolicited or
+ * crossing our CLOSE, must not set it open again or start it reconnecting.
+ * Ignored, not a protocol violation: a late answer is a race.
+ */
+static bool takes_opened(const struct flow *f,
+			 const Flowmover__PeerFlowOpened *op)
+{
+	if (f->state == FLOW_CONNECTING || f->state == FLOW_RECONNECTING)
+		return true;
+	return f->state == FLOW_OPEN && op->error && op->error != -EAGAIN;
+}
+
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
 	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
@@ -1058,6 +1076,14 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 	if (!f)
 		return; /* destroyed meanwhile */
+	if (!takes_opened(f, op)) {
+		static struct log_limit lim; /* a peer can say it at will */
+
+		log_limited(&lim, LOG_LVL_DEBUG, "peer %s: flow %s: an answer "
+			    "to no open ignored (the flow is %s)", p->addr,
+			    f->name, flows_state_name(f->state));
+		return;
+	}
 	if (op->error == -EAGAIN) {
 		/* the receiver is still reaping an older connection's I/O
 		 * into the flow: ask again shortly (peer_timer) */

@@ -3,7 +3,7 @@
  * (docs/security-tests.md), against real daemons: a local user who
  * creates and destroys flows to ever new peer addresses must not make
  * moverd hold a connection for each (its open files ran out: EMFILE for
- * everyone).
+ * everyone), and a peer must not set a failed flow open again.
  * FM_PEERS_CASES=1 runs only that case.
  *
  *   usage: test_peers MOVERD MOVERCTL
@@ -176,11 +176,82 @@ static void case_idle_links(void)
 	hd_stop(&b);
 }
 
+/* ---- 2: an answer to no open leaves a failed flow failed ------------------ */
+
+static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
+{
+	(void)unused;
+	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPEN;
+}
+
+static bool send_opened(int fd, uint32_t id, int error, const char *why)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+
+	op.flow_id = id;
+	op.error = error;
+	op.message = (char *)why;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	msg.opened = &op;
+	return hp_send_msg(fd, &msg);
+}
+
+static void case_opened_failed(void)
+{
+	struct hp_hello_in hello;
+	struct hp_open sync = { "sync2", 77, 65536, 256, 0x1234, 0 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	Flowmover__PeerMsg *m;
+	char reason[256];
+	int lport, lfd, fd;
+	uint32_t id;
+	struct hd a;
+
+	lfd = hp_listen(&lport);
+	hd_start(&a, moverd_bin, "peers2", false, NULL);
+	{
+		char out[4096];
+
+		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
+			     "f2 --peer 127.0.0.1:%d --ring-size 64K",
+			     lport) == 0);
+	}
+	CHECK((fd = hp_accept(lfd, 10000)) >= 0);
+	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
+	CHECK(hp_hello(fd, "hostile"));
+	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
+	id = m->open->flow_id;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+
+	/* refused: the flow fails */
+	CHECK(send_opened(fd, id, -EEXIST, "refused by the test"));
+	CHECK(hd_wait_state(&a, moverctl_bin, "f2", "failed", 10000, reason,
+			    sizeof(reason)));
+	/* then "busy, retry" and "opened", which nothing asked for; our own
+	 * open's answer after them says moverd has read them */
+	CHECK(send_opened(fd, id, -EAGAIN, "busy, says the test"));
+	CHECK(send_opened(fd, id, 0, ""));
+	CHECK(hp_open(fd, &sync));
+	CHECK(hp_wait_opened(fd, sync.flow_id, 10000, &op) == 0);
+	CHECK(op->error == 0);
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	CHECK(hd_wait_state(&a, moverctl_bin, "f2", "failed", 1000, reason,
+			    sizeof(reason)));
+	printf("# f2 after unsolicited answers: failed: %s\n", reason);
+	CHECK(strstr(reason, "refused by the test"));
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
 		{ 1, case_idle_links, "outbound links without flows close; "
 		  "outbound peer hosts are capped" },
+		{ 2, case_opened_failed, "an OPENED nobody asked for leaves a "
+		  "failed flow failed" },
 	};
 
 	if (argc != 3) {
