@@ -843,7 +843,7 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
  * GiB, while no other flow moves and no client is answered.  The quotas
  * bound what a party holds, not how often it creates, so a user or a peer
  * looping create/destroy of 1 GiB rings stalled every flow of the host.
- * Each party (a non-root uid; a peer host, by its identity) therefore has a
+ * Each party (a non-root uid; a peer host, by its address) therefore has a
  * budget of ring bytes created a second: a token bucket, kept as the time
  * its debt is paid off (GCRA), so a party with a full bucket needs no
  * entry.  A ring's destroy is paid for by its create.
@@ -852,7 +852,7 @@ struct rate_party {
 	struct rate_party *next;
 	bool peer;
 	uid_t uid;
-	char origin[FLOW_ORIGIN_MAX + 1];
+	char host[FLOW_HOST_MAX + 1]; /* a peer's: its address (origin_host) */
 	uint64_t free_at_ns;     /* fr_now_ns: its bucket is full again */
 };
 
@@ -891,7 +891,7 @@ static struct rate_party *party_of(struct flow_table *t,
 	struct rate_party *r;
 
 	for (r = t->rates; r; r = r->next)
-		if (r->peer == peer && (peer ? !strcmp(r->origin, s->origin) :
+		if (r->peer == peer && (peer ? !strcmp(r->host, s->origin_host) :
 					       r->uid == uid))
 			return r;
 	r = calloc(1, sizeof(*r));
@@ -899,7 +899,7 @@ static struct rate_party *party_of(struct flow_table *t,
 		return NULL;
 	r->peer = peer;
 	r->uid = uid;
-	snprintf(r->origin, sizeof(r->origin), "%s", peer ? s->origin : "");
+	snprintf(r->host, sizeof(r->host), "%s", peer ? s->origin_host : "");
 	r->next = t->rates;
 	t->rates = r;
 	return r;
@@ -912,7 +912,7 @@ static bool rate_exempt(const struct flow_spec *s, uid_t uid)
 	if (s->unmetered)
 		return true;
 	if (s->role == FLOW_RECEIVER)
-		return !s->origin;
+		return !s->origin_host;
 	return uid == 0 || uid == geteuid();
 }
 
@@ -962,7 +962,7 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 		return 0;
 	}
 	if (peer)
-		snprintf(who, sizeof(who), "peer host %s", s->origin);
+		snprintf(who, sizeof(who), "peer host %s", s->origin_host);
 	else
 		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
 	size_text(rate, per, sizeof(per));
