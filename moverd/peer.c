@@ -1312,6 +1312,11 @@ static void authenticated(struct peer *p)
 	if (p->outbound)
 		p->backoff_ms = 100; /* only now: a refused handshake
 				      * reconnects ever more slowly */
+	if (p->tp->authenticated) {
+		p->tp->authenticated(p);
+		if (p->state != PEER_UP)
+			return;
+	}
 	if (merge_duplicate(p))
 		return; /* its flows go to the other connection */
 	if (p->outbound)

@@ -228,6 +228,9 @@ struct transport {
 	void (*forget_flow)(struct peer *p, struct flow *f);
 	/* ring memory registered with the device (count, bytes) */
 	void (*registered)(const struct peer *p, uint32_t *n, uint64_t *bytes);
+	/* optional: p's hello authenticated it (what a stranger may not have
+	 * before: RDMA's buffers); may fail p */
+	void (*authenticated)(struct peer *p);
 };
 
 /* The connection window (mover.c): fresh when a connection comes up; an

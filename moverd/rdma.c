@@ -44,6 +44,17 @@
 #define RECV_BUFS   64
 #define RECV_BYTES  (WIRE_HDR + WIRE_MAX_CTRL)
 #define STAGE_BYTES (1u << 20)
+/*
+ * Until its hello authenticates it, a connection gets PREAUTH_RECVS of
+ * its receive buffers and PREAUTH_STAGE of its staging buffer registered
+ * (pinned): the handshake's frames fit (a hello, an auth, each well below
+ * either), and a stranger pins ~320 KiB instead of 5.2 MiB, times
+ * --peer-max-pending.  The rest is registered and posted once it is
+ * authenticated (rdma_authenticated); a peer that sends more meanwhile
+ * meets receiver-not-ready and retries (rnr_retry is infinite).
+ */
+#define PREAUTH_RECVS 4
+#define PREAUTH_STAGE (64u << 10)
 #define SQ_DEPTH    512
 #define CQ_DEPTH    (SQ_DEPTH + RECV_BUFS)
 #define INLINE_WANT 64
@@ -83,8 +94,11 @@ struct rdma_conn {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	struct ibv_mr *recv_mr, *stage_mr;
+	struct ibv_mr *recv_mr, *stage_mr;   /* what receives and sends use */
+	struct ibv_mr *early_recv, *early_stage; /* the handshake's, kept
+						   * until close (WRs used them) */
 	uint8_t *recv_bufs, *stage;
+	size_t stage_len;                    /* registered: what may be staged */
 	unsigned max_inline;
 	bool qp_ready;
 	/* every ring registered on this connection, grown as flows come:
@@ -264,6 +278,25 @@ static int post_recv(struct rdma_conn *c, unsigned i)
 	return ibv_post_recv(c->id->qp, &wr, &bad);
 }
 
+/* Register the first `recvs` receive buffers and `stage` bytes of the
+ * staging buffer (the handshake's part, or all of them); 0 or -1. */
+static int register_bufs(struct peer *p, unsigned recvs, size_t stage)
+{
+	struct rdma_conn *c = conn(p);
+
+	c->recv_mr = ibv_reg_mr(c->pd, c->recv_bufs,
+				(size_t)recvs * RECV_BYTES,
+				IBV_ACCESS_LOCAL_WRITE);
+	c->stage_mr = c->recv_mr ? ibv_reg_mr(c->pd, c->stage, stage, 0) : NULL;
+	if (!c->recv_mr || !c->stage_mr) {
+		log_error("peer %s: registering buffers: %s%s", p->addr,
+			  strerror(errno), " (check RLIMIT_MEMLOCK: ulimit -l)");
+		return -1;
+	}
+	c->stage_len = stage;
+	return 0;
+}
+
 /* PD, CQ, QP and buffers for a connection whose id has its device. */
 static int setup_qp(struct peer *p, struct rdma_cm_id *id)
 {
@@ -297,20 +330,35 @@ static int setup_qp(struct peer *p, struct rdma_cm_id *id)
 	c->stage = aligned_alloc(4096, STAGE_BYTES);
 	if (!c->recv_bufs || !c->stage)
 		return -ENOMEM;
-	c->recv_mr = ibv_reg_mr(c->pd, c->recv_bufs,
-				(size_t)RECV_BUFS * RECV_BYTES,
-				IBV_ACCESS_LOCAL_WRITE);
-	c->stage_mr = ibv_reg_mr(c->pd, c->stage, STAGE_BYTES, 0);
-	if (!c->recv_mr || !c->stage_mr) {
-		log_error("peer %s: registering buffers: %s%s", p->addr,
-			  strerror(errno), " (check RLIMIT_MEMLOCK: ulimit -l)");
+	if (register_bufs(p, PREAUTH_RECVS, PREAUTH_STAGE))
 		return -ENOMEM;
-	}
-	for (unsigned i = 0; i < RECV_BUFS; i++)
+	for (unsigned i = 0; i < PREAUTH_RECVS; i++)
 		if (post_recv(c, i))
 			return -EIO;
 	c->qp_ready = true;
 	return 0;
+}
+
+/* The peer is authenticated: all of its buffers, and every receive. */
+static void rdma_authenticated(struct peer *p)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (!c || !c->qp_ready || c->early_recv)
+		return;
+	c->early_recv = c->recv_mr;
+	c->early_stage = c->stage_mr;
+	c->recv_mr = c->stage_mr = NULL;
+	if (register_bufs(p, RECV_BUFS, STAGE_BYTES)) {
+		peer_fail(p, "cannot register its buffers");
+		return;
+	}
+	for (unsigned i = PREAUTH_RECVS; i < RECV_BUFS; i++) {
+		if (post_recv(c, i)) {
+			peer_fail(p, "cannot post its receives");
+			return;
+		}
+	}
 }
 
 static void rdma_close(struct peer *p)
@@ -328,6 +376,10 @@ static void rdma_close(struct peer *p)
 		ibv_dereg_mr(c->recv_mr);
 	if (c->stage_mr)
 		ibv_dereg_mr(c->stage_mr);
+	if (c->early_recv)
+		ibv_dereg_mr(c->early_recv);
+	if (c->early_stage)
+		ibv_dereg_mr(c->early_stage);
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	if (c->pd)
@@ -423,7 +475,7 @@ static void rdma_send(struct peer *p)
 				return;
 			}
 		} else {
-			if (staged + v->iov_len > STAGE_BYTES) {
+			if (staged + v->iov_len > c->stage_len) {
 				/* build_ctrl bounds control bytes per batch */
 				peer_fail(p, "batch exceeds the staging buffer");
 				return;
@@ -968,4 +1020,5 @@ const struct transport rdma_transport = {
 	.open_flow = rdma_open_flow,
 	.forget_flow = rdma_forget_flow,
 	.registered = rdma_registered,
+	.authenticated = rdma_authenticated,
 };

@@ -1,0 +1,66 @@
+#!/bin/bash
+# stranger.sh BUILD_DIR - runs INSIDE the soft-RoCE guest (vm-run.sh): what
+# moverd pins for RDMA peers that connect and never say hello (the audit of
+# 2026-11-28: 5.2 MiB each, receive buffers and the staging buffer
+# registered at accept, times --peer-max-pending).  N strangers
+# (tests/rdma/stranger.c) connect to a listening moverd; its VmPin while
+# they wait must grow by less than 1 MiB per stranger.  Then a real peer
+# moves records over the same daemon: once authenticated, a connection
+# gets all of its buffers.
+set -euo pipefail
+build=${1:?usage: stranger.sh BUILD_DIR}
+ip=10.77.0.1
+port=7475
+n=6            # below --peer-max-conns-per-addr (8)
+count=100000
+# shellcheck source=tests/rdma/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-stranger   # $run, $pids, cleanup
+fail() { echo "stranger.sh: FAIL: $*" >&2; for f in "$run"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
+
+[ -d /sys/class/infiniband/rxe0 ] ||
+    { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
+ulimit -l unlimited
+moverd=$build/moverd/moverd
+ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
+pinned_kib() { awk '/^VmPin:/ { print $2 }' "/proc/$1/status"; }
+"$build/control/moverctl" keygen "$run/peer.key" >/dev/null
+"$moverd" -f --socket "$run/b.s" --listen "$ip:$port" --transport rdma \
+    --peer-key "$run/peer.key" --peer-hello-timeout 60 >"$run/b.log" 2>&1 &
+b=$!
+pids+=("$b")
+for _ in $(seq 100); do ctl b status >/dev/null 2>&1 && break; sleep 0.05; done
+ctl b status >/dev/null || fail "moverd B did not start"
+
+before=$(pinned_kib "$b")
+for i in $(seq $n); do
+    "$build/tests/rdma_stranger" "$ip" "$port" 30 >"$run/st$i.log" 2>&1 &
+    pids+=($!)
+done
+for _ in $(seq 200); do
+    [ "$(cat "$run"/st*.log 2>/dev/null | grep -c connected)" = $n ] && break
+    sleep 0.1
+done
+[ "$(cat "$run"/st*.log | grep -c connected)" = $n ] || fail "the strangers did not connect"
+sleep 1
+during=$(pinned_kib "$b")
+per=$(( (during - before) / n ))
+echo "stranger.sh: $n strangers connected, moverd's VmPin $before -> $during KiB ($per KiB each)"
+[ "$per" -lt 1024 ] || fail "$per KiB pinned per unauthenticated connection"
+
+# a real peer beside them: every buffer once authenticated
+"$moverd" -f --socket "$run/a.s" --transport rdma --peer-key "$run/peer.key" \
+    >"$run/a.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do ctl a status >/dev/null 2>&1 && break; sleep 0.05; done
+ctl a flow create r --ring-size 1M --max-record 4K --peer "$ip:$port" >/dev/null
+for _ in $(seq 100); do ctl b flow show r >/dev/null 2>&1 && break; sleep 0.1; done
+FLOWMOVER_SOCKET=$run/b.s "$build/libflowshm/flowdemo" consume r --count $count \
+    >"$run/c.log" 2>&1 &
+c=$!
+FLOWMOVER_SOCKET=$run/a.s "$build/libflowshm/flowdemo" produce r --count $count \
+    --size 100 >"$run/p.log" 2>&1 || fail "producer: $(cat "$run/p.log")"
+wait "$c" || fail "consumer: $(cat "$run/c.log")"
+grep -q "consumer: $count records" "$run/c.log" || fail "$(cat "$run/c.log")"
+ctl a flow show r | grep -q 'transport: *rdma' || fail "flow r is not on RDMA"
+echo "stranger.sh: a real peer moved $count records over RDMA beside them"
+echo "stranger.sh: PASS"
