@@ -222,6 +222,15 @@ void fanout_destroy(struct peer_mgr *m, struct flow *f)
 		drop_sibling(m, f->fanout);
 }
 
+void fanout_let_go(struct peer_mgr *m, struct flow *f)
+{
+	for (struct flow *s = f->fanout, *n; s; s = n) {
+		n = s->fanout_next;
+		if (!s->peer) /* over (fanout_lost): off every connection */
+			drop_sibling(m, s);
+	}
+}
+
 void fanout_restore(struct peer_mgr *m, struct flow *f)
 {
 	char *list = f->fanout_saved, *save = NULL, err[200];

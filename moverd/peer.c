@@ -2567,6 +2567,7 @@ void peer_let_go_flow(struct peer_mgr *m, struct flow *f)
 {
 	if (m->flow_gone)
 		m->flow_gone(m->flow_gone_arg, f);
+	fanout_let_go(m, f);
 	detach_flow(f); /* no CLOSE: the flow lives on, in the next moverd */
 	mover_forget_flow(m, f); /* off the mover's lists before it goes */
 	flows_let_go(m->flows, f);
