@@ -3,20 +3,26 @@
  * an unauthenticated stranger, for what moverd allocates before a hello
  * (tests/rdma/stranger.sh, in the soft-RoCE guest).
  *
- *   usage: stranger ADDR PORT SECONDS
+ *   usage: stranger ADDR PORT SECONDS [imm]
  *
  * Connects one RC queue pair with rdma_cm, prints "connected", holds the
  * connection SECONDS (or until moverd drops it), then exits 0; non-zero
- * if the connection could not be made.
+ * if the connection could not be made.  With "imm" it first posts an RDMA
+ * WRITE with immediate data of 0 bytes (no rkey needed, and no hello
+ * either), which completes on moverd's side as RECV_RDMA_WITH_IMM, an
+ * opcode the protocol never uses, and prints "disconnected" if moverd
+ * drops the connection within SECONDS.
  */
 #include <rdma/rdma_cma.h>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int next_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {
@@ -35,6 +41,29 @@ static int next_event(struct rdma_event_channel *ch, enum rdma_cm_event_type wan
 	return 0;
 }
 
+/* A 0-byte RDMA WRITE with immediate data, and its completion here. */
+static int write_imm(struct rdma_cm_id *id)
+{
+	struct ibv_send_wr wr = {
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.imm_data = htonl(1),
+	}, *bad;
+	struct ibv_wc wc;
+	int n = 0;
+
+	if (ibv_post_send(id->qp, &wr, &bad)) {
+		perror("stranger: ibv_post_send");
+		return -1;
+	}
+	for (int i = 0; i < 2000 && !(n = ibv_poll_cq(id->send_cq, 1, &wc)); i++)
+		usleep(1000);
+	printf("write with immediate data: %s\n",
+	       n == 1 ? ibv_wc_status_str(wc.status) : "no completion");
+	fflush(stdout);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
@@ -48,8 +77,8 @@ int main(int argc, char **argv)
 	struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
 	struct pollfd pfd;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: stranger ADDR PORT SECONDS\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: stranger ADDR PORT SECONDS [imm]\n");
 		return 2;
 	}
 	ch = rdma_create_event_channel();
@@ -66,9 +95,13 @@ int main(int argc, char **argv)
 	}
 	printf("connected\n");
 	fflush(stdout);
-	/* nothing is sent: wait out the time, or moverd's disconnect */
+	if (argc == 5 && !strcmp(argv[4], "imm") && write_imm(id))
+		return 1;
+	/* wait out the time, or moverd's disconnect */
 	pfd = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
-	poll(&pfd, 1, atoi(argv[3]) * 1000);
+	if (poll(&pfd, 1, atoi(argv[3]) * 1000) == 1 &&
+	    !next_event(ch, RDMA_CM_EVENT_DISCONNECTED))
+		printf("disconnected\n");
 	rdma_disconnect(id);
 	rdma_destroy_qp(id);
 	rdma_destroy_id(id);

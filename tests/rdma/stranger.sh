@@ -4,9 +4,11 @@
 # 2026-11-28: 5.2 MiB each, receive buffers and the staging buffer
 # registered at accept, times --peer-max-pending).  N strangers
 # (tests/rdma/stranger.c) connect to a listening moverd; its VmPin while
-# they wait must grow by less than 1 MiB per stranger.  Then a real peer
-# moves records over the same daemon: once authenticated, a connection
-# gets all of its buffers.
+# they wait must grow by less than 1 MiB per stranger.  A stranger that
+# posts an RDMA WRITE with immediate data (completing as an opcode the
+# protocol never uses) is disconnected with the reason logged.  Then a
+# real peer moves records over the same daemon: once authenticated, a
+# connection gets all of its buffers.
 set -euo pipefail
 build=${1:?usage: stranger.sh BUILD_DIR}
 ip=10.77.0.1
@@ -46,6 +48,15 @@ during=$(pinned_kib "$b")
 per=$(( (during - before) / n ))
 echo "stranger.sh: $n strangers connected, moverd's VmPin $before -> $during KiB ($per KiB each)"
 [ "$per" -lt 1024 ] || fail "$per KiB pinned per unauthenticated connection"
+
+# a stranger that WRITEs with immediate data (0 bytes, no rkey, no hello):
+# an opcode the protocol never uses fails its connection, and only it
+"$build/tests/rdma_stranger" "$ip" "$port" 20 imm >"$run/imm.out" 2>&1 ||
+    fail "the imm stranger: $(cat "$run/imm.out")"
+cat "$run/imm.out"
+grep -q disconnected "$run/imm.out" || fail "moverd kept the connection of a WRITE with immediate data"
+grep -q "RDMA write with immediate data" "$run/b.log" || fail "moverd did not say why it dropped it"
+kill -0 "$b" || fail "moverd died"
 
 # a real peer beside them: every buffer once authenticated
 "$moverd" -f --socket "$run/a.s" --transport rdma --peer-key "$run/peer.key" \
