@@ -867,7 +867,10 @@ struct rate_party {
  * measured on the 2-vCPU test host, 0.45 ms of moverd's cpu for a 4 KiB
  * ring, 3.6 ms for 64 MiB.  Charged by its bytes alone, a user churning
  * 4 KiB rings would have had 16384 creates a second at the default rate,
- * 7 s of loop each second; at 1 MiB a create, 64 a second, 3 %.
+ * 7 s of loop each second; at 1 MiB a create, 64 a second, 3 %.  The
+ * bucket holds at least the party's flow quota at that charge, so that
+ * filling the quota once (a peer allowed 10 000 flows opening them) is
+ * never held back: only churning is.
  */
 #define RATE_MIN_CHARGE (1ull << 20)
 
@@ -951,6 +954,11 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 			       t->limits.uid_ring_rate;
 	static struct log_limit lim; /* a user can ask at will */
 	uint64_t burst = t->limits.max_ring_size, now, due, burst_ns;
+	/* the flows it may hold, each at the least a create is charged:
+	 * a party may always fill its quota once (10 000 flows of a peer
+	 * --peer-max-flows allows), and is held to the rate when it churns */
+	uint64_t quota_flows = peer ? t->limits.peer_max_flows :
+				      t->limits.uid_max_flows;
 	struct rate_party *r;
 	char who[160], per[32];
 
@@ -965,6 +973,8 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 	}
 	if (burst < RATE_BURST_MIN)
 		burst = RATE_BURST_MIN;
+	if (burst < quota_flows * RATE_MIN_CHARGE)
+		burst = quota_flows * RATE_MIN_CHARGE;
 	burst_ns = rate_ns(burst, rate);
 	if (ring < RATE_MIN_CHARGE)
 		ring = RATE_MIN_CHARGE;
