@@ -113,7 +113,7 @@ static int backoff(flowshm_t *f, struct waiter *w, enum wait_for what)
 static int params_to_fr(const struct flowshm_ring_params *p,
 			uint64_t seal_key, uint64_t start, struct fr_params *out)
 {
-	if (!p || (p->flags & ~FLOWSHM_RING_DEPOSIT))
+	if (!p || (p->flags & ~(FLOWSHM_RING_DEPOSIT | FLOWSHM_RING_LAZY)))
 		return -EINVAL;
 	*out = (struct fr_params){
 		.ring_bytes = p->ring_size,
@@ -143,9 +143,10 @@ static int preallocate(int fd, size_t bytes)
 	return 0;
 }
 
-/* Size, allocate and format the new ring file or memfd fd; 0 or -errno
- * (the caller closes fd and removes the file). */
-static int ring_init(int fd, const struct fr_params *pp, bool sealed)
+/* Size, allocate (unless FLOWSHM_RING_LAZY) and format the new ring file
+ * or memfd fd; 0 or -errno (the caller closes fd and removes the file). */
+static int ring_init(int fd, const struct fr_params *pp, uint32_t flags,
+		     bool sealed)
 {
 	struct fr_params p = *pp;
 	size_t bytes = fr_map_bytes(p.ring_bytes);
@@ -160,7 +161,7 @@ static int ring_init(int fd, const struct fr_params *pp, bool sealed)
 	 * seconds).  Memory a ring may use is committed up front, where a
 	 * shortage is a clear error at creation rather than SIGBUS later.
 	 */
-	if (preallocate(fd, bytes))
+	if (!(flags & FLOWSHM_RING_LAZY) && preallocate(fd, bytes))
 		return -errno;
 	map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
@@ -188,7 +189,7 @@ int flowshm_ring_create_keyed(const struct flowshm_ring_params *params,
 		    memfd_create("flowmover-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	rc = ring_init(fd, &p, !path);
+	rc = ring_init(fd, &p, params->flags, !path);
 	if (rc) {
 		close(fd);
 		if (path)
@@ -212,7 +213,7 @@ int flowshm_ring_create_at(const struct flowshm_ring_params *params,
 		    O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	rc = ring_init(fd, &p, false);
+	rc = ring_init(fd, &p, params->flags, false);
 	if (rc) {
 		close(fd);
 		unlinkat(dirfd, name, 0);

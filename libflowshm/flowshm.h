@@ -74,6 +74,10 @@ struct flowshm_ring_params {
 
 /* The ring is the consumer end of a flow fed by moverd from a peer host. */
 #define FLOWSHM_RING_DEPOSIT 1u
+/* Create only: the ring's pages are not allocated at creation; they fault
+ * in on first use unless the caller allocates them (moverd does, off its
+ * event loop).  Never reported by flowshm_info. */
+#define FLOWSHM_RING_LAZY 2u
 
 /* Options when opening an end; NULL means defaults. */
 struct flowshm_opts {

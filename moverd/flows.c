@@ -27,6 +27,11 @@ void flows_init(struct flow_table *t, const struct flow_limits *limits,
 	snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir);
 }
 
+void flows_use_loop(struct flow_table *t, struct loop *l)
+{
+	t->loop = l;
+}
+
 const char *flows_state_name(enum flow_state s)
 {
 	static const char *const names[] = { "open", "connecting",
@@ -432,6 +437,213 @@ static void link_flow(struct flow_table *t, struct flow *f)
 		link_exposed(t, f);
 }
 
+/* ---- a ring's pages, allocated off the loop ---------------------------------- */
+
+/*
+ * A ring's pages are allocated when it is created (libflowshm's
+ * preallocate says why), which on tmpfs costs about 0.3 s a GiB: on the
+ * loop that stalled every flow and client for as long, once a create
+ * (docs/security-quota.md).  With a loop, the ring is created lazy and
+ * io_uring's workers allocate it (IORING_OP_FALLOCATE), FILL_CHUNK at a
+ * time, one chunk of one ring at a time: rings waiting for their turn
+ * queue in the table (fill_head), round robin by chunk.  So the fills use
+ * one cpu's worth of a worker at most, a destroy or a stop waits for one
+ * chunk at most, and a ring destroyed before its turn allocates nothing.
+ * The flow is usable at once: a page a client touches before the fill
+ * gets there faults in on its own, and fallocate leaves a page already
+ * there as it is.  What is not allocated yet still holds its room in the
+ * state directory (fill_pending, check_state_dir), so that rings created
+ * back to back cannot overcommit it; a shortage the fill meets anyway
+ * (another writer of the filesystem, a memory cgroup) fails the flow,
+ * with why.  A ring of FILL_NOW_MAX or less is allocated on the spot
+ * (0.3 ms at most): a fill's round trip would cost more than that.  A
+ * re-adopted ring that is not all allocated (its moverd stopped during
+ * the fill) is filled too.
+ */
+#define FILL_CHUNK (64ull << 20)
+#define FILL_NOW_MAX (1ull << 20)
+#define FILL_EINTR_MAX 64 /* tmpfs: a pending signal interrupts it */
+
+static void fill_done(struct loop_op *op, int res);
+
+static uint64_t fill_left(const struct flow *f)
+{
+	return fr_map_bytes(f->ring_bytes) - f->filled;
+}
+
+static uint64_t fill_chunk(const struct flow *f)
+{
+	uint64_t left = fill_left(f);
+
+	return left < FILL_CHUNK ? left : FILL_CHUNK;
+}
+
+static bool fill_stopped(const struct flow *f)
+{
+	return !fill_left(f) || f->dead || f->kept || f->state == FLOW_FAILED;
+}
+
+static void fill_enqueue(struct flow_table *t, struct flow *f)
+{
+	f->fill_queued = true;
+	f->fill_qnext = NULL;
+	f->fill_qprev = t->fill_tail;
+	if (t->fill_tail)
+		t->fill_tail->fill_qnext = f;
+	else
+		t->fill_head = f;
+	t->fill_tail = f;
+}
+
+static void fill_dequeue(struct flow_table *t, struct flow *f)
+{
+	if (f->fill_qprev)
+		f->fill_qprev->fill_qnext = f->fill_qnext;
+	else
+		t->fill_head = f->fill_qnext;
+	if (f->fill_qnext)
+		f->fill_qnext->fill_qprev = f->fill_qprev;
+	else
+		t->fill_tail = f->fill_qprev;
+	f->fill_qprev = f->fill_qnext = NULL;
+	f->fill_queued = false;
+}
+
+/* The fill is over: what it did not allocate holds no room any more, and
+ * its reference goes (the last one releases the flow: flow_put). */
+static void fill_end(struct flow *f)
+{
+	struct flow_table *t = f->table;
+
+	t->fill_pending -= f->fill_held;
+	f->fill_held = 0;
+	t->n_async--;
+	log_debug("flow %s: %llu of %llu ring bytes allocated", f->name,
+		  (unsigned long long)f->filled,
+		  (unsigned long long)fr_map_bytes(f->ring_bytes));
+	flow_put(f);
+}
+
+/* Submit f's next chunk; false: no SQE (the rest faults in on first
+ * use). */
+static bool fill_submit(struct flow *f)
+{
+	struct io_uring_sqe *sqe = loop_sqe(f->table->loop, &f->fill_op,
+					    fill_done);
+
+	if (!sqe)
+		return false;
+	io_uring_prep_fallocate(sqe, f->ring_fd, 0, (off_t)f->filled,
+				(off_t)fill_chunk(f));
+	return true;
+}
+
+/* No chunk in flight: start the next ring's, if any waits. */
+static void fill_kick(struct flow_table *t)
+{
+	struct flow *f;
+
+	while (!t->fill_busy && (f = t->fill_head)) {
+		fill_dequeue(t, f);
+		if (!fill_stopped(f) && fill_submit(f)) {
+			t->fill_busy = f;
+			return;
+		}
+		fill_end(f);
+	}
+}
+
+static void fill_done(struct loop_op *op, int res)
+{
+	struct flow *f = (struct flow *)((char *)op -
+					 offsetof(struct flow, fill_op));
+	struct flow_table *t = f->table;
+
+	if (res == -EINTR && ++f->fill_eintr < FILL_EINTR_MAX &&
+	    !fill_stopped(f) && fill_submit(f))
+		return;
+	f->fill_eintr = 0;
+	t->fill_busy = NULL;
+	if (!res) {
+		uint64_t len = fill_chunk(f);
+
+		f->filled += len;
+		len = len < f->fill_held ? len : f->fill_held;
+		f->fill_held -= len;
+		t->fill_pending -= len;
+		if (!fill_stopped(f))
+			fill_enqueue(t, f); /* its next chunk, in turn */
+		else
+			fill_end(f);
+	} else {
+		if ((res == -ENOSPC || res == -ENOMEM) && !f->dead &&
+		    !f->kept) {
+			char why[160];
+
+			snprintf(why, sizeof(why), "cannot allocate its ring's "
+				 "memory (%llu of %llu bytes): %s",
+				 (unsigned long long)f->filled,
+				 (unsigned long long)fr_map_bytes(f->ring_bytes),
+				 strerror(-res));
+			flows_fail(f, why); /* fill_stop: not queued */
+		}
+		fill_end(f);
+	}
+	fill_kick(t);
+}
+
+/*
+ * f is destroyed, let go or failed: a fill waiting for its turn ends now;
+ * one in flight stops after its chunk, and holds that chunk's room only.
+ */
+static void fill_stop(struct flow *f)
+{
+	struct flow_table *t = f->table;
+	uint64_t keep;
+
+	if (f->fill_queued) {
+		fill_dequeue(t, f);
+		fill_end(f); /* the caller holds a reference of its own */
+		return;
+	}
+	keep = t->fill_busy == f ? fill_chunk(f) : 0;
+	if (f->fill_held <= keep)
+		return;
+	t->fill_pending -= f->fill_held - keep;
+	f->fill_held = keep;
+}
+
+/* The bytes of f's ring file that are allocated, as its blocks tell (0
+ * if it cannot be told), at most its size. */
+static uint64_t allocated_bytes(const struct flow *f)
+{
+	uint64_t size = fr_map_bytes(f->ring_bytes), got;
+	struct stat st;
+
+	if (f->ring_fd < 0 || fstat(f->ring_fd, &st))
+		return 0;
+	got = (uint64_t)st.st_blocks * 512;
+	return got < size ? got : size;
+}
+
+/* Is a ring of this size allocated off the loop? */
+static bool fill_later(const struct flow_table *t, uint64_t ring_bytes)
+{
+	return t->loop && fr_map_bytes(ring_bytes) > FILL_NOW_MAX;
+}
+
+/* Allocate f's ring off the loop, in turn, holding a reference. */
+static void fill_start(struct flow_table *t, struct flow *f)
+{
+	f->filled = 0;
+	f->fill_held = fill_left(f);
+	t->fill_pending += f->fill_held;
+	t->n_async++;
+	flow_get(f); /* the fill reads f until fill_end */
+	fill_enqueue(t, f);
+	fill_kick(t);
+}
+
 /* moverd's mapping of a ring file survives the file shrinking. */
 static void guard_ring(struct flow *f)
 {
@@ -692,6 +904,9 @@ unsigned flows_adopt(struct flow_table *t)
 		fl = adopt_one(t, name);
 		if (fl) {
 			link_flow(t, fl);
+			if (fill_later(t, fl->ring_bytes) &&
+			    allocated_bytes(fl) < fr_map_bytes(fl->ring_bytes))
+				fill_start(t, fl);
 			n++;
 		}
 	}
@@ -744,7 +959,14 @@ static uint64_t unix_ms(void)
 
 struct flow_remains {
 	struct flow_remains *next;
-	flowshm_t *view;         /* moverd's mapping: punched through it */
+	struct flow_table *table;
+	flowshm_t *view;         /* moverd's mapping: punched through it ... */
+	int fd;                  /* ... or through the ring's fd (-1: gone) */
+	struct loop_op op;       /* the punch of a chunk in flight */
+	uint64_t punched;        /* data bytes punched out so far */
+	uint64_t frees;          /* allocated bytes the punch is yet to free
+				  * (its part of the table's punch_pending) */
+	bool releasing;          /* its pages are being punched out */
 	uint64_t guard;
 	enum flow_role role;
 	uid_t owner_uid;
@@ -1014,6 +1236,10 @@ static int check_state_dir(const struct flow_table *t, uint64_t ring,
 	}
 	total = (uint64_t)sv.f_blocks * sv.f_frsize;
 	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	/* rings being filled take the rest of their room yet, and rings
+	 * being punched out give theirs back (release_remains) */
+	avail += t->punch_pending;
+	avail = avail > t->fill_pending ? avail - t->fill_pending : 0;
 	keep = total / 100 * t->limits.state_dir_reserve;
 	if (avail >= need && avail - need >= keep)
 		return 0;
@@ -1118,6 +1344,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 spec->peer ? spec->peer : "");
 	if (spec->role == FLOW_RECEIVER)
 		p.flags |= FLOWSHM_RING_DEPOSIT;
+	if (fill_later(t, p.ring_size))
+		p.flags |= FLOWSHM_RING_LAZY; /* fill_start allocates it */
 	/* every flow is a file (local ones too, issue 15), so that a
 	 * restarted moverd re-adopts it; a stale one goes first, anything
 	 * else there fails O_EXCL */
@@ -1182,6 +1410,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	log_info("flow %s created by uid %u: ring %llu bytes, max record %u",
 		 f->name, (unsigned)uid, (unsigned long long)p.ring_size,
 		 p.max_record);
+	if (p.flags & FLOWSHM_RING_LAZY)
+		fill_start(t, f);
 	*out = f;
 	flows_status(f);
 	if (t->added)
@@ -1243,6 +1473,7 @@ void flows_fail(struct flow *f, const char *reason)
 		return;
 	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
+	fill_stop(f);
 }
 
 static void unlist(struct flow_table *t, struct flow *f);
@@ -1251,6 +1482,7 @@ void flows_destroy(struct flow_table *t, struct flow *f)
 {
 	unlist(t, f);
 	f->dead = true;
+	fill_stop(f);
 	flows_status(f); /* closed */
 	flowshm_shutdown(f->view);
 	if (f->path[0])
@@ -1294,6 +1526,7 @@ void flows_let_go(struct flow_table *t, struct flow *f)
 	unlist(t, f);
 	f->dead = true; /* completions still in flight publish nothing */
 	f->kept = true;
+	fill_stop(f);
 	log_debug("flow %s: kept for the next start", f->name);
 	flow_put(f);
 }
@@ -1305,31 +1538,146 @@ void flows_let_go(struct flow_table *t, struct flow *f)
  * that clients still see the ring closed).  Memfd rings are sealed against
  * growing and shrinking only, which allows this; a client that writes its
  * stale mapping afterwards faults in pages charged to its own cgroup.
+ * On tmpfs this costs about 0.14 s a GiB: with a loop it runs in
+ * io_uring's workers, PUNCH_CHUNK at a time (release_remains), and the
+ * remains (mapping, fd, and what the quotas charge) stay until it is done.
  */
-static void punch_data(int fd, flowshm_t *view, uint64_t ring_bytes,
-		       const char *name)
+#define PUNCH_CHUNK (256ull << 20) /* IORING_OP_MADVISE: a 32-bit length */
+
+/* Punch [off, off + len) of the data area out, on the spot; 0 or -errno. */
+static int punch_range(int fd, flowshm_t *view, uint64_t off, uint64_t len)
 {
 	int rc = 0;
 
 	if (fd >= 0)
 		rc = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			       FR_CTRL_BYTES, (off_t)ring_bytes);
+			       (off_t)(FR_CTRL_BYTES + off), (off_t)len);
 	else if (view) /* the same, through moverd's shared mapping */
-		rc = madvise((char *)view->ring.sh + FR_CTRL_BYTES, ring_bytes,
+		rc = madvise((char *)view->ring.sh + FR_CTRL_BYTES + off, len,
 			     MADV_REMOVE);
-	if (rc)
-		log_warn("flow %s: cannot release the ring's pages: %s", name,
-			 strerror(errno));
+	return rc ? -errno : 0;
+}
+
+static void punch_warn(const char *name, int rc)
+{
+	log_warn("flow %s: cannot release the ring's pages: %s", name,
+		 strerror(-rc));
 }
 
 static void release_now(int fd, flowshm_t *view, uint64_t guard,
 			uint64_t ring_bytes, const char *name)
 {
-	punch_data(fd, view, ring_bytes, name);
+	int rc = punch_range(fd, view, 0, ring_bytes);
+
+	if (rc)
+		punch_warn(name, rc);
 	ring_guard_remove(guard); /* after the last touch of the mapping */
 	flowshm_close(view);
 	if (fd >= 0)
 		close(fd);
+}
+
+/* r's pages are out, or cannot be: its mapping and fd go, then r. */
+static void remains_free(struct flow_table *t, struct flow_remains *r)
+{
+	for (struct flow_remains **pp = &t->remains; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	}
+	ring_guard_remove(r->guard); /* after the last touch of the mapping */
+	flowshm_close(r->view);
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r);
+}
+
+static uint64_t punch_chunk(const struct flow_remains *r)
+{
+	uint64_t left = r->ring_bytes - r->punched;
+
+	return left < PUNCH_CHUNK ? left : PUNCH_CHUNK;
+}
+
+static void punch_done(struct loop_op *op, int res);
+
+/* The punch got n bytes further: as much less of r's is pending (where
+ * in the ring its pages are, the punch does not know: a guess that errs
+ * as little as one chunk, for as long as one chunk takes). */
+static void punch_freed(struct flow_table *t, struct flow_remains *r,
+			uint64_t n)
+{
+	n = n < r->frees ? n : r->frees;
+	r->frees -= n;
+	t->punch_pending -= n;
+}
+
+/* Submit r's next chunk; false: nothing (more) to punch, or no loop or
+ * SQE. */
+static bool punch_next(struct flow_table *t, struct flow_remains *r)
+{
+	uint64_t off = FR_CTRL_BYTES + r->punched, len = punch_chunk(r);
+	struct io_uring_sqe *sqe;
+
+	if (!len || !t->loop || !(sqe = loop_sqe(t->loop, &r->op, punch_done)))
+		return false;
+	if (r->fd >= 0)
+		io_uring_prep_fallocate(sqe, r->fd, FALLOC_FL_PUNCH_HOLE |
+					FALLOC_FL_KEEP_SIZE, (off_t)off,
+					(off_t)len);
+	else
+		io_uring_prep_madvise(sqe, (char *)r->view->ring.sh + off,
+				      (off_t)len, MADV_REMOVE);
+	return true;
+}
+
+/* Punch what is left of r on the spot, and free it. */
+static void punch_rest_now(struct flow_table *t, struct flow_remains *r)
+{
+	int rc = 0;
+
+	if (r->punched < r->ring_bytes)
+		rc = punch_range(r->fd, r->view, r->punched,
+				 r->ring_bytes - r->punched);
+	if (rc)
+		punch_warn(r->name, rc);
+	remains_free(t, r);
+}
+
+static void punch_done(struct loop_op *op, int res)
+{
+	struct flow_remains *r = (struct flow_remains *)
+		((char *)op - offsetof(struct flow_remains, op));
+	struct flow_table *t = r->table;
+	uint64_t before = r->punched;
+
+	if (res < 0) {
+		punch_warn(r->name, res);
+		r->punched = r->ring_bytes; /* what is left stays till the
+					     * last mapping goes */
+	} else {
+		r->punched += punch_chunk(r);
+	}
+	punch_freed(t, r, r->punched - before);
+	if (punch_next(t, r))
+		return;
+	punch_freed(t, r, r->frees);
+	t->n_async--;
+	punch_rest_now(t, r);
+}
+
+/* Give r's pages back: off the loop where there is one (what they hold
+ * counts as free meanwhile: punch_pending). */
+static void release_remains(struct flow_table *t, struct flow_remains *r)
+{
+	r->releasing = true;
+	if (punch_next(t, r)) {
+		t->punch_pending += r->frees;
+		t->n_async++;
+		return;
+	}
+	punch_rest_now(t, r);
 }
 
 /* Has the consumer records left to read?  (Its head is its own word: a
@@ -1348,31 +1696,40 @@ static bool undrained(const struct flow *f)
  * clients keep it mapped: shut the ring (clients see -EPIPE) and punch out
  * its data area, now if its consumer has nothing left to read, else once
  * it has drained or after DRAIN_GRACE_NS (flows_reap_remains).  Takes
- * moverd's mapping and fd from f (f->view = NULL, f->ring_fd = -1).
+ * moverd's mapping and fd from f (f->view = NULL, f->ring_fd = -1) into
+ * its remains, which hold them until the punch is done.
  */
 static void release_pages(struct flow_table *t, struct flow *f)
 {
-	struct flow_remains *r;
+	struct flow_remains *r = NULL;
+	bool wait;
 
 	if (f->view)
 		flowshm_shutdown(f->view); /* clients see -EPIPE */
-	if (undrained(f) && (r = calloc(1, sizeof(*r)))) {
-		/* only the mapping waits: the fd goes now (madvise punches) */
-		close(f->ring_fd);
-		*r = (struct flow_remains){
-			.next = t->remains, .view = f->view,
-			.guard = f->guard, .role = f->role,
-			.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
-			.until_ns = fr_now_ns() + DRAIN_GRACE_NS,
-		};
-		snprintf(r->origin_host, sizeof(r->origin_host), "%s",
-			 f->origin_host);
-		snprintf(r->name, sizeof(r->name), "%s", f->name);
-		t->remains = r;
-	} else {
+	wait = undrained(f);
+	if (!f->view || !(r = calloc(1, sizeof(*r)))) {
 		release_now(f->ring_fd, f->view, f->guard, f->ring_bytes,
 			    f->name);
+		goto taken;
 	}
+	*r = (struct flow_remains){
+		.next = t->remains, .table = t, .view = f->view,
+		.fd = f->ring_fd, .guard = f->guard, .role = f->role,
+		.owner_uid = f->owner_uid, .ring_bytes = f->ring_bytes,
+		.until_ns = wait ? fr_now_ns() + DRAIN_GRACE_NS : 0,
+		.frees = allocated_bytes(f),
+	};
+	if (wait) { /* only the mapping waits: the fd goes now (madvise) */
+		close(f->ring_fd);
+		r->fd = -1;
+	}
+	snprintf(r->origin_host, sizeof(r->origin_host), "%s",
+		 f->origin_host);
+	snprintf(r->name, sizeof(r->name), "%s", f->name);
+	t->remains = r;
+	if (!wait)
+		release_remains(t, r);
+taken:
 	f->view = NULL;
 	f->ring_fd = -1;
 	f->guard = 0;
@@ -1380,19 +1737,18 @@ static void release_pages(struct flow_table *t, struct flow *f)
 
 void flows_reap_remains(struct flow_table *t, uint64_t now)
 {
-	for (struct flow_remains **pp = &t->remains, *r; (r = *pp);) {
+	for (struct flow_remains *r = t->remains, *next; r; r = next) {
 		struct flowshm_info in = { 0 };
 
-		flowshm_info(r->view, &in);
-		if (now < r->until_ns && in.head < in.tail) {
-			pp = &r->next;
+		next = r->next; /* release_remains may free r, not next */
+		if (r->releasing)
 			continue;
-		}
-		*pp = r->next;
+		flowshm_info(r->view, &in);
+		if (now < r->until_ns && in.head < in.tail)
+			continue;
 		log_debug("flow %s: ring released (%s)", r->name,
 			  now < r->until_ns ? "drained" : "grace over");
-		release_now(-1, r->view, r->guard, r->ring_bytes, r->name);
-		free(r);
+		release_remains(t, r);
 	}
 	prune_rates(t, now);
 }

@@ -8,6 +8,7 @@
 #define MOVERD_FLOWS_H
 
 #include "flowshm_internal.h"
+#include "loop.h"
 #include "stats.h"
 
 #include <limits.h>
@@ -155,6 +156,14 @@ struct flow {
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
 	uint64_t guard;          /* ring file: moverd's mapping, guarded
 				  * against SIGBUS (ring_guard.h) */
+	/* the ring's pages allocated off the loop, a chunk at a time
+	 * (flows.c, fill_kick); the fill holds a reference */
+	struct loop_op fill_op;
+	struct flow *fill_qprev, *fill_qnext; /* waiting for its turn */
+	bool fill_queued;
+	uint64_t filled;         /* bytes of the ring file allocated so far */
+	uint64_t fill_held;      /* ... its part of the table's fill_pending */
+	unsigned fill_eintr;     /* EINTRs of the chunk in flight */
 
 	/* sender: positions in the producer ring */
 	uint64_t sent;           /* everything before it is on the wire */
@@ -276,9 +285,20 @@ struct flow_table {
 	struct flow_limits limits;
 	char state_dir[256];      /* ring files of flows between hosts */
 	int state_fd;             /* ... that directory, checked (private_dir) */
-	/* rings of destroyed flows whose consumer may still drain them:
-	 * their pages go after DRAIN_GRACE_NS (flows.c: release_pages) */
+	/* rings of destroyed flows whose consumer may still drain them
+	 * (their pages go after DRAIN_GRACE_NS), or whose pages are being
+	 * punched out (flows.c: release_pages) */
 	struct flow_remains *remains;
+	/* the loop that allocates and punches rings' pages (flows_use_loop);
+	 * NULL: on the spot, as at a stop */
+	struct loop *loop;
+	unsigned n_async;         /* fills and punches in flight */
+	/* rings waiting to be filled, and the one whose chunk is in flight */
+	struct flow *fill_head, *fill_tail, *fill_busy;
+	uint64_t fill_pending;    /* ring bytes fills have yet to allocate:
+				   * room in the state directory they hold */
+	uint64_t punch_pending;   /* ring bytes punches have yet to free:
+				   * room that is as good as free */
 	/* the parties whose ring rate budget is spent in part (check_rate);
 	 * one whose bucket is full again is forgotten */
 	struct rate_party *rates;
@@ -297,6 +317,19 @@ struct flow_table {
 /* state_fd: the state directory, opened by private_dir_open. */
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
 		const char *state_dir, int state_fd);
+
+/*
+ * Allocate new rings' pages and punch destroyed ones' through l, off the
+ * event loop (IORING_OP_FALLOCATE and IORING_OP_MADVISE), a chunk at a
+ * time; NULL (the default, and from the stop on): on the spot.
+ */
+void flows_use_loop(struct flow_table *t, struct loop *l);
+
+/* Are fills or punches in flight (a stop waits for them)? */
+static inline bool flows_busy(const struct flow_table *t)
+{
+	return t->n_async > 0;
+}
 
 /* Count this start: the state directory's `epoch` + 1, kept there (a
  * warning if it cannot be written).  Before flows_adopt. */

@@ -995,10 +995,12 @@ static void shutdown_daemon(struct daemon *d)
 	while (d->flows.head)
 		peer_let_go_flow(&d->peers, d->flows.head);
 	ctl_server_stop(&d->ctl);
-	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers)) &&
-	       fr_now_ns() < until)
+	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers) ||
+		flows_busy(&d->flows)) && fr_now_ns() < until)
 		loop_run_once(&d->loop, 100);
-	flows_reap_remains(&d->flows, UINT64_MAX); /* the last I/O is done */
+	/* the last I/O is done: what is left of the rings goes on the spot */
+	flows_use_loop(&d->flows, NULL);
+	flows_reap_remains(&d->flows, UINT64_MAX);
 	loop_fini(&d->loop);
 	close(d->sig_fd);
 	declared_set_free(&d->declared.cur);
@@ -1185,6 +1187,7 @@ int main(int argc, char **argv)
 	d.ctl.counters = &d.ctr;
 	d.ctl.idle = &d.idle;
 	d.ctl.io_uring = loop_mode_name(d.loop.mode);
+	flows_use_loop(&d.flows, &d.loop); /* rings' pages off the loop */
 	if (peer_mgr_start(&d.peers, &d.loop, &d.flows, &popt))
 		return 1;
 	idle_init(&d.idle, d.opt.idle, d.opt.poll_ns);

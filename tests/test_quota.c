@@ -122,11 +122,14 @@ static double free_share(const char *dir)
 }
 
 /*
- * A private mount namespace with a 64 MiB tmpfs at dir: a small state
- * directory for moverd (a child of ours, so it shares the namespace).
+ * A private mount namespace with a tmpfs of size (say "64M") at dir: a
+ * state directory of a known size for moverd (a child of ours, so it
+ * shares the namespace).
  */
-static void small_tmpfs(const char *dir)
+static void small_tmpfs(const char *dir, const char *size)
 {
+	char opts[64];
+
 	static bool done;
 
 	mkdir(dir, 0755);
@@ -136,7 +139,8 @@ static void small_tmpfs(const char *dir)
 		done = true;
 	}
 	umount2(dir, MNT_DETACH);
-	CHECK(mount("tmpfs", dir, "tmpfs", 0, "size=64M,mode=0755") == 0);
+	snprintf(opts, sizeof(opts), "size=%s,mode=0755", size);
+	CHECK(mount("tmpfs", dir, "tmpfs", 0, opts) == 0);
 }
 
 static void become(uid_t uid)
@@ -191,7 +195,7 @@ static void case_remote_opens(void)
 	hd_stop(&d);
 
 	/* (b) the state directory keeps 10 % free (default reserve) */
-	small_tmpfs("/tmp/fm-quota5-tmpfs");
+	small_tmpfs("/tmp/fm-quota5-tmpfs", "64M");
 	hd_start(&d, moverd_bin, "quota5b", true, opts_b);
 	by_start(&d, &b);
 	by_send(&b, 100);
@@ -661,6 +665,141 @@ static void case_visibility(void)
 	hd_stop(&d);
 }
 
+/* ---- 15: rings' pages allocated and punched off the loop --------------- */
+
+#define DIR15 "/tmp/fm-quota15-tmpfs"
+
+/* Bytes allocated in dir's filesystem. */
+static uint64_t used_bytes(const char *dir)
+{
+	struct statvfs s;
+
+	CHECK(statvfs(dir, &s) == 0);
+	return (uint64_t)(s.f_blocks - s.f_bfree) * s.f_frsize;
+}
+
+/* Bytes allocated to the ring file of flow name in DIR15. */
+static uint64_t ring_allocated(const char *name)
+{
+	char path[256];
+	struct stat st;
+
+	snprintf(path, sizeof(path), DIR15 "/%s.ring", name);
+	if (stat(path, &st))
+		return 0;
+	return (uint64_t)st.st_blocks * 512;
+}
+
+/* Wait (10 s at most) until the ring file of name has all its pages. */
+static uint64_t wait_allocated(const char *name, uint64_t ring)
+{
+	uint64_t got = 0;
+
+	for (int i = 0; i < 1000 && got < FR_CTRL_BYTES + ring; i++) {
+		got = ring_allocated(name);
+		usleep(10000);
+	}
+	printf("# %s: %llu of %llu bytes allocated\n", name,
+	       (unsigned long long)got,
+	       (unsigned long long)(FR_CTRL_BYTES + ring));
+	return got;
+}
+
+/* Wait (10 s at most) until dir's filesystem is back to base bytes used
+ * (and a page or two for the flows' files). */
+static uint64_t wait_used(const char *dir, uint64_t base)
+{
+	uint64_t used = used_bytes(dir);
+
+	for (int i = 0; i < 1000 && used > base + (64 << 10); i++) {
+		usleep(10000);
+		used = used_bytes(dir);
+	}
+	printf("# %s: %llu bytes used, %llu at the start\n", dir,
+	       (unsigned long long)used, (unsigned long long)base);
+	return used;
+}
+
+static void case_fill(void)
+{
+	static const char *const opts[] = { "--state-dir", DIR15, NULL };
+	struct hp_open o = { .ring_size = 16 << 20, .max_record = 256 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	char name[64], out[4096], msg[512] = "";
+	int fd, sock, err[4];
+	uint64_t base;
+	struct hd d;
+
+	/* (a) four 16M rings opened back to back on a 64M state directory
+	 * (10 % kept free): the ones filling hold their room, so the fourth
+	 * is refused there and then, rather than accepted and failed when
+	 * its fill runs out of room */
+	small_tmpfs(DIR15, "64M");
+	hd_start(&d, moverd_bin, "quota15a", true, opts);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "eager"));
+	for (int i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "p15-%d", i);
+		o.name = name;
+		o.flow_id = (uint32_t)i + 1;
+		o.seal_key = 0x15150000ull + (uint64_t)i * 4096;
+		CHECK(hp_open(fd, &o));
+	}
+	for (int i = 0; i < 4; i++) {
+		CHECK(hp_wait_opened(fd, (uint32_t)i + 1, 10000, &op) == 0);
+		err[i] = op->error;
+		snprintf(msg, sizeof(msg), "%s", op->message ? op->message : "");
+		printf("# open %d: error %d %s\n", i, err[i], msg);
+		flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	}
+	CHECK(!err[0] && !err[1] && !err[2] && err[3] == -ENOSPC);
+	CHECK(strstr(msg, "--state-dir-reserve"));
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "p15-%d", i);
+		CHECK(wait_allocated(name, 16 << 20) >= FR_CTRL_BYTES + (16 << 20));
+	}
+	CHECK(hd_log_count(&d, "cannot allocate its ring's memory") == 0);
+	CHECK(free_share(DIR15) >= 0.10);
+	close(fd);
+	hd_stop(&d);
+
+	/* (b) rings destroyed while their fill runs: it holds the flow
+	 * until its chunk completes, then the pages go */
+	small_tmpfs(DIR15, "2G");
+	base = used_bytes(DIR15);
+	hd_start(&d, moverd_bin, "quota15b", false, opts);
+	sock = ctl_connect(d.sock);
+	CHECK(sock >= 0);
+	for (int i = 0; i < 4; i++) {
+		CHECK_RC(hc_create(sock, "f15", 1 << 30, 0), 0);
+		CHECK_RC(hc_destroy(sock, "f15"), 0);
+	}
+	CHECK(wait_used(DIR15, base) <= base + (64 << 10));
+	/* a ring left alone is allocated all through */
+	CHECK_RC(hc_create(sock, "f15", 256 << 20, 0), 0);
+	CHECK(wait_allocated("f15", 256 << 20) >= FR_CTRL_BYTES + (256 << 20));
+	CHECK_RC(hc_destroy(sock, "f15"), 0);
+	CHECK(wait_used(DIR15, base) <= base + (64 << 10));
+	/* (c) a stop while a ring fills: moverd waits for the chunk in
+	 * flight (an orderly exit, nothing leaked), keeps the ring, and the
+	 * next start fills the rest */
+	CHECK_RC(hc_create(sock, "k15", 1 << 30, 0), 0);
+	close(sock);
+	hd_term(&d);
+	printf("# k15 at the stop: %llu bytes allocated\n",
+	       (unsigned long long)ring_allocated("k15"));
+	hd_restart(&d, moverd_bin, opts);
+	CHECK(hd_log_count(&d, "flow k15: re-adopted") >= 1);
+	CHECK(wait_allocated("k15", 1 << 30) >= FR_CTRL_BYTES + (1u << 30));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "flow destroy k15") == 0);
+	CHECK(wait_used(DIR15, base) <= base + (64 << 10));
+	hd_alive(&d);
+	hd_stop(&d);
+	umount2(DIR15, MNT_DETACH);
+	rmdir(DIR15);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -672,6 +811,8 @@ int main(int argc, char **argv)
 		{ 13, case_visibility, "other users' flows are not shown" },
 		{ 14, case_create_rate, "ring bytes created a second, per uid "
 		  "and per peer host" },
+		{ 15, case_fill, "rings' pages allocated and punched off the "
+		  "loop" },
 	};
 
 	if (argc != 3) {
