@@ -655,41 +655,6 @@ void peer_sent(struct peer *p)
 	tx_release(p);
 }
 
-/* How often one send may fault before its peer is failed: a client that
- * keeps shrinking the file could otherwise hold the link in a loop. */
-#define TX_FAULTS_MAX 4u
-
-static void fail_tampered(struct flow *f, const char *why);
-
-/*
- * The kernel's copy out of a producer ring faulted: a client shrank the
- * ring file under a record whose header moverd had read (ring_guard.h:
- * moverd's own touch would be SIGBUS, the kernel's is EFAULT).  Nothing of
- * that call went, but the frames before it may have, so the stream can
- * only go on with the bytes it promised: each flow of the send whose file
- * changed size is repaired (the shrunk part reads as zeros again) and
- * failed, its receiver told after this send, and the send posted again.
- * Only that flow's records can carry zeros (its consumer finds no valid
- * seal in them); the link and every other flow go on.  A client that
- * puts the size back first leaves nothing to repair; the send is posted
- * again all the same, up to TX_FAULTS_MAX times.
- */
-bool peer_tx_fault(struct peer *p)
-{
-	char why[200];
-
-	if (++p->tx_faults > TX_FAULTS_MAX)
-		return false;
-	for (unsigned i = 0; i < p->n_tx_flows; i++) {
-		struct flow *f = p->tx_flows[i];
-
-		if (f->state == FLOW_OPEN &&
-		    flows_ring_tampered(f, why, sizeof(why)))
-			fail_tampered(f, why);
-	}
-	return true;
-}
-
 /*
  * A receiver flow's consumer ring holds an impossible word: fail that flow
  * only (its consumer gets -EPROTO) and tell its sender why; the link and
@@ -736,6 +701,39 @@ static void fail_tampered(struct flow *f, const char *why)
 		return;
 	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
 	detach_flow(f); /* its DATA in flight is read and dropped */
+}
+
+/* How often one send may fault before its peer is failed: a client that
+ * keeps shrinking the file could otherwise hold the link in a loop. */
+#define TX_FAULTS_MAX 4u
+
+/*
+ * The kernel's copy out of a producer ring faulted: a client shrank the
+ * ring file under a record whose header moverd had read (ring_guard.h:
+ * moverd's own touch would be SIGBUS, the kernel's is EFAULT).  Nothing of
+ * that call went, but the frames before it may have, so the stream can
+ * only go on with the bytes it promised: each flow of the send whose file
+ * changed size is repaired (the shrunk part reads as zeros again) and
+ * failed, its receiver told after this send, and the send posted again.
+ * Only that flow's records can carry zeros (its consumer finds no valid
+ * seal in them); the link and every other flow go on.  A client that
+ * puts the size back first leaves nothing to repair; the send is posted
+ * again all the same, up to TX_FAULTS_MAX times.
+ */
+bool peer_tx_fault(struct peer *p)
+{
+	char why[200];
+
+	if (++p->tx_faults > TX_FAULTS_MAX)
+		return false;
+	for (unsigned i = 0; i < p->n_tx_flows; i++) {
+		struct flow *f = p->tx_flows[i];
+
+		if (f->state == FLOW_OPEN &&
+		    flows_ring_tampered(f, why, sizeof(why)))
+			fail_tampered(f, why);
+	}
+	return true;
 }
 
 /*
