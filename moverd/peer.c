@@ -2109,13 +2109,18 @@ static bool lingering(const struct peer *p)
 	       p->idle_since_ns && !p->m->stopping;
 }
 
-/* ... and its linger is over.  Not with a send in flight: what it sends
- * (the last flow's CLOSE) goes first, or the send deadline fails it. */
+/* ... and its linger runs.  Not with a send in flight: what it sends (the
+ * last flow's CLOSE) goes first, or the send deadline fails it. */
+static bool linger_running(const struct peer *p)
+{
+	return lingering(p) && !p->wr_op.busy;
+}
+
+/* ... and its linger is over. */
 static bool linger_over(const struct peer *p, uint64_t now)
 {
 	/* (idle_since_ns may be later than the timer's now) */
-	return lingering(p) && !p->wr_op.busy &&
-	       now >= p->idle_since_ns + PEER_LINGER_NS;
+	return linger_running(p) && now >= p->idle_since_ns + PEER_LINGER_NS;
 }
 
 /* Close an idle link in order: it is freed once its ops are reaped
@@ -2140,7 +2145,7 @@ static uint64_t peer_due(const struct peer_mgr *m, const struct peer *p)
 	if (p->state != PEER_UP)
 		return UINT64_MAX; /* connecting or closing: I/O ends it */
 	due = p->last_rx_ns + DEAD_NS + 1;
-	if (lingering(p) && !p->wr_op.busy)
+	if (linger_running(p))
 		due = earlier(due, p->idle_since_ns + PEER_LINGER_NS + 1);
 	if (!p->hello_ok)
 		due = earlier(due, p->connected_ns + m->hello_timeout_ns + 1);
