@@ -327,6 +327,30 @@ static inline int hd_ctl(const struct hd *d, const char *moverctl, char *out,
 	return rc;
 }
 
+/* hd_ctl as uid (and gid) `uid` with no supplementary groups (setpriv),
+ * unless uid is 0: as the test itself (like hx_spawn). */
+static inline int hd_ctl_as(const struct hd *d, const char *moverctl,
+			    uid_t uid, char *out, size_t cap, const char *fmt,
+			    ...) __attribute__((format(printf, 6, 7)));
+
+static inline int hd_ctl_as(const struct hd *d, const char *moverctl,
+			    uid_t uid, char *out, size_t cap, const char *fmt,
+			    ...)
+{
+	char bin[512];
+	va_list ap;
+	int rc;
+
+	if (uid)
+		CHECK(snprintf(bin, sizeof(bin), "setpriv --reuid %u --regid "
+			       "%u --clear-groups %s", (unsigned)uid,
+			       (unsigned)uid, moverctl) < (int)sizeof(bin));
+	va_start(ap, fmt);
+	rc = tu_vmoverctl(uid ? bin : moverctl, d->sock, out, cap, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 /* How many fds process pid holds. */
 static inline int hd_fds_pid(pid_t pid)
 {

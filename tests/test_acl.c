@@ -23,7 +23,6 @@
 #include "harness.h"
 #include "flowshm_internal.h"
 
-#include <limits.h>
 #include <sys/mman.h>
 
 #define NOBODY 65534u
@@ -31,7 +30,6 @@
 #define OTHER 4000u        /* a uid with no entry in /etc/passwd */
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
-static char nobody_ctl[PATH_MAX + 96]; /* moverctl run as NOBODY */
 
 /* ---- daemons (harness.h tracks them: none outlives a failed case) ------ */
 
@@ -124,22 +122,6 @@ static void fc_done(pid_t pid, const char *what, int timeout_ms)
 	}
 }
 
-/* moverctl as uid NOBODY (no groups) against d: exit code, output in out. */
-static int nobody_ctl_run(const struct hd *d, char *out, size_t cap,
-			  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int nobody_ctl_run(const struct hd *d, char *out, size_t cap,
-			  const char *fmt, ...)
-{
-	va_list ap;
-	int rc;
-
-	va_start(ap, fmt);
-	rc = tu_vmoverctl(nobody_ctl, d->sock, out, cap, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 /* ---- moverctl views -------------------------------------------------------- */
 
 /* The "allow_uids"/"allow_gids" list of `flow show --json`, as text. */
@@ -197,8 +179,8 @@ static void case_remote_uids(void)
 	CHECK(!strcmp(list, ""));
 
 	/* not the flow's owner: may not grant itself */
-	rc = nobody_ctl_run(&b, out, sizeof(out),
-			 "flow allow r1 --uid %u", NOBODY);
+	rc = hd_ctl_as(&b, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow allow r1 --uid %u", NOBODY);
 	printf("  B: uid %u runs flow allow: exit %d: %s", NOBODY, rc, out);
 	CHECK(rc == 4);
 	CHECK_RC(consume_as(&b, NOBODY, "r1"), -EACCES);
@@ -278,8 +260,8 @@ static void case_peer_flow_owner(void)
 	CHECK_RC(consume_as(&b, OTHER, "o1"), -EACCES);
 
 	/* the owner may grant more */
-	rc = nobody_ctl_run(&b, out, sizeof(out),
-			 "flow allow o1 --uid %u", OTHER);
+	rc = hd_ctl_as(&b, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow allow o1 --uid %u", OTHER);
 	printf("  B: the owner (uid %u) allows uid %u: exit %d: %s", NOBODY,
 	       OTHER, rc, out);
 	CHECK(rc == 0);
@@ -441,7 +423,5 @@ int main(int argc, char **argv)
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];
-	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %u --regid "
-		 "%u --clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]), "FM_ACL_CASES");
 }

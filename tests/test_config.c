@@ -45,7 +45,6 @@
 #include "harness.h"
 
 #include <dirent.h>
-#include <limits.h>
 
 #define NOBODY 65534u
 
@@ -115,22 +114,6 @@ static void restart_conf(struct hd *d)
 static int ctl(const struct hd *d, char *out, size_t cap, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-static int tu_vmoverctl_args(const char *bin, const char *sock, char *out,
-			     size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-
-static int tu_vmoverctl_args(const char *bin, const char *sock, char *out,
-			     size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-	int rc;
-
-	va_start(ap, fmt);
-	rc = tu_vmoverctl(bin, sock, out, cap, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 static int ctl(const struct hd *d, char *out, size_t cap, const char *fmt, ...)
 {
 	va_list ap;
@@ -140,16 +123,6 @@ static int ctl(const struct hd *d, char *out, size_t cap, const char *fmt, ...)
 	rc = tu_vmoverctl(moverctl_bin, d->sock, out, cap, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-/* moverctl reload as uid NOBODY. */
-static int nobody_reload(const struct hd *d, char *out, size_t cap)
-{
-	char bin[PATH_MAX + 96];
-
-	snprintf(bin, sizeof(bin), "setpriv --reuid %u --regid %u "
-		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
-	return tu_vmoverctl_args(bin, d->sock, out, cap, "reload");
 }
 
 static bool flow_exists(const struct hd *d, const char *name)
@@ -371,7 +344,8 @@ static void case_reload(void)
 	CHECK(flow_u64(&d, "busy", "ring_size") == 128 << 10);
 	CHECK(flow_u64(&d, "steady", "created_unix_ms") == created);
 	/* only root (or moverd's user) reloads */
-	CHECK_RC(nobody_reload(&d, out, sizeof(out)), 4);
+	CHECK_RC(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			   "reload"), 4);
 	expect_out(out, "only root");
 	hd_stop(&d);
 }
@@ -670,14 +644,13 @@ static void case_squatted(void)
 	static const char decl[] = "log-level = debug\n"
 				   "flow = metrics ring-size=64K "
 				   "allow-uid=4000\n";
-	char out[4096], nobody[PATH_MAX + 96];
+	char out[4096];
 	struct hd d;
 
-	snprintf(nobody, sizeof(nobody), "setpriv --reuid %u --regid %u "
-		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	start_conf(&d, "cfg9", 0, "log-level = debug\n");
-	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow create metrics "
-			"--ring-size 64K --allow-uid 4000"), 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			   "flow create metrics --ring-size 64K "
+			   "--allow-uid 4000"), 0);
 	expect_out(out, "created");
 	write_conf(&d, decl);
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
@@ -688,11 +661,12 @@ static void case_squatted(void)
 	CHECK_RC(ctl(&d, out, sizeof(out), "flow create metrics --ring-size 64K "
 		     "--allow-uid 4000"), 1);
 	expect_out(out, "already exists, created by uid 65534");
-	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow create metrics "
-			"--ring-size 64K --allow-uid 4000"), 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			   "flow create metrics --ring-size 64K "
+			   "--allow-uid 4000"), 0);
 	expect_out(out, "exists");
-	CHECK_RC(hd_ctl(&d, nobody, out, sizeof(out), "flow destroy metrics"),
-		 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			   "flow destroy metrics"), 0);
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
 	CHECK(flow_u64(&d, "metrics", "owner_uid") == getuid());
 	CHECK_RC(ctl(&d, out, sizeof(out), "flow show metrics --json"), 0);

@@ -32,14 +32,12 @@
 #include "harness.h"
 #include "flowshm_internal.h"
 
-#include <limits.h>
 #include <sys/ioctl.h>
 
 #define NOBODY 65534u
 #define KIB 1024ull
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
-static char nobody_ctl[PATH_MAX + 96]; /* moverctl run as NOBODY */
 
 /* Is variant v ("a", "b"...) of a case selected (FM_HOSTILE_VARIANTS)? */
 static bool variant(const char *v)
@@ -220,8 +218,8 @@ static pid_t victim_fills_y(const struct hd *d)
 	char out[4096];
 	pid_t prod;
 
-	CHECK(hd_ctl(d, nobody_ctl, out, sizeof(out), "flow create y "
-		     "--ring-size 64K --max-record 1024") == 0);
+	CHECK(hd_ctl_as(d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create y --ring-size 64K --max-record 1024") == 0);
 	prod = fc_produce(d, NOBODY, "y", 1, Y_RECORDS, Y_MAX);
 	wait_u64(d, "y", "tail", 48 * KIB, 10000);
 	return prod;
@@ -246,7 +244,8 @@ static void victim_checks_y(const struct hd *d, pid_t prod)
 	fc_done(cons, "y's consumer (uid 65534)", 20000);
 	fc_done(prod, "y's producer (uid 65534)", 5000);
 	hd_alive(d);
-	CHECK(hd_ctl(d, nobody_ctl, out, sizeof(out), "flow destroy y") == 0);
+	CHECK(hd_ctl_as(d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow destroy y") == 0);
 }
 
 /* x must be gone (the close or destroy took it) within 5 s. */
@@ -1176,8 +1175,6 @@ int main(int argc, char **argv)
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];
-	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %u --regid "
-		 "%u --clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_HOSTILE_CASES");
 }

@@ -888,9 +888,8 @@ static void case_access(void)
 	pid = hx_spawn(&d, 65534, (const char *[]){ "/bin/cat", path, NULL });
 	rc = hx_wait(pid, 10000);
 	CHECK(rc == 1);
-	CHECK(sh(out, sizeof(out), "setpriv --reuid 65534 --regid 65534 "
-		 "--clear-groups %s --socket %s top --once 2>&1", moverctl,
-		 d.sock) == 0);
+	CHECK(hd_ctl_as(&d, moverctl, 65534, out, sizeof(out),
+			"top --once") == 0);
 	printf("%s", out);
 	CHECK(strstr(out, "your flows, from the control socket"));
 	CHECK(strstr(out, "\ntheirs ") && !strstr(out, "\nacc "));
@@ -950,9 +949,8 @@ static void case_show(void)
 	CHECK(hj_u64(out, "lag_bytes") == 0);
 	CHECK(hj_u64(out, "bytes_consumed") >= 5000ull * 3016);
 	/* nobody may see the flow (allowed) but not read the file */
-	CHECK(sh(other, sizeof(other), "setpriv --reuid 65534 --regid 65534 "
-		 "--clear-groups %s --socket %s flow show shown --json 2>&1",
-		 moverctl, a.sock) == 0);
+	CHECK(hd_ctl_as(&a, moverctl, 65534, other, sizeof(other),
+			"flow show shown --json") == 0);
 	CHECK(hj_get(other, "source", src, sizeof(src)));
 	CHECK(!strcmp(src, "control socket"));
 	CHECK(hj_u64(other, "batches") == batches);
