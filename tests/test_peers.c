@@ -11,7 +11,6 @@
 #include "harness.h"
 
 static const char *moverd_bin, *moverctl_bin;
-static char nobody_ctl[512];   /* moverctl run as uid 65534 */
 
 #define NOBODY 65534
 
@@ -51,30 +50,32 @@ static void wait_unlisted(const struct hd *d, const char *prefix)
 	}
 }
 
-/* Flow NAME to addr, as ctl (root's or nobody's moverctl): open on the far
- * daemon, then destroyed.  The link it made is up and authenticated. */
-static void create_open_destroy(const struct hd *a, const char *ctl,
+/* Flow NAME to addr, by moverctl as uid (0: root; hd_ctl_as): open on the
+ * far daemon, then destroyed.  The link it made is up and authenticated. */
+static void create_open_destroy(const struct hd *a, uid_t uid,
 				const char *name, const char *addr)
 {
 	char out[4096];
 
-	if (hd_ctl(a, ctl, out, sizeof(out), "flow create %s --peer %s "
-		   "--ring-size 64K", name, addr)) {
+	if (hd_ctl_as(a, moverctl_bin, uid, out, sizeof(out), "flow create %s "
+		      "--peer %s --ring-size 64K", name, addr)) {
 		fprintf(stderr, "flow create %s --peer %s: %s", name, addr, out);
 		CHECK(!"flow create failed");
 	}
 	CHECK(hd_wait_state(a, moverctl_bin, name, "open", 20000, NULL, 0));
-	CHECK(hd_ctl(a, ctl, out, sizeof(out), "flow destroy %s", name) == 0);
+	CHECK(hd_ctl_as(a, moverctl_bin, uid, out, sizeof(out),
+			"flow destroy %s", name) == 0);
 }
 
 /* A create that must be refused for too many peer hosts, saying which
  * option; the sentence printed. */
-static void refused(const struct hd *a, const char *ctl, const char *name,
+static void refused(const struct hd *a, uid_t uid, const char *name,
 		    const char *addr, const char *option)
 {
 	char out[4096];
-	int rc = hd_ctl(a, ctl, out, sizeof(out), "flow create %s --peer %s "
-			"--ring-size 64K", name, addr);
+	int rc = hd_ctl_as(a, moverctl_bin, uid, out, sizeof(out),
+			   "flow create %s --peer %s --ring-size 64K", name,
+			   addr);
 
 	printf("# flow create %s --peer %s: exit %d: %s", name, addr, rc, out);
 	CHECK(rc != 0 && strstr(out, "too many peer hosts") &&
@@ -113,12 +114,12 @@ static void case_idle_links(void)
 		for (int i = 1; i <= 4; i++) {
 			snprintf(addr, sizeof(addr), "%s%d:%d", prefix, i, port);
 			snprintf(name, sizeof(name), "churn%d-%d", r, i);
-			create_open_destroy(&a, nobody_ctl, name, addr);
+			create_open_destroy(&a, NOBODY, name, addr);
 		}
 		snprintf(addr, sizeof(addr), "%s5:%d", prefix, port);
-		refused(&a, nobody_ctl, "over", addr,
+		refused(&a, NOBODY, "over", addr,
 			"--peer-max-hosts-per-uid");
-		create_open_destroy(&a, moverctl_bin, "rootflow", addr);
+		create_open_destroy(&a, 0, "rootflow", addr);
 		wait_unlisted(&a, prefix);
 		CHECK(hd_wait_fds_pid(a.pid, base, 30000));
 		printf("# round %d: 5 links closed, fds back to %d\n", r,
@@ -128,8 +129,8 @@ static void case_idle_links(void)
 	/* destroyed and made again at once: the link that lingers is used
 	 * (printed, not checked: it is a matter of time) */
 	snprintf(addr, sizeof(addr), "127.0.9.1:%d", port);
-	create_open_destroy(&a, nobody_ctl, "again", addr);
-	create_open_destroy(&a, nobody_ctl, "again", addr);
+	create_open_destroy(&a, NOBODY, "again", addr);
+	create_open_destroy(&a, NOBODY, "again", addr);
 	snprintf(name, sizeof(name), "peer %s: connected", addr);
 	printf("# a flow destroyed and created again: %d connection(s)\n",
 	       hd_log_count(&a, name));
@@ -142,18 +143,19 @@ static void case_idle_links(void)
 	hd_start(&a, moverd_bin, "peers1t", false, opts_t);
 	for (int i = 1; i <= 3; i++) {
 		snprintf(addr, sizeof(addr), "127.0.10.%d:%d", i, port);
-		CHECK(hd_ctl(&a, nobody_ctl, out, sizeof(out), "flow create "
-			     "t%d --peer %s --ring-size 64K", i, addr) == 0);
+		CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+				"flow create t%d --peer %s --ring-size 64K", i,
+				addr) == 0);
 	}
 	snprintf(addr, sizeof(addr), "127.0.10.4:%d", port);
-	refused(&a, nobody_ctl, "t4", addr, "kept for root");
+	refused(&a, NOBODY, "t4", addr, "kept for root");
 	for (int i = 4; i <= 6; i++) {
 		snprintf(addr, sizeof(addr), "127.0.10.%d:%d", i, port);
 		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
 			     "r%d --peer %s --ring-size 64K", i, addr) == 0);
 	}
 	snprintf(addr, sizeof(addr), "127.0.10.7:%d", port);
-	refused(&a, moverctl_bin, "r7", addr, "--peer-max-hosts");
+	refused(&a, 0, "r7", addr, "--peer-max-hosts");
 	n = hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add r4 %s",
 		   addr);
 	printf("# flow peer add r4 %s: exit %d: %s", addr, n, out);
@@ -162,8 +164,8 @@ static void case_idle_links(void)
 	snprintf(addr, sizeof(addr), "127.0.10.1:%d", port);
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add r4 %s",
 		     addr) == 0);
-	CHECK(hd_ctl(&a, nobody_ctl, out, sizeof(out), "flow create t5 --peer "
-		     "%s --ring-size 64K", addr) == 0);
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create t5 --peer %s --ring-size 64K", addr) == 0);
 	/* flows that exist keep their links past the linger */
 	CHECK(hd_wait_state(&a, moverctl_bin, "t1", "open", 20000, NULL, 0));
 	usleep(7000000);
@@ -260,8 +262,6 @@ int main(int argc, char **argv)
 	}
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
-	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %d --regid %d "
-		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_PEERS_CASES");
 }

@@ -19,7 +19,6 @@
 #include <sys/statvfs.h>
 
 static const char *moverd_bin, *moverctl_bin;
-static char nobody_ctl[512];   /* moverctl run as uid 65534 */
 
 #define NOBODY 65534
 
@@ -422,8 +421,8 @@ static void case_per_uid(void)
 	by_start(&d, &b);
 	by_send(&b, 100);
 	for (i = 0; i < 65; i++) {
-		rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
-			    "flow create u10-%d --ring-size 4K", i);
+		rc = hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			       "flow create u10-%d --ring-size 4K", i);
 		if (rc)
 			break;
 	}
@@ -465,12 +464,12 @@ static void case_per_uid(void)
 
 	/* ring bytes per uid */
 	hd_start(&d, moverd_bin, "quota10b", false, opts_b);
-	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out),
-		     "flow create b10-1 --ring-size 4M") == 0);
-	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out),
-		     "flow create b10-2 --ring-size 4M") == 0);
-	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
-		    "flow create b10-3 --ring-size 4K");
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create b10-1 --ring-size 4M") == 0);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create b10-2 --ring-size 4M") == 0);
+	rc = hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow create b10-3 --ring-size 4K");
 	printf("# past 8M of rings: exit %d: %s", rc, out);
 	CHECK(rc != 0 && strstr(out, "--max-ring-bytes-per-uid"));
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
@@ -525,18 +524,19 @@ static int nobody_churn(const struct hd *d, uint64_t ring, int max)
 	return uid_churn(d, NOBODY, ring, max, NULL);
 }
 
-/* `flow create NAME` and destroy by ctl, at most max times: how many
- * passed before the first refusal (its words in out). */
-static int ctl_churn(const struct hd *d, const char *ctl, const char *name,
+/* `flow create NAME` and destroy by moverctl as uid (hd_ctl_as), at most
+ * max times: how many passed before the first refusal (its words in out). */
+static int ctl_churn(const struct hd *d, uid_t uid, const char *name,
 		     int max, char *out, size_t cap)
 {
 	int i;
 
 	for (i = 0; i < max; i++) {
-		if (hd_ctl(d, ctl, out, cap, "flow create %s --ring-size 64M",
-			   name))
+		if (hd_ctl_as(d, moverctl_bin, uid, out, cap,
+			      "flow create %s --ring-size 64M", name))
 			return i;
-		CHECK(hd_ctl(d, ctl, out, cap, "flow destroy %s", name) == 0);
+		CHECK(hd_ctl_as(d, moverctl_bin, uid, out, cap,
+				"flow destroy %s", name) == 0);
 	}
 	snprintf(out, cap, "(never refused)\n");
 	return i;
@@ -560,7 +560,7 @@ static void case_create_rate(void)
 					    "--peer-max-ring-rate", "16M",
 					    NULL };
 	struct bystander b;
-	char out[4096], msg[256], name[64], other[512];
+	char out[4096], msg[256], name[64];
 	int rc, fd, err = 0, i;
 	long wait_ms;
 	struct hd d;
@@ -569,7 +569,7 @@ static void case_create_rate(void)
 	by_start(&d, &b);
 	by_send(&b, 100);
 	/* (a) uid 65534 loops create/destroy: refused after its bucket */
-	i = ctl_churn(&d, nobody_ctl, "r14", 64, out, sizeof(out));
+	i = ctl_churn(&d, NOBODY, "r14", 64, out, sizeof(out));
 	printf("# uid 65534 created %d rings of 64M; then: %s", i, out);
 	CHECK(i >= 16 && i < 64);
 	CHECK(strstr(out, "creating rings too fast") &&
@@ -579,21 +579,19 @@ static void case_create_rate(void)
 	/* retryable, and so named to the caller */
 	CHECK_RC(nobody_churn(&d, 64 << 20, 64), -EAGAIN);
 	/* (b) after the wait it was told, uid 65534 creates again */
-	CHECK(ctl_churn(&d, nobody_ctl, "r14", 64, out, sizeof(out)) < 64);
+	CHECK(ctl_churn(&d, NOBODY, "r14", 64, out, sizeof(out)) < 64);
 	wait_ms = retry_ms(out);
 	printf("# refused again: told to wait %ld ms\n", wait_ms);
 	CHECK(wait_ms > 0 && wait_ms <= 4000);
 	usleep((useconds_t)(wait_ms + 50) * 1000);
-	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out),
-		    "flow create r14 --ring-size 64M");
+	rc = hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow create r14 --ring-size 64M");
 	printf("# after the wait: exit %d: %s", rc, rc ? out : "created\n");
 	CHECK(rc == 0);
 	/* (c) root is not held to it, nor is another uid to 65534's */
-	CHECK(ctl_churn(&d, moverctl_bin, "root14", 24, out, sizeof(out)) == 24);
-	snprintf(other, sizeof(other), "setpriv --reuid %d --regid %d "
-		 "--clear-groups %s", NOBODY - 1, NOBODY - 1, moverctl_bin);
-	CHECK(hd_ctl(&d, other, out, sizeof(out),
-		     "flow create other14 --ring-size 64M") == 0);
+	CHECK(ctl_churn(&d, 0, "root14", 24, out, sizeof(out)) == 24);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY - 1, out, sizeof(out),
+			"flow create other14 --ring-size 64M") == 0);
 	/* (e) small rings cost the loop too (files, state file): a create
 	 * is charged 1 MiB at least, so 4 KiB rings are no way around it */
 	rc = uid_churn(&d, NOBODY - 2, 4096, 5000, &i);
@@ -643,18 +641,22 @@ static void case_visibility(void)
 		     "flow create secret13 --ring-size 4K") == 0);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create shared13 --ring-size 4K --allow-uid 65534") == 0);
-	rc = hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow show secret13");
-	rc_missing = hd_ctl(&d, nobody_ctl, missing, sizeof(missing),
-			    "flow show nosuch13");
+	rc = hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow show secret13");
+	rc_missing = hd_ctl_as(&d, moverctl_bin, NOBODY, missing,
+			       sizeof(missing), "flow show nosuch13");
 	printf("# uid 65534: flow show secret13: exit %d: %.300s", rc, out);
 	CHECK(rc != 0 && rc == rc_missing);
 	CHECK(strstr(out, "no such flow") && strstr(missing, "no such flow"));
 	CHECK(!strstr(out, "owner"));
-	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow show shared13") == 0);
-	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow list") == 0);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow show shared13") == 0);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow list") == 0);
 	printf("# uid 65534: flow list:\n%s", out);
 	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
-	CHECK(hd_ctl(&d, nobody_ctl, out, sizeof(out), "flow list --json") == 0);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow list --json") == 0);
 	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
 	CHECK(strstr(out, "secret13") && strstr(out, "shared13"));
@@ -821,8 +823,6 @@ int main(int argc, char **argv)
 	}
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
-	snprintf(nobody_ctl, sizeof(nobody_ctl), "setpriv --reuid %d --regid %d "
-		 "--clear-groups %s", NOBODY, NOBODY, moverctl_bin);
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_QUOTA_CASES");
 }
