@@ -104,6 +104,13 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
 	return sqe;
 }
 
+bool loop_room(struct loop *l, unsigned n)
+{
+	if (io_uring_sq_space_left(&l->ring) < n)
+		io_uring_submit(&l->ring);
+	return io_uring_sq_space_left(&l->ring) >= n;
+}
+
 /* Errors of a submission or of a look at completions that only mean
  * "try again on the next cycle". */
 static bool transient(int rc)

@@ -57,6 +57,12 @@ void loop_fini(struct loop *l);
 struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
 			      loop_done_fn done);
 
+/* Room for n SQEs that must go in one submission (a chain linked with
+ * IOSQE_IO_LINK: loop_sqe would submit the first alone when the SQ
+ * fills), submitting queued ones first if need be; false if there is
+ * none.  Take them with loop_sqe right after. */
+bool loop_room(struct loop *l, unsigned n);
+
 /* Submit, wait up to timeout_ms for completions, run their handlers.
  * Returns the number handled or a negative errno.  With timeout_ms 0 (a
  * polling duty cycle) it enters the kernel only to submit queued SQEs or

@@ -66,6 +66,7 @@ struct options {
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
 	/* outbound peers (docs/security-quota.md) */
 	unsigned peer_hosts, peer_hosts_per_uid;
+	unsigned peer_connect_s;  /* --peer-connect-timeout */
 	unsigned window_delay_us; /* --window-delay-us */
 	unsigned max_clients, max_per_uid;
 	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
@@ -97,6 +98,7 @@ enum {
 	OPT_CPUS,
 	OPT_PEER_HOSTS,
 	OPT_PEER_HOSTS_UID,
+	OPT_PEER_CONNECT,
 };
 
 struct daemon {
@@ -251,6 +253,9 @@ static void usage(FILE *out)
 "  --peer-max-hosts-per-uid N\n"
 "                           peer daemons the flows of one uid other than\n"
 "                           root may make this one connect to (default 32)\n"
+"  --peer-connect-timeout S seconds a TCP connect to a peer may take\n"
+"                           (default 10); then it fails, the flows say so\n"
+"                           and it is retried\n"
 "  --metrics HOST:PORT      serve the counters (SOCKET.counters, readable by\n"
 "                           moverd's group) as Prometheus text at\n"
 "                           http://HOST:PORT/metrics, from a thread of its\n"
@@ -318,6 +323,7 @@ static const struct option long_opts[] = {
 	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
 	{ "peer-max-hosts", required_argument, NULL, OPT_PEER_HOSTS },
 	{ "peer-max-hosts-per-uid", required_argument, NULL, OPT_PEER_HOSTS_UID },
+	{ "peer-connect-timeout", required_argument, NULL, OPT_PEER_CONNECT },
 	{ "window-delay-us", required_argument, NULL, OPT_WINDOW_DELAY },
 	{ "peer-key", required_argument, NULL, 'K' },
 	{ "peer-allow", required_argument, NULL, 'A' },
@@ -558,6 +564,8 @@ static int set_option(struct options *o, int key, const char *val)
 		return parse_count(val, 1, 1u << 20, &o->peer_hosts_per_uid) ? bad(key, val) : 0;
 	case OPT_PEER_HELLO:
 		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(key, val) : 0;
+	case OPT_PEER_CONNECT:
+		return parse_count(val, 1, 3600, &o->peer_connect_s) ? bad(key, val) : 0;
 	case OPT_WINDOW_DELAY:
 		return parse_count(val, 10, 10000000, &o->window_delay_us) ?
 		       bad(key, val) : 0;
@@ -648,6 +656,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 		.peer_per_addr = PEER_DEFAULT_PER_ADDR,
 		.peer_pending = PEER_DEFAULT_PENDING,
 		.peer_hello_s = PEER_DEFAULT_HELLO_S,
+		.peer_connect_s = PEER_DEFAULT_CONNECT_S,
 		.peer_hosts = PEER_DEFAULT_HOSTS,
 		.peer_hosts_per_uid = PEER_DEFAULT_HOSTS_PER_UID,
 		.window_delay_us = PEER_DEFAULT_WINDOW_DELAY_US,
@@ -1155,6 +1164,7 @@ int main(int argc, char **argv)
 		.max_conns_per_addr = d.opt.peer_per_addr,
 		.max_pending = d.opt.peer_pending,
 		.hello_timeout_s = d.opt.peer_hello_s,
+		.connect_timeout_s = d.opt.peer_connect_s,
 		.max_hosts = d.opt.peer_hosts,
 		.max_hosts_per_uid = d.opt.peer_hosts_per_uid,
 		.window_delay_us = d.opt.window_delay_us,

@@ -207,7 +207,8 @@ unsigned flow_count(const struct peer *p)
 
 static bool peer_io_busy(const struct peer *p)
 {
-	return p->rd_op.busy || p->wr_op.busy || p->conn_op.busy;
+	return p->rd_op.busy || p->wr_op.busy || p->conn_op.busy ||
+	       p->conn_tmo_op.busy;
 }
 
 /* The send completed (or the connection ended): let go of its rings. */
@@ -2259,6 +2260,9 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 						PEER_DEFAULT_PENDING,
 		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
 				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
+		.connect_timeout_s = o->connect_timeout_s ?
+				     o->connect_timeout_s :
+				     PEER_DEFAULT_CONNECT_S,
 		.max_hosts = o->max_hosts ? o->max_hosts : PEER_DEFAULT_HOSTS,
 		.max_hosts_per_uid = o->max_hosts_per_uid ?
 				     o->max_hosts_per_uid :

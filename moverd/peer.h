@@ -95,6 +95,9 @@ struct peer_mgr {
 	/* inbound connections (see peer_opts) */
 	unsigned max_conns_per_addr, max_pending;
 	uint64_t hello_timeout_ns;
+	/* a TCP connect of ours that has not completed by then is given up
+	 * (tcp.c, tcp_connect) */
+	unsigned connect_timeout_s;
 	/* outbound connections, in all and counted against one non-root uid
 	 * (peer_may_dial) */
 	unsigned max_hosts, max_hosts_per_uid;
@@ -128,6 +131,9 @@ struct peer_opts {
 	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
 	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
+	/* outbound peers: seconds a TCP connect may take (a host that drops
+	 * our SYNs would hold it for the kernel's ~2 min) */
+	unsigned connect_timeout_s;   /* 0: PEER_DEFAULT_CONNECT_S */
 	/* outbound peers: connections we dial, in all (the last few kept
 	 * for root), and those one non-root uid's flows may make */
 	unsigned max_hosts;           /* 0: PEER_DEFAULT_HOSTS */
@@ -147,6 +153,7 @@ struct peer_opts {
 #define PEER_DEFAULT_PER_ADDR 8u
 #define PEER_DEFAULT_PENDING  64u
 #define PEER_DEFAULT_HELLO_S  10u
+#define PEER_DEFAULT_CONNECT_S 10u
 /* 256: the counters file's peer records (FMC_PEER_RECS), and far more
  * hosts than one daemon's flows go to in a real cluster; 32 per user:
  * more than FANOUT_MAX_PEERS, so one user's flow may always fan out */

@@ -129,7 +129,13 @@ struct peer {
 	const struct transport *tp;
 	void *tp_data;            /* the transport's per-connection state */
 	int fd;
-	struct loop_op conn_op, rd_op, wr_op;
+	/* conn_tmo_op: the linked timeout of a TCP connect (tcp.c), an op
+	 * of its own with a completion of its own */
+	struct loop_op conn_op, conn_tmo_op, rd_op, wr_op;
+	struct __kernel_timespec conn_ts;
+	/* the last TCP connect's failure, as said (0: none since the last
+	 * connection): logged again only when it changes (tcp.c) */
+	int conn_err;
 	struct flow *flows;
 	unsigned n_flows;         /* in p->flows (link_flow, unlink_flow) */
 	/* p->flows by id for the frames that name one (peer_flow_by_id):

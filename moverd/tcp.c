@@ -206,20 +206,6 @@ static void tune_socket(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
-static void connect_done(struct loop_op *op, int res)
-{
-	struct peer *p = CONTAINER(op, struct peer, conn_op);
-
-	if (p->state == PEER_CLOSING)
-		return; /* reap_peers takes it from here */
-	if (res < 0) {
-		log_debug("peer %s: connect: %s", p->addr, strerror(-res));
-		p->state = PEER_CLOSING; /* reap_peers schedules a retry */
-		return;
-	}
-	peer_up(p);
-}
-
 int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 		 socklen_t *len)
 {
@@ -319,9 +305,68 @@ int peer_address(struct peer *p)
 
 /* ---- connections, continued ---------------------------------------------- */
 
+/*
+ * A connect has a deadline of its own, --peer-connect-timeout: toward a
+ * host that drops our SYNs it would otherwise wait for the kernel to give
+ * up (tcp_syn_retries: about 2 minutes), the socket held and the flows
+ * saying nothing.  The deadline is an io_uring timeout linked to the
+ * connect (IOSQE_IO_LINK): the kernel cancels the connect when it fires
+ * (the connect completes -ECANCELED, nothing else cancels it) and the
+ * timeout when the connect ends first.  The timeout is an op of its own
+ * (conn_tmo_op, in peer_io_busy): the peer stays until both completed.
+ *
+ * A failure is each waiting flow's reason ("connect to HOST:PORT: ..."),
+ * and a warning when it differs from the last attempt's: a peer that
+ * stays unreachable is said once, not at every retry (peer_closed paces
+ * those: 100 ms doubling to 3.2 s, reset once a connection authenticated).
+ */
+static void connect_failed(struct peer *p, int res)
+{
+	static struct log_limit lim; /* a user's flows pick the addresses */
+	char why[64];
+
+	if (res == -ECANCELED)
+		snprintf(why, sizeof(why), "timed out after %u s",
+			 p->m->connect_timeout_s);
+	else
+		snprintf(why, sizeof(why), "%s", strerror(-res));
+	flows_reason(p, "connect to %s: %s", p->addr, why);
+	if (p->conn_err != res)
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: connect: %s; retrying "
+			    "(said again if that changes)", p->addr, why);
+	else
+		log_debug("peer %s: connect: %s", p->addr, why);
+	p->conn_err = res;
+}
+
+static void connect_done(struct loop_op *op, int res)
+{
+	struct peer *p = CONTAINER(op, struct peer, conn_op);
+
+	if (p->state == PEER_CLOSING)
+		return; /* reap_peers takes it from here */
+	if (res < 0) {
+		connect_failed(p, res);
+		p->state = PEER_CLOSING; /* reap_peers schedules a retry */
+		return;
+	}
+	p->conn_err = 0; /* the next failure is said again */
+	peer_up(p);
+}
+
+/* The connect's linked timeout: -ETIME when it fired (the connect is
+ * cancelled, connect_done says so), -ECANCELED when the connect ended
+ * first.  Nothing to do but be done (peer_io_busy). */
+static void connect_timeout_done(struct loop_op *op, int res)
+{
+	(void)op;
+	(void)res;
+}
+
 static void tcp_connect(struct peer *p)
 {
 	struct io_uring_sqe *sqe;
+	struct loop *l = p->m->loop;
 
 	if (peer_address(p))
 		return;
@@ -331,13 +376,20 @@ static void tcp_connect(struct peer *p)
 		return;
 	}
 	tune_socket(p->fd);
-	sqe = loop_sqe(p->m->loop, &p->conn_op, connect_done);
-	if (!sqe) {
+	/* the connect and its timeout in one submission: a link cut at a
+	 * submission's end would leave the timeout alone (-EINVAL) */
+	if (!loop_room(l, 2)) {
 		close(p->fd);
 		p->fd = -1;
 		return;
 	}
+	sqe = loop_sqe(l, &p->conn_op, connect_done);
 	io_uring_prep_connect(sqe, p->fd, (struct sockaddr *)&p->sa, p->sa_len);
+	io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+	p->conn_ts = (struct __kernel_timespec){
+		.tv_sec = p->m->connect_timeout_s };
+	sqe = loop_sqe(l, &p->conn_tmo_op, connect_timeout_done);
+	io_uring_prep_link_timeout(sqe, &p->conn_ts, 0);
 	p->state = PEER_CONNECTING;
 }
 
