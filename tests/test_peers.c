@@ -3,7 +3,8 @@
  * (docs/security-tests.md), against real daemons: a local user who
  * creates and destroys flows to ever new peer addresses must not make
  * moverd hold a connection for each (its open files ran out: EMFILE for
- * everyone), and a peer must not set a failed flow open again.
+ * everyone), a peer must not set a failed flow open again, and a connect
+ * toward a host that drops SYNs gives up after --peer-connect-timeout.
  * FM_PEERS_CASES=1 runs only that case.
  *
  *   usage: test_peers MOVERD MOVERCTL
@@ -247,6 +248,123 @@ static void case_opened_failed(void)
 	hd_stop(&a);
 }
 
+/* ---- 3: a connect nobody answers times out, and the flow says so -------- */
+
+/*
+ * A listener on 127.0.0.1 that never accepts, with backlog 0 and one
+ * connection (*filler) in its accept queue: Linux drops the SYNs of any
+ * further connect, which waits as toward a host behind a firewall that
+ * drops them.  A probe of the test's own checks that (not connected
+ * within 1 s).  Its port in *port.
+ */
+static int syn_sink(int *port, int *filler)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), probe, rc;
+	struct pollfd pfd;
+
+	CHECK(lfd >= 0);
+	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	CHECK(listen(lfd, 0) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+	*port = ntohs(a.sin_port);
+	CHECK((*filler = hp_connect(*port)) >= 0);
+	probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	CHECK(probe >= 0);
+	rc = connect(probe, (struct sockaddr *)&a, sizeof(a));
+	CHECK(rc < 0 && errno == EINPROGRESS);
+	pfd = (struct pollfd){ probe, POLLOUT, 0 };
+	rc = poll(&pfd, 1, 1000);
+	printf("# a probe's connect to the full accept queue after 1 s: %s\n",
+	       rc ? "answered" : "unanswered");
+	CHECK(rc == 0);
+	close(probe);
+	return lfd;
+}
+
+/* The state_reason of flow name on d ("" if none), in why. */
+static void flow_reason(const struct hd *d, const char *name, char *why,
+			size_t cap)
+{
+	char out[4096];
+
+	if (!hd_flow_json(d, moverctl_bin, name, out, sizeof(out)) ||
+	    !hj_get(out, "state_reason", why, cap))
+		why[0] = 0;
+}
+
+/* Wait up to ms for flow name's reason to contain needle; it is printed. */
+static bool wait_reason(const struct hd *d, const char *name,
+			const char *needle, int ms)
+{
+	char why[256] = "";
+
+	for (int i = 0; i <= ms / 100; i++) {
+		hd_alive(d);
+		flow_reason(d, name, why, sizeof(why));
+		if (strstr(why, needle))
+			break;
+		usleep(100000);
+	}
+	printf("# flow %s: reason '%s' (waited for '%s')\n", name, why, needle);
+	return strstr(why, needle) != NULL;
+}
+
+/* Wait up to ms for needle to be in at least n lines of d's log. */
+static bool wait_log(const struct hd *d, const char *needle, int n, int ms)
+{
+	for (int i = 0; i <= ms / 100 && hd_log_count(d, needle) < n; i++)
+		usleep(100000);
+	return hd_log_count(d, needle) >= n;
+}
+
+static void case_connect_timeout(void)
+{
+	const char *const opts[] = { "--peer-connect-timeout", "1", NULL };
+	char laddr[64], needle[128], out[4096];
+	const char *const far_opts[] = { "--listen", laddr, NULL };
+	int port, filler, lfd = syn_sink(&port, &filler);
+	struct hd a, b;
+
+	hd_start(&a, moverd_bin, "peers3", false, opts);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create c3 "
+		     "--peer 127.0.0.1:%d --ring-size 64K", port) == 0);
+	/* the connect gives up after 1 s, not the kernel's ~2 min, and the
+	 * flow, still connecting, says why (generous waits: shared cores) */
+	snprintf(needle, sizeof(needle), "connect to 127.0.0.1:%d: timed out "
+		 "after 1 s", port);
+	CHECK(wait_reason(&a, "c3", needle, 20000));
+	CHECK(hd_wait_state(&a, moverctl_bin, "c3", "connecting", 1000, NULL,
+			    0));
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show c3") == 0);
+	printf("# flow show c3:\n%s", out);
+	CHECK(strstr(out, "timed out after 1 s"));
+	/* it is retried (each attempt times out again), warned of once */
+	CHECK(wait_log(&a, "connect: timed out after 1 s", 3, 30000));
+	CHECK(hd_log_count(&a, "warn  peer 127.0.0.1") == 1);
+	CHECK(hd_log_count(&a, "connect: timed out after 1 s; retrying") == 1);
+
+	/* the host answers again, refusing: the reason changes, warned of */
+	close(filler);
+	close(lfd);
+	CHECK(wait_reason(&a, "c3", "Connection refused", 20000));
+	CHECK(wait_log(&a, "connect: Connection refused; retrying", 1, 5000));
+
+	/* a moverd listens on the port: the flow opens */
+	snprintf(laddr, sizeof(laddr), "127.0.0.1:%d", port);
+	hd_start(&b, moverd_bin, "peers3far", false, far_opts);
+	CHECK(hd_wait_state(&a, moverctl_bin, "c3", "open", 30000, NULL, 0));
+	printf("# c3 open once a moverd listens on its port, after %d failed "
+	       "connects, %d of them warned of\n",
+	       hd_log_count(&a, ": connect: "),
+	       hd_log_count(&a, "warn  peer 127.0.0.1"));
+	CHECK(hd_log_count(&a, "warn  peer 127.0.0.1") == 2);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -254,6 +372,8 @@ int main(int argc, char **argv)
 		  "outbound peer hosts are capped" },
 		{ 2, case_opened_failed, "an OPENED nobody asked for leaves a "
 		  "failed flow failed" },
+		{ 3, case_connect_timeout, "a connect nobody answers times out "
+		  "after --peer-connect-timeout; the flow says why" },
 	};
 
 	if (argc != 3) {
