@@ -447,8 +447,11 @@ static void link_flow(struct flow_table *t, struct flow *f)
  * io_uring's workers allocate it (IORING_OP_FALLOCATE), FILL_CHUNK at a
  * time, one chunk of one ring at a time: rings waiting for their turn
  * queue in the table (fill_head), round robin by chunk.  So the fills use
- * one cpu's worth of a worker at most, a destroy or a stop waits for one
- * chunk at most, and a ring destroyed before its turn allocates nothing.
+ * one cpu's worth of a worker at most, and a ring destroyed before its
+ * turn allocates nothing.  A chunk holds its file's inode lock, which the
+ * loop's unlink at a destroy (and ftruncate of a tampered file) waits
+ * for: at 4 MiB that is about 1 ms (64 MiB made `status` wait 18-20 ms
+ * beside a create/destroy loop; createbench), and a stop waits as long.
  * The flow is usable at once: a page a client touches before the fill
  * gets there faults in on its own, and fallocate leaves a page already
  * there as it is.  What is not allocated yet still holds its room in the
@@ -460,7 +463,7 @@ static void link_flow(struct flow_table *t, struct flow *f)
  * re-adopted ring that is not all allocated (its moverd stopped during
  * the fill) is filled too.
  */
-#define FILL_CHUNK (64ull << 20)
+#define FILL_CHUNK (4ull << 20)
 #define FILL_NOW_MAX (1ull << 20)
 #define FILL_EINTR_MAX 64 /* tmpfs: a pending signal interrupts it */
 
@@ -1542,7 +1545,7 @@ void flows_let_go(struct flow_table *t, struct flow *f)
  * io_uring's workers, PUNCH_CHUNK at a time (release_remains), and the
  * remains (mapping, fd, and what the quotas charge) stay until it is done.
  */
-#define PUNCH_CHUNK (256ull << 20) /* IORING_OP_MADVISE: a 32-bit length */
+#define PUNCH_CHUNK (64ull << 20) /* a stop waits for one */
 
 /* Punch [off, off + len) of the data area out, on the spot; 0 or -errno. */
 static int punch_range(int fd, flowshm_t *view, uint64_t off, uint64_t len)

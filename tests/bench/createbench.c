@@ -4,12 +4,15 @@
  * `flow destroy` of RING-byte rings (as root: no rate budget) for SECONDS;
  * meanwhile the parent times a `status` request every 20 ms on its own
  * control connection.  The reference, measured in the same run, is the
- * same status loop with nothing else going on.  The state directory is a
+ * same status loop with nothing else going on.  PAUSE_MS between pairs
+ * (default 0: flat out) shows what one create costs the others apart from
+ * the churn's own requests.  The state directory is a
  * directory of /dev/shm (tmpfs), where allocating and punching out a
  * ring's pages costs what it costs a real host's.  A program that prints
  * figures, not a test.
  *
- *   usage: createbench MOVERD [SECONDS [RING_MIB]]   (default 10 s, 1024)
+ *   usage: createbench MOVERD [SECONDS [RING_MIB [PAUSE_MS]]]
+ *          (defaults: 10 s, 1024 MiB, 0 ms)
  *
  * Give it two builds of moverd, one after the other, to compare them.
  */
@@ -67,7 +70,8 @@ static void time_status(const struct hd *d, const char *what, int seconds)
 
 /* The churn: create and destroy until killed; the count goes to out_fd
  * after each pair. */
-static void churn(const struct hd *d, uint64_t ring, int out_fd)
+static void churn(const struct hd *d, uint64_t ring, int pause_ms,
+		  int out_fd)
 {
 	int sock = ctl_connect(d->sock);
 	uint64_t pairs = 0;
@@ -83,6 +87,8 @@ static void churn(const struct hd *d, uint64_t ring, int out_fd)
 		pairs++;
 		CHECK(pwrite(out_fd, &pairs, sizeof(pairs), 0) == sizeof(pairs));
 		CHECK(pwrite(out_fd, &create_ms, sizeof(create_ms), 8) == 8);
+		if (pause_ms)
+			usleep((useconds_t)pause_ms * 1000);
 	}
 }
 
@@ -90,6 +96,7 @@ int main(int argc, char **argv)
 {
 	int seconds = argc > 2 ? atoi(argv[2]) : 10;
 	uint64_t ring = (argc > 3 ? strtoull(argv[3], NULL, 10) : 1024) << 20;
+	int pause_ms = argc > 4 ? atoi(argv[4]) : 0;
 	char dir[128], cmd[192], tmp[] = "/tmp/createbench-XXXXXX";
 	const char *extra[] = { "--state-dir", dir, "--log-level", "info",
 				NULL };
@@ -100,8 +107,8 @@ int main(int argc, char **argv)
 	pid_t child;
 
 	if (argc < 2 || seconds < 1) {
-		fprintf(stderr, "usage: %s MOVERD [SECONDS [RING_MIB]]\n",
-			argv[0]);
+		fprintf(stderr, "usage: %s MOVERD [SECONDS [RING_MIB "
+			"[PAUSE_MS]]]\n", argv[0]);
 		return 2;
 	}
 	snprintf(dir, sizeof(dir), "/dev/shm/fm-createbench-%d", (int)getpid());
@@ -109,14 +116,15 @@ int main(int argc, char **argv)
 	CHECK(out_fd >= 0);
 	unlink(tmp);
 	hd_start(&d, argv[1], "createbench", false, extra);
-	printf("createbench: %s, rings of %llu MiB, state dir %s\n", argv[1],
-	       (unsigned long long)(ring >> 20), dir);
+	printf("createbench: %s, rings of %llu MiB, %d ms between pairs, "
+	       "state dir %s\n", argv[1], (unsigned long long)(ring >> 20),
+	       pause_ms, dir);
 	time_status(&d, "at rest (reference)", seconds);
 	fflush(NULL);
 	child = fork();
 	CHECK(child >= 0);
 	if (child == 0) {
-		churn(&d, ring, out_fd);
+		churn(&d, ring, pause_ms, out_fd);
 		_exit(0);
 	}
 	time_status(&d, "beside create+destroy", seconds);
