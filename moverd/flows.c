@@ -1178,7 +1178,7 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 	uint64_t rate = peer ? t->limits.peer_ring_rate :
 			       t->limits.uid_ring_rate;
 	static struct log_limit lim; /* a user can ask at will */
-	uint64_t burst = t->limits.max_ring_size, now, due, burst_ns;
+	uint64_t burst = t->limits.max_ring_size, now, due, burst_ns, wait_ms;
 	/* the flows it may hold, each at the least a create is charged:
 	 * a party may always fill its quota once (10 000 flows of a peer
 	 * --peer-max-flows allows), and is held to the rate when it churns */
@@ -1212,11 +1212,15 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 		snprintf(who, sizeof(who), "peer host %s", s->origin_host);
 	else
 		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	wait_ms = (due - now - burst_ns + 999999) / 1000000;
+	if (s->retry_ms)
+		*s->retry_ms = wait_ms < UINT32_MAX ? (uint32_t)wait_ms :
+						      UINT32_MAX;
 	size_text(rate, per, sizeof(per));
 	snprintf(err, errlen, "creating rings too fast: %s may create %s of "
 		 "rings a second here (%s); try again in %llu ms", who, per,
 		 peer ? "--peer-max-ring-rate" : "--max-ring-rate-per-uid",
-		 (unsigned long long)((due - now - burst_ns + 999999) / 1000000));
+		 (unsigned long long)wait_ms);
 	if (!peer) /* (a peer's refusals are logged by handle_open) */
 		log_limited(&lim, LOG_LVL_WARN, "flow %s: %s", s->name, err);
 	return -EAGAIN;

@@ -62,6 +62,9 @@ struct flow_spec {
 	/* declared in moverd's config (declared.c): the operator's, so not
 	 * held to a uid's ring rate (check_rate) */
 	bool unmetered;
+	/* out, if not NULL: refused for the ring rate (-EAGAIN), the wait
+	 * after which the same create passes, in ms */
+	uint32_t *retry_ms;
 };
 
 /*

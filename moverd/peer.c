@@ -374,23 +374,41 @@ static bool link_sender(struct peer *p, struct flow *f)
 	return queue_open(p, f);
 }
 
-static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
-			 uint64_t head, int error, const char *message,
-			 uint64_t raddr, uint32_t rkey)
+static void queue_answer(struct peer *p, Flowmover__PeerFlowOpened *op)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	msg.opened = op;
+	queue_ctrl(p, &msg);
+}
+
+/* The flow is open: send from resume, the consumer is at head. */
+static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
+			 uint64_t head, uint64_t raddr, uint32_t rkey)
+{
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
 
 	op.flow_id = id;
 	op.resume = resume;
 	op.head = head;
-	op.error = error;
-	op.message = (char *)message;
 	op.raddr = raddr;
 	op.rkey = rkey;
-	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
-	msg.opened = &op;
-	queue_ctrl(p, &msg);
+	queue_answer(p, &op);
+}
+
+/* An open refused, or the flow failed or gone here (error < 0, why);
+ * with -EAGAIN, retry_ms says when asking again may pass (0: soon). */
+static void queue_refused(struct peer *p, uint32_t id, int error,
+			  const char *message, uint32_t retry_ms)
+{
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+
+	op.flow_id = id;
+	op.error = error;
+	op.message = (char *)message;
+	op.retry_ms = retry_ms;
+	queue_answer(p, &op);
 }
 
 /* ---- failure and reconnection ------------------------------------------- */
@@ -665,7 +683,7 @@ static void fail_receiver(struct peer *p, struct flow *f, const char *why)
 {
 	flows_fail(f, why);
 	if (p && p->state == PEER_UP)
-		queue_opened(p, f->id, 0, 0, -EPROTO, f->reason, 0, 0);
+		queue_refused(p, f->id, -EPROTO, f->reason, 0);
 }
 
 /*
@@ -700,7 +718,7 @@ static void fail_tampered(struct flow *f, const char *why)
 	flows_fail(f, why);
 	if (f->role != FLOW_RECEIVER || !f->peer)
 		return;
-	queue_opened(f->peer, f->id, 0, 0, -EIO, why, 0, 0);
+	queue_refused(f->peer, f->id, -EIO, why, 0);
 	detach_flow(f); /* its DATA in flight is read and dropped */
 }
 
@@ -925,7 +943,8 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 /* A new receiver flow: its owner is this host's choice, never the peer's
  * (--peer-flow-owner; the ids in op mean nothing here and are ignored). */
 static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
-			   struct flow **out, char *err, size_t cap)
+			   struct flow **out, uint32_t *retry_ms, char *err,
+			   size_t cap)
 {
 	const struct flow_limits *l = &p->m->flows->limits;
 	const uint32_t group = l->peer_flow_gid;
@@ -936,6 +955,7 @@ static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
 		.origin = p->identity,
 		.origin_host = p->host, /* the quotas: never the node name */
 		.allow_gids = &group, .n_allow_gids = l->peer_flow_group,
+		.retry_ms = retry_ms,
 	};
 
 	return flows_create(p->m->flows, &spec, l->peer_flow_uid,
@@ -958,7 +978,7 @@ static int recreate_cut(struct peer *p, struct flow **f,
 		 (*f)->name, (unsigned long long)op->start);
 	peer_destroy_flow(p->m, *f, NULL);
 	*f = NULL;
-	return create_receiver(p, op, f, err, cap);
+	return create_receiver(p, op, f, NULL, err, cap);
 }
 
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
@@ -968,7 +988,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	struct flow *same_id;
 	char err[200] = "";
 	uint64_t raddr = 0;
-	uint32_t rkey = 0;
+	uint32_t rkey = 0, retry_ms = 0;
 	int rc = 0;
 
 	if (!p->auth_ok) { /* handle_ctrl's gate: never a flow, ring or rkey */
@@ -1010,7 +1030,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		if (!rc)
 			rc = reopen_receiver(p, f, op, err, sizeof(err));
 	} else {
-		rc = create_receiver(p, op, &f, err, sizeof(err));
+		rc = create_receiver(p, op, &f, &retry_ms, err, sizeof(err));
 	}
 	if (rc) {
 		static struct log_limit lim; /* a peer can ask at will */
@@ -1019,14 +1039,14 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot open flow "
 			    "'%s': %s", p->addr, log_safe(op->name, sn, sizeof(sn)),
 			    log_safe(err, se, sizeof(se)));
-		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
+		queue_refused(p, op->flow_id, rc, err, retry_ms);
 		return;
 	}
 	if (p->tp->open_flow && (rc = p->tp->open_flow(p, f, &raddr, &rkey))) {
 		snprintf(err, sizeof(err), "cannot register the consumer ring "
 			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
 		log_warn("peer %s: %s", p->addr, err);
-		queue_opened(p, op->flow_id, 0, 0, rc, err, 0, 0);
+		queue_refused(p, op->flow_id, rc, err, 0);
 		/* on no connection now: it waits for its sender (and expires
 		 * with --orphan-timeout if none comes) */
 		flows_set_state(f, FLOW_RECONNECTING, err);
@@ -1037,7 +1057,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	f->ack_owed_ns = 0;
 	link_flow(p, f);
 	flows_set_state(f, FLOW_OPEN, "");
-	queue_opened(p, f->id, f->sent, f->reported_head, 0, "", raddr, rkey);
+	queue_opened(p, f->id, f->sent, f->reported_head, raddr, rkey);
 	/*
 	 * A resumed flow whose consumer has not read everything owes credit
 	 * for what it reads next.  Only a deposit would put it on the owing
@@ -1047,6 +1067,18 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	 */
 	if (f->reported_head != f->sent)
 		mover_wake_flow(m, f);
+}
+
+/* How long to wait before asking again after a "busy, retry": what the
+ * receiver said, at least REOPEN_NS and at most REOPEN_MAX_NS (its word
+ * is a peer's: it cannot park the flow for longer). */
+static uint64_t reopen_wait_ns(const Flowmover__PeerFlowOpened *op)
+{
+	uint64_t ns = (uint64_t)op->retry_ms * 1000000ull;
+
+	if (ns < REOPEN_NS)
+		return REOPEN_NS;
+	return ns < REOPEN_MAX_NS ? ns : REOPEN_MAX_NS;
 }
 
 /*
@@ -1085,9 +1117,10 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	}
 	if (op->error == -EAGAIN) {
 		/* the receiver is still reaping an older connection's I/O
-		 * into the flow: ask again shortly (peer_timer) */
+		 * into the flow, or its ring-rate budget is spent: ask again
+		 * when it said (peer_timer) */
 		flows_set_state(f, FLOW_RECONNECTING, op->message);
-		peer_reopen_at(p->m, f, fr_now_ns() + REOPEN_NS);
+		peer_reopen_at(p->m, f, fr_now_ns() + reopen_wait_ns(op));
 		return;
 	}
 	if (op->error) {
@@ -2534,7 +2567,7 @@ static void forget_flow(struct flow *f, const char *why)
 		msg.close = &cl;
 		queue_ctrl(p, &msg);
 	} else if (f->role == FLOW_RECEIVER && why && p->state == PEER_UP) {
-		queue_opened(p, f->id, 0, 0, -ENOENT, why, 0, 0);
+		queue_refused(p, f->id, -ENOENT, why, 0);
 	}
 	detach_flow(f);
 }

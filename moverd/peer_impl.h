@@ -39,6 +39,7 @@
 #define CTRLQ_MAX_FRAMES 4096u
 #define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
 #define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
+#define REOPEN_MAX_NS  60000000000ull /* ... at most this long after */
 /* A byte-stream receive between bodies reads up to this much: a header
  * with a small record's body and the acknowledgements behind it come in
  * one system call; of a large body at most this much is copied, and the

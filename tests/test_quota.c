@@ -87,6 +87,9 @@ static void check_idle(const struct hd *d)
 
 /* ---- helpers ------------------------------------------------------------- */
 
+/* The retry_ms of the last answer peer_open read. */
+static uint32_t peer_retry_ms;
+
 /* A hostile peer's open of flow_id; returns the error (0 = opened). */
 static int peer_open(int fd, const char *name, uint32_t id, uint64_t ring,
 		     char *msg, size_t cap)
@@ -98,6 +101,7 @@ static int peer_open(int fd, const char *name, uint32_t id, uint64_t ring,
 	CHECK(hp_open(fd, &o));
 	CHECK(hp_wait_opened(fd, id, 10000, &op) == 0);
 	err = op->error;
+	peer_retry_ms = op->retry_ms;
 	if (msg)
 		snprintf(msg, cap, "%s", op->message ? op->message : "");
 	flowmover__peer_flow_opened__free_unpacked(op, NULL);
@@ -613,6 +617,10 @@ static void case_create_rate(void)
 	CHECK(i >= 16 && i < 60);
 	CHECK(err == -EAGAIN && strstr(msg, "creating rings too fast") &&
 	      strstr(msg, "--peer-max-ring-rate"));
+	/* and is told when to ask again, in a field of its own */
+	printf("# retry_ms %u, the message's %ld\n", peer_retry_ms,
+	       retry_ms(msg));
+	CHECK(peer_retry_ms > 0 && peer_retry_ms == retry_ms(msg));
 	CHECK(!flow_exists(&d, name));
 	close(fd);
 	by_send(&b, 100);
@@ -802,6 +810,47 @@ static void case_fill(void)
 	rmdir(DIR15);
 }
 
+/* ---- 16: a sender told when to retry an open waits that long ---------- */
+
+static void case_retry_after(void)
+{
+	static const char *const opts_b[] = { "--peer-max-ring-rate", "1M",
+					      NULL };
+	char out[4096], first[256] = "", later[256] = "";
+	struct hd a, b;
+	long wait_ms;
+
+	hd_start(&b, moverd_bin, "quota16b", true, opts_b);
+	hd_start(&a, moverd_bin, "quota16a", false, NULL);
+	/* B's bucket holds 1 GiB: two rings of 512M open, the third is
+	 * refused for 512 s (1M a second) */
+	for (int i = 1; i <= 3; i++)
+		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
+			     "s16-%d --ring-size 512M --peer 127.0.0.1:%d", i,
+			     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "s16-1", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&a, moverctl_bin, "s16-2", "open", 10000, NULL, 0));
+	for (int i = 0; i < 200 && retry_ms(first) < 0; i++) {
+		CHECK(hd_flow_json(&a, moverctl_bin, "s16-3", out, sizeof(out)));
+		if (!hj_get(out, "state_reason", first, sizeof(first)))
+			first[0] = 0;
+		usleep(50000);
+	}
+	wait_ms = retry_ms(first);
+	printf("# s16-3: %s\n", first);
+	CHECK(wait_ms > 400000 && strstr(first, "--peer-max-ring-rate"));
+	/* A asks again in 60 s (what B said, capped), not every 100 ms:
+	 * each answer would name a wait a little shorter */
+	usleep(1500000);
+	CHECK(hd_flow_json(&a, moverctl_bin, "s16-3", out, sizeof(out)));
+	CHECK(hj_get(out, "state_reason", later, sizeof(later)));
+	printf("# s16-3 1.5 s later: %s\n", later);
+	CHECK(!strcmp(first, later));
+	CHECK(!strstr(out, "\"state\":\"open\""));
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -815,6 +864,8 @@ int main(int argc, char **argv)
 		  "and per peer host" },
 		{ 15, case_fill, "rings' pages allocated and punched off the "
 		  "loop" },
+		{ 16, case_retry_after, "a sender told when to retry an open "
+		  "waits that long" },
 	};
 
 	if (argc != 3) {
