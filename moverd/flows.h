@@ -82,7 +82,11 @@ struct flow_spec {
  *   - an RDMA memory registration of its ring (rdma.c: flow_mr .. drop_mr),
  *   - a destroy --drain waiting for the consumer (control.c: start_drain
  *     .. end_wait), so that a flow destroyed and created again meanwhile
- *     is seen `dead`, never taken for the new one.
+ *     is seen `dead`, never taken for the new one,
+ *   - the allocation of its ring's pages, waiting its turn or a chunk in
+ *     flight (flows.c: fill_start .. fill_end).
+ * A destroyed ring's punch needs no reference: the flow is gone by then,
+ * and its remains (mapping, fd) are kept until the punch completes.
  * flows_destroy() unlists the flow and closes its ring for clients; the
  * last flow_put() unmaps, closes and frees.  A destroyed flow is `dead`:
  * a completion that finds its flow dead publishes nothing.  At an orderly
