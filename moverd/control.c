@@ -594,20 +594,29 @@ static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
 	return f;
 }
 
-/* The flow, if it exists and this client may change it (root and the
- * flow's owner); else the error is answered and NULL returned. */
+/*
+ * The flow, if it exists and this client may change it (root and the
+ * flow's owner); else the error is answered and NULL returned.  Who may
+ * see the flow (may_see) learns whose it is; anyone else only that the
+ * name is taken, as create_exists tells them: its owner is nobody else's
+ * business.
+ */
 static struct flow *manageable_or_fail(struct ctl_client *c, uint64_t id,
 				       const char *name)
 {
 	struct flow *f = find_or_fail(c, id, name);
 
-	if (f && !flows_may_manage(f, c->uid)) {
+	if (!f || flows_may_manage(f, c->uid))
+		return f;
+	if (may_see(c, f))
 		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
 			      "belongs to uid %u (only root and its owner may "
 			      "change it)", f->name, (unsigned)f->owner_uid);
-		return NULL;
-	}
-	return f;
+	else
+		respond_error(c, id, -EACCES, "permission denied: flow '%s' "
+			      "is not yours (only root and its owner may "
+			      "change it)", f->name);
+	return NULL;
 }
 
 /*

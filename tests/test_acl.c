@@ -7,7 +7,8 @@
  *
  *   1  remote uids ignored: a flow created on A with --allow-uid 65534 is
  *      not attachable by uid 65534 on B (-EACCES) until B's operator runs
- *      `flow allow` (which uid 65534 itself may not); the grant survives a
+ *      `flow allow` (which uid 65534 itself may not, and is not told the
+ *      owner of a flow it may not see); the grant survives a
  *      kill -9 and restart of B, a consumer of that uid then gets every
  *      record once, and `flow disallow` takes it back
  *   2  --peer-flow-owner 65534:4242: flows from peers are attachable at
@@ -183,6 +184,8 @@ static void case_remote_uids(void)
 		       "flow allow r1 --uid %u", NOBODY);
 	printf("  B: uid %u runs flow allow: exit %d: %s", NOBODY, rc, out);
 	CHECK(rc == 4);
+	/* it may not see r1: it learns the name is taken, not whose it is */
+	CHECK(strstr(out, "is not yours") && !strstr(out, "uid 0"));
 	CHECK_RC(consume_as(&b, NOBODY, "r1"), -EACCES);
 
 	rc = hd_ctl(&b, moverctl_bin, out, sizeof(out),
@@ -190,6 +193,11 @@ static void case_remote_uids(void)
 	printf("  B: root runs flow allow r1 --uid nobody: exit %d: %s", rc, out);
 	CHECK(rc == 0);
 	CHECK_RC(consume_as(&b, NOBODY, "r1"), 0);
+	/* now it may see r1 (show, list), and so whose it is */
+	rc = hd_ctl_as(&b, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow disallow r1 --uid %u", NOBODY);
+	printf("  B: uid %u runs flow disallow: exit %d: %s", NOBODY, rc, out);
+	CHECK(rc == 4 && strstr(out, "belongs to uid 0"));
 
 	/* kill -9 and start again: the grant is in r1's state file */
 	hd_kill(&b);
