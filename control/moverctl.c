@@ -902,6 +902,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_str(&j, "idle", s->idle);
 		j_str(&j, "io_uring", s->io_uring);
 		j_u64(&j, "window_delay_us", s->window_delay_us);
+		j_u64(&j, "ring_to_allocate_bytes", s->ring_to_allocate_bytes);
+		j_u64(&j, "ring_to_free_bytes", s->ring_to_free_bytes);
 		j_key(&j, "bell_page");
 		j_sep(&j);
 		fputs(s->bell_page ? "true" : "false", stdout);
@@ -989,6 +991,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("io_uring", "%s", dash(s->io_uring));
 	kv("window delay", "%" PRIu64 " us above a link's least round trip "
 	   "cuts its window", s->window_delay_us);
+	kv("ring pages", "%s to allocate, %s of destroyed rings to free",
+	   fmt_size(a, sizeof(a), s->ring_to_allocate_bytes),
+	   fmt_size(b, sizeof(b), s->ring_to_free_bytes));
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);

@@ -369,6 +369,8 @@ static void daemon_row(struct frame *f, struct ctl_src *c,
 	v[FMC_D_CLIENTS_REFUSED] = s->clients_refused;
 	v[FMC_D_PEERS_REFUSED] = s->peers_refused;
 	v[FMC_D_DOORBELL_RINGS] = s->doorbell_rings;
+	v[FMC_D_RING_TO_ALLOCATE] = s->ring_to_allocate_bytes;
+	v[FMC_D_RING_TO_FREE] = s->ring_to_free_bytes;
 }
 
 static int ctl_status(struct ctl_src *c, struct frame *f)

@@ -160,6 +160,9 @@ enum fmc_daemon {
 	FMC_D_DOORBELL_RINGS,  /* the doorbell's own count (= WAKE_DOORBELL
 				* plus rings that came while awake) */
 	FMC_D_SAMPLER_NS,      /* time moverd spent writing this file */
+	FMC_D_RING_TO_ALLOCATE, /* ring bytes fills have yet to allocate (gauge) */
+	FMC_D_RING_TO_FREE,    /* allocated bytes of destroyed rings that
+				* punches have yet to free (gauge) */
 	FMC_D_COUNT
 };
 

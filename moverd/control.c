@@ -1238,6 +1238,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	if (c->srv->io_uring)
 		st.io_uring = (char *)c->srv->io_uring;
 	st.window_delay_us = c->srv->peers->win_delay_ns / 1000;
+	st.ring_to_allocate_bytes = c->srv->flows->fill_pending;
+	st.ring_to_free_bytes = c->srv->flows->punch_pending;
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +

@@ -591,6 +591,8 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	fmc_set(r, FMC_D_PEERS_REFUSED, m->refused);
 	fmc_set(r, FMC_D_DOORBELL_RINGS, m->rings);
 	fmc_set(r, FMC_D_SAMPLER_NS, c->sampler_ns);
+	fmc_set(r, FMC_D_RING_TO_ALLOCATE, t->fill_pending);
+	fmc_set(r, FMC_D_RING_TO_FREE, t->punch_pending);
 	fmc_end(r);
 }
 

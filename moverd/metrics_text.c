@@ -425,6 +425,12 @@ static void render_daemon(struct buf *b, const struct fmc_header *h,
 		   "Open file descriptors of moverd.", d->v[FMC_D_FDS], 0);
 	daemon_one(b, om, "flowmover_flows", "gauge", "Flows.",
 		   d->v[FMC_D_FLOWS], 0);
+	daemon_one(b, om, "flowmover_ring_to_allocate_bytes", "gauge",
+		   "Ring bytes whose pages moverd has yet to allocate.",
+		   d->v[FMC_D_RING_TO_ALLOCATE], 0);
+	daemon_one(b, om, "flowmover_ring_to_free_bytes", "gauge",
+		   "Allocated bytes of destroyed rings moverd has yet to free.",
+		   d->v[FMC_D_RING_TO_FREE], 0);
 	daemon_one(b, om, "flowmover_flows_unrecorded", "gauge",
 		   "Flows beyond the counters file's records (not shown here).",
 		   atomic_load_explicit(&((struct fmc_header *)h)->flows_unrecorded,

@@ -679,6 +679,18 @@ static void case_visibility(void)
 
 #define DIR15 "/tmp/fm-quota15-tmpfs"
 
+/* `status`'s ring_to_allocate_bytes or ring_to_free_bytes (key) on d. */
+static uint64_t status_bytes(const struct hd *d, const char *key)
+{
+	char out[16384];
+	uint64_t v;
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	v = hj_u64(out, key);
+	printf("# status: %s %llu\n", key, (unsigned long long)v);
+	return v;
+}
+
 /* Bytes allocated in dir's filesystem. */
 static uint64_t used_bytes(const char *dir)
 {
@@ -794,6 +806,13 @@ static void case_fill(void)
 	 * flight (an orderly exit, nothing leaked), keeps the ring, and the
 	 * next start fills the rest */
 	CHECK_RC(hc_create(sock, "k15", 1 << 30, 0), 0);
+	{
+		/* status tells what is yet to allocate: a GiB takes 0.25 s
+		 * at least, so it is asked well before the fill ends */
+		uint64_t left = status_bytes(&d, "ring_to_allocate_bytes");
+
+		CHECK(left > 0 && left <= 1u << 30);
+	}
 	close(sock);
 	hd_term(&d);
 	printf("# k15 at the stop: %llu bytes allocated\n",
@@ -801,9 +820,15 @@ static void case_fill(void)
 	hd_restart(&d, moverd_bin, opts);
 	CHECK(hd_log_count(&d, "flow k15: re-adopted") >= 1);
 	CHECK(wait_allocated("k15", 1 << 30) >= FR_CTRL_BYTES + (1u << 30));
+	CHECK(status_bytes(&d, "ring_to_allocate_bytes") == 0);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow destroy k15") == 0);
+	/* the punch of a GiB takes 0.1 s at least: still under way */
+	CHECK(status_bytes(&d, "ring_to_free_bytes") > 0);
 	CHECK(wait_used(DIR15, base) <= base + (64 << 10));
+	/* every byte given back is counted out again */
+	CHECK(status_bytes(&d, "ring_to_free_bytes") == 0);
+	CHECK(status_bytes(&d, "ring_to_allocate_bytes") == 0);
 	hd_alive(&d);
 	hd_stop(&d);
 	umount2(DIR15, MNT_DETACH);
