@@ -92,12 +92,28 @@ static void churn(const struct hd *d, uint64_t ring, int pause_ms,
 	}
 }
 
+/* The state directory, removed at any exit of the bench's own process
+ * (a failed CHECK too), after harness.h has killed its moverd. */
+static char state_dir[128];
+static pid_t bench_pid;
+
+static void remove_state_dir(void)
+{
+	char cmd[192];
+
+	if (getpid() != bench_pid) /* the churn's child exits too */
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", state_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "createbench: could not remove %s\n", state_dir);
+}
+
 int main(int argc, char **argv)
 {
 	int seconds = argc > 2 ? atoi(argv[2]) : 10;
 	uint64_t ring = (argc > 3 ? strtoull(argv[3], NULL, 10) : 1024) << 20;
 	int pause_ms = argc > 4 ? atoi(argv[4]) : 0;
-	char dir[128], cmd[192], tmp[] = "/tmp/createbench-XXXXXX";
+	char *dir = state_dir, tmp[] = "/tmp/createbench-XXXXXX";
 	const char *extra[] = { "--state-dir", dir, "--log-level", "info",
 				NULL };
 	uint64_t pairs = 0;
@@ -111,7 +127,12 @@ int main(int argc, char **argv)
 			"[PAUSE_MS]]]\n", argv[0]);
 		return 2;
 	}
-	snprintf(dir, sizeof(dir), "/dev/shm/fm-createbench-%d", (int)getpid());
+	snprintf(state_dir, sizeof(state_dir), "/dev/shm/fm-createbench-%d",
+		 (int)getpid());
+	bench_pid = getpid();
+	/* before hd_start's own atexit: handlers run last first, so moverd
+	 * is gone before its directory is */
+	CHECK(atexit(remove_state_dir) == 0);
 	out_fd = mkstemp(tmp);
 	CHECK(out_fd >= 0);
 	unlink(tmp);
@@ -136,9 +157,7 @@ int main(int argc, char **argv)
 	       "answered in %.2f ms on average\n", (unsigned long long)pairs,
 	       seconds, pairs ? create_ms / (double)pairs : 0);
 	hd_stop(&d);
-	/* the state directory, and a ring the churn may have left (killed
-	 * between a create and its destroy) */
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	CHECK(system(cmd) == 0);
+	/* remove_state_dir takes the directory, and a ring the churn may
+	 * have left (killed between a create and its destroy) */
 	return 0;
 }
