@@ -870,6 +870,22 @@ static void print_peer_counters(const Flowmover__StatusInfo *s,
 	tbl_print(&t);
 }
 
+/* Why each peer last failed, and when (none that never did). */
+static void print_peer_errors(const Flowmover__StatusInfo *s)
+{
+	char when[64];
+
+	for (size_t i = 0; i < s->n_peers; i++) {
+		const Flowmover__PeerInfo *p = s->peers[i];
+
+		if (!p->last_error || !p->last_error[0])
+			continue;
+		printf("%s: last error at %s: %s\n", dash(p->address),
+		       fmt_time_ms(when, sizeof(when), p->last_error_unix_ms),
+		       p->last_error);
+	}
+}
+
 static void print_status(const Flowmover__StatusInfo *s, bool json,
 			 const struct fmc_map *m)
 {
@@ -956,6 +972,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 			j_u64(&j, "window_bytes", p->window_bytes);
 			j_u64(&j, "unacked_bytes", p->unacked_bytes);
 			j_u64(&j, "window_cuts", p->window_cuts);
+			j_str(&j, "last_error", p->last_error);
+			j_u64(&j, "last_error_unix_ms", p->last_error_unix_ms);
 			j_close(&j, '}');
 		}
 		j_close(&j, ']');
@@ -1021,6 +1039,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 			strcmp(p->transport, "rdma") ? "-" : g, id });
 	}
 	tbl_print(&t);
+	print_peer_errors(s);
 	print_peer_counters(s, m);
 }
 

@@ -1250,6 +1250,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].address = (char *)ps[i].address;
 		pi[i].state = (char *)ps[i].state;
 		pi[i].transport = (char *)ps[i].transport;
+		pi[i].last_error = (char *)ps[i].last_error;
+		pi[i].last_error_unix_ms = ps[i].last_error_unix_ms;
 		pi[i].flows = ps[i].flows;
 		pi[i].bytes_sent = ps[i].bytes_sent;
 		pi[i].bytes_received = ps[i].bytes_received;

@@ -491,6 +491,7 @@ static void write_peer(struct counters *c, struct peer *p, uint64_t now)
 	fmc_begin(r);
 	fmc_set_text(r, FMC_NAME, p->addr);
 	fmc_set_text(r, FMC_WHERE, p->node_safe);
+	fmc_set_text(r, FMC_ERROR, p->last_error);
 	fmc_set(r, FMC_P_STATE, p->state);
 	fmc_set(r, FMC_P_TRANSPORT, strcmp(p->tp->name, "rdma") == 0);
 	fmc_set(r, FMC_P_OUTBOUND, p->outbound);

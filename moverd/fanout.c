@@ -301,14 +301,6 @@ void fanout_lost_twin(struct flow *f, const struct flow *twin)
 #define REJOIN_MAX_NS 64000000000ull
 #define REJOIN_CALM_NS 300000000000ull
 
-static uint64_t unix_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* f was cut: when to take its subscription again. */
 static void schedule_rejoin(struct flow *f, uint64_t now)
 {
@@ -320,7 +312,7 @@ static void schedule_rejoin(struct flow *f, uint64_t now)
 		b *= 2;
 	f->rejoin_backoff_ns = b;
 	f->cut_ns = now;
-	f->cut_unix_ms = unix_now_ms();
+	f->cut_unix_ms = flows_unix_ms();
 	f->cuts++;
 	f->rejoin_at_ns = now + b;
 }

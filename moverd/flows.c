@@ -950,7 +950,7 @@ struct flow *flows_find(struct flow_table *t, const char *name)
 	return NULL;
 }
 
-static uint64_t unix_ms(void)
+uint64_t flows_unix_ms(void)
 {
 	struct timespec ts;
 
@@ -1400,7 +1400,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		f->allow_uids[i] = spec->allow_uids[i];
 	for (unsigned i = 0; i < f->n_allow_gids; i++)
 		f->allow_gids[i] = spec->allow_gids[i];
-	f->created_unix_ms = unix_ms();
+	f->created_unix_ms = flows_unix_ms();
 	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
 	f->state = spec->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_OPEN;
 	if (f->path[0] && (rc = write_meta(t, f))) {

@@ -479,6 +479,10 @@ bool flows_may_manage(const struct flow *f, uid_t uid);
 
 bool flows_valid_name(const char *name);
 
+/* The wall clock in ms since the epoch (CLOCK_REALTIME): the times shown
+ * to operators (created_unix_ms, cut_unix_ms, a peer's last error). */
+uint64_t flows_unix_ms(void);
+
 /*
  * Add ids to the flow's allowed uids and gids (remove: take them off),
  * all or nothing, and keep the lists in its state file (flows between

@@ -647,6 +647,12 @@ static void peer_close(struct peer *p, const char *why)
 	p->tp->shutdown(p);
 }
 
+void peer_note_error(struct peer *p, const char *why)
+{
+	snprintf(p->last_error, sizeof(p->last_error), "%s", why);
+	p->last_error_unix_ms = flows_unix_ms();
+}
+
 void peer_fail(struct peer *p, const char *fmt, ...)
 {
 	static struct log_limit lim; /* a peer can fail at will */
@@ -660,6 +666,7 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	va_end(ap);
 	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
 		    why);
+	peer_note_error(p, why);
 	peer_close(p, why);
 }
 
@@ -2630,6 +2637,8 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.node = p->node_safe, .key_id = p->key_id,
 			.authenticated = p->auth_ok, .window = p->window,
 			.unacked = p->unacked, .st = &p->st,
+			.last_error = p->last_error,
+			.last_error_unix_ms = p->last_error_unix_ms,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

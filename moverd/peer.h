@@ -225,6 +225,8 @@ struct peer_status {
 	const char *key_id;          /* the key it proved, "" without */
 	bool authenticated;
 	uint64_t window, unacked;    /* the connection window (mover.c) */
+	const char *last_error;      /* why it last failed ("" never) */
+	uint64_t last_error_unix_ms;
 	const struct peer_stats *st; /* frames, ack times (stats.h) */
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,

@@ -108,6 +108,11 @@ struct peer {
 	bool auth_ok;
 	bool hello_seen;          /* its hello came (a second one fails) */
 	char auth_fail[200];      /* refuse once our answer is sent */
+	/* why its last connection failed or closed, or the last connect or
+	 * lookup failed (peer_note_error), and when (unix ms; 0: never):
+	 * `moverctl status` shows it for a peer that is down */
+	char last_error[200];
+	uint64_t last_error_unix_ms;
 	uint8_t nonce_mine[AUTH_NONCE_BYTES], nonce_theirs[AUTH_NONCE_BYTES];
 	char node[256];           /* its node name as sent (the proofs') */
 	char node_safe[65];       /* the same, printable only */
@@ -282,6 +287,8 @@ struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);
 void peer_up(struct peer *p);
 void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Keep why as p's last error (status, the counters file). */
+void peer_note_error(struct peer *p, const char *why);
 void peer_sent(struct peer *p);     /* the whole send went */
 /* The send failed with EFAULT (a client shrank a ring file it reads):
  * true to post the rest again (the flows whose files shrank are repaired

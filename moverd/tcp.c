@@ -224,10 +224,11 @@ int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 #define RESOLVE_RETRY_NS 2000000000ull
 
 /* Say why p's flows are not open yet (their state stays). */
-static void flows_reason(struct peer *p, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+static void flows_reason(struct peer *p, bool failed, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
-static void flows_reason(struct peer *p, const char *fmt, ...)
+/* Why p's waiting flows wait; a failure is also p's last error. */
+static void flows_reason(struct peer *p, bool failed, const char *fmt, ...)
 {
 	char why[160];
 	va_list ap;
@@ -235,6 +236,8 @@ static void flows_reason(struct peer *p, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
+	if (failed)
+		peer_note_error(p, why);
 	for (struct flow *f = p->flows; f; f = f->peer_next)
 		if (f->state == FLOW_CONNECTING || f->state == FLOW_RECONNECTING)
 			flows_set_state(f, f->state, why);
@@ -258,7 +261,8 @@ static void address_resolved(struct resolver *r,
 		return; /* nothing waits for it any more */
 	if (res->err) {
 		log_warn("peer %s: cannot resolve: %s", p->addr, res->why);
-		flows_reason(p, "cannot resolve %s: %s", p->addr, res->why);
+		flows_reason(p, true, "cannot resolve %s: %s", p->addr,
+			     res->why);
 		return;
 	}
 	memcpy(&p->sa, &res->sa, res->len);
@@ -282,7 +286,7 @@ int peer_address(struct peer *p)
 		return 0;
 	}
 	if (p->lookup_id) { /* one lookup at a time per peer */
-		flows_reason(p, "resolving %s", p->addr); /* a new flow too */
+		flows_reason(p, false, "resolving %s", p->addr); /* a new flow too */
 		return -EINPROGRESS;
 	}
 	rc = resolver_lookup(&p->m->resolver, p->addr, &res, &p->lookup_id);
@@ -294,11 +298,11 @@ int peer_address(struct peer *p)
 	if (rc == -EINPROGRESS) {
 		/* no retry from the timer: the answer connects */
 		p->retry_at_ns = UINT64_MAX;
-		flows_reason(p, "resolving %s", p->addr);
+		flows_reason(p, false, "resolving %s", p->addr);
 		return rc;
 	}
 	log_warn("peer %s: cannot resolve: %s", p->addr, res.why);
-	flows_reason(p, "cannot resolve %s: %s", p->addr, res.why);
+	flows_reason(p, true, "cannot resolve %s: %s", p->addr, res.why);
 	p->retry_at_ns = fr_now_ns() + RESOLVE_RETRY_NS;
 	return rc;
 }
@@ -330,7 +334,7 @@ static void connect_failed(struct peer *p, int res)
 			 p->m->connect_timeout_s);
 	else
 		snprintf(why, sizeof(why), "%s", strerror(-res));
-	flows_reason(p, "connect to %s: %s", p->addr, why);
+	flows_reason(p, true, "connect to %s: %s", p->addr, why);
 	if (p->conn_err != res)
 		log_limited(&lim, LOG_LVL_WARN, "peer %s: connect: %s; retrying "
 			    "(said again if that changes)", p->addr, why);

@@ -355,7 +355,7 @@ static void case_same_key(void)
 static void refused_pair(const char *tag, const char *a_key, const char *b_key,
 			 const char *b_needle)
 {
-	char reason[256] = "";
+	char reason[256] = "", st[8192];
 	struct hd a, b;
 	int base_b;
 
@@ -373,6 +373,11 @@ static void refused_pair(const char *tag, const char *a_key, const char *b_key,
 	sleep(1); /* a reconnect or two more */
 	CHECK(hd_flow_json(&a, moverctl_bin, "q", reason, sizeof(reason)));
 	CHECK(!strstr(reason, "\"open\""));
+	/* A's status says it of the peer too */
+	CHECK(hd_ctl(&a, moverctl_bin, st, sizeof(st), "--json status") == 0);
+	CHECK(hj_get(st, "last_error", reason, sizeof(reason)));
+	printf("  A: status: the peer's last error: %s\n", reason);
+	CHECK(strstr(reason, "peer authentication failed"));
 	no_flows(&b);
 	no_registrations(&b);
 	hd_alive(&b);

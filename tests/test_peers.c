@@ -312,6 +312,24 @@ static bool wait_reason(const struct hd *d, const char *name,
 	return strstr(why, needle) != NULL;
 }
 
+/* Does `status` give the (only) peer of d a last error holding needle,
+ * in --json and in its plain text? */
+static bool peer_error_says(const struct hd *d, const char *needle)
+{
+	char out[8192], why[256] = "";
+	uint64_t when;
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	if (!hj_get(out, "last_error", why, sizeof(why)))
+		why[0] = 0;
+	when = hj_u64(out, "last_error_unix_ms");
+	printf("# status: the peer's last error '%s' at %llu ms\n", why,
+	       (unsigned long long)when);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status") == 0);
+	return strstr(why, needle) && when > 0 &&
+	       strstr(out, ": last error at ") && strstr(out, needle);
+}
+
 /* Wait up to ms for needle to be in at least n lines of d's log. */
 static bool wait_log(const struct hd *d, const char *needle, int n, int ms)
 {
@@ -341,6 +359,8 @@ static void case_connect_timeout(void)
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show c3") == 0);
 	printf("# flow show c3:\n%s", out);
 	CHECK(strstr(out, "timed out after 1 s"));
+	/* and status says it of the peer (an operator's first look) */
+	CHECK(peer_error_says(&a, needle));
 	/* it is retried (each attempt times out again), warned of once */
 	CHECK(wait_log(&a, "connect: timed out after 1 s", 3, 30000));
 	CHECK(hd_log_count(&a, "warn  peer 127.0.0.1") == 1);
@@ -350,6 +370,7 @@ static void case_connect_timeout(void)
 	close(filler);
 	close(lfd);
 	CHECK(wait_reason(&a, "c3", "Connection refused", 20000));
+	CHECK(peer_error_says(&a, "Connection refused"));
 	CHECK(wait_log(&a, "connect: Connection refused; retrying", 1, 5000));
 
 	/* a moverd listens on the port: the flow opens */
