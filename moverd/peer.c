@@ -670,6 +670,24 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	peer_close(p, why);
 }
 
+/*
+ * The other end closed the connection.  With flows on it that is a
+ * failure (peer_fail: a warning, the flows wait).  Without, it is that
+ * moverd stopping or closing a link it no longer uses: said at info, and
+ * not kept as the peer's last error.
+ */
+void peer_hung_up(struct peer *p, const char *why)
+{
+	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
+		return;
+	if (p->flows) {
+		peer_fail(p, "%s", why);
+		return;
+	}
+	log_info("peer %s: %s (no flows on it): disconnecting", p->addr, why);
+	peer_close(p, why);
+}
+
 /* ---- sending ------------------------------------------------------------- */
 
 void peer_sent(struct peer *p)
@@ -2358,10 +2376,14 @@ void peer_mgr_stop(struct peer_mgr *m)
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
 		p->outbound = false; /* no reconnecting: free when closed */
-		if (p->state == PEER_DOWN)
+		if (p->state == PEER_DOWN) {
 			p->state = PEER_CLOSING;
-		else
-			peer_fail(p, "moverd is stopping");
+		} else if (p->state != PEER_CLOSING) {
+			/* ours to close, not a failure: no warning */
+			log_info("peer %s: disconnecting: moverd is stopping",
+				 p->addr);
+			peer_close(p, "moverd is stopping");
+		}
 	}
 	reap_peers(m);
 }

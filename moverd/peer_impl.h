@@ -289,6 +289,8 @@ void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Keep why as p's last error (status, the counters file). */
 void peer_note_error(struct peer *p, const char *why);
+/* The other end closed the connection (a failure if flows use it). */
+void peer_hung_up(struct peer *p, const char *why);
 void peer_sent(struct peer *p);     /* the whole send went */
 /* The send failed with EFAULT (a client shrank a ring file it reads):
  * true to post the rest again (the flows whose files shrank are repaired

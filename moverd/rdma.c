@@ -772,6 +772,10 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		device_removed(m);
 		return;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (p && p != (void *)m)
+			peer_hung_up(p, rdma_event_str(ev->event));
+		return;
 	default:
 		if (p && p != (void *)m)
 			peer_fail(p, "%s", rdma_event_str(ev->event));

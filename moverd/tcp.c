@@ -92,8 +92,12 @@ static void read_done(struct loop_op *op, int res)
 		tcp_recv(p);
 		return;
 	}
-	if (res <= 0) {
-		peer_fail(p, "receive: %s", res ? strerror(-res) : "closed");
+	if (res == 0) {
+		peer_hung_up(p, "receive: closed");
+		return;
+	}
+	if (res < 0) {
+		peer_fail(p, "receive: %s", strerror(-res));
 		return;
 	}
 	fmlt_mark(p->rx_staged ? LT_RX_HDR : LT_RX_BODY, (uint64_t)res);
