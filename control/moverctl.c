@@ -924,6 +924,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_sep(&j);
 		fputs(s->bell_page ? "true" : "false", stdout);
 		j_u64(&j, "bell_flows", s->bell_flows);
+		j_u64(&j, "bell_pages", s->bell_pages);
 		j_u64(&j, "idle_polls", s->idle_polls);
 		j_u64(&j, "idle_backoffs", s->idle_backoffs);
 		j_u64(&j, "clients_refused", s->clients_refused);
@@ -1001,8 +1002,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("cpu", "%.2f s user, %.2f s system", (double)s->cpu_user_ns / 1e9,
 	   (double)s->cpu_sys_ns / 1e9);
 	kv("open fds", "%" PRIu64, s->open_fds);
-	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit",
-	   s->bell_page ? "yes" : "no (polls)", s->bell_flows);
+	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit, %"
+	   PRIu32 " pages (one per uid)", s->bell_page ? "yes" : "no (polls)",
+	   s->bell_flows, s->bell_pages);
 	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
 	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
 	   s->idle_backoffs);

@@ -1,6 +1,7 @@
 /*
  * ipc/bell.h - moverd's doorbell page: how producers of every flow of a
- * daemon wake it through ONE futex word (ring format 2, see ring.h).
+ * daemon (of one uid: one page per uid) wake it through ONE futex word
+ * (ring format 2, see ring.h).
  *
  * ---------------------------------------------------------------------------
  * Layout (a memfd moverd creates at start and hands to every client with
@@ -24,13 +25,20 @@
  * collect once more, and FUTEX_WAIT only if nothing was there (the Dekker
  * pairing of the ring's wake protocol, with the same two fences).
  *
- * The page is shared by every client of the daemon, so a hostile client
- * can set bits (moverd visits flows with nothing to do: bounded, wasted
- * work) or clear them (a flow's ring is lost).  moverd therefore never
- * relies on the bits alone: a sweep on its timer re-checks every armed
- * flow, so a cleared bit delays that flow by at most the sweep period and
- * corrupts nothing.  Bits a client reads or writes are never trusted as
- * indexes by moverd beyond `nbits`, which moverd keeps privately.
+ * moverd makes one page per uid of producers (moverd/peer.h, struct
+ * bell_page): a flow's bit has the same index in every page, and the
+ * attach answer carries the page of the attaching client's uid.  A page is
+ * shared by the clients of that uid, so a hostile client can set bits of
+ * its page (moverd visits flows with nothing to do: bounded, wasted work)
+ * or clear them and `sleeping` (its own uid's rings are lost), never
+ * another user's.  moverd therefore never relies on the bits alone: a
+ * sweep on its timer re-checks every armed flow, so a cleared bit delays
+ * that flow by at most the sweep period and corrupts nothing.  Bits a
+ * client reads or writes are never trusted as indexes by moverd beyond
+ * the ones it handed out, which moverd keeps privately.
+ *
+ * A sleeping moverd waits on the futex words of all its pages at once
+ * (FUTEX_WAITV); each page pairs its producers with moverd as below.
  */
 #ifndef FLOWMOVER_IPC_BELL_H
 #define FLOWMOVER_IPC_BELL_H

@@ -206,7 +206,8 @@
  * ---------------------------------------------------------------------------
  *
  * moverd does not sleep on one futex per ring: it shares a doorbell page
- * (ipc/bell.h) with its clients, one bit per flow plus one futex word.  When
+ * (ipc/bell.h) with its clients of each uid, one bit per flow plus one futex
+ * word.  When
  * moverd has drained a sender ring and wants to be told of the next record
  * it stores `bell_armed` = 1 (then fence, then re-checks the ring).  A
  * producer, after committing (release) and the fence of the wake protocol,

@@ -913,8 +913,8 @@ static bool take_prod_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 
 /* The attach answer: the flow, its ring fd, and the slot taken for the
  * client (a consumer's subscriber slot, a producer's producer slot); for
- * a producer of a flow to another host, its bit in the doorbell page and
- * the page's fd. */
+ * a producer of a flow to another host, its bit in the doorbell pages and
+ * the fd of its own uid's page (peer.h, struct bell_page). */
 static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 			   const struct attachment *att)
 {
@@ -933,10 +933,12 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	fi.client_pid = c->pid > 0 && (uint32_t)c->pid < FR_PID_UNKNOWN ?
 				(uint32_t)c->pid : FR_PID_UNKNOWN;
 	fi.pid_ns = fr_pid_ns();
-	if (att->role == FLOWSHM_PRODUCER && mover_bell_fd(c->srv->peers) >= 0) {
+	if (att->role == FLOWSHM_PRODUCER) {
 		fi.bell_index = mover_bell_index(c->srv->peers, f);
 		if (fi.bell_index)
-			c->out_bell_fd = mover_bell_fd(c->srv->peers);
+			c->out_bell_fd = mover_bell_fd(c->srv->peers, c->uid);
+		if (c->out_bell_fd < 0)
+			fi.bell_index = 0;
 	}
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
@@ -1226,8 +1228,9 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.cycles = c->srv->peers->cycles;
 	st.sleeps = c->srv->peers->sleeps;
 	st.doorbell_rings = c->srv->peers->rings;
-	st.bell_page = mover_bell_fd(c->srv->peers) >= 0 &&
+	st.bell_page = mover_bell_pages(c->srv->peers) > 0 &&
 		       c->srv->peers->bell_mode != BELL_POLL;
+	st.bell_pages = mover_bell_pages(c->srv->peers);
 	st.bell_flows = c->srv->peers->bell_next -
 			c->srv->peers->n_bell_free;
 	if (c->srv->idle) {

@@ -87,8 +87,8 @@ void loop_fini(struct loop *l)
 	io_uring_queue_exit(&l->ring);
 }
 
-struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
-			      loop_done_fn done)
+/* An SQE, submitting queued ones first if the SQ is full; NULL if none. */
+static struct io_uring_sqe *get_sqe(struct loop *l)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 
@@ -96,12 +96,30 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
 		io_uring_submit(&l->ring);
 		sqe = io_uring_get_sqe(&l->ring);
 	}
+	return sqe;
+}
+
+struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
+			      loop_done_fn done)
+{
+	struct io_uring_sqe *sqe = get_sqe(l);
+
 	if (!sqe)
 		return NULL;
 	op->done = done;
 	op->busy = true;
 	io_uring_sqe_set_data(sqe, op);
 	return sqe;
+}
+
+void loop_cancel(struct loop *l, struct loop_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!op->busy || !(sqe = get_sqe(l)))
+		return;
+	io_uring_prep_cancel(sqe, op, 0);
+	io_uring_sqe_set_data(sqe, NULL); /* loop_run_once skips it */
 }
 
 bool loop_room(struct loop *l, unsigned n)

@@ -63,6 +63,11 @@ struct io_uring_sqe *loop_sqe(struct loop *l, struct loop_op *op,
  * none.  Take them with loop_sqe right after. */
 bool loop_room(struct loop *l, unsigned n);
 
+/* Ask the kernel to cancel op, if it is in flight: op completes (with
+ * -ECANCELED, or as it would have) and its handler runs as usual; the
+ * cancel request's own completion is ignored. */
+void loop_cancel(struct loop *l, struct loop_op *op);
+
 /* Submit, wait up to timeout_ms for completions, run their handlers.
  * Returns the number handled or a negative errno.  With timeout_ms 0 (a
  * polling duty cycle) it enters the kernel only to submit queued SQEs or

@@ -679,17 +679,17 @@ static int build_data(struct peer *p)
 #endif
 
 /*
- * The doorbell page (ipc/bell.h): a sealed memfd every client of a sender
- * flow maps from its attach answer.  moverd keeps privately which flow
- * each bit means; a bit a client sets or clears only makes a flow visited
- * early or late (the sweep), never an index moverd trusts.
+ * A doorbell page (ipc/bell.h): a sealed memfd the clients of one uid map
+ * from their attach answers.  moverd keeps privately which flow each bit
+ * means; a bit a client sets or clears only makes a flow visited early or
+ * late (the sweep), never an index moverd trusts.  Index of the new page,
+ * or a negative errno.
  */
-int mover_bell_start(struct peer_mgr *m)
+static int bell_page_new(struct peer_mgr *m, uid_t uid)
 {
 	int fd = memfd_create("flowmover-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *map;
 
-	m->bell_fd = -1;
 	if (fd < 0)
 		return -errno;
 	/* sealed: a client cannot shrink it under moverd's mapping */
@@ -701,34 +701,89 @@ int mover_bell_start(struct peer_mgr *m)
 		return rc;
 	}
 	map = mmap(NULL, FB_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	m->bell_flows = calloc(FB_BITS, sizeof(*m->bell_flows));
-	m->bell_free = calloc(FB_BITS, sizeof(*m->bell_free));
-	if (map == MAP_FAILED || !m->bell_flows || !m->bell_free) {
-		if (map != MAP_FAILED)
-			munmap(map, FB_BYTES);
-		free(m->bell_flows);
-		free(m->bell_free);
-		m->bell_flows = NULL;
-		m->bell_free = NULL;
+	if (map == MAP_FAILED) {
 		close(fd);
 		return -ENOMEM;
 	}
 	fb_format(map, (uint64_t)time(NULL));
-	m->bell_page = map;
-	m->bell_fd = fd;
-	return 0;
+	m->bells[m->n_bells] = (struct bell_page){ map, fd, uid };
+	return (int)m->n_bells++;
 }
 
-int mover_bell_fd(const struct peer_mgr *m)
+int mover_bell_start(struct peer_mgr *m)
 {
-	return m->bell_page ? m->bell_fd : -1;
+	int rc;
+
+	m->bell_flows = calloc(FB_BITS, sizeof(*m->bell_flows));
+	m->bell_free = calloc(FB_BITS, sizeof(*m->bell_free));
+	rc = m->bell_flows && m->bell_free ? bell_page_new(m, 0) : -ENOMEM;
+	if (rc >= 0)
+		return 0;
+	free(m->bell_flows);
+	free(m->bell_free);
+	m->bell_flows = NULL;
+	m->bell_free = NULL;
+	return rc;
+}
+
+/* The mover sleeps on the old set of pages: end that wait, so that the
+ * next sleep waits on the new page's word too (its producers may ring as
+ * soon as they have the attach answer; a bit rung meanwhile is collected
+ * when the wait ends). */
+static void bell_wait_renew(struct peer_mgr *m)
+{
+	if (!m->bell_op.busy)
+		return;
+	if (m->bell_mode == BELL_THREAD)
+		bell_thread_kick(m->bell_thread);
+	else if (m->bell_mode == BELL_URING)
+		loop_cancel(m->loop, &m->bell_op);
+}
+
+/* The page of uid: its own, made at its first producer's attach; the
+ * last page once BELL_PAGES are made (or if a new one cannot be). */
+static const struct bell_page *bell_page_of(struct peer_mgr *m, uid_t uid)
+{
+	static struct log_limit lim;
+	int i;
+
+	for (unsigned k = 0; k < m->n_bells; k++)
+		if (m->bells[k].uid == uid)
+			return &m->bells[k];
+	if (m->n_bells == BELL_PAGES) {
+		log_limited(&lim, LOG_LVL_WARN, "doorbell: producers of more "
+			    "than %u uids: uid %u shares the page of uid %u",
+			    BELL_PAGES, (unsigned)uid,
+			    (unsigned)m->bells[m->n_bells - 1].uid);
+		return &m->bells[m->n_bells - 1];
+	}
+	i = bell_page_new(m, uid);
+	if (i < 0) {
+		log_limited(&lim, LOG_LVL_WARN, "doorbell: no page for uid %u "
+			    "(%s): it shares the page of uid %u", (unsigned)uid,
+			    strerror(-i), (unsigned)m->bells[m->n_bells - 1].uid);
+		return &m->bells[m->n_bells - 1];
+	}
+	log_debug("doorbell: page %d for uid %u", i, (unsigned)uid);
+	bell_wait_renew(m);
+	return &m->bells[i];
+}
+
+int mover_bell_fd(struct peer_mgr *m, uid_t uid)
+{
+	return m->n_bells ? bell_page_of(m, uid)->fd : -1;
+}
+
+unsigned mover_bell_pages(const struct peer_mgr *m)
+{
+	return m->n_bells;
 }
 
 unsigned mover_bell_index(struct peer_mgr *m, struct flow *f)
 {
 	uint32_t idx;
 
-	if (f->role != FLOW_SENDER || !m->bell_page)
+	if (f->role != FLOW_SENDER || !m->n_bells)
 		return 0;
 	if (f->bell_index)
 		return f->bell_index;
@@ -764,21 +819,20 @@ void mover_wake_flow(struct peer_mgr *m, struct flow *f)
 		activate(m, f);
 }
 
-/* The flows producers rang for since the last call join the active list.
- * Bounded: a client that keeps setting every bit costs FB_BITS visits. */
-static void collect_bell(struct peer_mgr *m)
+/* The flows producers rang for in page b since the last call join the
+ * active list.  Bounded: a client that keeps setting every bit of its
+ * page costs one look at each bit handed out (bell_next). */
+static void collect_page(struct peer_mgr *m, struct fr_bell *b)
 {
 	uint32_t ids[256];
 	unsigned n, rounds = FB_BITS / 256;
 
-	if (!m->bell_page)
-		return;
 	do {
-		n = fb_collect(m->bell_page, ids, 256);
+		n = fb_collect(b, ids, 256);
 		if (n)
 			fmlt_mark(LT_BELL, n);
 		for (unsigned i = 0; i < n; i++) {
-			struct flow *f = ids[i] < FB_BITS ?
+			struct flow *f = ids[i] < m->bell_next ?
 						 m->bell_flows[ids[i]] : NULL;
 
 			if (!f)
@@ -790,6 +844,12 @@ static void collect_bell(struct peer_mgr *m)
 				activate_first(m, s);
 		}
 	} while (n == 256 && --rounds);
+}
+
+static void collect_bell(struct peer_mgr *m)
+{
+	for (unsigned k = 0; k < m->n_bells; k++)
+		collect_page(m, m->bells[k].map);
 }
 
 /*
@@ -903,17 +963,21 @@ static bool active_ready(struct peer_mgr *m)
 	return false;
 }
 
-/* Native: one IORING_OP_FUTEX_WAITV on the page's one word. */
+/* Native: one IORING_OP_FUTEX_WAITV on every page's word.  A wait armed
+ * in an earlier idle period is still queued on the same words (a new page
+ * ends it: bell_wait_renew), with the values of then: a ring since bumped
+ * a word, and the wait ended. */
 static int arm_bell_uring(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe;
 
 	if (m->bell_op.busy)
-		return 1000; /* armed in an earlier idle period, still queued */
+		return 1000;
 	sqe = loop_sqe(m->loop, &m->bell_op, bell_uring_done);
 	if (!sqe)
 		return 1;
-	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, &m->bell_wait, 1, 0);
+	io_uring_prep_rw(IORING_OP_FUTEX_WAITV, sqe, 0, m->bell_wait,
+			 m->n_bell_wait, 0);
 	return 1000;
 }
 
@@ -929,8 +993,9 @@ static int arm_bell_thread(struct peer_mgr *m)
 		io_uring_prep_read(sqe, bell_thread_fd(m->bell_thread),
 				   &m->bell_count, sizeof(m->bell_count), 0);
 	}
-	/* -EBUSY: the last wait, on the same word, has not ended yet */
-	bell_thread_arm(m->bell_thread, &m->bell_wait, 1);
+	/* -EBUSY: the last wait, on the same words, has not ended yet (a
+	 * new page kicked it: bell_wait_renew) */
+	bell_thread_arm(m->bell_thread, m->bell_wait, m->n_bell_wait);
 	return 1000;
 }
 
@@ -997,10 +1062,33 @@ static bool flush_acks(struct peer_mgr *m)
 	return work > 0;
 }
 
+/*
+ * fb_prepare_sleep, for every page: it reads the word, sets `sleeping`,
+ * fences and looks for rung bits; a producer rings (bits), fences and
+ * reads `sleeping` of its own page: either we see its bit or it bumps the
+ * word we wait on.  True if a bit was there (do not sleep).  The words and
+ * the values seen go to bell_wait.
+ */
+static bool bells_prepare_sleep(struct peer_mgr *m)
+{
+	for (unsigned k = 0; k < m->n_bells; k++) {
+		struct fr_bell *b = m->bells[k].map;
+		uint32_t v;
+
+		if (fb_prepare_sleep(b, &v))
+			return true;
+		m->bell_wait[k] = (struct futex_waitv){
+			.val = v, .uaddr = (uintptr_t)&b->futex,
+			.flags = FUTEX_32,
+		};
+	}
+	m->n_bell_wait = m->n_bells;
+	return false;
+}
+
 int peer_prepare_sleep(struct peer_mgr *m)
 {
 	int armed;
-	uint32_t v;
 
 	if (flush_acks(m))
 		return 0;
@@ -1009,21 +1097,12 @@ int peer_prepare_sleep(struct peer_mgr *m)
 		return 0;
 	if (m->rdma && !rdma_transport.arm(m))
 		return 0; /* completions arrived meanwhile */
-	if (!m->bell_page || m->bell_mode == BELL_POLL)
+	if (!m->n_bells || m->bell_mode == BELL_POLL)
 		return sleep_cap(armed, m->bell_next ? 1 : 1000);
-	/*
-	 * fb_prepare_sleep reads the word, sets `sleeping`, fences and looks
-	 * for rung bits; a producer rings (bits), fences and reads
-	 * `sleeping`: either we see its bit or it bumps the word we wait on.
-	 */
-	if (fb_prepare_sleep(m->bell_page, &v) || active_ready(m)) {
-		fb_woke(m->bell_page);
+	if (bells_prepare_sleep(m) || active_ready(m)) {
+		peer_woke(m);
 		return 0;
 	}
-	m->bell_wait = (struct futex_waitv){
-		.val = v, .uaddr = (uintptr_t)&m->bell_page->futex,
-		.flags = FUTEX_32,
-	};
 	m->sleeps++;
 	return sleep_cap(armed, m->bell_mode == BELL_THREAD ?
 					arm_bell_thread(m) :
@@ -1042,8 +1121,8 @@ const char *peer_doorbell_name(const struct peer_mgr *m)
 
 void peer_woke(struct peer_mgr *m)
 {
-	if (m->bell_page)
-		fb_woke(m->bell_page);
+	for (unsigned k = 0; k < m->n_bells; k++)
+		fb_woke(m->bells[k].map);
 }
 
 /* ---- the duty cycle -------------------------------------------------------- */

@@ -7,6 +7,8 @@
 #ifndef MOVERD_MOVER_H
 #define MOVERD_MOVER_H
 
+#include <sys/types.h>
+
 struct peer_mgr;
 
 /*
@@ -31,18 +33,25 @@ const char *peer_doorbell_name(const struct peer_mgr *m);
 void peer_woke(struct peer_mgr *m);
 
 /*
- * The doorbell page (ipc/bell.h), made at start: producers of every sender
- * flow ring one bit of it, and an idle mover sleeps on its one futex word.
- * mover_bell_index gives a sender flow its bit (plus one; 0: none), for
- * the attach answer with mover_bell_fd; mover_forget_flow gives it back
- * (peer_destroy_flow).  mover_sweep (the timer, a slice at a time) re-arms idle flows and
- * visits those with records, whatever a client did to the bits.  The page
- * lives as long as moverd: a response in flight may still carry its fd.
+ * The doorbell pages (ipc/bell.h), one per uid of producers (peer.h,
+ * struct bell_page): root's made at start, another uid's at its first
+ * producer's attach.  Producers ring their flow's bit in their uid's page,
+ * and an idle mover sleeps on the futex words of all pages at once.
+ * mover_bell_index gives a sender flow its bit (plus one; 0: none), the
+ * same in every page, for the attach answer with mover_bell_fd (the page
+ * of the attaching uid); mover_forget_flow gives it back
+ * (peer_destroy_flow).  mover_sweep (the timer, a slice at a time) re-arms
+ * idle flows and visits those with records, whatever a client did to the
+ * bits.  Pages live as long as moverd: a response in flight may still
+ * carry an fd.
  */
 struct flow;
 int mover_bell_start(struct peer_mgr *m);
-int mover_bell_fd(const struct peer_mgr *m);
+/* The page fd for producers of uid (-1: no doorbell). */
+int mover_bell_fd(struct peer_mgr *m, uid_t uid);
 unsigned mover_bell_index(struct peer_mgr *m, struct flow *f);
+/* Doorbell pages made so far (0: none, an idle mover polls). */
+unsigned mover_bell_pages(const struct peer_mgr *m);
 void mover_forget_flow(struct peer_mgr *m, struct flow *f);
 /* f has work: a sender flow opened (again), a receiver flow owes an
  * acknowledgement: visit it in the next cycle. */

@@ -21,6 +21,7 @@
 #include <linux/futex.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct auth_key;
 struct peer;
@@ -36,6 +37,21 @@ enum bell_mode { BELL_URING, BELL_THREAD, BELL_POLL };
 
 struct bell_thread;
 struct fr_bell;
+
+/*
+ * A doorbell page of one uid (mover.c): a client maps the page of its own
+ * uid only, so the bits and the `sleeping` flag it may set or clear are
+ * those its own producers ring; no other user's flow waits for the sweep
+ * because of it.  BELL_PAGES at most (futex_waitv takes 128 words; the
+ * doorbell thread keeps one for itself); the uids after them share the
+ * last page.
+ */
+#define BELL_PAGES 64u
+struct bell_page {
+	struct fr_bell *map;
+	int fd;
+	uid_t uid;
+};
 
 struct flow_list {
 	struct flow *head, *tail;
@@ -70,16 +86,19 @@ struct peer_mgr {
 				   * received records are work, too */
 	unsigned rr;              /* round-robin start among flows */
 
-	/* doorbell: the page producers of every sender flow ring (ipc/bell.h,
-	 * mover.c), and one wait on its futex word while the mover sleeps */
+	/* doorbell: the pages producers of sender flows ring, one per uid
+	 * (ipc/bell.h, mover.c), and one wait on all their futex words while
+	 * the mover sleeps */
 	enum bell_mode bell_mode;
 	struct loop_op bell_op;   /* the FUTEX_WAITV, or the eventfd read */
-	struct fr_bell *bell_page;
-	int bell_fd;
-	struct flow **bell_flows; /* bit -> flow (NULL: free), ours only */
+	struct bell_page bells[BELL_PAGES];
+	unsigned n_bells;
+	struct flow **bell_flows; /* bit -> flow (NULL: free), ours only: one
+				   * index a flow, the same in every page */
 	uint32_t *bell_free;      /* bits given back, to hand out again */
 	unsigned n_bell_free, bell_next;
-	struct futex_waitv bell_wait;
+	struct futex_waitv bell_wait[BELL_PAGES]; /* what the armed wait is on */
+	unsigned n_bell_wait;
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
 	/* the flows the duty cycle visits (mover.c, "the active lists") */

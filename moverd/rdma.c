@@ -842,16 +842,6 @@ static bool device_listed(const char *name)
 	return found;
 }
 
-static void cancel_op(struct peer_mgr *m, struct loop_op *op)
-{
-	struct io_uring_sqe *sqe;
-
-	if (!op->busy || !(sqe = io_uring_get_sqe(&m->loop->ring)))
-		return;
-	io_uring_prep_cancel(sqe, op, 0);
-	io_uring_sqe_set_data(sqe, NULL);
-}
-
 /* GOING -> RELEASED: once no connection holds device resources. */
 static void release_device(struct peer_mgr *m)
 {
@@ -864,7 +854,7 @@ static void release_device(struct peer_mgr *m)
 			return; /* still closing */
 	}
 	/* a pending poll holds the channel's file open: cancel it */
-	cancel_op(m, &s->cc_op);
+	loop_cancel(m->loop, &s->cc_op);
 	if (s->listen_id) {
 		rdma_destroy_id(s->listen_id);
 		s->listen_id = NULL;

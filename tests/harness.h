@@ -923,12 +923,11 @@ static inline long hd_rss_kb(const struct hd *d)
 }
 
 /*
- * Run a client program (flowcheck, a hostile client) against d:
- * FLOWMOVER_SOCKET=d->sock, as uid (and gid) `uid` with no supplementary
- * groups unless uid is 0; it dies with the test.  argv[0] is the program.
+ * Fork a client of d: in the child (0 returned) FLOWMOVER_SOCKET=d->sock,
+ * uid (and gid) `uid` with no supplementary groups unless uid is 0, and
+ * it dies with the test; the parent gets the child's pid.
  */
-static inline pid_t hx_spawn(const struct hd *d, uid_t uid,
-			     const char *const *argv)
+static inline pid_t hx_fork_as(const struct hd *d, uid_t uid)
 {
 	pid_t pid;
 
@@ -945,6 +944,18 @@ static inline pid_t hx_spawn(const struct hd *d, uid_t uid,
 	}
 	/* after the uid change, which clears it */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	return 0;
+}
+
+/* Run a client program (flowcheck, a hostile client) against d, as
+ * hx_fork_as's child.  argv[0] is the program. */
+static inline pid_t hx_spawn(const struct hd *d, uid_t uid,
+			     const char *const *argv)
+{
+	pid_t pid = hx_fork_as(d, uid);
+
+	if (pid)
+		return pid;
 	execv(argv[0], (char **)argv);
 	_exit(127);
 }

@@ -28,9 +28,15 @@
  *   6  a sender flow whose remote window is closed: moverd sleeps
  *   7  a peer that floods OPENs and reads nothing: dropped, moverd's cpu
  *      and memory bounded meanwhile, a local flow unaffected
+ *   8  a producer of uid 65534 clears the rung bits, summaries and
+ *      `sleeping` flag of its doorbell page as fast as it can: that page
+ *      is its uid's own (another inode than root's), and root's sparse
+ *      records, 20 ms apart, still end moverd's sleeps by the doorbell;
+ *      (a) the kernel's doorbell, (b) --doorbell thread
  */
 #include "harness.h"
 #include "flowshm_internal.h"
+#include "../ipc/bell.h"
 
 #include <sys/ioctl.h>
 
@@ -711,16 +717,19 @@ static void case_parked_fd(void)
 #define REC_MAX 1000
 
 /* A (sender, no listen) and B (receiver); flows NAMES from A to B. */
-static void two_daemons(struct hd *a, struct hd *b, const char *tag,
-			const char *const *names)
+/* Daemons A and B, and flows `names` from A to B; A with --doorbell
+ * doorbell unless it is NULL. */
+static void two_daemons_bell(struct hd *a, struct hd *b, const char *tag,
+			     const char *const *names, const char *doorbell)
 {
-	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	const char *const opts[] = { "--transport", "tcp", doorbell ?
+				     "--doorbell" : NULL, doorbell, NULL };
 	char ta[32], tb[32], out[4096];
 
 	snprintf(ta, sizeof(ta), "%s-A", tag);
 	snprintf(tb, sizeof(tb), "%s-B", tag);
 	hd_start(b, moverd_bin, tb, true, NULL);
-	hd_start(a, moverd_bin, ta, false, tcp);
+	hd_start(a, moverd_bin, ta, false, opts);
 	for (; *names; names++) {
 		CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create "
 			     "%s --peer 127.0.0.1:%d --ring-size " P_RING
@@ -728,6 +737,12 @@ static void two_daemons(struct hd *a, struct hd *b, const char *tag,
 		CHECK(hd_wait_state(a, moverctl_bin, *names, "open", 10000,
 				    NULL, 0));
 	}
+}
+
+static void two_daemons(struct hd *a, struct hd *b, const char *tag,
+			const char *const *names)
+{
+	two_daemons_bell(a, b, tag, names, NULL);
 }
 
 /* Attach to flow on d as the test process itself (a hostile client). */
@@ -1121,6 +1136,204 @@ static void case_non_reading_peer(void)
 /* ---- case 0: the harness itself -------------------------------------------- */
 
 /* a hostile peer opens a flow and gets it */
+/* ---- case 8: a client's doorbell page is its uid's own ----------------- */
+
+#define BELL_RECORDS 40
+
+/* The inode of this process's mapping of a doorbell page (0: none). */
+static unsigned long bell_inode(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long ino = 0;
+	char line[512];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, "flowmover-bell") &&
+		    sscanf(line, "%*s %*s %*s %*s %lu", &ino) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return ino;
+}
+
+/* BELL_RECORDS records of 64 bytes, 20 ms apart, numbered from 0. */
+static void send_sparse(flowshm_t *f)
+{
+	uint64_t rec[8] = { 0 };
+
+	for (uint64_t i = 0; i < BELL_RECORDS; i++) {
+		rec[0] = i;
+		CHECK(flowshm_send(f, rec, sizeof(rec), 1000000000) == 0);
+		usleep(20000);
+	}
+}
+
+/* ... received by f, in order. */
+static void recv_sparse(flowshm_t *f)
+{
+	uint64_t rec[8];
+
+	for (uint64_t i = 0; i < BELL_RECORDS; i++) {
+		size_t len = 0;
+
+		CHECK(flowshm_recv(f, rec, sizeof(rec), &len,
+				   5000000000ll) == 0);
+		CHECK(len == sizeof(rec) && rec[0] == i);
+	}
+}
+
+/*
+ * A producer of flow on d as uid NOBODY: it writes its page's inode to
+ * fd, then sends BELL_RECORDS sparse records (ms 0), or for ms clears
+ * every summary word, the first bits words and `sleeping` of its page as
+ * fast as it can, which with one page for all would lose other users'
+ * producers' wake-ups to the sweep (1 s).
+ */
+static pid_t bell_child(const struct hd *d, const char *flow, int fd, int ms)
+{
+	struct fr_bell *b;
+	unsigned long ino;
+	uint64_t end;
+	flowshm_t *f;
+	pid_t pid = hx_fork_as(d, NOBODY);
+
+	if (pid)
+		return pid;
+	if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f) || !f->ring.bell)
+		_exit(3);
+	b = f->ring.bell;
+	ino = bell_inode();
+	if (write(fd, &ino, sizeof(ino)) != sizeof(ino))
+		_exit(4);
+	if (!ms) {
+		send_sparse(f);
+		_exit(0);
+	}
+	end = tu_now_ns() + (uint64_t)ms * 1000000;
+	while (tu_now_ns() < end) {
+		for (unsigned w = 0; w < FB_SUMMARY; w++)
+			atomic_store_explicit(&b->summary[w], 0,
+					      memory_order_relaxed);
+		for (unsigned w = 0; w < 64; w++)
+			atomic_store_explicit(&b->bits[w], 0,
+					      memory_order_relaxed);
+		atomic_store_explicit(&b->sleeping, 0, memory_order_relaxed);
+	}
+	_exit(0);
+}
+
+/* Start bell_child; its page's inode. */
+static unsigned long bell_child_ino(const struct hd *d, const char *flow,
+				    int ms, pid_t *kid)
+{
+	unsigned long ino = 0;
+	int pfd[2];
+
+	CHECK(pipe(pfd) == 0);
+	*kid = bell_child(d, flow, pfd[1], ms);
+	close(pfd[1]);
+	CHECK(read(pfd[0], &ino, sizeof(ino)) == sizeof(ino));
+	close(pfd[0]);
+	return ino;
+}
+
+static void bell_child_done(pid_t kid)
+{
+	int st;
+
+	CHECK(waitpid(kid, &st, 0) == kid && WIFEXITED(st) &&
+	      WEXITSTATUS(st) == 0);
+}
+
+static uint64_t status_u64(const struct hd *d, const char *key)
+{
+	char out[16384];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	return hj_u64(out, key);
+}
+
+static void bell_pages(const char *doorbell)
+{
+	static const char *const names[] = { "p", NULL };
+	unsigned long root_ino, other_ino, scribbler_ino;
+	flowshm_t *prod, *prod2, *cons, *cons8;
+	uint64_t rings0, rings1;
+	char out[4096];
+	struct hd a, b;
+	pid_t kid;
+
+	two_daemons_bell(&a, &b, doorbell ? "hostile8b" : "hostile8a", names,
+			 doorbell);
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out), "flow "
+			"create n8 --peer 127.0.0.1:%d --ring-size 64K "
+			"--max-record 1024", b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "n8", "open", 10000, NULL, 0));
+	prod = attach_raw(&a, "p", FLOWSHM_PRODUCER);
+	CHECK(prod->ring.bell);
+	root_ino = bell_inode();
+	/* a second producer of root's: the same page */
+	prod2 = attach_raw(&a, "p", FLOWSHM_PRODUCER);
+	CHECK(prod2->ring.bell && bell_inode() == root_ino);
+	cons = attach_raw(&b, "p", FLOWSHM_CONSUMER);
+	cons8 = attach_raw(&b, "n8", FLOWSHM_CONSUMER);
+	sleep(1); /* moverd A asleep, its wait armed on root's page only */
+
+	/* uid 65534's first producer: a page of its own, made while the
+	 * mover sleeps; its sparse records end the mover's sleeps (the wait
+	 * was renewed to take its word). As test_remote case 10: a few may
+	 * be picked up by a cycle awake for another reason, hence half. */
+	rings0 = status_u64(&a, "doorbell_rings");
+	other_ino = bell_child_ino(&a, "n8", 0, &kid);
+	recv_sparse(cons8);
+	bell_child_done(kid);
+	rings1 = status_u64(&a, "doorbell_rings");
+	printf("  doorbell pages: root's inode %lu, uid %u's %lu; %llu pages\n",
+	       root_ino, NOBODY, other_ino,
+	       (unsigned long long)status_u64(&a, "bell_pages"));
+	printf("  n8 (uid %u): %d records 20 ms apart, in order; %llu sleeps "
+	       "ended by the doorbell\n", NOBODY, BELL_RECORDS,
+	       (unsigned long long)(rings1 - rings0));
+	CHECK(root_ino && other_ino && other_ino != root_ino);
+	CHECK(status_u64(&a, "bell_pages") == 2);
+	CHECK(rings1 - rings0 >= BELL_RECORDS / 2);
+
+	/* root's sparse records while uid 65534 scribbles its own page */
+	scribbler_ino = bell_child_ino(&a, "n8", 4000, &kid);
+	CHECK(scribbler_ino == other_ino);
+	rings0 = status_u64(&a, "doorbell_rings");
+	send_sparse(prod);
+	recv_sparse(cons);
+	rings1 = status_u64(&a, "doorbell_rings");
+	printf("  p (root), uid %u scribbling: %d records 20 ms apart, in "
+	       "order; %llu sleeps ended by the doorbell\n", NOBODY,
+	       BELL_RECORDS, (unsigned long long)(rings1 - rings0));
+	CHECK(rings1 - rings0 >= BELL_RECORDS / 2);
+	bell_child_done(kid);
+
+	flowshm_detach(prod);
+	flowshm_detach(prod2);
+	flowshm_detach(cons);
+	flowshm_detach(cons8);
+	hd_alive(&a);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* 8a: the doorbell the kernel offers (io_uring's FUTEX_WAITV on 6.7+) */
+static void case_bell_pages(void)
+{
+	if (variant("a"))
+		bell_pages(NULL);
+}
+
+/* 8b: the helper thread's futex_waitv (kernels before 6.7) */
+static void case_bell_pages_thread(void)
+{
+	if (variant("b"))
+		bell_pages("thread");
+}
+
 static void case_smoke(void)
 {
 	struct hd d;
@@ -1165,6 +1378,10 @@ int main(int argc, char **argv)
 		  "window" },
 		{ 7, case_non_reading_peer, "a peer floods OPENs and reads "
 		  "nothing" },
+		{ 8, case_bell_pages, "8a: a client clears its doorbell page: "
+		  "its uid's own; root's records still wake moverd" },
+		{ 8, case_bell_pages_thread, "8b: the same with the doorbell "
+		  "thread" },
 	};
 
 	if (argc != 4) {
