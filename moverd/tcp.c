@@ -227,11 +227,11 @@ int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 
 #define RESOLVE_RETRY_NS 2000000000ull
 
-/* Say why p's flows are not open yet (their state stays). */
+/* Say why p's flows are not open yet (their state stays); a failure is
+ * also p's last error (status). */
 static void flows_reason(struct peer *p, bool failed, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Why p's waiting flows wait; a failure is also p's last error. */
 static void flows_reason(struct peer *p, bool failed, const char *fmt, ...)
 {
 	char why[160];
