@@ -760,7 +760,7 @@ static void print_json_subs(const struct fmc_snap *s)
 
 static void print_json(const struct fmc_map *m, const struct frame *f)
 {
-	static const char *const fnames[FMC_F_SUB0] = {
+	static const char *const fnames[] = {
 		"role", "state", "state_since_ns", "error_ns", "ring_bytes",
 		"producers", "consumers", "bytes_committed",
 		"records_committed", "bytes_sent", "records_sent",
@@ -769,20 +769,28 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		"backpressure_events", "full_ns", "reconnects", "resumes",
 		"recovered", "subscriber_mask",
 	};
-	static const char *const pnames[FMC_P_RTT_BUCKET0] = {
+	static const char *const pnames[] = {
 		"state", "rdma", "outbound", "flows", "bytes_tx", "bytes_rx",
 		"frames_tx", "frames_rx", "sends", "reconnects",
 		"heartbeats_missed", "registrations", "pinned_bytes",
 		"wr_posted", "wc_polled", "rtt_count", "rtt_sum_ns",
 		"rtt_max_ns",
 	};
-	static const char *const dnames[FMC_D_COUNT] = {
+	static const char *const dnames[] = {
 		"cycles", "work_cycles", "sleeps", "wake_doorbell",
 		"wake_network", "wake_timer", "cpu_user_ns", "cpu_sys_ns",
 		"clients", "fds", "flows", "peers", "requests",
 		"bad_requests", "clients_refused", "peers_refused",
-		"doorbell_rings", "sampler_ns",
+		"doorbell_rings", "sampler_ns", "ring_to_allocate",
+		"ring_to_free",
 	};
+	/* a name for every value (a new one without would print "(null)") */
+	_Static_assert(sizeof(fnames) / sizeof(fnames[0]) == FMC_F_SUB0,
+		       "flow value names");
+	_Static_assert(sizeof(pnames) / sizeof(pnames[0]) == FMC_P_RTT_BUCKET0,
+		       "peer value names");
+	_Static_assert(sizeof(dnames) / sizeof(dnames[0]) == FMC_D_COUNT,
+		       "daemon value names");
 
 	printf("{\"pid\":%u,\"sample_unix_ns\":%" PRIu64 ",\"daemon\":{",
 	       m->h->pid, atomic_load_explicit(

@@ -559,6 +559,8 @@ static void case_remote(void)
 	CHECK_RC(hd_ctl(&a, moverctl, out, sizeof(out), "top --once --json"), 0);
 	CHECK(strstr(out, "\"name\":\"rem\""));
 	CHECK(strstr(out, "\"role_name\":\"sender\""));
+	/* every value has its name (the last daemon ones too) */
+	CHECK(strstr(out, "\"ring_to_free\":") && !strstr(out, "(null)"));
 	CHECK_RC(hd_ctl(&b, moverctl, out, sizeof(out), "top --once"), 0);
 	CHECK(strstr(out, "rem") && strstr(out, "recv"));
 	hd_stop(&a);
