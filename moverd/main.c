@@ -1007,6 +1007,7 @@ static void shutdown_daemon(struct daemon *d)
 	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers) ||
 		flows_busy(&d->flows)) && fr_now_ns() < until)
 		loop_run_once(&d->loop, 100);
+	peer_mgr_fini(&d->peers); /* a ring registration still under way */
 	/* the last I/O is done: what is left of the rings goes on the spot */
 	flows_use_loop(&d->flows, NULL);
 	flows_reap_remains(&d->flows, UINT64_MAX);

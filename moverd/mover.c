@@ -636,6 +636,10 @@ static int build_data(struct peer *p)
 		}
 		if (f->peer != p)
 			continue;
+		if (p->tp->flow_ready && !p->tp->flow_ready(p, f)) {
+			deactivate(m, f); /* woken when it is ready */
+			continue;
+		}
 		/*
 		 * Deficit round robin: each round a flow earns a quantum and
 		 * sends whole records up to what it has earned; what it could

@@ -2391,7 +2391,12 @@ void peer_mgr_stop(struct peer_mgr *m)
 bool peer_mgr_busy(struct peer_mgr *m)
 {
 	reap_peers(m);
-	return m->peers != NULL;
+	return m->peers != NULL || rdma_busy(m);
+}
+
+void peer_mgr_fini(struct peer_mgr *m)
+{
+	rdma_stop(m);
 }
 
 bool peer_allowed(const struct peer_mgr *m, const struct sockaddr *sa)

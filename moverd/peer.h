@@ -186,6 +186,9 @@ struct peer_opts {
 int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 		   const struct peer_opts *o);
 void peer_mgr_stop(struct peer_mgr *m);
+/* After the loop's last turn: join the helper threads that hold flow
+ * references (the RDMA registration thread), undo what they still had. */
+void peer_mgr_fini(struct peer_mgr *m);
 
 /*
  * The peer timer: heartbeats' and hellos' deadlines, reconnections,

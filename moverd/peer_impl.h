@@ -237,6 +237,10 @@ struct transport {
 	/* a receiver flow opened on p: let the peer write its ring */
 	int (*open_flow)(struct peer *p, struct flow *f, uint64_t *raddr,
 			 uint32_t *rkey);
+	/* optional: may the mover send sender flow f's records on p now?
+	 * false: not yet (RDMA: its ring is being registered; the mover is
+	 * woken for f once it is, mover_wake_flow) */
+	bool (*flow_ready)(struct peer *p, struct flow *f);
 	void (*forget_flow)(struct peer *p, struct flow *f);
 	/* ring memory registered with the device (count, bytes) */
 	void (*registered)(const struct peer *p, uint32_t *n, uint64_t *bytes);
@@ -259,6 +263,11 @@ bool rdma_available(struct peer_mgr *m);
 /* On the peer timer (every TICK_MS while RDMA is in use): the device's
  * removal, seen and handled. */
 void rdma_tick(struct peer_mgr *m, uint64_t now);
+/* Ring registrations are in flight on the registration thread. */
+bool rdma_busy(const struct peer_mgr *m);
+/* At shutdown, after the loop: join the registration thread, undo what
+ * it still had. */
+void rdma_stop(struct peer_mgr *m);
 
 /* "HOST:PORT" to an address (getaddrinfo); 0 or a negative errno.  May
  * block on DNS: for start-up (the listen address) only, never the loop. */

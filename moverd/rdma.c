@@ -26,9 +26,22 @@
  *
  * Consumer rings are registered for remote write only on the connection
  * of the peer that feeds them; producer rings for local access only.
+ * Registration (ibv_reg_mr pins, and so faults in, every page of a ring:
+ * a second or more for a big ring under emulation) runs on the
+ * registration thread (reg_thread.h) for producer rings: the mover skips
+ * a sender flow until its ring is registered (rdma_flow_ready, asked
+ * first when the peer's OPENED wakes the flow).  A request in flight
+ * holds its flow and its connection's PD: a connection closed meanwhile
+ * is freed, PD last, when its last request is taken back.  A consumer
+ * ring is still registered on the loop when its OPEN is answered
+ * (reg_now): answering the OPEN once the thread had registered it broke
+ * test_remote case 16 over RDMA (a fan-out subscription not cut by
+ * max_lag within 20 s), a cause not found yet.
  */
 #include "peer_impl.h"
 #include "log.h"
+#include "mover.h"
+#include "reg_thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,6 +92,10 @@ struct rdma_shared {
 	bool cq_armed;
 	enum dev_state dev;
 	uint64_t dev_check_ns;       /* next look at the device list */
+	/* ring registrations run here, off the loop (reg_thread.h) */
+	struct reg_thread *reg;
+	struct loop_op reg_op;
+	unsigned n_inflight;         /* requests the thread has */
 };
 
 /* A registration holds a reference to its flow (struct flow), so the
@@ -90,7 +107,24 @@ struct flow_mr {
 	struct ibv_mr *mr;
 };
 
+/*
+ * A registration in flight on the registration thread.  Until the loop
+ * takes it back it owns what it refers to: a reference to its flow (the
+ * pages) and its connection (whose protection domain it registers in: a
+ * connection closed meanwhile keeps its PD until the last of its
+ * registrations is taken back, see rdma_close).  flow is NULL once the
+ * flow is forgotten on the connection: the result is deregistered.
+ */
+struct pending_reg {
+	struct reg_req req;
+	struct pending_reg *next;    /* the connection's */
+	struct rdma_conn *c;
+	struct flow *flow;
+	struct flow *ref;
+};
+
 struct rdma_conn {
+	struct peer *p;              /* NULL once closed */
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -106,6 +140,9 @@ struct rdma_conn {
 	 * ours), and those orphaned until the batch in flight completes */
 	struct flow_mr *mrs;
 	unsigned n_mrs, cap_mrs;
+	/* its registrations in flight: a closed connection is freed when
+	 * the last one is taken back */
+	struct pending_reg *pending;
 	struct ibv_send_wr wr[SQ_DEPTH];
 	struct ibv_sge sge[SQ_DEPTH];
 	/* the wr_id of the signalled last WR of the batch in flight (valid
@@ -150,28 +187,56 @@ static struct ibv_mr *find_mr(struct rdma_conn *c, struct flow *f)
 	return NULL;
 }
 
-/* Register f's ring data area on this connection (once). */
-static struct ibv_mr *flow_mr(struct rdma_conn *c, struct flow *f, int access)
+static const char *reg_hint(int err)
 {
-	struct fr_ring *r = &f->view->ring;
-	struct ibv_mr *mr = find_mr(c, f);
+	return err == ENOMEM || err == EPERM ?
+		       " (raise RLIMIT_MEMLOCK: ulimit -l)" : "";
+}
 
-	if (mr)
-		return mr;
-	if (!mrs_room(c))
-		return NULL;
-	mr = ibv_reg_mr(c->pd, r->data, r->size, access);
-	if (!mr) {
-		log_error("flow %s: ibv_reg_mr of %llu bytes: %s%s", f->name,
-			  (unsigned long long)r->size, strerror(errno),
-			  errno == ENOMEM || errno == EPERM ?
-				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
-		return NULL;
-	}
-	c->mrs[c->n_mrs++] = (struct flow_mr){ f, flow_get(f), mr };
-	f->mr = mr;
-	f->mr_conn = c;
-	return mr;
+static void log_reg_error(struct flow *f, int err)
+{
+	log_error("flow %s: ibv_reg_mr of %llu bytes: %s%s", f->name,
+		  (unsigned long long)ring_of(f)->size, strerror(err),
+		  reg_hint(err));
+}
+
+static struct pending_reg *pending_for(struct rdma_conn *c,
+				       const struct flow *f)
+{
+	for (struct pending_reg *r = c->pending; r; r = r->next)
+		if (r->flow == f)
+			return r;
+	return NULL;
+}
+
+/*
+ * Register sender flow f's producer ring on p's connection, on the
+ * registration thread: -EINPROGRESS (the answer comes to reg_reaped),
+ * also when one is in flight already; -ENOMEM.
+ */
+static int start_reg(struct peer *p, struct flow *f, int access)
+{
+	struct rdma_shared *s = shared(p->m);
+	struct rdma_conn *c = conn(p);
+	struct fr_ring *r = ring_of(f);
+	struct pending_reg *pr;
+
+	if (pending_for(c, f))
+		return -EINPROGRESS; /* never twice */
+	if (!(pr = calloc(1, sizeof(*pr))))
+		return -ENOMEM;
+	pr->req = (struct reg_req){ .pd = c->pd, .addr = r->data,
+				    .len = r->size, .access = access };
+	pr->c = c;
+	pr->flow = f;
+	pr->ref = flow_get(f); /* the pages stay until it is taken back */
+	pr->next = c->pending;
+	c->pending = pr;
+	s->n_inflight++;
+	log_debug("flow %s: registering its ring (%llu bytes) off the loop",
+		  f->name, (unsigned long long)r->size);
+	reg_thread_submit(s->reg, &pr->req);
+	return -EINPROGRESS;
 }
 
 /* f no longer has its registration on c (dropped, or orphaned). */
@@ -193,6 +258,30 @@ static void drop_mr(struct rdma_conn *c, unsigned i)
 	flow_put(ref); /* after the deregistration: no DMA to its pages */
 }
 
+/*
+ * A consumer ring registered on the loop, as the OPEN is answered (see
+ * the header: not yet off the loop on this side).
+ */
+static struct ibv_mr *reg_now(struct rdma_conn *c, struct flow *f)
+{
+	struct reg_req r = { .pd = c->pd, .addr = ring_of(f)->data,
+			     .len = ring_of(f)->size,
+			     .access = IBV_ACCESS_LOCAL_WRITE |
+				       IBV_ACCESS_REMOTE_WRITE };
+
+	if (!mrs_room(c))
+		return NULL;
+	reg_run(&r);
+	if (!r.mr) {
+		log_reg_error(f, r.err);
+		return NULL;
+	}
+	c->mrs[c->n_mrs++] = (struct flow_mr){ f, flow_get(f), r.mr };
+	f->mr = r.mr;
+	f->mr_conn = c;
+	return r.mr;
+}
+
 static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 			  uint32_t *rkey)
 {
@@ -206,12 +295,28 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 			  "asked before authentication");
 		return -EPERM;
 	}
-	mr = flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!mr)
+	if (!(mr = find_mr(c, f)) && !(mr = reg_now(c, f)))
 		return -ENOMEM;
 	*raddr = (uintptr_t)f->view->ring.data;
 	*rkey = mr->rkey;
 	return 0;
+}
+
+/*
+ * May the mover send sender flow f's records on p now?  Only once its
+ * producer ring is registered there: the first time, the registration
+ * starts, and the mover is woken for f when it ends (reg_reaped).  Out
+ * of memory for the request: not now either (the sweep brings f back).
+ */
+static bool rdma_flow_ready(struct peer *p, struct flow *f)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (c && find_mr(c, f))
+		return true;
+	if (c)
+		start_reg(p, f, IBV_ACCESS_LOCAL_WRITE);
+	return false;
 }
 
 /*
@@ -225,9 +330,12 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 static void rdma_forget_flow(struct peer *p, struct flow *f)
 {
 	struct rdma_conn *c = conn(p);
+	struct pending_reg *pr;
 
 	if (!c)
 		return;
+	if ((pr = pending_for(c, f)))
+		pr->flow = NULL; /* deregistered when taken back */
 	for (unsigned i = 0; i < c->n_mrs; i++) {
 		if (c->mrs[i].flow != f)
 			continue;
@@ -260,6 +368,98 @@ static void drop_orphans(struct rdma_conn *c)
 			drop_mr(c, i);
 		else
 			i++;
+}
+
+/* ---- registrations taken back ------------------------------------------------ */
+
+static void conn_free(struct rdma_conn *c)
+{
+	if (c->pd)
+		ibv_dealloc_pd(c->pd);
+	free(c);
+}
+
+static void pending_remove(struct rdma_conn *c, struct pending_reg *pr)
+{
+	for (struct pending_reg **pp = &c->pending; *pp; pp = &(*pp)->next) {
+		if (*pp == pr) {
+			*pp = pr->next;
+			return;
+		}
+	}
+}
+
+/* The registration is nobody's (its flow or connection went): undone. */
+static void reg_discard(struct pending_reg *pr)
+{
+	struct rdma_conn *c = pr->c;
+
+	if (pr->req.mr)
+		ibv_dereg_mr(pr->req.mr);
+	flow_put(pr->ref); /* after the deregistration: no DMA to its pages */
+	free(pr);
+	if (!c->p && !c->pending)
+		conn_free(c); /* closed, and this was its last */
+}
+
+/* A sender's producer ring could not be registered: its connection
+ * fails, as a failed send does. */
+static void reg_failed(struct rdma_conn *c, struct flow *f, int err)
+{
+	log_reg_error(f, err);
+	peer_fail(c->p, "flow %s: cannot register its ring: %s%s", f->name,
+		  strerror(err), reg_hint(err));
+}
+
+static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
+{
+	struct rdma_conn *c = pr->c;
+	struct flow *f = pr->flow;
+	struct ibv_mr *mr = pr->req.mr;
+
+	pending_remove(c, pr);
+	s->n_inflight--;
+	log_debug("flow %s: ring registration of %llu bytes ended in %.3f ms "
+		  "(%s)", pr->ref->name, (unsigned long long)pr->req.len,
+		  (double)pr->req.ns / 1e6, mr ? "registered" : "failed");
+	if (!f || !c->p || f->dead) {
+		reg_discard(pr);
+		return;
+	}
+	if (mr && !mrs_room(c)) {
+		ibv_dereg_mr(mr);
+		mr = pr->req.mr = NULL;
+		pr->req.err = ENOMEM;
+	}
+	if (!mr) {
+		reg_failed(c, f, pr->req.err);
+		reg_discard(pr);
+		return;
+	}
+	/* the request's flow reference goes to the table */
+	c->mrs[c->n_mrs++] = (struct flow_mr){ f, pr->ref, mr };
+	f->mr = mr;
+	f->mr_conn = c;
+	free(pr);
+	mover_wake_flow(c->p->m, f); /* skipped until now */
+}
+
+static void arm_fd(struct peer_mgr *m, struct loop_op *op, int fd,
+		   loop_done_fn done);
+
+static void reg_done(struct loop_op *op, int res)
+{
+	struct rdma_shared *s = CONTAINER(op, struct rdma_shared, reg_op);
+	struct reg_req *r, *next;
+
+	(void)res;
+	if (!s->reg)
+		return; /* cancelled: stopped */
+	for (r = reg_thread_take(s->reg); r; r = next) {
+		next = r->next;
+		reg_reaped(s, CONTAINER(r, struct pending_reg, req));
+	}
+	arm_fd(s->m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
 }
 
 /* ---- queue pair ------------------------------------------------------------ */
@@ -382,14 +582,16 @@ static void rdma_close(struct peer *p)
 		ibv_dereg_mr(c->early_stage);
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
-	if (c->pd)
-		ibv_dealloc_pd(c->pd);
 	if (c->id)
 		rdma_destroy_id(c->id);
 	free(c->recv_bufs);
 	free(c->stage);
-	free(c);
 	p->tp_data = NULL;
+	c->p = NULL;
+	/* a registration in flight in its PD: freed when the last is taken
+	 * back (reg_discard) */
+	if (!c->pending)
+		conn_free(c);
 }
 
 static void rdma_shutdown(struct peer *p)
@@ -433,7 +635,8 @@ static int add_data(struct peer *p, unsigned *n, unsigned i, size_t *staged,
 {
 	struct rdma_conn *c = conn(p);
 	struct flow *f = peer_flow_by_id(p, h->flow_id, FLOW_SENDER);
-	struct ibv_mr *mr = f ? flow_mr(c, f, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	/* registered before the mover took its records (rdma_flow_ready) */
+	struct ibv_mr *mr = f ? find_mr(c, f) : NULL;
 	uint64_t off = h->pos & (f ? f->view->ring.mask : 0);
 	unsigned k = i + 1;
 
@@ -700,8 +903,13 @@ static void ec_done(struct loop_op *op, int res);
 
 static int new_conn(struct peer *p)
 {
-	p->tp_data = calloc(1, sizeof(struct rdma_conn));
-	return p->tp_data ? 0 : -ENOMEM;
+	struct rdma_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->p = p;
+	p->tp_data = c;
+	return 0;
 }
 
 static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
@@ -853,6 +1061,8 @@ static void release_device(struct peer_mgr *m)
 		if (p->tp == &rdma_transport && c && (c->id || c->pd))
 			return; /* still closing */
 	}
+	if (s->n_inflight)
+		return; /* a registration holds a closed connection's PD */
 	/* a pending poll holds the channel's file open: cancel it */
 	loop_cancel(m->loop, &s->cc_op);
 	if (s->listen_id) {
@@ -992,12 +1202,54 @@ bool rdma_available(struct peer_mgr *m)
 		free(s);
 		return false;
 	}
+	if (!(s->reg = reg_thread_start())) {
+		log_warn("RDMA device present but no registration thread: %s",
+			 strerror(errno));
+		free(s);
+		return false;
+	}
 	set_nonblocking(s->ec->fd);
 	set_nonblocking(s->cc->fd);
 	m->rdma = s;
 	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+	arm_fd(m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
 	log_info("RDMA device %s", s->dev_name);
 	return true;
+}
+
+bool rdma_busy(const struct peer_mgr *m)
+{
+	const struct rdma_shared *s = m->rdma;
+
+	return s && s->n_inflight;
+}
+
+/*
+ * At shutdown, once the loop has stopped: the thread is joined (after
+ * the registration under way) and whatever it still had is undone, each
+ * closed connection's PD with its last registration.
+ */
+void rdma_stop(struct peer_mgr *m)
+{
+	struct rdma_shared *s = m->rdma;
+	struct reg_thread *rt = s ? s->reg : NULL;
+	struct reg_req *r, *next;
+
+	if (!rt)
+		return;
+	s->reg = NULL; /* a completion of the poll on its fd does nothing */
+	for (r = reg_thread_stop(rt); r; r = next) {
+		struct pending_reg *pr = CONTAINER(r, struct pending_reg, req);
+
+		next = r->next;
+		log_debug("flow %s: ring registration of %llu bytes taken back "
+			  "at shutdown (%s)", pr->ref->name,
+			  (unsigned long long)r->len,
+			  r->mr ? "deregistered" : strerror(r->err));
+		pending_remove(pr->c, pr);
+		s->n_inflight--;
+		reg_discard(pr);
+	}
 }
 
 const struct transport rdma_transport = {
@@ -1012,6 +1264,7 @@ const struct transport rdma_transport = {
 	.poll = rdma_poll,
 	.arm = rdma_arm,
 	.open_flow = rdma_open_flow,
+	.flow_ready = rdma_flow_ready,
 	.forget_flow = rdma_forget_flow,
 	.registered = rdma_registered,
 	.authenticated = rdma_authenticated,

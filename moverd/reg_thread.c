@@ -1,0 +1,182 @@
+/*
+ * moverd/reg_thread.c - ibv_reg_mr in a helper thread (see reg_thread.h).
+ *
+ * A mutex and a condition variable, not a lock-free hand-over: requests
+ * come a few per flow opened, the lock is held for a list operation only
+ * (never across ibv_reg_mr, never across the eventfd write), and it gives
+ * the loop thread one plain rule: what is on `todo` or in progress is the
+ * helper's, what is on `done` is the loop's once taken.  The lock's
+ * acquire and release order the request's fields between the threads.
+ */
+#include "reg_thread.h"
+
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct reg_thread {
+	pthread_t thread;
+	int efd;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	/* under lock: */
+	struct reg_req *todo, **todo_tail, *done;
+	bool stop;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The test hook: wait while the file named exists (reg_thread.h). */
+static void test_hold(void)
+{
+	const char *path = getenv("FLOWMOVER_TEST_REG_HOLD");
+
+	while (path && *path && access(path, F_OK) == 0)
+		usleep(10000);
+}
+
+void reg_run(struct reg_req *r)
+{
+	uint64_t t0 = now_ns();
+
+	test_hold();
+	r->mr = ibv_reg_mr(r->pd, r->addr, r->len, r->access);
+	r->err = r->mr ? 0 : (errno ? errno : ENOMEM);
+	r->ns = now_ns() - t0;
+}
+
+/* The next request, or NULL once stopped. */
+static struct reg_req *next_req(struct reg_thread *rt)
+{
+	struct reg_req *r;
+
+	pthread_mutex_lock(&rt->lock);
+	while (!rt->stop && !rt->todo)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	r = rt->stop ? NULL : rt->todo;
+	if (r && !(rt->todo = r->next))
+		rt->todo_tail = &rt->todo;
+	pthread_mutex_unlock(&rt->lock);
+	return r;
+}
+
+static void *reg_main(void *arg)
+{
+	struct reg_thread *rt = arg;
+	struct reg_req *r;
+	uint64_t one = 1;
+
+	while ((r = next_req(rt))) {
+		reg_run(r);
+		pthread_mutex_lock(&rt->lock);
+		r->next = rt->done;
+		rt->done = r;
+		pthread_mutex_unlock(&rt->lock);
+		if (write(rt->efd, &one, sizeof(one)) != sizeof(one)) {
+			/* only EAGAIN at a counter of 2^64-2: cannot happen */
+		}
+	}
+	return NULL;
+}
+
+struct reg_thread *reg_thread_start(void)
+{
+	struct reg_thread *rt = calloc(1, sizeof(*rt));
+	sigset_t all, old;
+	int rc;
+
+	if (!rt)
+		return NULL;
+	rt->todo_tail = &rt->todo;
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->cond, NULL);
+	rt->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (rt->efd < 0) {
+		free(rt);
+		return NULL;
+	}
+	/* the thread must not take moverd's signals (they go to its
+	 * signalfd).  Pinning a shrunk ring file's pages fails with EFAULT
+	 * in the kernel, it raises no SIGBUS here. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&rt->thread, NULL, reg_main, rt);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		close(rt->efd);
+		free(rt);
+		errno = rc;
+		return NULL;
+	}
+	return rt;
+}
+
+int reg_thread_fd(const struct reg_thread *rt)
+{
+	return rt->efd;
+}
+
+void reg_thread_submit(struct reg_thread *rt, struct reg_req *r)
+{
+	r->next = NULL;
+	r->mr = NULL;
+	r->err = 0;
+	pthread_mutex_lock(&rt->lock);
+	*rt->todo_tail = r;
+	rt->todo_tail = &r->next;
+	pthread_cond_signal(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+}
+
+struct reg_req *reg_thread_take(struct reg_thread *rt)
+{
+	struct reg_req *r;
+	uint64_t n;
+
+	/* the count is moot: the list says what ended (non-blocking) */
+	if (read(rt->efd, &n, sizeof(n)) != sizeof(n)) {
+		/* EAGAIN: nothing since the last read */
+	}
+	pthread_mutex_lock(&rt->lock);
+	r = rt->done;
+	rt->done = NULL;
+	pthread_mutex_unlock(&rt->lock);
+	return r;
+}
+
+struct reg_req *reg_thread_stop(struct reg_thread *rt)
+{
+	struct reg_req *left, *r;
+
+	if (!rt)
+		return NULL;
+	pthread_mutex_lock(&rt->lock);
+	rt->stop = true;
+	pthread_cond_signal(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	pthread_join(rt->thread, NULL); /* after the registration under way */
+	left = rt->done;
+	while ((r = rt->todo)) {
+		rt->todo = r->next;
+		r->err = ECANCELED;
+		r->next = left;
+		left = r;
+	}
+	close(rt->efd);
+	pthread_mutex_destroy(&rt->lock);
+	pthread_cond_destroy(&rt->cond);
+	free(rt);
+	return left;
+}

@@ -1,0 +1,72 @@
+/*
+ * moverd/reg_thread.h - ring memory registered with the RDMA device
+ * (ibv_reg_mr) in a helper thread, its results reported to the io_uring
+ * loop through an eventfd.
+ *
+ * ibv_reg_mr pins every page of what it registers, faulting in those
+ * never touched: tens of milliseconds to seconds for a 64 MiB or 1 GiB
+ * ring, during which the loop would move no flow and answer no client.
+ * Used for senders' producer rings (rdma.c).
+ * The loop hands a request over (reg_thread_submit) and keeps a read of
+ * reg_thread_fd() in flight; once it is readable, reg_thread_take()
+ * gives the requests that ended.
+ *
+ * The thread only calls ibv_reg_mr on what a request names: the caller
+ * keeps the pages (a flow reference) and the protection domain alive
+ * until it has taken the request back.  One lock guards the two lists;
+ * neither side holds it while registering or across anything that
+ * blocks, so the loop waits at most for a list operation.
+ */
+#ifndef MOVERD_REG_THREAD_H
+#define MOVERD_REG_THREAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ibv_pd;
+struct ibv_mr;
+
+struct reg_req {
+	struct reg_req *next;     /* the thread's lists' */
+	/* in: what to register */
+	struct ibv_pd *pd;
+	void *addr;
+	size_t len;
+	int access;
+	/* out: the registration, or NULL and an errno (ECANCELED: the
+	 * thread stopped before it came to it); how long it took */
+	struct ibv_mr *mr;
+	int err;
+	uint64_t ns;
+};
+
+struct reg_thread;
+
+/* Start the thread: NULL with errno set. */
+struct reg_thread *reg_thread_start(void);
+
+/* Readable (an eventfd) when a request has ended since the last take. */
+int reg_thread_fd(const struct reg_thread *rt);
+
+/* Queue r (its `in` part filled); it is the thread's until taken back. */
+void reg_thread_submit(struct reg_thread *rt, struct reg_req *r);
+
+/* The requests that ended, in no particular order (NULL: none). */
+struct reg_req *reg_thread_take(struct reg_thread *rt);
+
+/*
+ * Stop the thread: the registration under way ends first (it cannot be
+ * interrupted), those still queued end with ECANCELED.  Returns every
+ * request not taken yet; rt is freed.  NULL rt: nothing.
+ */
+struct reg_req *reg_thread_stop(struct reg_thread *rt);
+
+/*
+ * ibv_reg_mr, timed into r->ns, results into r->mr and r->err.  With
+ * FLOWMOVER_TEST_REG_HOLD=PATH in the environment it first waits while
+ * PATH exists: the tests' stand-in for a registration that takes long
+ * (tests/rdma/reg-offloop.sh).
+ */
+void reg_run(struct reg_req *r);
+
+#endif
