@@ -1,5 +1,6 @@
 # tests/rdma/common.sh - sourced by the test scripts that run in the guest
-# (moverd-rdma.sh, moverd-pair.sh): `. common.sh NAME` makes a scratch
+# (moverd-rdma.sh, moverd-pair.sh, device-removal.sh, reg-offloop.sh):
+# `. common.sh NAME` makes a scratch
 # directory $run (/tmp/NAME.XXXXXX, the guest's tmpfs) and an empty list
 # $pids; at exit every process in $pids is killed and $run removed, so a
 # failed check leaves no daemon or client behind to keep the guest busy.
@@ -16,3 +17,37 @@ cleanup() {
     rm -rf "$run"
 }
 trap cleanup EXIT
+
+# The helpers below need the caller's $build, ctl (moverctl on
+# $run/NAME.s) and fail.
+#
+# start_daemon NAME [ARGS...]: moverd in the background on $run/NAME.s
+# with its rings in $run/NAME.rings, its log in $run/NAME.log, proving
+# $run/peer.key (made on first use: an address off loopback needs one),
+# until it answers; sets $pid
+start_daemon() {
+    local name=$1
+    shift
+    [ -e "$run/peer.key" ] || "$build/control/moverctl" keygen "$run/peer.key" >/dev/null
+    "$build/moverd/moverd" -f --socket "$run/$name.s" \
+        --state-dir "$run/$name.rings" --peer-key "$run/peer.key" \
+        "$@" >>"$run/$name.log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    for _ in $(seq 200); do
+        ctl "$name" status >/dev/null 2>&1 && return 0
+        kill -0 "$pid" 2>/dev/null || fail "moverd $name exited at start"
+        sleep 0.05
+    done
+    fail "moverd $name did not start"
+}
+
+# wait_flow NAME FLOW REGEX: until `flow show` on NAME matches (the state
+# or the reason); 60 s is a liveness bound for an emulated guest
+wait_flow() {
+    for _ in $(seq 600); do
+        ctl "$1" flow show "$2" 2>/dev/null | grep -Eq "$3" && return 0
+        sleep 0.1
+    done
+    fail "flow $2 on $1 never matched '$3': $(ctl "$1" flow show "$2" 2>&1)"
+}

@@ -34,32 +34,11 @@ moverd=$build/moverd/moverd
 flowdemo=$build/libflowshm/flowdemo
 ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
 
-# start_daemon NAME TRANSPORT [ARGS...]: moverd in the background; sets $pid
-start_daemon() {
+# start_transport NAME TRANSPORT [ARGS...]: common.sh's start_daemon, logging at info
+start_transport() {
     local name=$1 transport=$2
     shift 2
-    # every daemon proves the same key (an address off loopback needs one)
-    [ -e "$run/peer.key" ] || "$build/control/moverctl" keygen "$run/peer.key" >/dev/null
-    "$moverd" -f --socket "$run/$name.s" --state-dir "$run/$name.rings" \
-        --transport "$transport" --log-level info --peer-key "$run/peer.key" \
-        "$@" >>"$run/$name.log" 2>&1 &
-    pid=$!
-    pids+=("$pid")
-    for _ in $(seq 200); do
-        ctl "$name" status >/dev/null 2>&1 && return 0
-        kill -0 "$pid" 2>/dev/null || fail "moverd $name exited at start"
-        sleep 0.05
-    done
-    fail "moverd $name did not start"
-}
-
-# wait_flow NAME FLOW REGEX: until `flow show` matches (the state or reason)
-wait_flow() {
-    for _ in $(seq 300); do
-        ctl "$1" flow show "$2" 2>/dev/null | grep -Eq "$3" && return 0
-        sleep 0.1
-    done
-    fail "flow $2 on $1 never matched '$3': $(ctl "$1" flow show "$2" 2>&1)"
+    start_daemon "$name" --transport "$transport" --log-level info "$@"
 }
 
 # delete_device: `rdma link delete rxe0` must return; a hang means some
@@ -92,8 +71,8 @@ no_uverbs() {
 }
 
 # ---- 1: auto: the flow goes on over TCP ----------------------------------------
-start_daemon b auto --listen "$ip:$port"; b=$pid
-start_daemon a auto; a=$pid
+start_transport b auto --listen "$ip:$port"; b=$pid
+start_transport a auto; a=$pid
 ctl a flow create d1 --peer "$ip:$port" --ring-size 1M >/dev/null
 wait_flow a d1 'state: *open'
 ctl a flow show d1 | grep -q 'transport: *rdma' || fail "flow d1 is not on RDMA"
@@ -122,8 +101,8 @@ kill "$a" "$b"; wait "$a" "$b" 2>/dev/null || true
 
 # ---- 2: rdma only: the flow waits ------------------------------------------------
 rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0"
-start_daemon b2 rdma --listen "$ip:$((port + 1))"; b=$pid
-start_daemon a2 rdma; a=$pid
+start_transport b2 rdma --listen "$ip:$((port + 1))"; b=$pid
+start_transport a2 rdma; a=$pid
 ctl a2 flow create d2 --peer "$ip:$((port + 1))" --ring-size 1M >/dev/null
 wait_flow a2 d2 'state: *open'
 say "phase 2: deleting rxe0 (--transport rdma)"
@@ -138,7 +117,7 @@ kill "$a" "$b"; wait "$a" "$b" 2>/dev/null || true
 
 # ---- 3: RLIMIT_MEMLOCK -----------------------------------------------------------
 rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0"
-start_daemon b3 rdma --listen "$ip:$((port + 2))"; b=$pid
+start_transport b3 rdma --listen "$ip:$((port + 2))"; b=$pid
 (
     ulimit -l 64
     exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \
