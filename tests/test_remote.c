@@ -2607,6 +2607,11 @@ static void test_merge_duplicate(void)
 
 /* ---- 16: one flow sent to the same daemon under two names --------------- */
 
+/* Liveness bounds of the twin cases (not timings): in the soft-RoCE guest
+ * under TCG a max_lag cut came 20.4 s after the first record (2026-11-28,
+ * moverd of 84af5de), past the 20 s these bounds were. */
+#define TWIN_WAIT_S 60
+
 /* Flow show of flow on A until it has want, or fail with what; and fail
  * at once if it no longer has keep (NULL: anything goes meanwhile). */
 static void wait_show_keeping(struct run *R, struct pair *P, const char *flow,
@@ -2628,8 +2633,9 @@ static void wait_show_keeping(struct run *R, struct pair *P, const char *flow,
 		if (strstr(out, want))
 			return;
 		pair_check(P);
-		if (tu_now_ns() - t0 > 20 * SEC)
-			fail_run(R, "%s: not after 20 s:\n%s", what, out);
+		if (tu_now_ns() - t0 > TWIN_WAIT_S * SEC)
+			fail_run(R, "%s: not after %d s:\n%s", what,
+				 TWIN_WAIT_S, out);
 	}
 }
 
@@ -2729,9 +2735,9 @@ static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
 				 flowshm_strerror(rc));
 		if ((rc = ctl(P->a.sock, out, sizeof(out), "flow show s2")))
 			fail_run(R, "flow show s2 on A: exit %d: %s", rc, out);
-		if (tu_now_ns() - t0 > 20 * SEC)
+		if (tu_now_ns() - t0 > TWIN_WAIT_S * SEC)
 			fail_run(R, "B's subscription of s2 not cut off by "
-				 "max_lag after 20 s:\n%s", out);
+				 "max_lag after %d s:\n%s", TWIN_WAIT_S, out);
 	}
 	flowshm_detach(p);
 	/* B cut, its rejoin due: the refused peer stays refused */
