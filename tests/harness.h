@@ -685,6 +685,18 @@ static inline int hc_call(int sock, Flowmover__Request *req, int *fd)
 	return rc;
 }
 
+/* A status request: 0 and the answer in *resp (ctl_response_free it; it
+ * may be set on an error too), or a negative errno. */
+static inline int hc_status(int sock, Flowmover__Response **resp)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__GetStatus gs = FLOWMOVER__GET_STATUS__INIT;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &gs;
+	return ctl_call(sock, &req, resp, NULL, 5000);
+}
+
 /* Create flow name (ring bytes, max_record 0: the daemon's default). */
 static inline int hc_create(int sock, const char *name, uint64_t ring,
 			    uint32_t max_record)

@@ -131,14 +131,9 @@ static int connect_kept(const char *src, int port)
 /* A control connection that answers a status request (5 s). */
 static bool ctl_status_ok(int fd)
 {
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__GetStatus g = FLOWMOVER__GET_STATUS__INIT;
 	Flowmover__Response *resp = NULL;
-	int rc;
+	int rc = hc_status(fd, &resp);
 
-	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
-	req.status = &g;
-	rc = ctl_call(fd, &req, &resp, NULL, 5000);
 	if (resp)
 		ctl_response_free(resp);
 	return rc == 0;

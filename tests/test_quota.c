@@ -684,14 +684,10 @@ static void case_visibility(void)
  * a millisecond, where moverctl's start may take longer than a punch. */
 static uint64_t raw_status_bytes(int sock, bool free)
 {
-	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
-	Flowmover__GetStatus gs = FLOWMOVER__GET_STATUS__INIT;
 	Flowmover__Response *resp = NULL;
 	uint64_t v;
 
-	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
-	req.status = &gs;
-	CHECK(ctl_call(sock, &req, &resp, NULL, 5000) == 0);
+	CHECK(hc_status(sock, &resp) == 0);
 	CHECK(resp->body_case == FLOWMOVER__RESPONSE__BODY_STATUS);
 	v = free ? resp->status->ring_to_free_bytes :
 		   resp->status->ring_to_allocate_bytes;
