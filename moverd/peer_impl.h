@@ -109,8 +109,8 @@ struct peer {
 	bool hello_seen;          /* its hello came (a second one fails) */
 	char auth_fail[200];      /* refuse once our answer is sent */
 	/* why its last connection failed or closed, or the last connect or
-	 * lookup failed (peer_note_error), and when (unix ms; 0: never):
-	 * `moverctl status` shows it for a peer that is down */
+	 * lookup failed (peer_note_error), and when (unix ms; 0: never),
+	 * kept once it is up again: `moverctl status` shows it */
 	char last_error[200];
 	uint64_t last_error_unix_ms;
 	uint8_t nonce_mine[AUTH_NONCE_BYTES], nonce_theirs[AUTH_NONCE_BYTES];
