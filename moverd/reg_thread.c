@@ -9,6 +9,7 @@
  * acquire and release order the request's fields between the threads.
  */
 #include "reg_thread.h"
+#include "ring.h"
 
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -17,7 +18,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 struct reg_thread {
@@ -30,14 +30,6 @@ struct reg_thread {
 	bool stop;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The test hook: wait while the file named exists (reg_thread.h). */
 static void test_hold(void)
 {
@@ -49,12 +41,12 @@ static void test_hold(void)
 
 void reg_run(struct reg_req *r)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = fr_now_ns();
 
 	test_hold();
 	r->mr = ibv_reg_mr(r->pd, r->addr, r->len, r->access);
 	r->err = r->mr ? 0 : (errno ? errno : ENOMEM);
-	r->ns = now_ns() - t0;
+	r->ns = fr_now_ns() - t0;
 }
 
 /* The next request, or NULL once stopped. */
