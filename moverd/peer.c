@@ -548,6 +548,65 @@ static void move_senders(struct peer *from, struct peer *to)
 	}
 }
 
+/* ---- opens that wait for their ring's registration ---------------------- */
+
+/*
+ * An OPEN whose consumer ring the transport registers off the loop
+ * (open_flow: -EINPROGRESS, RDMA) has done everything else when it is
+ * held: its checks passed, and the flow is made, or taken from any other
+ * connection, as at the moment it came (so that a CLOSE of the old
+ * connection that follows it no longer finds the flow there).  Only the
+ * answer waits, on no connection, until the registration ends
+ * (peer_flow_prepared).  The entry holds its flow, so that the
+ * registration's end finds it.
+ */
+struct held_open {
+	struct held_open *next;
+	struct flow *flow;       /* referenced */
+	uint32_t flow_id;        /* the sender's */
+};
+
+static void held_free(struct held_open *h)
+{
+	flow_put(h->flow);
+	free(h);
+}
+
+/* Take p's held open of flow f, or (id not NULL) of that flow id. */
+static struct held_open *held_take(struct peer *p, const struct flow *f,
+				   const uint32_t *id)
+{
+	for (struct held_open **pp = &p->held; *pp; pp = &(*pp)->next) {
+		struct held_open *h = *pp;
+
+		if (h->flow == f || (id && h->flow_id == *id)) {
+			*pp = h->next;
+			return h;
+		}
+	}
+	return NULL;
+}
+
+static bool held_for(const struct peer *p, const struct flow *f)
+{
+	for (const struct held_open *h = p->held; h; h = h->next)
+		if (h->flow == f)
+			return true;
+	return false;
+}
+
+/* The connection closed: no answer will go.  The flows that waited stay
+ * on no connection, and wait for their sender (--orphan-timeout). */
+static void held_drop_all(struct peer *p)
+{
+	while (p->held) {
+		struct held_open *h = p->held;
+
+		p->held = h->next;
+		held_free(h);
+	}
+}
+
 /* p leaves the list of peers; nothing refers to it any more. */
 static void peer_free(struct peer *p)
 {
@@ -557,6 +616,7 @@ static void peer_free(struct peer *p)
 			break;
 		}
 	}
+	held_drop_all(p);
 	free(p->ctrl_buf);
 	free(p->by_id);
 	free(p);
@@ -590,6 +650,7 @@ static void retired(struct peer *p)
 static void peer_closed(struct peer *p)
 {
 	p->tp->close(p);
+	held_drop_all(p); /* after close: no registration reports to p now */
 	ctrlq_clear(p);
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
@@ -1006,6 +1067,99 @@ static int recreate_cut(struct peer *p, struct flow **f,
 	return create_receiver(p, op, f, NULL, err, cap);
 }
 
+/* Answer op's flow id on p once f's ring is registered there.  A later
+ * OPEN of the same flow or flow id replaces an earlier one: one answer,
+ * to the last. */
+static int hold_open(struct peer *p, struct flow *f, uint32_t flow_id)
+{
+	struct held_open *h = malloc(sizeof(*h)), *old;
+	char why[160];
+
+	if (!h)
+		return -ENOMEM;
+	while ((old = held_take(p, f, &flow_id)))
+		held_free(old);
+	h->flow = flow_get(f);
+	h->flow_id = flow_id;
+	h->next = p->held;
+	p->held = h;
+	snprintf(why, sizeof(why), "its ring is being registered for peer %s",
+		 p->addr);
+	flows_set_state(f, FLOW_RECONNECTING, why);
+	return 0;
+}
+
+/* f's ring may be registered on p for an open that p will not have:
+ * undone, unless f is p's or another held open waits for it. */
+static void unprepare(struct peer *p, struct flow *f)
+{
+	if (f->peer != p && !held_for(p, f) && p->tp->forget_flow)
+		p->tp->forget_flow(p, f);
+}
+
+/*
+ * f was just opened (or is held) by p: an open of it that another
+ * connection holds lost it, as that connection's flow would have been
+ * taken if its open had been answered.  Its sender is told (busy: it
+ * asks again if it still wants the flow, and takes it back).
+ */
+static void supersede_held(struct peer *p, struct flow *f)
+{
+	char why[256];
+
+	for (struct peer *q = p->m->peers; q; q = q->next) {
+		struct held_open *h;
+
+		if (q == p || !(h = held_take(q, f, NULL)))
+			continue;
+		snprintf(why, sizeof(why), "flow '%s' was opened again on "
+			 "another connection (%s)", f->name, p->addr);
+		if (q->state == PEER_UP)
+			queue_refused(q, h->flow_id, -EAGAIN, why, 0);
+		held_free(h);
+		unprepare(q, f);
+	}
+}
+
+/* Let p write f's ring: 0 (raddr, rkey), a negative errno (err says
+ * why), or -EINPROGRESS: the answer waits for the registration. */
+static int prepare_ring(struct peer *p, struct flow *f, uint32_t flow_id,
+			uint64_t *raddr, uint32_t *rkey, char *err, size_t cap)
+{
+	int rc;
+
+	if (!p->tp->open_flow)
+		return 0;
+	rc = p->tp->open_flow(p, f, raddr, rkey);
+	if (rc == -EINPROGRESS && !(rc = hold_open(p, f, flow_id)))
+		return -EINPROGRESS;
+	if (rc)
+		snprintf(err, cap, "cannot register the consumer ring of '%s' "
+			 "for RDMA: %s", f->name, strerror(-rc));
+	return rc;
+}
+
+/* Receiver flow f opens on p as the sender's flow_id: the answer. */
+static void open_linked(struct peer *p, struct flow *f, uint32_t flow_id,
+			uint64_t raddr, uint32_t rkey)
+{
+	f->id = flow_id;
+	f->ack_due = false;
+	f->ack_owed_ns = 0;
+	link_flow(p, f);
+	flows_set_state(f, FLOW_OPEN, "");
+	queue_opened(p, f->id, f->sent, f->reported_head, raddr, rkey);
+	/*
+	 * A resumed flow whose consumer has not read everything owes credit
+	 * for what it reads next.  Only a deposit would put it on the owing
+	 * list, and when the sender's window was full at the cut no deposit
+	 * ever comes: the sender waits for our ACK, we for its DATA (issue
+	 * 11, test_fanout cases 8 and 9).
+	 */
+	if (f->reported_head != f->sent)
+		mover_wake_flow(p->m, f);
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
@@ -1014,6 +1168,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	char err[200] = "";
 	uint64_t raddr = 0;
 	uint32_t rkey = 0, retry_ms = 0;
+	bool claimed = false;
 	int rc = 0;
 
 	if (!p->auth_ok) { /* handle_ctrl's gate: never a flow, ring or rkey */
@@ -1057,6 +1212,14 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	} else {
 		rc = create_receiver(p, op, &f, &retry_ms, err, sizeof(err));
 	}
+	if (!rc) { /* made, or taken from any other connection: p's now */
+		claimed = true;
+		supersede_held(p, f);
+		rc = prepare_ring(p, f, op->flow_id, &raddr, &rkey, err,
+				  sizeof(err));
+	}
+	if (rc == -EINPROGRESS)
+		return; /* answered once registered (peer_flow_prepared) */
 	if (rc) {
 		static struct log_limit lim; /* a peer can ask at will */
 		char sn[LOG_SAFE_BUF], se[LOG_SAFE_BUF];
@@ -1065,33 +1228,85 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			    "'%s': %s", p->addr, log_safe(op->name, sn, sizeof(sn)),
 			    log_safe(err, se, sizeof(se)));
 		queue_refused(p, op->flow_id, rc, err, retry_ms);
-		return;
-	}
-	if (p->tp->open_flow && (rc = p->tp->open_flow(p, f, &raddr, &rkey))) {
-		snprintf(err, sizeof(err), "cannot register the consumer ring "
-			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
-		log_warn("peer %s: %s", p->addr, err);
-		queue_refused(p, op->flow_id, rc, err, 0);
 		/* on no connection now: it waits for its sender (and expires
 		 * with --orphan-timeout if none comes) */
-		flows_set_state(f, FLOW_RECONNECTING, err);
+		if (claimed)
+			flows_set_state(f, FLOW_RECONNECTING, err);
 		return;
 	}
-	f->id = op->flow_id;
-	f->ack_due = false;
-	f->ack_owed_ns = 0;
-	link_flow(p, f);
-	flows_set_state(f, FLOW_OPEN, "");
-	queue_opened(p, f->id, f->sent, f->reported_head, raddr, rkey);
-	/*
-	 * A resumed flow whose consumer has not read everything owes credit
-	 * for what it reads next.  Only a deposit would put it on the owing
-	 * list, and when the sender's window was full at the cut no deposit
-	 * ever comes: the sender waits for our ACK, we for its DATA (issue
-	 * 11, test_fanout cases 8 and 9).
-	 */
-	if (f->reported_head != f->sent)
-		mover_wake_flow(m, f);
+	open_linked(p, f, op->flow_id, raddr, rkey);
+}
+
+/*
+ * Why held open h of f cannot be answered with the flow now: its
+ * registration failed (err), the flow was destroyed or failed meanwhile,
+ * another connection took it, or its flow id is in use on p by now.
+ * NULL: it can.
+ */
+static const char *held_refusal(const struct peer *p,
+				const struct held_open *h, int err, int *rc,
+				char *why, size_t cap)
+{
+	const struct flow *f = h->flow;
+
+	*rc = -EEXIST;
+	if (f->dead) {
+		*rc = -ENOENT;
+		snprintf(why, cap, "flow '%s' was destroyed on this host while "
+			 "its ring was being registered", f->name);
+	} else if (err) {
+		*rc = -err;
+		snprintf(why, cap, "cannot register the consumer ring of '%s' "
+			 "for RDMA: %s", f->name, strerror(err));
+	} else if (f->state == FLOW_FAILED) {
+		*rc = -EIO;
+		snprintf(why, cap, "flow '%s' failed on this host: %.100s",
+			 f->name, f->reason);
+	} else if (f->peer) {
+		snprintf(why, cap, "flow '%s' was opened on another connection "
+			 "while its ring was being registered", f->name);
+	} else if (peer_flow_by_id(
+			   (struct peer *)p, h->flow_id, FLOW_RECEIVER)) {
+		snprintf(why, cap, "flow id %u is taken on this connection",
+			 (unsigned)h->flow_id);
+	} else {
+		*rc = 0;
+		return NULL;
+	}
+	return why;
+}
+
+void peer_flow_prepared(struct peer *p, struct flow *f, int err)
+{
+	struct held_open *h = held_take(p, f, NULL);
+	uint64_t raddr = 0;
+	uint32_t rkey = 0;
+	char why[200];
+	int rc;
+
+	if (!h) { /* replaced, or taken by another connection meanwhile */
+		unprepare(p, f);
+		return;
+	}
+	if (p->state != PEER_UP) {
+		held_free(h); /* closing: no answer goes */
+		return;
+	}
+	if (!held_refusal(p, h, err, &rc, why, sizeof(why)) &&
+	    (rc = p->tp->open_flow(p, f, &raddr, &rkey)))
+		snprintf(why, sizeof(why), "cannot register the consumer ring "
+			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
+	if (rc) {
+		log_warn("peer %s: %s", p->addr, why);
+		queue_refused(p, h->flow_id, rc, why, 0);
+		unprepare(p, f);
+		/* registered for nobody: it waits for its sender */
+		if (!f->dead && !f->peer && f->state != FLOW_FAILED)
+			flows_set_state(f, FLOW_RECONNECTING, why);
+	} else {
+		open_linked(p, f, h->flow_id, raddr, rkey);
+	}
+	held_free(h);
 }
 
 /* How long to wait before asking again after a "busy, retry": what the
@@ -1231,15 +1446,33 @@ static void cut_receiver(struct flow *f, const char *what)
 	detach_flow(f);
 }
 
+/*
+ * Does a CLOSE of flow id (0: any) on p concern receiver flow f?  Yes if
+ * f is open on p as id, or its open by p is held (then the close answers
+ * it: the entry goes).  Another sender flow's id: no (handle_open refused
+ * that one).
+ */
+static bool closes_on(struct peer *p, struct flow *f, uint32_t id)
+{
+	struct held_open *h;
+
+	if (f->peer == p)
+		return !id || id == f->id;
+	for (h = p->held; h && h->flow != f; h = h->next)
+		;
+	if (!h || (id && id != h->flow_id))
+		return false;
+	held_free(held_take(p, f, NULL));
+	return true;
+}
+
 static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 {
 	struct flow *f = flows_find(p->m->flows, cl->name ? cl->name : "");
 	char why[LOG_SAFE_BUF], msg[LOG_SAFE_BUF];
 
-	if (!f || f->role != FLOW_RECEIVER || f->peer != p)
+	if (!f || f->role != FLOW_RECEIVER || !closes_on(p, f, cl->flow_id))
 		return;
-	if (cl->flow_id && cl->flow_id != f->id)
-		return; /* another sender flow's: refused by handle_open */
 	if (!cl->failed || !cl->failed[0]) {
 		log_info("flow %s: closed by the sender", f->name);
 		peer_destroy_flow(p->m, f, NULL);

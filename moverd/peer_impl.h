@@ -70,6 +70,8 @@ struct ctrl_frame {
 
 enum peer_state { PEER_DOWN, PEER_CONNECTING, PEER_UP, PEER_CLOSING };
 
+struct held_open; /* peer.c */
+
 struct peer {
 	struct peer_mgr *m;
 	struct peer *next;
@@ -150,6 +152,10 @@ struct peer {
 	 * DATA frame and ACK held 10 busy flows to ~75% (issue 12). */
 	struct flow **by_id;
 	unsigned by_id_mask;      /* buckets - 1 */
+	/* OPENs that wait for their ring's registration (open_flow said
+	 * -EINPROGRESS), one per flow at most: at most as many as the flows
+	 * this peer may open; dropped when the connection closes */
+	struct held_open *held;
 
 	/* receive: a header, then its body (see peer_rx_header) */
 	uint8_t hdr_buf[WIRE_HDR];
@@ -234,7 +240,10 @@ struct transport {
 	/* optional, for transports that poll completions (RDMA): */
 	int (*poll)(struct peer_mgr *m);          /* work done */
 	bool (*arm)(struct peer_mgr *m);          /* false: work pending */
-	/* a receiver flow opened on p: let the peer write its ring */
+	/* a receiver flow opens on p: let the peer write its ring.  0
+	 * (raddr, rkey: for the OPENED answer), a negative errno, or
+	 * -EINPROGRESS: the ring is being registered (RDMA, off the loop),
+	 * and peer_flow_prepared() follows */
 	int (*open_flow)(struct peer *p, struct flow *f, uint64_t *raddr,
 			 uint32_t *rkey);
 	/* optional: may the mover send sender flow f's records on p now?
@@ -307,6 +316,11 @@ void peer_sent(struct peer *p);     /* the whole send went */
 bool peer_tx_fault(struct peer *p);
 void peer_rx_header(struct peer *p); /* may fail the peer */
 void peer_rx_body(struct peer *p);
+/* The registration open_flow left in progress for receiver flow f on p
+ * ended: 0 (f's ring is registered on p), or an errno (ECANCELED: the
+ * flow went meanwhile).  The OPEN that waited for it is answered: opened,
+ * or refused.  Called while p's connection is open, never after. */
+void peer_flow_prepared(struct peer *p, struct flow *f, int err);
 /* A receive of a DATA body into its ring failed with EFAULT (a client
  * shrank the ring file): fail that flow only and read the rest of the
  * body into nowhere; false if the receive was not into a ring. */

@@ -28,15 +28,14 @@
  * of the peer that feeds them; producer rings for local access only.
  * Registration (ibv_reg_mr pins, and so faults in, every page of a ring:
  * a second or more for a big ring under emulation) runs on the
- * registration thread (reg_thread.h) for producer rings: the mover skips
- * a sender flow until its ring is registered (rdma_flow_ready, asked
- * first when the peer's OPENED wakes the flow).  A request in flight
- * holds its flow and its connection's PD: a connection closed meanwhile
- * is freed, PD last, when its last request is taken back.  A consumer
- * ring is still registered on the loop when its OPEN is answered
- * (reg_now): answering the OPEN once the thread had registered it broke
- * test_remote case 16 over RDMA (a fan-out subscription not cut by
- * max_lag within 20 s), a cause not found yet.
+ * registration thread (reg_thread.h), never on the loop.  The answer to
+ * a receiver's OPEN waits for its consumer ring's (open_flow says
+ * -EINPROGRESS; peer.c holds the answer and sends it when reg_reaped
+ * calls peer_flow_prepared).  The mover skips a sender flow until its producer
+ * ring is registered (rdma_flow_ready, asked first when the peer's OPENED
+ * wakes the flow).  A request in flight holds its flow and its
+ * connection's PD: a connection closed meanwhile is freed, PD last, when
+ * its last request is taken back.
  */
 #include "peer_impl.h"
 #include "log.h"
@@ -210,9 +209,9 @@ static struct pending_reg *pending_for(struct rdma_conn *c,
 }
 
 /*
- * Register sender flow f's producer ring on p's connection, on the
- * registration thread: -EINPROGRESS (the answer comes to reg_reaped),
- * also when one is in flight already; -ENOMEM.
+ * Register f's ring on p's connection, on the registration thread:
+ * -EINPROGRESS (the answer comes to reg_reaped), also when one is in
+ * flight already; -ENOMEM.
  */
 static int start_reg(struct peer *p, struct flow *f, int access)
 {
@@ -258,30 +257,6 @@ static void drop_mr(struct rdma_conn *c, unsigned i)
 	flow_put(ref); /* after the deregistration: no DMA to its pages */
 }
 
-/*
- * A consumer ring registered on the loop, as the OPEN is answered (see
- * the header: not yet off the loop on this side).
- */
-static struct ibv_mr *reg_now(struct rdma_conn *c, struct flow *f)
-{
-	struct reg_req r = { .pd = c->pd, .addr = ring_of(f)->data,
-			     .len = ring_of(f)->size,
-			     .access = IBV_ACCESS_LOCAL_WRITE |
-				       IBV_ACCESS_REMOTE_WRITE };
-
-	if (!mrs_room(c))
-		return NULL;
-	reg_run(&r);
-	if (!r.mr) {
-		log_reg_error(f, r.err);
-		return NULL;
-	}
-	c->mrs[c->n_mrs++] = (struct flow_mr){ f, flow_get(f), r.mr };
-	f->mr = r.mr;
-	f->mr_conn = c;
-	return r.mr;
-}
-
 static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 			  uint32_t *rkey)
 {
@@ -295,8 +270,9 @@ static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
 			  "asked before authentication");
 		return -EPERM;
 	}
-	if (!(mr = find_mr(c, f)) && !(mr = reg_now(c, f)))
-		return -ENOMEM;
+	if (!(mr = find_mr(c, f))) /* -EINPROGRESS: peer_flow_prepared */
+		return start_reg(p, f, IBV_ACCESS_LOCAL_WRITE |
+				       IBV_ACCESS_REMOTE_WRITE);
 	*raddr = (uintptr_t)f->view->ring.data;
 	*rkey = mr->rkey;
 	return 0;
@@ -403,12 +379,31 @@ static void reg_discard(struct pending_reg *pr)
 }
 
 /* A sender's producer ring could not be registered: its connection
- * fails, as a failed send does. */
+ * fails, as a failed send does.  A receiver's OPEN is refused instead
+ * (peer_flow_prepared). */
 static void reg_failed(struct rdma_conn *c, struct flow *f, int err)
 {
 	log_reg_error(f, err);
-	peer_fail(c->p, "flow %s: cannot register its ring: %s%s", f->name,
-		  strerror(err), reg_hint(err));
+	if (f->role == FLOW_RECEIVER)
+		peer_flow_prepared(c->p, f, err);
+	else
+		peer_fail(c->p, "flow %s: cannot register its ring: %s%s",
+			  f->name, strerror(err), reg_hint(err));
+}
+
+/* Nobody's registration (its flow or connection went) is undone; a
+ * receiver's open that waited for it is told (while it is connected). */
+static void reg_dropped(struct pending_reg *pr)
+{
+	struct peer *p = pr->c->p;
+	struct flow *told = p && pr->ref->role == FLOW_RECEIVER ?
+				    flow_get(pr->ref) : NULL;
+
+	reg_discard(pr); /* frees pr, and pr->c if closed (then no p) */
+	if (told) {
+		peer_flow_prepared(p, told, ECANCELED);
+		flow_put(told);
+	}
 }
 
 static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
@@ -423,7 +418,7 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 		  "(%s)", pr->ref->name, (unsigned long long)pr->req.len,
 		  (double)pr->req.ns / 1e6, mr ? "registered" : "failed");
 	if (!f || !c->p || f->dead) {
-		reg_discard(pr);
+		reg_dropped(pr);
 		return;
 	}
 	if (mr && !mrs_room(c)) {
@@ -432,7 +427,7 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 		pr->req.err = ENOMEM;
 	}
 	if (!mr) {
-		reg_failed(c, f, pr->req.err);
+		reg_failed(c, f, pr->req.err); /* pr still holds f */
 		reg_discard(pr);
 		return;
 	}
@@ -441,7 +436,10 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 	f->mr = mr;
 	f->mr_conn = c;
 	free(pr);
-	mover_wake_flow(c->p->m, f); /* skipped until now */
+	if (f->role == FLOW_RECEIVER)
+		peer_flow_prepared(c->p, f, 0); /* its OPEN is answered */
+	else
+		mover_wake_flow(c->p->m, f); /* skipped until now */
 }
 
 static void arm_fd(struct peer_mgr *m, struct loop_op *op, int fd,

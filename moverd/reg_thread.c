@@ -39,7 +39,8 @@ static void test_hold(void)
 		usleep(10000);
 }
 
-void reg_run(struct reg_req *r)
+/* ibv_reg_mr, timed into r->ns, results into r->mr and r->err */
+static void reg_run(struct reg_req *r)
 {
 	uint64_t t0 = fr_now_ns();
 

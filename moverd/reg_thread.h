@@ -6,7 +6,10 @@
  * ibv_reg_mr pins every page of what it registers, faulting in those
  * never touched: tens of milliseconds to seconds for a 64 MiB or 1 GiB
  * ring, during which the loop would move no flow and answer no client.
- * Used for senders' producer rings (rdma.c).
+ * Used for every ring rdma.c registers: producer and consumer rings.
+ * FLOWMOVER_TEST_REG_HOLD=PATH in the environment makes every
+ * registration first wait while PATH exists: the tests' stand-in for one
+ * that takes long (tests/rdma/reg-offloop.sh).
  * The loop hands a request over (reg_thread_submit) and keeps a read of
  * reg_thread_fd() in flight; once it is readable, reg_thread_take()
  * gives the requests that ended.
@@ -60,13 +63,5 @@ struct reg_req *reg_thread_take(struct reg_thread *rt);
  * request not taken yet; rt is freed.  NULL rt: nothing.
  */
 struct reg_req *reg_thread_stop(struct reg_thread *rt);
-
-/*
- * ibv_reg_mr, timed into r->ns, results into r->mr and r->err.  With
- * FLOWMOVER_TEST_REG_HOLD=PATH in the environment it first waits while
- * PATH exists: the tests' stand-in for a registration that takes long
- * (tests/rdma/reg-offloop.sh).
- */
-void reg_run(struct reg_req *r);
 
 #endif

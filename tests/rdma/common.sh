@@ -42,12 +42,25 @@ start_daemon() {
     fail "moverd $name did not start"
 }
 
-# wait_flow NAME FLOW REGEX: until `flow show` on NAME matches (the state
-# or the reason); 60 s is a liveness bound for an emulated guest
-wait_flow() {
-    for _ in $(seq 600); do
-        ctl "$1" flow show "$2" 2>/dev/null | grep -Eq "$3" && return 0
+# within SECS CMD...: CMD again every 0.1 s until it succeeds (0) or SECS
+# have passed (1).  A clock, not a count of tries: under TCG a fork and
+# exec of a small command takes a good part of a second.
+within() {
+    local end=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$end" ] || return 1
         sleep 0.1
     done
-    fail "flow $2 on $1 never matched '$3': $(ctl "$1" flow show "$2" 2>&1)"
+}
+
+# flow_matches NAME FLOW REGEX: `flow show` on NAME matches (the state or
+# the reason)
+flow_matches() { ctl "$1" flow show "$2" 2>/dev/null | grep -Eq "$3"; }
+
+# wait_flow NAME FLOW REGEX: until flow_matches; 60 s is a liveness bound
+# for an emulated guest
+wait_flow() {
+    within 60 flow_matches "$@" ||
+        fail "flow $2 on $1 never matched '$3': $(ctl "$1" flow show "$2" 2>&1)"
 }

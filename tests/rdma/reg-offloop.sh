@@ -1,23 +1,37 @@
 #!/bin/bash
 # reg-offloop.sh BUILD_DIR - runs INSIDE the soft-RoCE guest (vm-run.sh):
-# a sender's producer ring is registered (ibv_reg_mr, which pins every
-# page) off moverd's event loop.  The sending daemon runs with
-# FLOWMOVER_TEST_REG_HOLD=FILE: every ring registration waits while FILE
-# exists (moverd/reg_thread.h), the stand-in for one that takes long.  No
-# timing threshold: what is checked is what gets answered while a
-# registration is held.
+# a ring's RDMA registration (ibv_reg_mr, which pins every page) runs off
+# moverd's event loop, on the sender (its producer ring) and on the
+# receiver (its consumer ring, before the OPEN is answered).  A daemon
+# run with FLOWMOVER_TEST_REG_HOLD=FILE holds every ring registration
+# while FILE exists (moverd/reg_thread.h), the stand-in for one that takes
+# long.  No timing threshold: what is checked is what gets answered while
+# a registration is held.
 #
-#   1. A 64 MiB flow opens while registrations are held: the sender's
-#      `status` answers and another flow (registered before the hold)
-#      moves every record.  With the registration on the loop, none of
-#      that is answered until the hold ends.  Then the hold ends and the
-#      flow moves records.
-#   2. A flow destroyed on both hosts while its ring's registration is in
-#      flight, and the receiving daemon killed while the sender registers:
-#      the sender lives on, keeps no registration of them, and stops
-#      cleanly (exit 0; under the ASan build: no leak, no use after free).
-#   3. moverd stopped (SIGTERM) while a registration is held: it waits for
-#      the registration and exits 0.
+#   1. Sender: a 64 MiB flow opens while the sender's registrations are
+#      held: its `status` answers and another flow (registered before the
+#      hold) moves every record.  With the registration on the loop, none
+#      of that is answered until the hold ends.  Then the hold ends and
+#      the flow moves records.
+#   2. Sender: a flow destroyed on both hosts while its ring's
+#      registration is in flight, and the receiving daemon killed while
+#      the sender registers: the sender lives on, keeps no registration of
+#      them, and stops cleanly (exit 0; under the ASan build: no leak, no
+#      use after free).
+#   3. Sender: moverd stopped (SIGTERM) while a registration is held: it
+#      waits for the registration and exits 0.
+#   4. Receiver: a 64 MiB flow's OPEN waits for its consumer ring's
+#      registration, held: the receiver's `flow show` says so, its
+#      `status` answers, another flow moves every record, and the sender's
+#      flow is still connecting.  Then the hold ends: the OPEN is answered
+#      and the flow moves records.
+#   5. Receiver: a flow destroyed on the receiver while its ring's
+#      registration is held: the sender's open is refused with that
+#      reason.  One destroyed on the sender meanwhile: the receiver's flow
+#      goes with the sender's close, as after an answered open.  The
+#      sending daemon killed while the receiver registers:
+#      the receiver lives on, its flow waits for its sender, no
+#      registration of it is left, and it stops cleanly.
 set -euo pipefail
 build=${1:?usage: reg-offloop.sh BUILD_DIR}
 ip=${FM_RDMA_ADDR:-10.77.0.1}
@@ -46,24 +60,64 @@ held_daemon() { FLOWMOVER_TEST_REG_HOLD=$hold rdma_daemon "$@"; }
 # registering NAME FLOW: until NAME's log says FLOW's ring registration
 # started
 registering() {
-    for _ in $(seq 600); do
-        grep -q "flow $2: registering its ring" "$run/$1.log" && return 0
-        sleep 0.1
-    done
-    fail "moverd $1 never started registering flow $2's ring"
+    within 60 grep -q "flow $2: registering its ring" "$run/$1.log" ||
+        fail "moverd $1 never started registering flow $2's ring"
 }
 
-# move FLOW N: N records from a to b through FLOW, each checked by flowdemo
+# ended16 NAME N: NAME's log says N registrations of 16 MiB ended
+ended16() {
+    [ "$(grep -c "ring registration of 16777216 bytes ended" "$run/$1.log")" -ge "$2" ]
+}
+
+# move FLOW N [FROM TO]: N records from daemon FROM (a) to TO (b) through
+# FLOW, each checked by flowdemo
 move() {
-    FLOWMOVER_SOCKET=$run/b.s timeout 120 "$build/libflowshm/flowdemo" \
+    FLOWMOVER_SOCKET=$run/${4:-b}.s timeout 120 "$build/libflowshm/flowdemo" \
         consume "$1" --count "$2" >"$run/c-$1.log" 2>&1 &
     local c=$!
-    FLOWMOVER_SOCKET=$run/a.s timeout 120 "$build/libflowshm/flowdemo" \
+    FLOWMOVER_SOCKET=$run/${3:-a}.s timeout 120 "$build/libflowshm/flowdemo" \
         produce "$1" --count "$2" --size 64 >"$run/p-$1.log" 2>&1 ||
         fail "producer of $1: $(cat "$run/p-$1.log")"
     wait "$c" || fail "consumer of $1: $(cat "$run/c-$1.log")"
     grep -q "consumer: $2 records" "$run/c-$1.log" ||
         fail "$1: $(cat "$run/c-$1.log")"
+}
+
+# still_held NAME: the hold is there and NAME has not ended big's
+# registration
+still_held() {
+    if [ ! -e "$hold" ] || grep -q "flow big: ring registration .* ended" "$run/$1.log"; then
+        fail "moverd $1 ended the registration of big's ring while held"
+    fi
+}
+
+# release_big PHASE NAME WHAT [FROM TO]: the hold ends; big moves $count
+# records (from FROM to TO, a and b by default) and NAME's log says its
+# WHAT ring of big was registered off the loop
+release_big() {
+    rm -f "$hold"
+    move big "$count" "${4:-a}" "${5:-b}"
+    grep -q "flow big: ring registration of 67108864 bytes ended .*(registered)" "$run/$2.log" ||
+        fail "moverd $2 did not register big's $3 ring off the loop"
+    say "phase $1: PASS (big moved $count records once the hold ended)"
+}
+
+# no_reports NAME: NAME's log has no sanitizer report (the ASan build)
+no_reports() {
+    ! grep -q "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error" "$run/$1.log" ||
+        fail "sanitizer report in $1.log"
+}
+
+# stops_clean PHASE NAME PID BEFORE: moverd NAME (PID) is alive, has at
+# most BEFORE rings registered (sets $after), exits 0 on SIGTERM and
+# logged no sanitizer report
+stops_clean() {
+    kill -0 "$3" || fail "moverd $2 died"
+    after=$(registered "$2")
+    [ "$after" -le "$4" ] || fail "registrations on $2: $4 before, $after after"
+    kill "$3"
+    wait "$3" || fail "moverd $2 exited with $? after phase $1"
+    no_reports "$2"
 }
 
 # registered NAME: the rings registered on NAME's peer connections
@@ -83,15 +137,9 @@ ctl a flow create big --peer "$ip:$port" --ring-size 64M >/dev/null
 registering a big
 ctl a status >/dev/null || fail "moverd a did not answer status while registering"
 move small "$count"
-if [ ! -e "$hold" ] || grep -q "flow big: ring registration .* ended" "$run/a.log"; then
-    fail "the registration of big's ring ended while held"
-fi
+still_held a
 say "phase 1: while big's ring registration was held: status and $count records of another flow answered"
-rm -f "$hold"
-move big "$count"
-grep -q "flow big: ring registration of 67108864 bytes ended .*(registered)" "$run/a.log" ||
-    fail "moverd a did not register big's producer ring off the loop"
-say "phase 1: PASS (big moved $count records once the hold ended)"
+release_big 1 a producer
 
 # ---- 2: a flow destroyed, the receiver killed, while registering -------------
 before=$(registered a)
@@ -107,20 +155,10 @@ kill -9 "$b"; wait "$b" 2>/dev/null || true
 wait_flow a cut 'state: *reconnecting'
 ctl a status >/dev/null || fail "moverd a stopped answering"
 rm -f "$hold"
-for _ in $(seq 600); do
-    [ "$(grep -c "ring registration of 16777216 bytes ended" "$run/a.log")" -ge 2 ] && break
-    sleep 0.1
-done
-[ "$(grep -c "ring registration of 16777216 bytes ended" "$run/a.log")" -ge 2 ] ||
-    fail "moverd a did not take both registrations back"
-kill -0 "$a" || fail "moverd a died"
-after=$(registered a)
+within 60 ended16 a 2 || fail "moverd a did not take both registrations back"
 # the connection to b is gone with small's and big's rings; nothing of
 # gone's or cut's may be left on any connection
-[ "$after" -le "$before" ] || fail "registrations on a: $before before, $after after"
-kill "$a"; wait "$a" || fail "moverd a exited with $? after phase 2"
-! grep -q "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error" "$run/a.log" ||
-    fail "sanitizer report in a.log"
+stops_clean 2 a "$a" "$before"
 say "phase 2: PASS (destroyed and orphaned registrations undone; $before ring(s) registered before, $after after)"
 
 # ---- 3: stopped while a registration is held ----------------------------------
@@ -136,8 +174,58 @@ wait "$a" || fail "moverd a3 exited with $? when stopped while registering"
 # taken back by the loop's last turns, or by the join after them
 grep -Eq "flow late: ring registration .* (ended|taken back at shutdown)" "$run/a3.log" ||
     fail "moverd a3 stopped without taking its registration back"
-! grep -q "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error" "$run/a3.log" ||
-    fail "sanitizer report in a3.log"
+no_reports a3
 kill "$b"; wait "$b" || fail "moverd b3 exited with $?"
 say "phase 3: PASS (stopped while registering: exit 0)"
+
+# ---- 4: the receiver's loop answers while its OPEN waits ---------------------
+# (b4's registrations wait while $hold exists; a4's never do)
+port=$((port + 2))
+FLOWMOVER_TEST_REG_HOLD=$hold rdma_daemon b4 --listen "$ip:$port"; b=$pid
+rdma_daemon a4; a=$pid
+rdma_move() { move "$1" "$2" a4 b4; }
+ctl a4 flow create small --peer "$ip:$port" --ring-size 1M >/dev/null
+wait_flow a4 small 'state: *open'
+rdma_move small 100
+touch "$hold"
+ctl a4 flow create big --peer "$ip:$port" --ring-size 64M >/dev/null
+registering b4 big
+ctl b4 flow show big | grep -q 'reason: *its ring is being registered' ||
+    fail "flow big on b4: $(ctl b4 flow show big 2>&1)"
+ctl b4 status >/dev/null || fail "moverd b4 did not answer status while registering"
+rdma_move small "$count"
+ctl a4 flow show big | grep -q 'state: *connecting' ||
+    fail "flow big on a4 while b4 registers: $(ctl a4 flow show big 2>&1)"
+still_held b4
+say "phase 4: while big's consumer ring registration was held: flow show, status and $count records of another flow answered; the sender still connecting"
+release_big 4 b4 consumer a4 b4
+
+# ---- 5: the receiver's flow destroyed, its sender killed, while registering --
+before=$(registered b4)
+touch "$hold"
+ctl a4 flow create gone --peer "$ip:$port" --ring-size 16M >/dev/null
+registering b4 gone
+ctl b4 flow destroy gone >/dev/null || fail "flow destroy gone on b4"
+rm -f "$hold"
+wait_flow a4 gone 'destroyed on this host while its ring was being registered'
+ctl a4 flow destroy gone >/dev/null || fail "flow destroy gone on a4"
+# the sender closes its flow while the receiver's answer waits: the
+# receiver's flow goes, as after an answered open
+touch "$hold"
+ctl a4 flow create closed --peer "$ip:$port" --ring-size 16M >/dev/null
+registering b4 closed
+ctl a4 flow destroy closed >/dev/null || fail "flow destroy closed on a4"
+gone_on() { ! ctl "$1" flow show "$2" >/dev/null 2>&1; }
+within 60 gone_on b4 closed ||
+    fail "flow closed on b4 outlived its sender's close: $(ctl b4 flow show closed 2>&1)"
+ctl a4 flow create cut --peer "$ip:$port" --ring-size 16M >/dev/null
+registering b4 cut
+kill -9 "$a"; wait "$a" 2>/dev/null || true
+ctl b4 status >/dev/null || fail "moverd b4 stopped answering"
+rm -f "$hold"
+within 60 ended16 b4 3 || fail "moverd b4 did not take its three registrations back"
+# the sender's connection is gone, and with it what was registered there
+wait_flow b4 cut 'state: *reconnecting'
+stops_clean 5 b4 "$b" "$before"
+say "phase 5: PASS (the destroyed flow's open refused with its reason; the closed flow gone; the sender's death left $after registration(s), $before before)"
 say "PASS"
