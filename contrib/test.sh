@@ -2,7 +2,8 @@
 # test.sh - build flowmover and run every test, the way CI does.
 #   1. install dependencies (Debian 12)
 #   2. release build: all tests, including the soft-RoCE VM tests
-#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: all host tests
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build: all host tests,
+#      and moverd over RDMA in the soft-RoCE guest (two of the VM tests)
 #   4. ThreadSanitizer build: the lock-free ring tests
 #   5. clang libFuzzer build: bounded fuzzing of every parser
 # Usage: contrib/test.sh [--quick]   (--quick: step 2 only, no VM tests)
@@ -43,6 +44,10 @@ build build-asan -DFM_SANITIZE=address,undefined
 # scale (10 000 flows) runs in the release build only.
 (cd build-asan && FM_STRESS_RECORDS=100000 \
     ctest --output-on-failure -LE 'vm|package|scale')
+# moverd's RDMA code under the sanitizers: the two-daemon cases and the
+# registrations off the loop (its script reads the daemons' logs for
+# reports).  The others add guest time, not code paths.
+(cd build-asan && ctest --output-on-failure -R '^rdma_(remote|reg_offloop)_vm$')
 
 step "ThreadSanitizer (lock-free ring)"
 CC=clang build build-tsan -DFM_SANITIZE=thread
