@@ -746,6 +746,21 @@ static void print_counters(const struct flow_counters *k)
 	kv("counters", "from the %s", k->source);
 }
 
+/* One peer host of a fan-out flow: its state, why, where it is, and how
+ * often --max-lag cut it (a cut lasts until the rejoin, a second or so:
+ * the count says one happened after it is over). */
+static void print_fanout_peer(size_t i, const Flowmover__FanoutPeer *p)
+{
+	char cut[80] = "", a[40];
+
+	if (p->cuts)
+		snprintf(cut, sizeof(cut), "; cut %" PRIu32 " time%s, last at %s",
+			 p->cuts, p->cuts == 1 ? "" : "s",
+			 fmt_time_ms(a, sizeof(a), p->cut_unix_ms));
+	kv(i ? "" : "peers", "%s %s%s%s (at %" PRIu64 "%s)", p->address,
+	   p->state, p->reason[0] ? ": " : "", p->reason, p->acked, cut);
+}
+
 static void print_flow(const Flowmover__FlowInfo *f, bool json,
 		       const struct flow_counters *k)
 {
@@ -789,10 +804,7 @@ static void print_flow(const Flowmover__FlowInfo *f, bool json,
 	if (f->max_lag)
 		kv("max lag", "%" PRIu64 " bytes", f->max_lag);
 	for (size_t i = 0; i < f->n_fanout; i++)
-		kv(i ? "" : "peers", "%s %s%s%s (at %" PRIu64 ")",
-		   f->fanout[i]->address, f->fanout[i]->state,
-		   f->fanout[i]->reason[0] ? ": " : "", f->fanout[i]->reason,
-		   f->fanout[i]->acked);
+		print_fanout_peer(i, f->fanout[i]);
 	if (k)
 		print_counters(k);
 }
