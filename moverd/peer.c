@@ -587,12 +587,14 @@ static struct held_open *held_take(struct peer *p, const struct flow *f,
 	return NULL;
 }
 
-static bool held_for(const struct peer *p, const struct flow *f)
+/* p's held open of flow f, left on the list (NULL: none). */
+static struct held_open *held_find(const struct peer *p, const struct flow *f)
 {
-	for (const struct held_open *h = p->held; h; h = h->next)
-		if (h->flow == f)
-			return true;
-	return false;
+	struct held_open *h = p->held;
+
+	while (h && h->flow != f)
+		h = h->next;
+	return h;
 }
 
 /* The connection closed: no answer will go.  The flows that waited stay
@@ -1093,7 +1095,7 @@ static int hold_open(struct peer *p, struct flow *f, uint32_t flow_id)
  * undone, unless f is p's or another held open waits for it. */
 static void unprepare(struct peer *p, struct flow *f)
 {
-	if (f->peer != p && !held_for(p, f) && p->tp->forget_flow)
+	if (f->peer != p && !held_find(p, f) && p->tp->forget_flow)
 		p->tp->forget_flow(p, f);
 }
 
@@ -1121,6 +1123,14 @@ static void supersede_held(struct peer *p, struct flow *f)
 	}
 }
 
+/* Why the open of f is refused when its ring cannot be registered. */
+static void unregistered_why(const struct flow *f, int err, char *why,
+			     size_t cap)
+{
+	snprintf(why, cap, "cannot register the consumer ring of '%s' for "
+		 "RDMA: %s", f->name, strerror(err));
+}
+
 /* Let p write f's ring: 0 (raddr, rkey), a negative errno (err says
  * why), or -EINPROGRESS: the answer waits for the registration. */
 static int prepare_ring(struct peer *p, struct flow *f, uint32_t flow_id,
@@ -1134,8 +1144,7 @@ static int prepare_ring(struct peer *p, struct flow *f, uint32_t flow_id,
 	if (rc == -EINPROGRESS && !(rc = hold_open(p, f, flow_id)))
 		return -EINPROGRESS;
 	if (rc)
-		snprintf(err, cap, "cannot register the consumer ring of '%s' "
-			 "for RDMA: %s", f->name, strerror(-rc));
+		unregistered_why(f, -rc, err, cap);
 	return rc;
 }
 
@@ -1240,40 +1249,39 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 /*
  * Why held open h of f cannot be answered with the flow now: its
  * registration failed (err), the flow was destroyed or failed meanwhile,
- * another connection took it, or its flow id is in use on p by now.
- * NULL: it can.
+ * another connection took it, or its flow id is in use on p by now.  A
+ * negative errno and why, or 0: it can.
  */
-static const char *held_refusal(const struct peer *p,
-				const struct held_open *h, int err, int *rc,
-				char *why, size_t cap)
+static int held_refusal(struct peer *p, const struct held_open *h, int err,
+			char *why, size_t cap)
 {
 	const struct flow *f = h->flow;
 
-	*rc = -EEXIST;
 	if (f->dead) {
-		*rc = -ENOENT;
 		snprintf(why, cap, "flow '%s' was destroyed on this host while "
 			 "its ring was being registered", f->name);
-	} else if (err) {
-		*rc = -err;
-		snprintf(why, cap, "cannot register the consumer ring of '%s' "
-			 "for RDMA: %s", f->name, strerror(err));
-	} else if (f->state == FLOW_FAILED) {
-		*rc = -EIO;
+		return -ENOENT;
+	}
+	if (err) {
+		unregistered_why(f, err, why, cap);
+		return -err;
+	}
+	if (f->state == FLOW_FAILED) {
 		snprintf(why, cap, "flow '%s' failed on this host: %.100s",
 			 f->name, f->reason);
-	} else if (f->peer) {
+		return -EIO;
+	}
+	if (f->peer) {
 		snprintf(why, cap, "flow '%s' was opened on another connection "
 			 "while its ring was being registered", f->name);
-	} else if (peer_flow_by_id(
-			   (struct peer *)p, h->flow_id, FLOW_RECEIVER)) {
+		return -EEXIST;
+	}
+	if (peer_flow_by_id(p, h->flow_id, FLOW_RECEIVER)) {
 		snprintf(why, cap, "flow id %u is taken on this connection",
 			 (unsigned)h->flow_id);
-	} else {
-		*rc = 0;
-		return NULL;
+		return -EEXIST;
 	}
-	return why;
+	return 0;
 }
 
 void peer_flow_prepared(struct peer *p, struct flow *f, int err)
@@ -1292,10 +1300,9 @@ void peer_flow_prepared(struct peer *p, struct flow *f, int err)
 		held_free(h); /* closing: no answer goes */
 		return;
 	}
-	if (!held_refusal(p, h, err, &rc, why, sizeof(why)) &&
-	    (rc = p->tp->open_flow(p, f, &raddr, &rkey)))
-		snprintf(why, sizeof(why), "cannot register the consumer ring "
-			 "of '%s' for RDMA: %s", f->name, strerror(-rc));
+	rc = held_refusal(p, h, err, why, sizeof(why));
+	if (!rc && (rc = p->tp->open_flow(p, f, &raddr, &rkey)))
+		unregistered_why(f, -rc, why, sizeof(why));
 	if (rc) {
 		log_warn("peer %s: %s", p->addr, why);
 		queue_refused(p, h->flow_id, rc, why, 0);
@@ -1458,8 +1465,7 @@ static bool closes_on(struct peer *p, struct flow *f, uint32_t id)
 
 	if (f->peer == p)
 		return !id || id == f->id;
-	for (h = p->held; h && h->flow != f; h = h->next)
-		;
+	h = held_find(p, f);
 	if (!h || (id && id != h->flow_id))
 		return false;
 	held_free(held_take(p, f, NULL));
