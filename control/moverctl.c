@@ -937,6 +937,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		fputs(s->bell_page ? "true" : "false", stdout);
 		j_u64(&j, "bell_flows", s->bell_flows);
 		j_u64(&j, "bell_pages", s->bell_pages);
+		j_u64(&j, "bell_shared_producers", s->bell_shared_producers);
 		j_u64(&j, "idle_polls", s->idle_polls);
 		j_u64(&j, "idle_backoffs", s->idle_backoffs);
 		j_u64(&j, "clients_refused", s->clients_refused);
@@ -1015,8 +1016,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	   (double)s->cpu_sys_ns / 1e9);
 	kv("open fds", "%" PRIu64, s->open_fds);
 	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit, %"
-	   PRIu32 " pages (one per uid)", s->bell_page ? "yes" : "no (polls)",
-	   s->bell_flows, s->bell_pages);
+	   PRIu32 " pages (one per uid; %" PRIu32 " producers of uids past "
+	   "63 share one)", s->bell_page ? "yes" : "no (polls)",
+	   s->bell_flows, s->bell_pages, s->bell_shared_producers);
 	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
 	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
 	   s->idle_backoffs);

@@ -148,6 +148,14 @@ int bell_thread_arm(struct bell_thread *bt, const struct futex_waitv *w,
 	return 0;
 }
 
+bool bell_thread_waiting(const struct bell_thread *bt)
+{
+	/* acquire: pairs with the helper's release of IDLE, so its system
+	 * call on the words has returned when we see IDLE */
+	return bt && atomic_load_explicit(&bt->state, memory_order_acquire) ==
+			     BELL_ARMED;
+}
+
 void bell_thread_kick(struct bell_thread *bt)
 {
 	/* The kernel compares the word under its futex lock: an increment

@@ -17,6 +17,7 @@
 #define MOVERD_BELL_THREAD_H
 
 #include <linux/futex.h>
+#include <stdbool.h>
 
 /* futex_waitv takes at most 128 words; one of them is the kick word */
 #define BELL_THREAD_MAX 127u
@@ -37,6 +38,9 @@ int bell_thread_fd(const struct bell_thread *bt);
  */
 int bell_thread_arm(struct bell_thread *bt, const struct futex_waitv *w,
 		    unsigned n);
+
+/* Is a wait armed (the words in use by the helper)? */
+bool bell_thread_waiting(const struct bell_thread *bt);
 
 /* End the armed wait now (its set of words is stale); the eventfd fires. */
 void bell_thread_kick(struct bell_thread *bt);

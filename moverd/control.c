@@ -41,6 +41,8 @@ struct attachment {
 			   (producer) taken for it */
 	uint64_t gen;   /* ... and its generation (fr_sub_take, fr_prod_take) */
 	bool ended;  /* a producer that ended its stream (flowshm_end) */
+	uint64_t bell_page; /* a producer's doorbell page (mover_bell_take;
+			     * 0: none) */
 };
 
 /*
@@ -79,7 +81,8 @@ struct ctl_client {
 	struct msghdr msg;
 	struct iovec iov;
 	_Alignas(struct cmsghdr) char cmsg[CMSG_SPACE(2 * sizeof(int))];
-	int out_bell_fd;        /* the doorbell page rides too (-1: not) */
+	int out_bell_fd;        /* the doorbell page rides too (-1: not);
+				 * ours to close once the answer is sent */
 	bool closing; /* close once the pending response is written */
 	bool gone;    /* connection finished; free when no op is in flight */
 	struct attachment att[ATTACH_MAX];
@@ -116,6 +119,9 @@ static void detach_all(struct ctl_client *c)
 			if (f->view)
 				fr_prod_leave(&f->view->ring, c->att[i].slot,
 					      (uint32_t)c->att[i].gen);
+			if (c->att[i].bell_page)
+				mover_bell_put(c->srv->peers,
+					       c->att[i].bell_page);
 		}
 		if (c->att[i].ended)
 			f->producers_ended--;
@@ -136,6 +142,9 @@ static void response_done(struct ctl_client *c)
 	if (c->out_flow)
 		flow_put(c->out_flow);
 	c->out_flow = NULL;
+	if (c->out_bell_fd >= 0)
+		close(c->out_bell_fd);
+	c->out_bell_fd = -1;
 }
 
 static void maybe_free(struct ctl_client *c)
@@ -229,7 +238,8 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 		int fds[2] = { pass->ring_fd, c->out_bell_fd };
 		unsigned n = c->out_bell_fd >= 0 ? 2 : 1;
 
-		/* the bell page's fd lives as long as moverd: no reference */
+		/* the bell page's fd is a copy of our own, closed when the
+		 * send is done (response_done) */
 		c->msg.msg_control = c->cmsg;
 		c->msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
 		cm = CMSG_FIRSTHDR(&c->msg);
@@ -240,7 +250,6 @@ static void respond(struct ctl_client *c, Flowmover__Response *resp,
 		c->out_flow = flow_get(pass);
 		flows_expose(pass);
 	}
-	c->out_bell_fd = -1;
 	sqe = loop_sqe(c->srv->loop, &c->wr, write_done);
 	if (!sqe) {
 		client_gone(c);
@@ -916,7 +925,7 @@ static bool take_prod_slot(struct ctl_client *c, uint64_t id, struct flow *f,
  * a producer of a flow to another host, its bit in the doorbell pages and
  * the fd of its own uid's page (peer.h, struct bell_page). */
 static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
-			   const struct attachment *att)
+			   struct attachment *att)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
 	Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
@@ -936,9 +945,12 @@ static void respond_attach(struct ctl_client *c, uint64_t id, struct flow *f,
 	if (att->role == FLOWSHM_PRODUCER) {
 		fi.bell_index = mover_bell_index(c->srv->peers, f);
 		if (fi.bell_index)
-			c->out_bell_fd = mover_bell_fd(c->srv->peers, c->uid);
-		if (c->out_bell_fd < 0)
+			c->out_bell_fd = mover_bell_take(c->srv->peers, c->uid,
+							 &att->bell_page);
+		if (c->out_bell_fd < 0) {
+			c->out_bell_fd = -1;
 			fi.bell_index = 0;
+		}
 	}
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
 	resp.flow = &fi;
@@ -1008,7 +1020,7 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 	log_debug("flow %s: pid %d attached as %s", f->name, (int)c->pid,
 		  role == FLOWSHM_CONSUMER ? "consumer" : "producer");
 	flows_status(f);
-	respond_attach(c, id, f, &att);
+	respond_attach(c, id, f, &c->att[c->n_att - 1]);
 }
 
 /* A producer attached on this connection ends its stream. */
@@ -1231,6 +1243,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.bell_page = mover_bell_pages(c->srv->peers) > 0 &&
 		       c->srv->peers->bell_mode != BELL_POLL;
 	st.bell_pages = mover_bell_pages(c->srv->peers);
+	st.bell_shared_producers = mover_bell_shared(c->srv->peers);
 	st.bell_flows = c->srv->peers->bell_next -
 			c->srv->peers->n_bell_free;
 	if (c->srv->idle) {

@@ -689,7 +689,7 @@ static int build_data(struct peer *p)
  * late (the sweep), never an index moverd trusts.  Index of the new page,
  * or a negative errno.
  */
-static int bell_page_new(struct peer_mgr *m, uid_t uid)
+static int bell_page_new(struct peer_mgr *m, uid_t uid, bool shared)
 {
 	int fd = memfd_create("flowmover-bell", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	void *map;
@@ -710,7 +710,10 @@ static int bell_page_new(struct peer_mgr *m, uid_t uid)
 		return -ENOMEM;
 	}
 	fb_format(map, (uint64_t)time(NULL));
-	m->bells[m->n_bells] = (struct bell_page){ map, fd, uid };
+	m->bells[m->n_bells] = (struct bell_page){
+		.map = map, .fd = fd, .uid = uid, .id = ++m->bell_serial,
+		.shared = shared,
+	};
 	return (int)m->n_bells++;
 }
 
@@ -720,7 +723,8 @@ int mover_bell_start(struct peer_mgr *m)
 
 	m->bell_flows = calloc(FB_BITS, sizeof(*m->bell_flows));
 	m->bell_free = calloc(FB_BITS, sizeof(*m->bell_free));
-	rc = m->bell_flows && m->bell_free ? bell_page_new(m, 0) : -ENOMEM;
+	rc = m->bell_flows && m->bell_free ? bell_page_new(m, 0, false) :
+					     -ENOMEM;
 	if (rc >= 0)
 		return 0;
 	free(m->bell_flows);
@@ -731,9 +735,10 @@ int mover_bell_start(struct peer_mgr *m)
 }
 
 /* The mover sleeps on the old set of pages: end that wait, so that the
- * next sleep waits on the new page's word too (its producers may ring as
+ * next sleep waits on the new set (a new page's producers may ring as
  * soon as they have the attach answer; a bit rung meanwhile is collected
- * when the wait ends). */
+ * when the wait ends; a page nobody uses any more is freed once no wait
+ * refers to it). */
 static void bell_wait_renew(struct peer_mgr *m)
 {
 	if (!m->bell_op.busy)
@@ -744,43 +749,112 @@ static void bell_wait_renew(struct peer_mgr *m)
 		loop_cancel(m->loop, &m->bell_op);
 }
 
-/* The page of uid: its own, made at its first producer's attach; the
- * last page once BELL_PAGES are made (or if a new one cannot be). */
-static const struct bell_page *bell_page_of(struct peer_mgr *m, uid_t uid)
+/* Does a wait (the io_uring operation, or the thread's system call) still
+ * refer to the pages' futex words? */
+static bool bell_wait_busy(const struct peer_mgr *m)
 {
-	static struct log_limit lim;
-	int i;
-
-	for (unsigned k = 0; k < m->n_bells; k++)
-		if (m->bells[k].uid == uid)
-			return &m->bells[k];
-	if (m->n_bells == BELL_PAGES) {
-		log_limited(&lim, LOG_LVL_WARN, "doorbell: producers of more "
-			    "than %u uids: uid %u shares the page of uid %u",
-			    BELL_PAGES, (unsigned)uid,
-			    (unsigned)m->bells[m->n_bells - 1].uid);
-		return &m->bells[m->n_bells - 1];
-	}
-	i = bell_page_new(m, uid);
-	if (i < 0) {
-		log_limited(&lim, LOG_LVL_WARN, "doorbell: no page for uid %u "
-			    "(%s): it shares the page of uid %u", (unsigned)uid,
-			    strerror(-i), (unsigned)m->bells[m->n_bells - 1].uid);
-		return &m->bells[m->n_bells - 1];
-	}
-	log_debug("doorbell: page %d for uid %u", i, (unsigned)uid);
-	bell_wait_renew(m);
-	return &m->bells[i];
+	if (m->bell_mode == BELL_THREAD)
+		return bell_thread_waiting(m->bell_thread);
+	return m->bell_op.busy;
 }
 
-int mover_bell_fd(struct peer_mgr *m, uid_t uid)
+static int bell_page_find(const struct peer_mgr *m, uid_t uid, bool shared)
 {
-	return m->n_bells ? bell_page_of(m, uid)->fd : -1;
+	for (unsigned k = 0; k < m->n_bells; k++)
+		if (m->bells[k].shared == shared &&
+		    (shared || m->bells[k].uid == uid))
+			return (int)k;
+	return -1;
+}
+
+/*
+ * The page for a producer of uid: its own (made at its first producer's
+ * attach), or, with BELL_PAGES - 1 pages of single uids in use, the one
+ * page the uids past them share.  A uid never shares a page with the
+ * uids that have one of their own.  Index, or a negative errno.
+ */
+static int bell_page_for(struct peer_mgr *m, uid_t uid)
+{
+	static struct log_limit lim;
+	unsigned own = m->n_bells - (bell_page_find(m, 0, true) >= 0);
+	int k = bell_page_find(m, uid, false);
+
+	if (k >= 0)
+		return k;
+	if (own < BELL_PAGES - 1) {
+		k = bell_page_new(m, uid, false);
+		if (k >= 0) {
+			log_debug("doorbell: page %d for uid %u", k,
+				  (unsigned)uid);
+			bell_wait_renew(m);
+			return k;
+		}
+		log_limited(&lim, LOG_LVL_WARN, "doorbell: no page of its own "
+			    "for uid %u (%s): it takes the shared page",
+			    (unsigned)uid, strerror(-k));
+	} else {
+		log_limited(&lim, LOG_LVL_WARN, "doorbell: producers of more "
+			    "than %u uids at once: uid %u takes the page the "
+			    "uids past them share", BELL_PAGES - 1,
+			    (unsigned)uid);
+	}
+	k = bell_page_find(m, 0, true);
+	if (k >= 0)
+		return k;
+	k = bell_page_new(m, (uid_t)-1, true);
+	if (k >= 0)
+		bell_wait_renew(m);
+	return k;
+}
+
+int mover_bell_take(struct peer_mgr *m, uid_t uid, uint64_t *page)
+{
+	int k, fd;
+
+	*page = 0;
+	if (!m->n_bells)
+		return -ENOENT;
+	k = bell_page_for(m, uid);
+	if (k < 0)
+		return k;
+	/* a copy: the page may be freed before the answer is sent */
+	fd = fcntl(m->bells[k].fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		int rc = -errno;
+
+		if (k > 0 && !m->bells[k].producers)
+			m->bells_unused++; /* a page just made, for nobody */
+		return rc;
+	}
+	m->bells[k].producers++;
+	*page = m->bells[k].id;
+	return fd;
+}
+
+void mover_bell_put(struct peer_mgr *m, uint64_t page)
+{
+	for (unsigned k = 0; k < m->n_bells; k++) {
+		if (m->bells[k].id != page)
+			continue;
+		/* root's page (0) stays */
+		if (--m->bells[k].producers == 0 && k > 0) {
+			m->bells_unused++;
+			bell_wait_renew(m);
+		}
+		return;
+	}
 }
 
 unsigned mover_bell_pages(const struct peer_mgr *m)
 {
 	return m->n_bells;
+}
+
+unsigned mover_bell_shared(const struct peer_mgr *m)
+{
+	int k = bell_page_find(m, 0, true);
+
+	return k >= 0 ? m->bells[k].producers : 0;
 }
 
 unsigned mover_bell_index(struct peer_mgr *m, struct flow *f)
@@ -854,6 +928,29 @@ static void collect_bell(struct peer_mgr *m)
 {
 	for (unsigned k = 0; k < m->n_bells; k++)
 		collect_page(m, m->bells[k].map);
+}
+
+/* Pages whose producers all left are unmapped once no wait refers to
+ * them; a client that keeps its mapping rings a page nobody reads (its
+ * own uid's: its flows are gone from it).  Root's page (0) stays. */
+static void bells_free_unused(struct peer_mgr *m)
+{
+	if (bell_wait_busy(m))
+		return;
+	for (unsigned k = 1; k < m->n_bells;) {
+		struct bell_page *p = &m->bells[k];
+
+		if (p->producers) {
+			k++;
+			continue;
+		}
+		collect_page(m, p->map); /* what its last producers rang */
+		log_debug("doorbell: page of uid %u freed", (unsigned)p->uid);
+		munmap(p->map, FB_BYTES);
+		close(p->fd);
+		*p = m->bells[--m->n_bells];
+	}
+	m->bells_unused = 0;
 }
 
 /*
@@ -1137,6 +1234,8 @@ int peer_do_work(struct peer_mgr *m)
 
 	reap_peers(m);
 	collect_bell(m);
+	if (m->bells_unused)
+		bells_free_unused(m);
 	work = m->rdma ? rdma_transport.poll(m) : 0;
 	work += (int)m->rx_deposits;
 	m->rx_deposits = 0;

@@ -7,6 +7,7 @@
 #ifndef MOVERD_MOVER_H
 #define MOVERD_MOVER_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct peer_mgr;
@@ -35,23 +36,31 @@ void peer_woke(struct peer_mgr *m);
 /*
  * The doorbell pages (ipc/bell.h), one per uid of producers (peer.h,
  * struct bell_page): root's made at start, another uid's at its first
- * producer's attach.  Producers ring their flow's bit in their uid's page,
- * and an idle mover sleeps on the futex words of all pages at once.
- * mover_bell_index gives a sender flow its bit (plus one; 0: none), the
- * same in every page, for the attach answer with mover_bell_fd (the page
- * of the attaching uid); mover_forget_flow gives it back
+ * producer's attach, freed when its last one leaves.  Producers ring their
+ * flow's bit in their uid's page, and an idle mover sleeps on the futex
+ * words of all pages at once.  mover_bell_index gives a sender flow its
+ * bit (plus one; 0: none), the same in every page, for the attach answer
+ * with mover_bell_take; mover_forget_flow gives it back
  * (peer_destroy_flow).  mover_sweep (the timer, a slice at a time) re-arms
  * idle flows and visits those with records, whatever a client did to the
- * bits.  Pages live as long as moverd: a response in flight may still
- * carry an fd.
+ * bits.
  */
 struct flow;
 int mover_bell_start(struct peer_mgr *m);
-/* The page fd for producers of uid (-1: no doorbell). */
-int mover_bell_fd(struct peer_mgr *m, uid_t uid);
+/*
+ * The page for one more producer of uid: a new fd of it (the caller
+ * closes it once the answer that carries it is sent: the page may be gone
+ * by then) and, in *page, what to give mover_bell_put when that producer
+ * leaves.  A negative errno: no doorbell for it (its records are found by
+ * the sweep).
+ */
+int mover_bell_take(struct peer_mgr *m, uid_t uid, uint64_t *page);
+void mover_bell_put(struct peer_mgr *m, uint64_t page);
 unsigned mover_bell_index(struct peer_mgr *m, struct flow *f);
-/* Doorbell pages made so far (0: none, an idle mover polls). */
+/* Doorbell pages in use (0: none, an idle mover polls). */
 unsigned mover_bell_pages(const struct peer_mgr *m);
+/* Producers on the page the uids past BELL_PAGES - 1 share. */
+unsigned mover_bell_shared(const struct peer_mgr *m);
 void mover_forget_flow(struct peer_mgr *m, struct flow *f);
 /* f has work: a sender flow opened (again), a receiver flow owes an
  * acknowledgement: visit it in the next cycle. */

@@ -42,15 +42,20 @@ struct fr_bell;
  * A doorbell page of one uid (mover.c): a client maps the page of its own
  * uid only, so the bits and the `sleeping` flag it may set or clear are
  * those its own producers ring; no other user's flow waits for the sweep
- * because of it.  BELL_PAGES at most (futex_waitv takes 128 words; the
- * doorbell thread keeps one for itself); the uids after them share the
- * last page.
+ * because of it.  A page lives while producers of its uid are attached
+ * (root's for good).  BELL_PAGES at most (futex_waitv takes 128 words;
+ * the doorbell thread keeps one for itself): with BELL_PAGES - 1 uids'
+ * pages in use, the uids past them share one more page, never another
+ * uid's own.
  */
 #define BELL_PAGES 64u
 struct bell_page {
 	struct fr_bell *map;
 	int fd;
-	uid_t uid;
+	uid_t uid;          /* whose (none for the shared page) */
+	bool shared;        /* the page of the uids past BELL_PAGES - 1 */
+	unsigned producers; /* attached producers that were handed it */
+	uint64_t id;        /* never reused: how an attachment names it */
 };
 
 struct flow_list {
@@ -93,6 +98,9 @@ struct peer_mgr {
 	struct loop_op bell_op;   /* the FUTEX_WAITV, or the eventfd read */
 	struct bell_page bells[BELL_PAGES];
 	unsigned n_bells;
+	unsigned bells_unused;    /* pages whose producers all left, to free
+				   * once no wait refers to them */
+	uint64_t bell_serial;     /* the last page's id */
 	struct flow **bell_flows; /* bit -> flow (NULL: free), ours only: one
 				   * index a flow, the same in every page */
 	uint32_t *bell_free;      /* bits given back, to hand out again */

@@ -32,7 +32,11 @@
  *      `sleeping` flag of its doorbell page as fast as it can: that page
  *      is its uid's own (another inode than root's), and root's sparse
  *      records, 20 ms apart, still end moverd's sleeps by the doorbell;
- *      (a) the kernel's doorbell, (b) --doorbell thread
+ *      (a) the kernel's doorbell, (b) --doorbell thread; (c, d) the
+ *      same two: 70 uids' producers attach one after another, each gets
+ *      a page that is freed when it leaves; then all at once: 62 pages of
+ *      their own, the last 8 share one more (never another uid's own);
+ *      pages freed by the leavers are taken again
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -41,6 +45,7 @@
 #include <sys/ioctl.h>
 
 #define NOBODY 65534u
+#define BELL_PAGES_TEST 64u /* moverd/peer.h, BELL_PAGES */
 #define KIB 1024ull
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
@@ -1253,6 +1258,29 @@ static uint64_t status_u64(const struct hd *d, const char *key)
 	return hj_u64(out, key);
 }
 
+/* Wait (10 s at most) until d has pages doorbell pages, shared producers
+ * on the shared one. */
+static bool pages_are(const struct hd *d, uint64_t pages, uint64_t shared)
+{
+	uint64_t end = tu_now_ns() + 10000000000ull, p = 0, s = 0;
+
+	while (tu_now_ns() < end) {
+		char out[16384];
+
+		CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out),
+			     "--json status") == 0);
+		p = hj_u64(out, "bell_pages");
+		s = hj_u64(out, "bell_shared_producers");
+		if (p == pages && s == shared)
+			return true;
+		usleep(20000);
+	}
+	printf("  doorbell pages: %llu (%llu producers shared), want %llu "
+	       "(%llu)\n", (unsigned long long)p, (unsigned long long)s,
+	       (unsigned long long)pages, (unsigned long long)shared);
+	return false;
+}
+
 static void bell_pages(const char *doorbell)
 {
 	static const char *const names[] = { "p", NULL };
@@ -1288,19 +1316,19 @@ static void bell_pages(const char *doorbell)
 	recv_sparse(cons8);
 	bell_child_done(kid);
 	rings1 = status_u64(&a, "doorbell_rings");
-	printf("  doorbell pages: root's inode %lu, uid %u's %lu; %llu pages\n",
-	       root_ino, NOBODY, other_ino,
-	       (unsigned long long)status_u64(&a, "bell_pages"));
+	printf("  doorbell pages: root's inode %lu, uid %u's %lu\n",
+	       root_ino, NOBODY, other_ino);
 	printf("  n8 (uid %u): %d records 20 ms apart, in order; %llu sleeps "
 	       "ended by the doorbell\n", NOBODY, BELL_RECORDS,
 	       (unsigned long long)(rings1 - rings0));
 	CHECK(root_ino && other_ino && other_ino != root_ino);
-	CHECK(status_u64(&a, "bell_pages") == 2);
 	CHECK(rings1 - rings0 >= BELL_RECORDS / 2);
+	/* its producer gone, its page is freed (case 8c) */
+	CHECK(pages_are(&a, 1, 0));
 
 	/* root's sparse records while uid 65534 scribbles its own page */
 	scribbler_ino = bell_child_ino(&a, "n8", 4000, &kid);
-	CHECK(scribbler_ino == other_ino);
+	CHECK(scribbler_ino != root_ino);
 	rings0 = status_u64(&a, "doorbell_rings");
 	send_sparse(prod);
 	recv_sparse(cons);
@@ -1332,6 +1360,146 @@ static void case_bell_pages_thread(void)
 {
 	if (variant("b"))
 		bell_pages("thread");
+}
+
+/* ---- case 8c/8d: a page lives while its uid has producers --------------- */
+
+#define LIFE_UIDS 70u     /* more uids than pages (BELL_PAGES, 64) */
+#define LIFE_UID0 20000u
+#define LIFE_FLOWS 5u     /* 16 uids may attach to each (FLOW_ALLOW_MAX) */
+
+/* A producer of flow as uid, attached until killed: its page's inode. */
+static pid_t bell_holder(const struct hd *d, uid_t uid, const char *flow,
+			 unsigned long *ino)
+{
+	int up[2];
+	flowshm_t *f;
+	pid_t pid;
+
+	CHECK(pipe(up) == 0);
+	pid = hx_fork_as(d, uid);
+	if (!pid) {
+		unsigned long i;
+
+		close(up[0]);
+		if (flowshm_attach(flow, FLOWSHM_PRODUCER, NULL, &f) ||
+		    !f->ring.bell)
+			_exit(3);
+		i = bell_inode();
+		if (write(up[1], &i, sizeof(i)) != sizeof(i))
+			_exit(4);
+		pause();
+		_exit(0);
+	}
+	close(up[1]);
+	*ino = 0;
+	CHECK(read(up[0], ino, sizeof(*ino)) == sizeof(*ino) && *ino);
+	close(up[0]);
+	return pid;
+}
+
+static void holder_end(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, &st, 0) == pid);
+}
+
+static void life_flows(struct hd *a, const struct hd *b)
+{
+	for (unsigned k = 0; k < LIFE_FLOWS; k++) {
+		char cmd[1024], out[4096], name[16];
+		int n;
+
+		snprintf(name, sizeof(name), "u%u", k);
+		n = snprintf(cmd, sizeof(cmd), "flow create %s --peer "
+			     "127.0.0.1:%d --ring-size 64K --max-record 1024",
+			     name, b->port);
+		for (unsigned i = 0; i < 16; i++)
+			n += snprintf(cmd + n, sizeof(cmd) - (size_t)n,
+				      " --allow-uid %u", LIFE_UID0 + k * 16 + i);
+		CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "%s", cmd) == 0);
+		CHECK(hd_wait_state(a, moverctl_bin, name, "open", 10000, NULL,
+				    0));
+	}
+}
+
+static const char *life_flow(unsigned i)
+{
+	static char name[16];
+
+	snprintf(name, sizeof(name), "u%u", i / 16);
+	return name;
+}
+
+static void bell_life(const char *doorbell)
+{
+	static const char *const names[] = { NULL };
+	unsigned long ino[LIFE_UIDS];
+	pid_t kid[LIFE_UIDS];
+	unsigned own = BELL_PAGES_TEST - 2; /* root's and the shared one */
+	struct hd a, b;
+
+	two_daemons_bell(&a, &b, doorbell ? "hostile8d" : "hostile8c", names,
+			 doorbell);
+	life_flows(&a, &b);
+	CHECK(pages_are(&a, 1, 0));
+
+	/* one uid after another: each its own page, freed when it leaves,
+	 * however many uids came before */
+	for (unsigned i = 0; i < LIFE_UIDS; i++) {
+		kid[i] = bell_holder(&a, LIFE_UID0 + i, life_flow(i), &ino[i]);
+		CHECK(pages_are(&a, 2, 0));
+		holder_end(kid[i]);
+		CHECK(pages_are(&a, 1, 0));
+	}
+	printf("  %u uids one after another: a page each, freed as it left\n",
+	       LIFE_UIDS);
+
+	/* all at once: 62 own pages, and the last 8 share one more */
+	for (unsigned i = 0; i < LIFE_UIDS; i++)
+		kid[i] = bell_holder(&a, LIFE_UID0 + i, life_flow(i), &ino[i]);
+	CHECK(pages_are(&a, BELL_PAGES_TEST, LIFE_UIDS - own));
+	for (unsigned i = 0; i < LIFE_UIDS; i++)
+		for (unsigned j = 0; j < i; j++)
+			CHECK((ino[i] == ino[j]) == (i >= own && j >= own));
+	printf("  %u uids at once: %u pages of their own, %u producers on "
+	       "the shared page (inode %lu)\n", LIFE_UIDS, own,
+	       LIFE_UIDS - own, ino[LIFE_UIDS - 1]);
+
+	/* one of the sharers leaves: the page stays for the others; then
+	 * an owner leaves, and a new uid gets the page it freed */
+	holder_end(kid[LIFE_UIDS - 1]);
+	CHECK(pages_are(&a, BELL_PAGES_TEST, LIFE_UIDS - own - 1));
+	holder_end(kid[0]);
+	CHECK(pages_are(&a, BELL_PAGES_TEST - 1, LIFE_UIDS - own - 1));
+	kid[0] = bell_holder(&a, LIFE_UID0 + LIFE_UIDS - 1,
+			     life_flow(LIFE_UIDS - 1), &ino[0]);
+	CHECK(pages_are(&a, BELL_PAGES_TEST, LIFE_UIDS - own - 1));
+	for (unsigned j = 1; j < LIFE_UIDS - 1; j++)
+		CHECK(ino[0] != ino[j]);
+	for (unsigned i = 0; i < LIFE_UIDS - 1; i++)
+		holder_end(kid[i]);
+	CHECK(pages_are(&a, 1, 0));
+	printf("  all gone: root's page alone\n");
+	hd_alive(&a);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* 8c: the doorbell the kernel offers */
+static void case_bell_life(void)
+{
+	if (variant("c"))
+		bell_life(NULL);
+}
+
+/* 8d: the doorbell thread */
+static void case_bell_life_thread(void)
+{
+	if (variant("d"))
+		bell_life("thread");
 }
 
 static void case_smoke(void)
@@ -1381,6 +1549,10 @@ int main(int argc, char **argv)
 		{ 8, case_bell_pages, "8a: a client clears its doorbell page: "
 		  "its uid's own; root's records still wake moverd" },
 		{ 8, case_bell_pages_thread, "8b: the same with the doorbell "
+		  "thread" },
+		{ 8, case_bell_life, "8c: a doorbell page lives while its uid "
+		  "has producers; the uids past 63 share one" },
+		{ 8, case_bell_life_thread, "8d: the same with the doorbell "
 		  "thread" },
 	};
 
