@@ -13,10 +13,10 @@
 #include "bell_thread.h"
 
 #include "futex.h"
+#include "helper_thread.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -78,19 +78,6 @@ static void *bell_main(void *arg)
 	}
 }
 
-/* The thread must not take moverd's signals (they go to its signalfd). */
-static int start_thread(struct bell_thread *bt)
-{
-	sigset_t all, old;
-	int rc;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&bt->thread, NULL, bell_main, bt);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return rc;
-}
-
 struct bell_thread *bell_thread_start(void)
 {
 	struct bell_thread *bt;
@@ -107,7 +94,7 @@ struct bell_thread *bell_thread_start(void)
 		free(bt);
 		return NULL;
 	}
-	rc = start_thread(bt);
+	rc = helper_thread_start(&bt->thread, bell_main, bt);
 	if (rc) {
 		close(bt->efd);
 		free(bt);

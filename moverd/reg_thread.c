@@ -10,11 +10,11 @@
  */
 #include "reg_thread.h"
 #include "ring.h"
+#include "helper_thread.h"
 
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -87,7 +87,6 @@ static void *reg_main(void *arg)
 struct reg_thread *reg_thread_start(void)
 {
 	struct reg_thread *rt = calloc(1, sizeof(*rt));
-	sigset_t all, old;
 	int rc;
 
 	if (!rt)
@@ -100,13 +99,9 @@ struct reg_thread *reg_thread_start(void)
 		free(rt);
 		return NULL;
 	}
-	/* the thread must not take moverd's signals (they go to its
-	 * signalfd).  Pinning a shrunk ring file's pages fails with EFAULT
-	 * in the kernel, it raises no SIGBUS here. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&rt->thread, NULL, reg_main, rt);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	/* pinning a shrunk ring file's pages fails with EFAULT in the
+	 * kernel, it raises no SIGBUS here */
+	rc = helper_thread_start(&rt->thread, reg_main, rt);
 	if (rc) {
 		close(rt->efd);
 		free(rt);

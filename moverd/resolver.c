@@ -23,11 +23,11 @@
  * frees the block itself.
  */
 #include "resolver.h"
+#include "helper_thread.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,17 +173,11 @@ static void *resolver_main(void *arg)
 	return NULL;
 }
 
-/* The thread must not take moverd's signals (they go to its signalfd). */
 static int start_thread(struct resolver_shared *sh)
 {
-	sigset_t all, old;
 	pthread_t th;
-	int rc;
+	int rc = helper_thread_start(&th, resolver_main, sh);
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(&th, NULL, resolver_main, sh);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!rc)
 		pthread_detach(th); /* see resolver_stop */
 	return rc;

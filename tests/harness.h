@@ -854,17 +854,22 @@ static inline bool hc_wanted(const char *env, int n)
 	return false;
 }
 
-/* Run the selected cases in order; a failed CHECK exits non-zero. */
+/* Run the selected cases in order, each timed; a failed CHECK exits
+ * non-zero. */
 static inline int hc_run(const struct hcase *cases, size_t n, const char *env)
 {
 	signal(SIGPIPE, SIG_IGN);
 	for (size_t i = 0; i < n; i++) {
 		if (!hc_wanted(env, cases[i].n))
 			continue;
+		uint64_t t0 = tu_now_ns();
+
 		printf("case %d: %s\n", cases[i].n, cases[i].what);
 		fflush(stdout);
 		cases[i].fn();
-		printf("case %d: ok\n", cases[i].n);
+		/* how long, so that a suite's time can be planned (CI) */
+		printf("case %d: ok (%.1f s)\n", cases[i].n,
+		       (double)(tu_now_ns() - t0) / 1e9);
 		fflush(stdout);
 	}
 	return 0;
