@@ -902,6 +902,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 			 const struct fmc_map *m)
 {
 	char a[64], b[32], c[32], d[16], e[16], g[40], h[32], id[160];
+	char shared[64];
 	struct table t = { .ncol = 9 };
 
 	if (json) {
@@ -1015,10 +1016,12 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("cpu", "%.2f s user, %.2f s system", (double)s->cpu_user_ns / 1e9,
 	   (double)s->cpu_sys_ns / 1e9);
 	kv("open fds", "%" PRIu64, s->open_fds);
+	snprintf(shared, sizeof(shared), "; %" PRIu32 " producers of uids "
+		 "past 63 share the last", s->bell_shared_producers);
 	kv("doorbell page", "%s, %" PRIu32 " sender flows hold a bit, %"
-	   PRIu32 " pages (one per uid; %" PRIu32 " producers of uids past "
-	   "63 share one)", s->bell_page ? "yes" : "no (polls)",
-	   s->bell_flows, s->bell_pages, s->bell_shared_producers);
+	   PRIu32 " pages (one per uid of producers%s)",
+	   s->bell_page ? "yes" : "no (polls)", s->bell_flows, s->bell_pages,
+	   s->bell_shared_producers ? shared : "");
 	kv("idle", "%s: %" PRIu64 " empty cycles polled, %" PRIu64
 	   " back-offs (cpu contended)", dash(s->idle), s->idle_polls,
 	   s->idle_backoffs);

@@ -1200,6 +1200,10 @@ int peer_prepare_sleep(struct peer_mgr *m)
 		return 0; /* completions arrived meanwhile */
 	if (!m->n_bells || m->bell_mode == BELL_POLL)
 		return sleep_cap(armed, m->bell_next ? 1 : 1000);
+	/* before the next wait is armed: once armed on an unused page, the
+	 * doorbell thread would keep it until a producer rings */
+	if (m->bells_unused)
+		bells_free_unused(m);
 	if (bells_prepare_sleep(m) || active_ready(m)) {
 		peer_woke(m);
 		return 0;

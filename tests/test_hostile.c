@@ -1440,11 +1440,13 @@ static void bell_life(const char *doorbell)
 	pid_t kid[LIFE_UIDS];
 	unsigned own = BELL_PAGES_TEST - 2; /* root's and the shared one */
 	struct hd a, b;
+	int fds;
 
 	two_daemons_bell(&a, &b, doorbell ? "hostile8d" : "hostile8c", names,
 			 doorbell);
 	life_flows(&a, &b);
 	CHECK(pages_are(&a, 1, 0));
+	fds = hd_fds(&a);
 
 	/* one uid after another: each its own page, freed when it leaves,
 	 * however many uids came before */
@@ -1482,7 +1484,10 @@ static void bell_life(const char *doorbell)
 	for (unsigned i = 0; i < LIFE_UIDS - 1; i++)
 		holder_end(kid[i]);
 	CHECK(pages_are(&a, 1, 0));
-	printf("  all gone: root's page alone\n");
+	/* every page's fd and every copy handed out is closed */
+	CHECK(hd_wait_fds_pid(a.pid, fds, 5000));
+	printf("  all gone: root's page alone, moverd's fds at %d as before\n",
+	       fds);
 	hd_alive(&a);
 	hd_stop(&a);
 	hd_stop(&b);
