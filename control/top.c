@@ -371,6 +371,8 @@ static void daemon_row(struct frame *f, struct ctl_src *c,
 	v[FMC_D_DOORBELL_RINGS] = s->doorbell_rings;
 	v[FMC_D_RING_TO_ALLOCATE] = s->ring_to_allocate_bytes;
 	v[FMC_D_RING_TO_FREE] = s->ring_to_free_bytes;
+	v[FMC_D_BELL_PAGES] = s->bell_pages;
+	v[FMC_D_BELL_SHARED] = s->bell_shared_producers;
 }
 
 static int ctl_status(struct ctl_src *c, struct frame *f)
@@ -782,7 +784,7 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		"clients", "fds", "flows", "peers", "requests",
 		"bad_requests", "clients_refused", "peers_refused",
 		"doorbell_rings", "sampler_ns", "ring_to_allocate",
-		"ring_to_free",
+		"ring_to_free", "bell_pages", "bell_shared",
 	};
 	/* a name for every value (a new one without would print "(null)") */
 	_Static_assert(sizeof(fnames) / sizeof(fnames[0]) == FMC_F_SUB0,

@@ -163,6 +163,9 @@ enum fmc_daemon {
 	FMC_D_RING_TO_ALLOCATE, /* ring bytes fills have yet to allocate (gauge) */
 	FMC_D_RING_TO_FREE,    /* allocated bytes of destroyed rings that
 				* punches have yet to free (gauge) */
+	FMC_D_BELL_PAGES,      /* doorbell pages in use (gauge) */
+	FMC_D_BELL_SHARED,     /* producers on the page the uids past 63
+				* share (gauge; 0: no uid shares) */
 	FMC_D_COUNT
 };
 

@@ -431,6 +431,13 @@ static void render_daemon(struct buf *b, const struct fmc_header *h,
 	daemon_one(b, om, "flowmover_ring_to_free_bytes", "gauge",
 		   "Allocated bytes of destroyed rings moverd has yet to free.",
 		   d->v[FMC_D_RING_TO_FREE], 0);
+	daemon_one(b, om, "flowmover_doorbell_pages", "gauge",
+		   "Doorbell pages in use: root's and one per uid with "
+		   "producers attached (64 at most).",
+		   d->v[FMC_D_BELL_PAGES], 0);
+	daemon_one(b, om, "flowmover_doorbell_shared_producers", "gauge",
+		   "Producers on the one page the uids past 63 share.",
+		   d->v[FMC_D_BELL_SHARED], 0);
 	daemon_one(b, om, "flowmover_flows_unrecorded", "gauge",
 		   "Flows beyond the counters file's records (not shown here).",
 		   atomic_load_explicit(&((struct fmc_header *)h)->flows_unrecorded,

@@ -1406,6 +1406,25 @@ static void holder_end(pid_t pid)
 	CHECK(waitpid(pid, &st, 0) == pid);
 }
 
+/* The same from the counters file (moverctl top, /metrics): a pass every
+ * 100 ms writes it; wait up to 5 s. */
+static bool counted_pages(const struct hd *d, uint64_t pages,
+			  uint64_t shared)
+{
+	uint64_t end = tu_now_ns() + 5000000000ull;
+
+	while (tu_now_ns() < end) {
+		char out[65536];
+
+		CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out),
+			     "top --once --json") == 0);
+		if (hj_u64(out, "bell_pages") == pages &&
+		    hj_u64(out, "bell_shared") == shared)
+			return true;
+	}
+	return false;
+}
+
 static void life_flows(struct hd *a, const struct hd *b)
 {
 	for (unsigned k = 0; k < LIFE_FLOWS; k++) {
@@ -1463,6 +1482,7 @@ static void bell_life(const char *doorbell)
 	for (unsigned i = 0; i < LIFE_UIDS; i++)
 		kid[i] = bell_holder(&a, LIFE_UID0 + i, life_flow(i), &ino[i]);
 	CHECK(pages_are(&a, BELL_PAGES_TEST, LIFE_UIDS - own));
+	CHECK(counted_pages(&a, BELL_PAGES_TEST, LIFE_UIDS - own));
 	for (unsigned i = 0; i < LIFE_UIDS; i++)
 		for (unsigned j = 0; j < i; j++)
 			CHECK((ino[i] == ino[j]) == (i >= own && j >= own));
