@@ -35,8 +35,9 @@
  *      (a) the kernel's doorbell, (b) --doorbell thread; (c, d) the
  *      same two: 70 uids' producers attach one after another, each gets
  *      a page that is freed when it leaves; then all at once: 62 pages of
- *      their own, the last 8 share one more (never another uid's own);
- *      pages freed by the leavers are taken again
+ *      their own, the last 8 share one more (never another uid's own;
+ *      status and the counters file say so); pages freed by the leavers
+ *      are taken again; at the end moverd's fds are back where they were
  */
 #include "harness.h"
 #include "flowshm_internal.h"

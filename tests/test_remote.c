@@ -1122,9 +1122,12 @@ static uint64_t scaled(uint64_t n)
 	return v < 50 ? 50 : v;
 }
 
+static uint64_t case_t0; /* when the running case began */
+
 static void case_begin(int n, const char *name, unsigned alarm_s)
 {
 	cur_case = n;
+	case_t0 = tu_now_ns();
 	printf("# case %d: %s\n", n, name);
 	fflush(stdout);
 	alarm(alarm_s);
@@ -1133,6 +1136,8 @@ static void case_begin(int n, const char *name, unsigned alarm_s)
 static void case_end(int n, const char *name)
 {
 	alarm(0);
+	/* how long, so that the suite's time can be planned (CI) */
+	printf("# case %d took %.1f s\n", n, (tu_now_ns() - case_t0) / 1e9);
 	if (skip_reason)
 		printf("ok %d - %s # SKIP %s\n", n, name, skip_reason);
 	else
