@@ -207,6 +207,20 @@ static struct fo_pos flow_pos(const struct hd *d, const char *addr)
 	return pos;
 }
 
+/* Wait (a while; it goes on regardless) until the sender a's peer addr
+ * (NULL: the first, whose slot the ring's head is) acknowledged
+ * everything produced: it is then never max_lag behind. */
+static void wait_acked(const struct hd *a, const char *addr)
+{
+	for (int i = 0; i < 400; i++) {
+		struct fo_pos at = flow_pos(a, addr);
+
+		if ((addr ? at.acked : at.head) == at.tail)
+			return;
+		usleep(2000);
+	}
+}
+
 /* The JSON object of peer addr in flow NAME's "peers" (in out). */
 static const char *peer_json(const struct hd *d, const char *name,
 			     const char *addr, char *out, size_t cap)
@@ -624,13 +638,7 @@ static void case_max_lag(void)
 	 * never max_lag behind, C (which nobody reads) soon is */
 	for (uint64_t s = 0; s < n; s += 8) {
 		produce(p, s, 8);
-		for (int i = 0; i < 400; i++) {
-			struct fo_pos at = flow_pos(&t.a, NULL);
-
-			if (at.head == at.tail)
-				break;
-			usleep(2000);
-		}
+		wait_acked(&t.a, NULL);
 	}
 	CHECK(wait_child(cb) == 0);
 	/* C's subscription was cut off: C's flow failed with the reason, A
@@ -880,13 +888,7 @@ static void case_first_cut(void)
 	p = producer_on(&t.a, "x");
 	for (uint64_t s = 0; s < n; s += 8) {
 		produce(p, s, 8);
-		for (int i = 0; i < 400; i++) {
-			struct fo_pos at = flow_pos(&t.a, t.caddr);
-
-			if (at.acked == at.tail)
-				break;
-			usleep(2000);
-		}
+		wait_acked(&t.a, t.caddr);
 		/* B not cut yet, C has every record so far: B's rejoin, after
 		 * its cut, starts at or past record s + 8 */
 		if (flow_pos(&t.a, t.baddr).cuts == 0)
@@ -959,19 +961,6 @@ static void drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
 	CHECK_RC(drain(c, next, upto, floor), 0);
 }
 
-/* 10. Wait (a while; it goes on regardless) until A's peer addr acked
- * everything produced: it is then never max_lag behind. */
-static void wait_acked(struct three *t, const char *addr)
-{
-	for (int i = 0; i < 400; i++) {
-		struct fo_pos at = flow_pos(&t->a, addr);
-
-		if (at.acked == at.tail)
-			return;
-		usleep(2000);
-	}
-}
-
 /* 10. */
 static void case_cut_rejoin(void)
 {
@@ -1012,7 +1001,7 @@ static void case_cut_rejoin(void)
 	for (uint64_t s = 8; s < n1 && !cut; s += 8) {
 		produce(p, s, 8);
 		produced = s + 8;
-		wait_acked(&t, t.baddr);
+		wait_acked(&t.a, t.baddr);
 		cut = flow_pos(&t.a, t.caddr).cuts >= 1;
 	}
 	CHECK(cut);
@@ -1038,7 +1027,7 @@ static void case_cut_rejoin(void)
 	for (uint64_t s = produced; s < n1 + n2; s += 8) {
 		produce(p, s, 8);
 		drain_c(onc, &next, s + 7, last);
-		wait_acked(&t, t.baddr);
+		wait_acked(&t.a, t.baddr);
 	}
 	CHECK(next == n1 + n2);
 	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 200000000),
