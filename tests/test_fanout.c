@@ -170,9 +170,10 @@ static void wait_open_count(const struct hd *d, const char *name, int want)
 }
 
 /* Where flow x on d stands: its head and tail, and (addr not NULL) what
- * peer addr acknowledged and how often it was cut.  Asked in this process, not with moverctl: the
- * pacing loops below ask after every 8 records, and a moverctl start
- * takes up to a second in the soft-RoCE guest (rdma_fanout_vm). */
+ * peer addr acknowledged and how often it was cut.  Asked in this
+ * process, not with moverctl: the pacing loops below ask after every 8
+ * records, and a moverctl start takes up to a second in the soft-RoCE
+ * guest (rdma_fanout_vm). */
 struct fo_pos {
 	uint64_t head, tail, acked, cuts; /* acked, cuts: peer addr's */
 };
@@ -910,9 +911,9 @@ static void case_first_cut(void)
 	 * for B falls more than max_lag behind again, which A cuts the moment
 	 * a producer waits for room (seen in the guest: the consumer
 	 * attached, the next records made the producer wait, and it got
-	 * -ESTALE).  That consumer does
-	 * what the error tells it to: it attaches again once B is back (the
-	 * rejoin then starts at the current position: nothing old is left) */
+	 * -ESTALE).  That consumer does what the error tells it to: it
+	 * attaches again once B is back (the rejoin then starts at the
+	 * current position: nothing old is left) */
 	for (int attempt = 0;; attempt++) {
 		uint64_t cuts = wait_rejoined(&t, min_cuts);
 		int rc;
