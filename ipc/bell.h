@@ -26,8 +26,9 @@
  * pairing of the ring's wake protocol, with the same two fences).
  *
  * moverd makes one page per uid of producers (moverd/peer.h, struct
- * bell_page; past 63 uids at once, one page the rest share): a flow's bit has the same index in every page, and the
- * attach answer carries the page of the attaching client's uid.  A page is
+ * bell_page; past 63 uids at once, one page the rest share): a flow's
+ * bit has the same index in every page, and the attach answer carries
+ * the page of the attaching client's uid.  A page is
  * shared by the clients of that uid, so a hostile client can set bits of
  * its page (moverd visits flows with nothing to do: bounded, wasted work)
  * or clear them and `sleeping` (its own uid's rings are lost), never
