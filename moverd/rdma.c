@@ -134,6 +134,7 @@ struct rdma_conn {
 	size_t stage_len;                    /* registered: what may be staged */
 	unsigned max_inline;
 	bool qp_ready;
+	bool hung_up;   /* the peer disconnected: take what came, post nothing */
 	/* every ring registered on this connection, grown as flows come:
 	 * bounded by the flows a peer may have here (--peer-max-flows, and
 	 * ours), and those orphaned until the batch in flight completes */
@@ -763,7 +764,8 @@ static void completed_recv(struct peer *p, const struct ibv_wc *wc)
 		return;
 	}
 	got_frame(p, wc);
-	if (p->state == PEER_UP && post_recv(c, (unsigned)wc->wr_id))
+	if (p->state == PEER_UP && !c->hung_up &&
+	    post_recv(c, (unsigned)wc->wr_id))
 		peer_fail(p, "cannot re-post a receive");
 }
 
@@ -817,6 +819,9 @@ static void completed(struct peer *p, const struct ibv_wc *wc)
 	}
 }
 
+/* Take p's completions.  After the peer disconnected (c->hung_up), the
+ * first failed one (its work requests flushed) ends the poll without
+ * failing p: the hang-up says why. */
 static int poll_peer(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
@@ -828,6 +833,8 @@ static int poll_peer(struct peer *p)
 	while ((n = ibv_poll_cq(c->cq, 32, wc)) > 0) {
 		p->st.wc_polled += (uint64_t)n;
 		for (int i = 0; i < n && p->state == PEER_UP; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS && c->hung_up)
+				return work;
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				peer_fail(p, "work request: %s",
 					  ibv_wc_status_str(wc[i].status));
@@ -986,8 +993,16 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 		device_removed(m);
 		return;
 	case RDMA_CM_EVENT_DISCONNECTED:
-		if (p && p != (void *)m)
-			peer_hung_up(p, rdma_event_str(ev->event));
+		if (!p || p == (void *)m)
+			return;
+		/* what the peer sent before it hung up comes first, as TCP
+		 * gives the bytes before the end of the stream: a hello that
+		 * fails our check ("peer authentication failed") says why the
+		 * peer went better than the hang-up does */
+		if (conn(p))
+			conn(p)->hung_up = true;
+		poll_peer(p);
+		peer_hung_up(p, rdma_event_str(ev->event));
 		return;
 	default:
 		if (p && p != (void *)m)
