@@ -935,7 +935,7 @@ static void collect_bell(struct peer_mgr *m)
  * own uid's: its flows are gone from it).  Root's page (0) stays. */
 static void bells_free_unused(struct peer_mgr *m)
 {
-	if (bell_wait_busy(m))
+	if (!m->bells_unused || bell_wait_busy(m))
 		return;
 	for (unsigned k = 1; k < m->n_bells;) {
 		struct bell_page *p = &m->bells[k];
@@ -1202,8 +1202,7 @@ int peer_prepare_sleep(struct peer_mgr *m)
 		return sleep_cap(armed, m->bell_next ? 1 : 1000);
 	/* before the next wait is armed: once armed on an unused page, the
 	 * doorbell thread would keep it until a producer rings */
-	if (m->bells_unused)
-		bells_free_unused(m);
+	bells_free_unused(m);
 	if (bells_prepare_sleep(m) || active_ready(m)) {
 		peer_woke(m);
 		return 0;
@@ -1238,8 +1237,7 @@ int peer_do_work(struct peer_mgr *m)
 
 	reap_peers(m);
 	collect_bell(m);
-	if (m->bells_unused)
-		bells_free_unused(m);
+	bells_free_unused(m);
 	work = m->rdma ? rdma_transport.poll(m) : 0;
 	work += (int)m->rx_deposits;
 	m->rx_deposits = 0;

@@ -1259,27 +1259,38 @@ static uint64_t status_u64(const struct hd *d, const char *key)
 	return hj_u64(out, key);
 }
 
-/* Wait (10 s at most) until d has pages doorbell pages, shared producers
- * on the shared one. */
-static bool pages_are(const struct hd *d, uint64_t pages, uint64_t shared)
+/*
+ * Wait (ms at most) until d counts pages doorbell pages and shared
+ * producers on the shared one: in `status` (counters false), or in the
+ * counters file (`moverctl top`, /metrics; a pass every 100 ms writes it).
+ */
+static bool bells_are(const struct hd *d, bool counters, uint64_t pages,
+		      uint64_t shared, uint64_t ms)
 {
-	uint64_t end = tu_now_ns() + 10000000000ull, p = 0, s = 0;
+	uint64_t end = tu_now_ns() + ms * 1000000, p = 0, s = 0;
 
 	while (tu_now_ns() < end) {
-		char out[16384];
+		char out[65536];
 
-		CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out),
-			     "--json status") == 0);
+		CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), counters ?
+			     "top --once --json" : "--json status") == 0);
 		p = hj_u64(out, "bell_pages");
-		s = hj_u64(out, "bell_shared_producers");
+		s = hj_u64(out, counters ? "bell_shared" :
+					   "bell_shared_producers");
 		if (p == pages && s == shared)
 			return true;
 		usleep(20000);
 	}
-	printf("  doorbell pages: %llu (%llu producers shared), want %llu "
-	       "(%llu)\n", (unsigned long long)p, (unsigned long long)s,
+	printf("  doorbell pages (%s): %llu (%llu producers shared), want "
+	       "%llu (%llu)\n", counters ? "counters file" : "status",
+	       (unsigned long long)p, (unsigned long long)s,
 	       (unsigned long long)pages, (unsigned long long)shared);
 	return false;
+}
+
+static bool pages_are(const struct hd *d, uint64_t pages, uint64_t shared)
+{
+	return bells_are(d, false, pages, shared, 10000);
 }
 
 static void bell_pages(const char *doorbell)
@@ -1407,25 +1418,6 @@ static void holder_end(pid_t pid)
 	CHECK(waitpid(pid, &st, 0) == pid);
 }
 
-/* The same from the counters file (moverctl top, /metrics): a pass every
- * 100 ms writes it; wait up to 5 s. */
-static bool counted_pages(const struct hd *d, uint64_t pages,
-			  uint64_t shared)
-{
-	uint64_t end = tu_now_ns() + 5000000000ull;
-
-	while (tu_now_ns() < end) {
-		char out[65536];
-
-		CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out),
-			     "top --once --json") == 0);
-		if (hj_u64(out, "bell_pages") == pages &&
-		    hj_u64(out, "bell_shared") == shared)
-			return true;
-	}
-	return false;
-}
-
 static void life_flows(struct hd *a, const struct hd *b)
 {
 	for (unsigned k = 0; k < LIFE_FLOWS; k++) {
@@ -1483,7 +1475,7 @@ static void bell_life(const char *doorbell)
 	for (unsigned i = 0; i < LIFE_UIDS; i++)
 		kid[i] = bell_holder(&a, LIFE_UID0 + i, life_flow(i), &ino[i]);
 	CHECK(pages_are(&a, BELL_PAGES_TEST, LIFE_UIDS - own));
-	CHECK(counted_pages(&a, BELL_PAGES_TEST, LIFE_UIDS - own));
+	CHECK(bells_are(&a, true, BELL_PAGES_TEST, LIFE_UIDS - own, 5000));
 	for (unsigned i = 0; i < LIFE_UIDS; i++)
 		for (unsigned j = 0; j < i; j++)
 			CHECK((ino[i] == ino[j]) == (i >= own && j >= own));
