@@ -469,6 +469,25 @@ static void link_flow(struct flow_table *t, struct flow *f)
 
 static void fill_done(struct loop_op *op, int res);
 
+/* The bytes of f's ring file that are allocated, as its blocks tell (0
+ * if it cannot be told), at most its size. */
+static uint64_t allocated_bytes(const struct flow *f)
+{
+	uint64_t size = fr_map_bytes(f->ring_bytes), got;
+	struct stat st;
+
+	if (f->ring_fd < 0 || fstat(f->ring_fd, &st))
+		return 0;
+	got = (uint64_t)st.st_blocks * 512;
+	return got < size ? got : size;
+}
+
+/* What f's ring file has not allocated yet: the room its fill holds. */
+static uint64_t fill_unallocated(const struct flow *f)
+{
+	return fr_map_bytes(f->ring_bytes) - allocated_bytes(f);
+}
+
 static uint64_t fill_left(const struct flow *f)
 {
 	return fr_map_bytes(f->ring_bytes) - f->filled;
@@ -527,6 +546,18 @@ static void fill_end(struct flow *f)
 	flow_put(f);
 }
 
+/* The room of what f's ring file has allocated goes back: a chunk done,
+ * or pages a client touched before the fill got there. */
+static void fill_release_allocated(struct flow *f)
+{
+	uint64_t held = fill_unallocated(f);
+
+	if (held >= f->fill_held)
+		return;
+	f->table->fill_pending -= f->fill_held - held;
+	f->fill_held = held;
+}
+
 /* Submit f's next chunk; false: no SQE (the rest faults in on first
  * use). */
 static bool fill_submit(struct flow *f)
@@ -571,9 +602,7 @@ static void fill_done(struct loop_op *op, int res)
 		uint64_t len = fill_chunk(f);
 
 		f->filled += len;
-		len = len < f->fill_held ? len : f->fill_held;
-		f->fill_held -= len;
-		t->fill_pending -= len;
+		fill_release_allocated(f);
 		if (!fill_stopped(f))
 			fill_enqueue(t, f); /* its next chunk, in turn */
 		else
@@ -616,17 +645,25 @@ static void fill_stop(struct flow *f)
 	f->fill_held = keep;
 }
 
-/* The bytes of f's ring file that are allocated, as its blocks tell (0
- * if it cannot be told), at most its size. */
-static uint64_t allocated_bytes(const struct flow *f)
+/*
+ * Of the room the fill holds, the part the chunk in flight has allocated
+ * already.  fallocate runs beside the loop (io-wq), so the filesystem's
+ * free space shrinks page by page while fill_pending drops only when the
+ * chunk is done: without this, up to a chunk (4 MiB) counted twice made
+ * free space look to rise once the chunk ended, and a ring refused one
+ * moment fit the next.  Pages a client touches in a ring whose fill
+ * waits its turn count twice until that fill's next chunk: that errs
+ * towards refusing.
+ */
+static uint64_t fill_allocating(const struct flow_table *t)
 {
-	uint64_t size = fr_map_bytes(f->ring_bytes), got;
-	struct stat st;
+	const struct flow *f = t->fill_busy;
+	uint64_t unallocated;
 
-	if (f->ring_fd < 0 || fstat(f->ring_fd, &st))
+	if (!f)
 		return 0;
-	got = (uint64_t)st.st_blocks * 512;
-	return got < size ? got : size;
+	unallocated = fill_unallocated(f);
+	return f->fill_held > unallocated ? f->fill_held - unallocated : 0;
 }
 
 /* Is a ring of this size allocated off the loop? */
@@ -639,7 +676,8 @@ static bool fill_later(const struct flow_table *t, uint64_t ring_bytes)
 static void fill_start(struct flow_table *t, struct flow *f)
 {
 	f->filled = 0;
-	f->fill_held = fill_left(f);
+	/* not what the format (or, re-adopted, an earlier fill) allocated */
+	f->fill_held = fill_unallocated(f);
 	t->fill_pending += f->fill_held;
 	t->n_async++;
 	flow_get(f); /* the fill reads f until fill_end */
@@ -1233,7 +1271,7 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 static int check_state_dir(const struct flow_table *t, uint64_t ring,
 			   char *err, size_t errlen)
 {
-	uint64_t need = fr_map_bytes(ring), total, avail, keep;
+	uint64_t need = fr_map_bytes(ring), total, avail, keep, pending;
 	struct statvfs sv;
 
 	if (statvfs(t->state_dir, &sv)) {
@@ -1246,7 +1284,8 @@ static int check_state_dir(const struct flow_table *t, uint64_t ring,
 	/* rings being filled take the rest of their room yet, and rings
 	 * being punched out give theirs back (release_remains) */
 	avail += t->punch_pending;
-	avail = avail > t->fill_pending ? avail - t->fill_pending : 0;
+	pending = t->fill_pending - fill_allocating(t);
+	avail = avail > pending ? avail - pending : 0;
 	keep = total / 100 * t->limits.state_dir_reserve;
 	if (avail >= need && avail - need >= keep)
 		return 0;

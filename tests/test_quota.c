@@ -170,7 +170,7 @@ static void case_remote_opens(void)
 					      "--max-flows", "65", NULL };
 	struct bystander b;
 	char name[64], msg[256], out[8192];
-	int fd, base, err, i;
+	int fd, base, err, i, j;
 	struct hd d;
 
 	/* (a) the default per-peer flow quota: 64 */
@@ -214,6 +214,16 @@ static void case_remote_opens(void)
 	       100 * free_share("/tmp/fm-quota5-tmpfs"));
 	CHECK(err == -ENOSPC);
 	CHECK(free_share("/tmp/fm-quota5-tmpfs") >= 0.10);
+	/* the refusal holds while nothing is freed, whether the accepted
+	 * rings' pages are allocated yet or still being allocated */
+	for (j = 0; j < 40; j++) {
+		snprintf(name, sizeof(name), "p5b-again-%d", j);
+		err = peer_open(fd, name, (uint32_t)(100 + j), 4 << 20, msg,
+				sizeof(msg));
+		if (err != -ENOSPC)
+			printf("# open again %d: error %d: %s\n", j, err, msg);
+		CHECK(err == -ENOSPC);
+	}
 	/* and a local sender flow (ring file) meets the same reserve */
 	err = hd_ctl(&d, moverctl_bin, out, sizeof(out),
 		     "flow create s5b --ring-size 4M --peer 127.0.0.1:9");
