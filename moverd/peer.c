@@ -741,8 +741,19 @@ void peer_fail(struct peer *p, const char *fmt, ...)
  */
 void peer_hung_up(struct peer *p, const char *why)
 {
+	char hint[200];
+
 	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
 		return;
+	/* a responder answers every hello with its own, even one it will
+	 * refuse (wrong key): a hang-up before it is a turn-away at the
+	 * door (peer_admit) or a peer that stopped */
+	if (p->outbound && !p->hello_seen) {
+		snprintf(hint, sizeof(hint), "%s before the peer's hello: it "
+			 "turned the connection away (its log says why) or "
+			 "stopped", why);
+		why = hint;
+	}
 	if (p->flows) {
 		peer_fail(p, "%s", why);
 		return;

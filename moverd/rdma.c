@@ -550,7 +550,8 @@ static void rdma_authenticated(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
 
-	if (!c || !c->qp_ready || c->early_recv)
+	/* hung up: its queue pair is in error; the close frees all */
+	if (!c || !c->qp_ready || c->early_recv || c->hung_up)
 		return;
 	c->early_recv = c->recv_mr;
 	c->early_stage = c->stage_mr;

@@ -386,6 +386,46 @@ static void case_connect_timeout(void)
 	hd_stop(&b);
 }
 
+/*
+ * A peer that hangs up before its hello turned us away (or stopped): the
+ * error says so.  One that said its hello first, then hung up, is not
+ * blamed on the door.
+ */
+static void case_hangup_before_hello(void)
+{
+	struct hp_hello_in hello;
+	Flowmover__PeerMsg *m;
+	int lport, lfd, fd;
+	char out[4096];
+	struct hd a;
+
+	lfd = hp_listen(&lport);
+	hd_start(&a, moverd_bin, "peers4", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create h4 "
+		     "--peer 127.0.0.1:%d --ring-size 64K", lport) == 0);
+	/* (a) read its hello, say nothing, close */
+	CHECK((fd = hp_accept(lfd, 10000)) >= 0);
+	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
+	close(fd);
+	CHECK(wait_reason(&a, "h4", "before the peer's hello", 20000));
+	CHECK(peer_error_says(&a, "receive: closed before the peer's hello: "
+			      "it turned the connection away"));
+	/* (b) the next connection: our hello, its open read, then the end
+	 * of our stream (all it sent is read: no reset) */
+	CHECK((fd = hp_accept(lfd, 20000)) >= 0);
+	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
+	CHECK(hp_hello(fd, "says-hello"));
+	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	CHECK(shutdown(fd, SHUT_WR) == 0);
+	CHECK(wait_reason(&a, "h4", "receive: closed", 20000));
+	flow_reason(&a, "h4", out, sizeof(out));
+	CHECK(!strstr(out, "before the peer's hello"));
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -395,6 +435,8 @@ int main(int argc, char **argv)
 		  "failed flow failed" },
 		{ 3, case_connect_timeout, "a connect nobody answers times out "
 		  "after --peer-connect-timeout; the flow says why" },
+		{ 4, case_hangup_before_hello, "a peer that hangs up before "
+		  "its hello is said to have turned us away" },
 	};
 
 	if (argc != 3) {
