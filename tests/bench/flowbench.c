@@ -2816,20 +2816,22 @@ static uint64_t sp_observations(const char *out)
 
 /*
  * sockperf's TCP ping-pong over --addr with size-byte messages (blocking
- * sockets, or --nonblocked: both ends poll): round-trip percentiles in
- * lr->l (ns), CPU per round trip of its client (prod) and server (echo).
- * 0, or -1 and why.
+ * sockets, or --nonblocked: both ends poll), flat out or, with mps > 0,
+ * that many exchanges a second (--mps: the gaps of the sparse run):
+ * round-trip percentiles in lr->l (ns), CPU per round trip of its client
+ * (prod) and server (echo).  0, or -1 and why.
  */
 static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
-		      struct rlat *lr, char *why, size_t whylen)
+		      double mps, struct rlat *lr, char *why, size_t whylen)
 {
-	char port[16], secs[16], msz[24], *out = malloc(1 << 20);
+	char port[16], secs[16], msz[24], rate[24], *out = malloc(1 << 20);
 	char *nb = nonblocked ? "--nonblocked" : NULL;
 	char *srv_argv[] = { "sockperf", "sr", "--tcp", "-i", (char *)o->addr,
 			     "-p", port, nb, NULL };
 	char *cli_argv[] = { "sockperf", "pp", "--tcp", "-i", (char *)o->addr,
 			     "-p", port, "-t", secs, "-m", msz, "--full-rtt",
-			     nb, NULL };
+			     nb ? nb : mps > 0 ? "--mps" : NULL,
+			     nb ? NULL : rate, NULL }; /* not both */
 	struct rusage ru0, ru1;
 	double srv_cpu, sent;
 	uint64_t srv_sleeps;
@@ -2837,7 +2839,9 @@ static int r_sockperf(const struct ropts *o, uint64_t size, bool nonblocked,
 	int rc = -1;
 
 	*lr = (struct rlat){ .size = size, .kind = nonblocked ?
-			     "sockperf-nonblocked" : "sockperf" };
+			     "sockperf-nonblocked" : mps > 0 ?
+			     "sockperf-sparse" : "sockperf" };
+	snprintf(rate, sizeof(rate), "%.0f", mps);
 	snprintf(lr->transport, sizeof(lr->transport), "tcp");
 	if (!in_path("sockperf")) {
 		snprintf(why, whylen, "sockperf is not installed (Debian: "
@@ -3329,7 +3333,9 @@ static void usage_remote(FILE *f)
 "  --pp-size N         ping-pong record size (default 32); sockperf's TCP\n"
 "                      ping-pong over --addr (blocking, then --nonblocked)\n"
 "                      runs with it too: the floor of the ping-pong and\n"
-"                      the latency runs (skipped if sockperf is absent)\n"
+"                      the latency runs (skipped if sockperf is absent);\n"
+"                      with the latency runs also blocking at --sparse/s\n"
+"                      (--mps): a hop whose receiver sleeps in between\n"
 "  scale (--only scale, or `flowbench scale`): both daemons idle without\n"
 "  flows, then with --flows-idle N flows open (CPU over --idle-seconds);\n"
 "  --flows-busy M flows of 32 B records alone, then with the N idle flows\n"
@@ -3449,6 +3455,24 @@ static void json_pp(const struct rlat *r)
 	printf("}");
 }
 
+/* The sparse runs against sockperf's blocking ping-pong at their rate:
+ * one bare hop to a receiver that sleeps between messages. */
+static void print_sparse_floor(const struct ropts *o, const struct rlat *lats,
+			       int nlats, const struct rlat *sp)
+{
+	char sz[16];
+
+	printf("sockperf blocking at %g/s (%s): one-way p50 %.1f us, p99 "
+	       "%.1f us\n", o->sparse, fmt_size(sp->size, sz, sizeof(sz)),
+	       sp->l.p50 / 2e3, sp->l.p99 / 2e3);
+	for (int i = 0; i < nlats; i++)
+		if (lats[i].ok && !strcmp(lats[i].kind, "sparse"))
+			printf("sparse %s p50 / sockperf blocking at %g/s "
+			       "one-way p50 = %.2f\n", fmt_size(lats[i].size,
+			       sz, sizeof(sz)), o->sparse,
+			       lats[i].l.p50 / (sp->l.p50 / 2));
+}
+
 /* `flowbench scale`: `remote` with the scale run alone (--only scale). */
 /* --bursty: the mean flow of each kind, and how the bursty ones fared
  * against the flows that never ran dry (above 1: ahead of them). */
@@ -3539,7 +3563,8 @@ static int cmd_remote(int argc, char **argv)
 	static struct rcase cases[MAX_SIZES * MAX_MP];
 	static struct rlat lats[MAX_SIZES * 2];
 	static struct rscale sc;
-	struct rlat sp[2], pp = { .kind = "pingpong" };
+	/* sockperf: blocking, --nonblocked, blocking at the sparse rate */
+	struct rlat sp[3] = { { .ok = false } }, pp = { .kind = "pingpong" };
 	char sp_why[400] = "";
 	unsigned ncases = 0, nlats = 0, i;
 	uint64_t tmp[MAX_MP];
@@ -3743,7 +3768,7 @@ static int cmd_remote(int argc, char **argv)
 	/* the floor of a latency run: one bare TCP hop, blocking and
 	 * polling, also before our daemons exist */
 	for (int nb = 0; nb < 2 && (o.do_pp || o.do_lat); nb++) {
-		if (!r_sockperf(&o, o.pp_size, nb, &sp[nb], sp_why,
+		if (!r_sockperf(&o, o.pp_size, nb, 0, &sp[nb], sp_why,
 				sizeof(sp_why)))
 			continue;
 		fprintf(stderr, "flowbench: sockperf%s: %s\n",
@@ -3751,6 +3776,13 @@ static int cmd_remote(int argc, char **argv)
 		if (!nb)
 			break;
 	}
+	/* and one at the sparse run's rate: a bare hop that, like a sparse
+	 * record, finds its receiver asleep (flat out it never does) */
+	if (o.do_lat && o.sparse > 0 && sp[0].ok &&
+	    r_sockperf(&o, o.pp_size, false, o.sparse, &sp[2], sp_why,
+		       sizeof(sp_why)))
+		fprintf(stderr, "flowbench: sockperf --mps %g: %s\n",
+			o.sparse, sp_why);
 
 	if (r_start_daemons(&o)) {
 		r_cleanup();
@@ -3870,6 +3902,8 @@ static int cmd_remote(int argc, char **argv)
 					       lats[i].kind, fmt_size(lats[i].size,
 					       sz, sizeof(sz)), lats[i].l.p50 /
 					       (sp[0].l.p50 / 2));
+			if (sp[2].ok)
+				print_sparse_floor(&o, lats, nlats, &sp[2]);
 			printf("\n");
 		}
 	}
@@ -4014,6 +4048,8 @@ static int cmd_remote(int argc, char **argv)
 			json_pp(&sp[0]);
 			printf(", ");
 			json_pp(&sp[1]);
+			printf(", ");
+			json_pp(&sp[2]);
 			printf("],\n");
 		}
 		if (o.do_scale)
