@@ -1650,10 +1650,15 @@ void ctl_server_forget_flow(struct ctl_server *s, struct flow *f)
 {
 	for (struct ctl_client *c = s->clients; c; c = c->next) {
 		for (unsigned i = 0; i < c->n_att;) {
-			if (c->att[i].flow == f)
-				c->att[i] = c->att[--c->n_att];
-			else
+			if (c->att[i].flow != f) {
 				i++;
+				continue;
+			}
+			/* its doorbell page is counted until the attachment
+			 * goes, and this is where it goes (not detach_all) */
+			if (c->att[i].bell_page)
+				mover_bell_put(s->peers, c->att[i].bell_page);
+			c->att[i] = c->att[--c->n_att];
 		}
 	}
 }

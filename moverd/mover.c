@@ -734,21 +734,6 @@ int mover_bell_start(struct peer_mgr *m)
 	return rc;
 }
 
-/* The mover sleeps on the old set of pages: end that wait, so that the
- * next sleep waits on the new set (a new page's producers may ring as
- * soon as they have the attach answer; a bit rung meanwhile is collected
- * when the wait ends; a page nobody uses any more is freed once no wait
- * refers to it). */
-static void bell_wait_renew(struct peer_mgr *m)
-{
-	if (!m->bell_op.busy)
-		return;
-	if (m->bell_mode == BELL_THREAD)
-		bell_thread_kick(m->bell_thread);
-	else if (m->bell_mode == BELL_URING)
-		loop_cancel(m->loop, &m->bell_op);
-}
-
 /* Does a wait (the io_uring operation, or the thread's system call) still
  * refer to the pages' futex words? */
 static bool bell_wait_busy(const struct peer_mgr *m)
@@ -756,6 +741,23 @@ static bool bell_wait_busy(const struct peer_mgr *m)
 	if (m->bell_mode == BELL_THREAD)
 		return bell_thread_waiting(m->bell_thread);
 	return m->bell_op.busy;
+}
+
+/* The mover sleeps on the old set of pages: end that wait, so that the
+ * next sleep waits on the new set (a new page's producers may ring as
+ * soon as they have the attach answer; a bit rung meanwhile is collected
+ * when the wait ends; a page nobody uses any more is freed once no wait
+ * refers to it). */
+static void bell_wait_renew(struct peer_mgr *m)
+{
+	/* the wait itself, not bell_op: with the thread, bell_op is the
+	 * read of its eventfd, which can be reaped while it is armed */
+	if (!bell_wait_busy(m))
+		return;
+	if (m->bell_mode == BELL_THREAD)
+		bell_thread_kick(m->bell_thread);
+	else if (m->bell_mode == BELL_URING)
+		loop_cancel(m->loop, &m->bell_op);
 }
 
 static int bell_page_find(const struct peer_mgr *m, uid_t uid, bool shared)

@@ -1497,6 +1497,17 @@ static void bell_life(const char *doorbell)
 	for (unsigned i = 0; i < LIFE_UIDS - 1; i++)
 		holder_end(kid[i]);
 	CHECK(pages_are(&a, 1, 0));
+
+	/* a flow destroyed under its producer: the producer's page goes
+	 * with the attachment, while the producer's process lives on */
+	kid[0] = bell_holder(&a, LIFE_UID0, life_flow(0), &ino[0]);
+	CHECK(pages_are(&a, 2, 0));
+	CHECK(hd_ctl(&a, moverctl_bin, NULL, 0, "flow destroy %s",
+		     life_flow(0)) == 0);
+	CHECK(pages_are(&a, 1, 0));
+	holder_end(kid[0]);
+	printf("  flow %s destroyed under uid %u's producer: its page freed\n",
+	       life_flow(0), LIFE_UID0);
 	/* every page's fd and every copy handed out is closed */
 	CHECK(hd_wait_fds_pid(a.pid, fds, 5000));
 	printf("  all gone: root's page alone, moverd's fds at %d as before\n",
