@@ -221,8 +221,16 @@ static int start_reg(struct peer *p, struct flow *f, int access)
 	struct fr_ring *r = ring_of(f);
 	struct pending_reg *pr;
 
-	if (pending_for(c, f))
-		return -EINPROGRESS; /* never twice */
+	/* never twice: one in flight answers this open too, also one that
+	 * was forgotten meanwhile (unprepare: its open was superseded), or
+	 * a peer opening a flow on two connections by turns would queue a
+	 * registration per OPEN, each thrown away */
+	for (pr = c->pending; pr; pr = pr->next) {
+		if (pr->ref == f) {
+			pr->flow = f;
+			return -EINPROGRESS;
+		}
+	}
 	if (!(pr = calloc(1, sizeof(*pr))))
 		return -ENOMEM;
 	pr->req = (struct reg_req){ .pd = c->pd, .addr = r->data,
@@ -393,11 +401,14 @@ static void reg_failed(struct rdma_conn *c, struct flow *f, int err)
 }
 
 /* Nobody's registration (its flow or connection went) is undone; a
- * receiver's open that waited for it is told (while it is connected). */
+ * receiver's open that waited for it is told (while it is connected).
+ * One that was forgotten (pr->flow NULL) has no open waiting: whoever
+ * forgot it dealt with that open, and a later open of the flow on this
+ * connection would have taken it back (start_reg). */
 static void reg_dropped(struct pending_reg *pr)
 {
 	struct peer *p = pr->c->p;
-	struct flow *told = p && pr->ref->role == FLOW_RECEIVER ?
+	struct flow *told = p && pr->flow && pr->ref->role == FLOW_RECEIVER ?
 				    flow_get(pr->ref) : NULL;
 
 	reg_discard(pr); /* frees pr, and pr->c if closed (then no p) */
@@ -821,8 +832,9 @@ static void completed(struct peer *p, const struct ibv_wc *wc)
 }
 
 /* Take p's completions.  After the peer disconnected (c->hung_up), the
- * first failed one (its work requests flushed) ends the poll without
- * failing p: the hang-up says why. */
+ * first flushed one ends the poll without failing p: the hang-up says
+ * why.  Another error (say a SEND too long for our buffers) still says
+ * its own. */
 static int poll_peer(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
@@ -834,7 +846,7 @@ static int poll_peer(struct peer *p)
 	while ((n = ibv_poll_cq(c->cq, 32, wc)) > 0) {
 		p->st.wc_polled += (uint64_t)n;
 		for (int i = 0; i < n && p->state == PEER_UP; i++) {
-			if (wc[i].status != IBV_WC_SUCCESS && c->hung_up)
+			if (wc[i].status == IBV_WC_WR_FLUSH_ERR && c->hung_up)
 				return work;
 			if (wc[i].status != IBV_WC_SUCCESS) {
 				peer_fail(p, "work request: %s",
@@ -952,6 +964,8 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	if (!p || new_conn(p)) {
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
+		if (p) /* listed already: reap_peers frees it (no conn) */
+			p->state = PEER_CLOSING;
 		return;
 	}
 	id->context = p;
@@ -987,7 +1001,8 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
 		return;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (p)
+		/* not a peer failed meanwhile (its device went): it closes */
+		if (p && p != (void *)m && p->state == PEER_CONNECTING)
 			peer_up(p);
 		return;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
