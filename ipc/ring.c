@@ -1949,6 +1949,21 @@ int fr_check_stuck(struct fr_ring *r, uint64_t pos)
 	return not_committed(r, pos, seal);
 }
 
+bool fr_rec_begins(const struct fr_ring *r, uint64_t pos)
+{
+	uint64_t seal;
+
+	if (pos % FR_ALIGN)
+		return false;
+	/* acquire, as the scans read a seal; any of the three states says
+	 * a claim was made at pos, so a record starts there */
+	seal = atomic_load_explicit(&fr_rec_at(r, pos)->seal,
+				    memory_order_acquire);
+	return seal == fr_seal(r, pos, FR_SEAL_CLAIMED) ||
+	       seal == fr_seal(r, pos, FR_SEAL_COMMITTED) ||
+	       seal == fr_seal(r, pos, FR_SEAL_RECOVERING);
+}
+
 int fr_recover_slowest(struct fr_ring *r, uint64_t *pos)
 {
 	/* acquire, as a producer reads them.  Both are clients' words: a

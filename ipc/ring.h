@@ -910,6 +910,15 @@ int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 		    uint64_t *end, bool *stuck, uint64_t *records);
 
+/*
+ * Does a record begin at pos: on the record grid, and sealed (claimed,
+ * committed or being recovered) for pos itself?  Inside a record the
+ * word is payload, which a peer's position must not name: moverd would
+ * send, release or recover from the middle of a record.  The caller
+ * knows the positions nothing may be written at yet (tail).
+ */
+bool fr_rec_begins(const struct fr_ring *r, uint64_t pos);
+
 /* Producer-crash recovery at pos (see above), for scanners.  0 = the
  * record at pos was turned into padding; -EAGAIN = keep waiting. */
 int fr_check_stuck(struct fr_ring *r, uint64_t pos);

@@ -1357,6 +1357,29 @@ static bool takes_opened(const struct flow *f,
 	return f->state == FLOW_OPEN && op->error && op->error != -EAGAIN;
 }
 
+/*
+ * The peer named pos, on the grid and inside the window, for f's next
+ * send or release, but no record begins there: from it moverd would send
+ * or release part of a record, and take the rest for a dead producer's
+ * gap (and pad over it).  The peer's word, or a seal a client overwrote:
+ * either way f only.  One peer of several: only its subscription ends.
+ */
+static void cuts_record(struct peer *p, struct flow *f, const char *what,
+			uint64_t pos)
+{
+	char why[200];
+
+	snprintf(why, sizeof(why), "the peer's %s %llu is inside a record "
+		 "(the peer's error, or a client wrote over a record's seal)",
+		 what, (unsigned long long)pos);
+	log_warn("peer %s: flow %s: %s", p->addr, f->name, why);
+	if (fanout_member(f)) {
+		fanout_lost(f, why, false);
+		return;
+	}
+	fail_sender(f, why);
+}
+
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
 	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
@@ -1426,6 +1449,11 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 (unsigned long long)tail,
 			 (unsigned long long)op->resume);
 		fail_sender(f, why);
+		return;
+	}
+	if (op->resume != f->acked && op->resume != tail &&
+	    !fr_rec_begins(r, op->resume)) {
+		cuts_record(p, f, "resume position", op->resume);
 		return;
 	}
 	f->sent = f->acked = op->resume;
@@ -1850,10 +1878,16 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	if (f->state != FLOW_OPEN)
 		return;
 	if (h->len || h->pos < f->acked || h->pos > f->sent ||
-	    h->aux < f->remote_head || h->aux > h->pos) {
+	    h->aux < f->remote_head || h->aux > h->pos ||
+	    h->pos % FR_ALIGN || h->aux % FR_ALIGN) {
 		peer_fail(p, "flow %s: acknowledgement %llu/%llu outside the "
 			  "window", f->name, (unsigned long long)h->pos,
 			  (unsigned long long)h->aux);
+		return;
+	}
+	/* everything below sent went as whole records */
+	if (h->pos != f->sent && !fr_rec_begins(ring_of(f), h->pos)) {
+		cuts_record(p, f, "acknowledgement", h->pos);
 		return;
 	}
 	mover_acked(p, h->pos - f->acked,

@@ -426,6 +426,131 @@ static void case_hangup_before_hello(void)
 	hd_stop(&a);
 }
 
+/* A receiver the test plays for a new flow of d's (name): moverd's
+ * connection accepted, hellos said, its OPEN read (the flow's id in
+ * *id).  The connection; the listening socket in *lfd. */
+static int fake_receiver(const struct hd *d, const char *name, int *lfd,
+			 uint32_t *id)
+{
+	struct hp_hello_in hello;
+	Flowmover__PeerMsg *m;
+	char out[4096];
+	int lport, fd;
+
+	*lfd = hp_listen(&lport);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     name, lport) == 0);
+	CHECK((fd = hp_accept(*lfd, 10000)) >= 0);
+	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
+	CHECK(hp_hello(fd, "fake-receiver"));
+	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
+	*id = m->open->flow_id;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	return fd;
+}
+
+/* The flow's answer: opened, resuming at resume (head 0). */
+static bool send_opened_at(int fd, uint32_t id, uint64_t resume)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+
+	op.flow_id = id;
+	op.message = "";
+	op.resume = resume;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	msg.opened = &op;
+	return hp_send_msg(fd, &msg);
+}
+
+/* n records of 64 B into flow name of d, from this process. */
+static flowshm_t *produce(const struct hd *d, const char *name, int n)
+{
+	char rec[64] = { 0 };
+	flowshm_t *f = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	CHECK(flowshm_attach(name, FLOWSHM_PRODUCER, NULL, &f) == 0);
+	for (int i = 0; i < n; i++)
+		CHECK(flowshm_send(f, rec, sizeof(rec), -1) == 0);
+	return f;
+}
+
+/* Read moverd's DATA frames until bytes of them came. */
+static void read_data(int fd, uint64_t bytes)
+{
+	struct wire_hdr h;
+	uint64_t got = 0;
+
+	while (got < bytes) {
+		CHECK(hp_read_frame(fd, &h, NULL, 0, 10000) == 1);
+		if (h.type == WIRE_DATA)
+			got += h.len;
+	}
+}
+
+/*
+ * A receiver (holding the key, or none is set) that names a position
+ * inside a record, where moverd would send or release from: for its
+ * next send (a resume), or as acknowledged.  moverd would take the rest
+ * of the record for a dead producer's gap and pad over it in the
+ * producer ring, under every other reader.  The flow fails, nothing
+ * else; a position off the record grid is the peer's fault alone: its
+ * connection goes.
+ */
+static void case_inside_record(void)
+{
+	const uint64_t rec = 80; /* a 64 B record: header and payload */
+	int lfd, fd;
+	flowshm_t *prod;
+	uint32_t id;
+	struct hd a;
+
+	hd_start(&a, moverd_bin, "peers5", false, NULL);
+
+	/* (a) an acknowledgement inside the first of 3 records it has */
+	fd = fake_receiver(&a, "k5a", &lfd, &id);
+	CHECK(send_opened_at(fd, id, 0));
+	CHECK(hd_wait_state(&a, moverctl_bin, "k5a", "open", 10000, NULL, 0));
+	prod = produce(&a, "k5a", 3);
+	read_data(fd, 3 * rec);
+	CHECK(hp_send_hdr(fd, WIRE_ACK, id, 0, 16, 0));
+	CHECK(wait_reason(&a, "k5a", "acknowledgement 16 is inside a record",
+			  10000));
+	CHECK(hd_wait_state(&a, moverctl_bin, "k5a", "failed", 1000, NULL, 0));
+	flowshm_detach(prod);
+	close(fd);
+	close(lfd);
+
+	/* (b) one off the record grid: the connection goes */
+	fd = fake_receiver(&a, "k5b", &lfd, &id);
+	CHECK(send_opened_at(fd, id, 0));
+	CHECK(hd_wait_state(&a, moverctl_bin, "k5b", "open", 10000, NULL, 0));
+	prod = produce(&a, "k5b", 3);
+	read_data(fd, 3 * rec);
+	CHECK(hp_send_hdr(fd, WIRE_ACK, id, 0, 8, 0));
+	CHECK(hp_closed_within(fd, 10000));
+	CHECK(wait_reason(&a, "k5b", "acknowledgement 8/0 outside the window",
+			  10000));
+	flowshm_detach(prod);
+	close(fd);
+	close(lfd);
+
+	/* (c) a resume inside a record written before the answer */
+	fd = fake_receiver(&a, "k5c", &lfd, &id);
+	prod = produce(&a, "k5c", 3);
+	CHECK(send_opened_at(fd, id, 16));
+	CHECK(wait_reason(&a, "k5c", "resume position 16 is inside a record",
+			  10000));
+	CHECK(hd_wait_state(&a, moverctl_bin, "k5c", "failed", 1000, NULL, 0));
+	flowshm_detach(prod);
+	close(fd);
+	close(lfd);
+	hd_alive(&a);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -437,6 +562,8 @@ int main(int argc, char **argv)
 		  "after --peer-connect-timeout; the flow says why" },
 		{ 4, case_hangup_before_hello, "a peer that hangs up before "
 		  "its hello is said to have turned us away" },
+		{ 5, case_inside_record, "a receiver that names a position "
+		  "inside a record fails that flow only" },
 	};
 
 	if (argc != 3) {
