@@ -427,7 +427,9 @@ int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
 	if (rc)
 		return rc;
 	if ((*out)->role == FLOW_SENDER && (rc = peer_add_sender(s->peers, *out))) {
-		flows_destroy(s->flows, *out);
+		/* the whole destroy: a client waiting for the name may have
+		 * attached already (flows_create's `added`), the mover too */
+		peer_destroy_flow(s->peers, *out, NULL);
 		*out = NULL;
 		snprintf(err, cap, "cannot reach peer %s", spec->peer);
 	}
@@ -652,20 +654,26 @@ static void destroy_now(struct ctl_client *c, uint64_t id, struct flow *f)
 	respond_ok(c, id);
 }
 
+/* Park c's request until name's flow comes (or, drain, held goes), or
+ * wait_ms pass.  c may be gone when it returns (no SQE for its read). */
 static void start_wait(struct ctl_client *c, enum wait_kind kind, uint64_t id,
 		       const char *name, enum flowshm_role role,
-		       uint32_t wait_ms)
+		       uint32_t wait_ms, struct flow *held)
 {
+	struct ctl_server *s = c->srv;
+
 	c->wait = (struct ctl_wait){
 		.kind = kind, .role = role, .id = id,
 		.until_ns = wait_ms ? fr_now_ns() + wait_ms * 1000000ull :
 				      UINT64_MAX,
+		.flow = held ? flow_get(held) : NULL,
 	};
 	snprintf(c->wait.name, sizeof(c->wait.name), "%s", name);
-	c->srv->n_waiting++;
+	s->n_waiting++;
+	arm_wait_tick(s);
+	/* last: without an SQE it ends the client (end_wait puts held) */
 	if (!c->rd.busy && c->have < sizeof(c->in))
 		arm_read(c); /* to see the client hang up meanwhile */
-	arm_wait_tick(c->srv);
 }
 
 static void end_wait(struct ctl_client *c)
@@ -699,8 +707,7 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 		destroy_now(c, id, f);
 		return;
 	}
-	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, timeout_ms);
-	c->wait.flow = flow_get(f);
+	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, timeout_ms, f);
 }
 
 static void do_destroy(struct ctl_client *c, uint64_t id,
@@ -779,7 +786,7 @@ static void do_describe(struct ctl_client *c, uint64_t id,
 
 	if (!f && d->wait_ms && flows_valid_name(d->name)) {
 		start_wait(c, WAIT_DESCRIBE, id, d->name, FLOWSHM_PRODUCER,
-			   d->wait_ms);
+			   d->wait_ms, NULL);
 		return;
 	}
 	if (!f || !may_see(c, f)) {
@@ -1079,7 +1086,8 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 	 * sender's rejoin creates it again (flow_added answers then) */
 	if ((!f || flow_cut_off(f)) && a->wait_ms &&
 	    flows_valid_name(a->name)) {
-		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms);
+		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms,
+			   NULL);
 		return;
 	}
 	if (!f) {
