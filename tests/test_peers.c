@@ -490,6 +490,34 @@ static void read_data(int fd, uint64_t bytes)
 	}
 }
 
+/* fake_receiver for flow name, opened at 0, with the DATA of 3 records
+ * of 64 B (80 bytes each in the ring) that this process produced read. */
+static int received_three(const struct hd *d, const char *name, int *lfd,
+			  uint32_t *id, flowshm_t **prod)
+{
+	int fd = fake_receiver(d, name, lfd, id);
+
+	CHECK(send_opened_at(fd, *id, 0));
+	CHECK(hd_wait_state(d, moverctl_bin, name, "open", 10000, NULL, 0));
+	*prod = produce(d, name, 3);
+	read_data(fd, 3 * 80);
+	return fd;
+}
+
+/* Does flow name fail, saying why, within 10 s? */
+static bool fails_for(const struct hd *d, const char *name, const char *why)
+{
+	return wait_reason(d, name, why, 10000) &&
+	       hd_wait_state(d, moverctl_bin, name, "failed", 1000, NULL, 0);
+}
+
+static void fake_end(flowshm_t *prod, int fd, int lfd)
+{
+	flowshm_detach(prod);
+	close(fd);
+	close(lfd);
+}
+
 /*
  * A receiver (holding the key, or none is set) that names a position
  * inside a record, where moverd would send or release from: for its
@@ -501,7 +529,6 @@ static void read_data(int fd, uint64_t bytes)
  */
 static void case_inside_record(void)
 {
-	const uint64_t rec = 80; /* a 64 B record: header and payload */
 	int lfd, fd;
 	flowshm_t *prod;
 	uint32_t id;
@@ -510,43 +537,25 @@ static void case_inside_record(void)
 	hd_start(&a, moverd_bin, "peers5", false, NULL);
 
 	/* (a) an acknowledgement inside the first of 3 records it has */
-	fd = fake_receiver(&a, "k5a", &lfd, &id);
-	CHECK(send_opened_at(fd, id, 0));
-	CHECK(hd_wait_state(&a, moverctl_bin, "k5a", "open", 10000, NULL, 0));
-	prod = produce(&a, "k5a", 3);
-	read_data(fd, 3 * rec);
+	fd = received_three(&a, "k5a", &lfd, &id, &prod);
 	CHECK(hp_send_hdr(fd, WIRE_ACK, id, 0, 16, 0));
-	CHECK(wait_reason(&a, "k5a", "acknowledgement 16 is inside a record",
-			  10000));
-	CHECK(hd_wait_state(&a, moverctl_bin, "k5a", "failed", 1000, NULL, 0));
-	flowshm_detach(prod);
-	close(fd);
-	close(lfd);
+	CHECK(fails_for(&a, "k5a", "acknowledgement 16 is inside a record"));
+	fake_end(prod, fd, lfd);
 
 	/* (b) one off the record grid: the connection goes */
-	fd = fake_receiver(&a, "k5b", &lfd, &id);
-	CHECK(send_opened_at(fd, id, 0));
-	CHECK(hd_wait_state(&a, moverctl_bin, "k5b", "open", 10000, NULL, 0));
-	prod = produce(&a, "k5b", 3);
-	read_data(fd, 3 * rec);
+	fd = received_three(&a, "k5b", &lfd, &id, &prod);
 	CHECK(hp_send_hdr(fd, WIRE_ACK, id, 0, 8, 0));
 	CHECK(hp_closed_within(fd, 10000));
 	CHECK(wait_reason(&a, "k5b", "acknowledgement 8/0 outside the window",
 			  10000));
-	flowshm_detach(prod);
-	close(fd);
-	close(lfd);
+	fake_end(prod, fd, lfd);
 
 	/* (c) a resume inside a record written before the answer */
 	fd = fake_receiver(&a, "k5c", &lfd, &id);
 	prod = produce(&a, "k5c", 3);
 	CHECK(send_opened_at(fd, id, 16));
-	CHECK(wait_reason(&a, "k5c", "resume position 16 is inside a record",
-			  10000));
-	CHECK(hd_wait_state(&a, moverctl_bin, "k5c", "failed", 1000, NULL, 0));
-	flowshm_detach(prod);
-	close(fd);
-	close(lfd);
+	CHECK(fails_for(&a, "k5c", "resume position 16 is inside a record"));
+	fake_end(prod, fd, lfd);
 	hd_alive(&a);
 	hd_stop(&a);
 }
