@@ -3568,7 +3568,10 @@ static int cmd_remote(int argc, char **argv)
 	static struct rlat lats[MAX_SIZES * 2];
 	static struct rscale sc;
 	/* sockperf: blocking, --nonblocked, blocking at the sparse rate */
-	struct rlat sp[3] = { { .ok = false } }, pp = { .kind = "pingpong" };
+	struct rlat sp[3] = { { .kind = "sockperf" },
+			      { .kind = "sockperf-nonblocked" },
+			      { .kind = "sockperf-sparse" } },
+		    pp = { .kind = "pingpong" };
 	char sp_why[400] = "";
 	unsigned ncases = 0, nlats = 0, i;
 	uint64_t tmp[MAX_MP];
@@ -3581,7 +3584,6 @@ static int cmd_remote(int argc, char **argv)
 
 	memcpy(o.sizes, def_sizes, sizeof(def_sizes));
 	o.nsizes = sizeof(def_sizes) / sizeof(def_sizes[0]);
-	memset(sp, 0, sizeof(sp));
 	if (scale_only) {
 		o.do_tput = o.do_lat = o.do_iperf = o.do_pp = false;
 		o.do_scale = true;
