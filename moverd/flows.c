@@ -546,16 +546,22 @@ static void fill_end(struct flow *f)
 	flow_put(f);
 }
 
-/* The room of what f's ring file has allocated goes back: a chunk done,
- * or pages a client touched before the fill got there. */
+/* Of the room f's fill holds, what its ring file has allocated since
+ * (a chunk, done or in flight, or pages a client touched first). */
+static uint64_t fill_held_allocated(const struct flow *f)
+{
+	uint64_t unallocated = fill_unallocated(f);
+
+	return f->fill_held > unallocated ? f->fill_held - unallocated : 0;
+}
+
+/* The room of what f's ring file has allocated goes back. */
 static void fill_release_allocated(struct flow *f)
 {
-	uint64_t held = fill_unallocated(f);
+	uint64_t done = fill_held_allocated(f);
 
-	if (held >= f->fill_held)
-		return;
-	f->table->fill_pending -= f->fill_held - held;
-	f->fill_held = held;
+	f->table->fill_pending -= done;
+	f->fill_held -= done;
 }
 
 /* Submit f's next chunk; false: no SQE (the rest faults in on first
@@ -657,13 +663,7 @@ static void fill_stop(struct flow *f)
  */
 static uint64_t fill_allocating(const struct flow_table *t)
 {
-	const struct flow *f = t->fill_busy;
-	uint64_t unallocated;
-
-	if (!f)
-		return 0;
-	unallocated = fill_unallocated(f);
-	return f->fill_held > unallocated ? f->fill_held - unallocated : 0;
+	return t->fill_busy ? fill_held_allocated(t->fill_busy) : 0;
 }
 
 /* Is a ring of this size allocated off the loop? */

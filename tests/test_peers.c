@@ -187,7 +187,10 @@ static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
 	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPEN;
 }
 
-static bool send_opened(int fd, uint32_t id, int error, const char *why)
+/* The answer to flow id's OPEN: error (and why), or opened, resuming at
+ * resume (head 0). */
+static bool send_opened(int fd, uint32_t id, int error, const char *why,
+			uint64_t resume)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
@@ -195,46 +198,56 @@ static bool send_opened(int fd, uint32_t id, int error, const char *why)
 	op.flow_id = id;
 	op.error = error;
 	op.message = (char *)why;
+	op.resume = resume;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
 	msg.opened = &op;
 	return hp_send_msg(fd, &msg);
 }
 
-static void case_opened_failed(void)
+/* A receiver the test plays for a new flow of d's (name): moverd's
+ * connection accepted, hellos said, its OPEN read (the flow's id in
+ * *id).  The connection; the listening socket in *lfd. */
+static int fake_receiver(const struct hd *d, const char *name, int *lfd,
+			 uint32_t *id)
 {
 	struct hp_hello_in hello;
+	Flowmover__PeerMsg *m;
+	char out[4096];
+	int lport, fd;
+
+	*lfd = hp_listen(&lport);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     name, lport) == 0);
+	CHECK((fd = hp_accept(*lfd, 10000)) >= 0);
+	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
+	CHECK(hp_hello(fd, "fake-receiver"));
+	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
+	*id = m->open->flow_id;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	return fd;
+}
+
+static void case_opened_failed(void)
+{
 	struct hp_open sync = { "sync2", 77, 65536, 256, 0x1234, 0 };
 	Flowmover__PeerFlowOpened *op = NULL;
-	Flowmover__PeerMsg *m;
 	char reason[256];
-	int lport, lfd, fd;
+	int lfd, fd;
 	uint32_t id;
 	struct hd a;
 
-	lfd = hp_listen(&lport);
 	hd_start(&a, moverd_bin, "peers2", false, NULL);
-	{
-		char out[4096];
-
-		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
-			     "f2 --peer 127.0.0.1:%d --ring-size 64K",
-			     lport) == 0);
-	}
-	CHECK((fd = hp_accept(lfd, 10000)) >= 0);
-	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
-	CHECK(hp_hello(fd, "hostile"));
-	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
-	id = m->open->flow_id;
-	flowmover__peer_msg__free_unpacked(m, NULL);
+	fd = fake_receiver(&a, "f2", &lfd, &id);
 
 	/* refused: the flow fails */
-	CHECK(send_opened(fd, id, -EEXIST, "refused by the test"));
+	CHECK(send_opened(fd, id, -EEXIST, "refused by the test", 0));
 	CHECK(hd_wait_state(&a, moverctl_bin, "f2", "failed", 10000, reason,
 			    sizeof(reason)));
 	/* then "busy, retry" and "opened", which nothing asked for; our own
 	 * open's answer after them says moverd has read them */
-	CHECK(send_opened(fd, id, -EAGAIN, "busy, says the test"));
-	CHECK(send_opened(fd, id, 0, ""));
+	CHECK(send_opened(fd, id, -EAGAIN, "busy, says the test", 0));
+	CHECK(send_opened(fd, id, 0, "", 0));
 	CHECK(hp_open(fd, &sync));
 	CHECK(hp_wait_opened(fd, sync.flow_id, 10000, &op) == 0);
 	CHECK(op->error == 0);
@@ -426,44 +439,6 @@ static void case_hangup_before_hello(void)
 	hd_stop(&a);
 }
 
-/* A receiver the test plays for a new flow of d's (name): moverd's
- * connection accepted, hellos said, its OPEN read (the flow's id in
- * *id).  The connection; the listening socket in *lfd. */
-static int fake_receiver(const struct hd *d, const char *name, int *lfd,
-			 uint32_t *id)
-{
-	struct hp_hello_in hello;
-	Flowmover__PeerMsg *m;
-	char out[4096];
-	int lport, fd;
-
-	*lfd = hp_listen(&lport);
-	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
-		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
-		     name, lport) == 0);
-	CHECK((fd = hp_accept(*lfd, 10000)) >= 0);
-	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
-	CHECK(hp_hello(fd, "fake-receiver"));
-	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
-	*id = m->open->flow_id;
-	flowmover__peer_msg__free_unpacked(m, NULL);
-	return fd;
-}
-
-/* The flow's answer: opened, resuming at resume (head 0). */
-static bool send_opened_at(int fd, uint32_t id, uint64_t resume)
-{
-	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
-	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
-
-	op.flow_id = id;
-	op.message = "";
-	op.resume = resume;
-	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
-	msg.opened = &op;
-	return hp_send_msg(fd, &msg);
-}
-
 /* n records of 64 B into flow name of d, from this process. */
 static flowshm_t *produce(const struct hd *d, const char *name, int n)
 {
@@ -497,7 +472,7 @@ static int received_three(const struct hd *d, const char *name, int *lfd,
 {
 	int fd = fake_receiver(d, name, lfd, id);
 
-	CHECK(send_opened_at(fd, *id, 0));
+	CHECK(send_opened(fd, *id, 0, "", 0));
 	CHECK(hd_wait_state(d, moverctl_bin, name, "open", 10000, NULL, 0));
 	*prod = produce(d, name, 3);
 	read_data(fd, 3 * 80);
@@ -553,7 +528,7 @@ static void case_inside_record(void)
 	/* (c) a resume inside a record written before the answer */
 	fd = fake_receiver(&a, "k5c", &lfd, &id);
 	prod = produce(&a, "k5c", 3);
-	CHECK(send_opened_at(fd, id, 16));
+	CHECK(send_opened(fd, id, 0, "", 16));
 	CHECK(fails_for(&a, "k5c", "resume position 16 is inside a record"));
 	fake_end(prod, fd, lfd);
 	hd_alive(&a);
