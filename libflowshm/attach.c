@@ -55,11 +55,26 @@ static int answer_slot(const Flowmover__FlowInfo *fi, enum flowshm_role role)
 	return s ? (int)s - 1 : -1;
 }
 
+/* Is the flow moverd answered with owned by the uid asked for (owner < 0:
+ * any)?  moverd checks first; a moverd older than this library does not,
+ * and the slot it took is given back when we hang up. */
+static bool owner_ok(const Flowmover__FlowInfo *fi, const char *flow_name,
+		     int64_t owner)
+{
+	if (owner < 0 || fi->owner_uid == (uint32_t)owner)
+		return true;
+	snprintf(attach_err, sizeof(attach_err), "flow '%s' is owned by uid "
+		 "%u, not by uid %u as asked: not attached", flow_name,
+		 (unsigned)fi->owner_uid, (unsigned)owner);
+	return false;
+}
+
 /* Attach; wait_ms != 0: moverd waits that long for the flow to appear,
- * and the call for its answer a little longer (call_ms -1: forever). */
+ * and the call for its answer a little longer (call_ms -1: forever);
+ * owner >= 0: only to a flow that uid owns. */
 static int attach_waiting(const char *flow_name, enum flowshm_role role,
-			  const struct flowshm_opts *opts, uint32_t wait_ms,
-			  int call_ms, flowshm_t **out)
+			  const struct flowshm_opts *opts, int64_t owner,
+			  uint32_t wait_ms, int call_ms, flowshm_t **out)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
@@ -89,6 +104,8 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 	}
 	at.name = (char *)flow_name;
 	at.wait_ms = wait_ms;
+	at.check_owner = owner >= 0;
+	at.owner_uid = owner >= 0 ? (uint32_t)owner : 0;
 	at.role = role == FLOWSHM_PRODUCER ? FLOWMOVER__ROLE__PRODUCER
 					   : FLOWMOVER__ROLE__CONSUMER;
 	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
@@ -111,6 +128,10 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 				"a doorbell index without its page, or a page "
 				"without an index");
 		rc = -EPROTO;
+		goto out;
+	}
+	if (!owner_ok(resp->flow, flow_name, owner)) {
+		rc = -EACCES;
 		goto out;
 	}
 	view = (struct fsi_pid_view){ resp->flow->client_pid,
@@ -147,16 +168,11 @@ out:
 	return rc;
 }
 
-int flowshm_attach(const char *flow_name, enum flowshm_role role,
-		   const struct flowshm_opts *opts, flowshm_t **out)
-{
-	return attach_waiting(flow_name, role, opts, 0, CTL_DEFAULT_TIMEOUT_MS,
-			      out);
-}
-
-int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
-			const struct flowshm_opts *opts, int64_t timeout_ns,
-			flowshm_t **out)
+/* The wait moverd is asked for, and how long the call waits for its
+ * answer. */
+static int attach_timed(const char *flow_name, enum flowshm_role role,
+			const struct flowshm_opts *opts, int64_t owner,
+			int64_t timeout_ns, flowshm_t **out)
 {
 	uint64_t ms = timeout_ns < 0 ? UINT32_MAX :
 				       ((uint64_t)timeout_ns + 999999) / 1000000;
@@ -164,13 +180,31 @@ int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
 
 	if (ms > UINT32_MAX)
 		ms = UINT32_MAX; /* 49 days: as good as forever */
-	if (!ms)
-		return flowshm_attach(flow_name, role, opts, out);
 	/* moverd answers at the end of the wait: give it time to */
 	call_ms = ms + CTL_DEFAULT_TIMEOUT_MS > INT32_MAX ? -1 :
 		  (int)(ms + CTL_DEFAULT_TIMEOUT_MS);
-	return attach_waiting(flow_name, role, opts, (uint32_t)ms, call_ms,
-			      out);
+	return attach_waiting(flow_name, role, opts, owner, (uint32_t)ms,
+			      call_ms, out);
+}
+
+int flowshm_attach(const char *flow_name, enum flowshm_role role,
+		   const struct flowshm_opts *opts, flowshm_t **out)
+{
+	return attach_timed(flow_name, role, opts, -1, 0, out);
+}
+
+int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
+			const struct flowshm_opts *opts, int64_t timeout_ns,
+			flowshm_t **out)
+{
+	return attach_timed(flow_name, role, opts, -1, timeout_ns, out);
+}
+
+int flowshm_attach_owned(const char *flow_name, enum flowshm_role role,
+			 uint32_t owner_uid, const struct flowshm_opts *opts,
+			 int64_t timeout_ns, flowshm_t **out)
+{
+	return attach_timed(flow_name, role, opts, owner_uid, timeout_ns, out);
 }
 
 void flowshm_detach(flowshm_t *f)

@@ -137,6 +137,21 @@ int flowshm_attach_wait(const char *flow_name, enum flowshm_role role,
 			const struct flowshm_opts *opts, int64_t timeout_ns,
 			flowshm_t **out);
 
+/*
+ * flowshm_attach_wait, but only to a flow that uid owner_uid owns (its
+ * creator; for a flow fed from another host, moverd --peer-flow-owner or
+ * the declaring user).  Flow names are one namespace per host: a program
+ * that attaches to a flow another user may have created first under the
+ * same name (and allowed it) would otherwise hand that user its records,
+ * or read theirs.  -EACCES, with the owner in flowshm_attach_error(), if
+ * someone else owns it; the rest as flowshm_attach_wait (timeout_ns 0:
+ * no wait).  getuid() for "a flow of my own".
+ */
+#define FLOWSHM_HAVE_ATTACH_OWNED 1 /* for bindings built against older headers */
+int flowshm_attach_owned(const char *flow_name, enum flowshm_role role,
+			 uint32_t owner_uid, const struct flowshm_opts *opts,
+			 int64_t timeout_ns, flowshm_t **out);
+
 /* Close a handle from flowshm_attach (the flow stays open). */
 void flowshm_detach(flowshm_t *f);
 

@@ -59,6 +59,7 @@ struct ctl_wait {
 	enum flowshm_role role;
 	uint64_t id;
 	uint64_t until_ns;       /* UINT64_MAX: no limit */
+	int64_t owner;           /* attach: the owner asked for, -1: any */
 	char name[FLOW_NAME_MAX + 1];
 	/* a drain's flow, referenced (struct flow): one destroyed meanwhile
 	 * is `dead`, never a new flow of the same name */
@@ -657,13 +658,13 @@ static void destroy_now(struct ctl_client *c, uint64_t id, struct flow *f)
 /* Park c's request until name's flow comes (or, drain, held goes), or
  * wait_ms pass.  c may be gone when it returns (no SQE for its read). */
 static void start_wait(struct ctl_client *c, enum wait_kind kind, uint64_t id,
-		       const char *name, enum flowshm_role role,
+		       const char *name, enum flowshm_role role, int64_t owner,
 		       uint32_t wait_ms, struct flow *held)
 {
 	struct ctl_server *s = c->srv;
 
 	c->wait = (struct ctl_wait){
-		.kind = kind, .role = role, .id = id,
+		.kind = kind, .role = role, .id = id, .owner = owner,
 		.until_ns = wait_ms ? fr_now_ns() + wait_ms * 1000000ull :
 				      UINT64_MAX,
 		.flow = held ? flow_get(held) : NULL,
@@ -707,7 +708,8 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 		destroy_now(c, id, f);
 		return;
 	}
-	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, timeout_ms, f);
+	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, -1, timeout_ms,
+		   f);
 }
 
 static void do_destroy(struct ctl_client *c, uint64_t id,
@@ -785,7 +787,7 @@ static void do_describe(struct ctl_client *c, uint64_t id,
 	struct flow *f = flows_find(c->srv->flows, d->name);
 
 	if (!f && d->wait_ms && flows_valid_name(d->name)) {
-		start_wait(c, WAIT_DESCRIBE, id, d->name, FLOWSHM_PRODUCER,
+		start_wait(c, WAIT_DESCRIBE, id, d->name, FLOWSHM_PRODUCER, -1,
 			   d->wait_ms, NULL);
 		return;
 	}
@@ -983,8 +985,10 @@ static const char *wrong_role(const struct flow *f, enum flowshm_role role,
 	return NULL;
 }
 
+/* owner >= 0: the client attaches only to a flow that uid owns (the name
+ * may have been taken by someone else first: docs/security.md). */
 static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
-			 enum flowshm_role role)
+			 enum flowshm_role role, int64_t owner)
 {
 	struct attachment att;
 	char why[320];
@@ -994,6 +998,12 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 	    !flows_group_allowed(f, c->groups, c->n_groups)) {
 		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
 			      "attach to flow '%s'", (unsigned)c->uid, f->name);
+		return;
+	}
+	if (owner >= 0 && f->owner_uid != (uid_t)owner) {
+		respond_error(c, id, -EACCES, "flow '%s' is owned by uid %u, not "
+			      "by uid %u as asked: not attached", f->name,
+			      (unsigned)f->owner_uid, (unsigned)owner);
 		return;
 	}
 	if (wrong_role(f, role, why, sizeof(why))) {
@@ -1081,20 +1091,21 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 	enum flowshm_role role = a->role == FLOWMOVER__ROLE__CONSUMER ?
 					 FLOWSHM_CONSUMER : FLOWSHM_PRODUCER;
 	struct flow *f = flows_find(c->srv->flows, a->name);
+	int64_t owner = a->check_owner ? (int64_t)a->owner_uid : -1;
 
 	/* a flow cut off here is waited for as one not there yet: its
 	 * sender's rejoin creates it again (flow_added answers then) */
 	if ((!f || flow_cut_off(f)) && a->wait_ms &&
 	    flows_valid_name(a->name)) {
-		start_wait(c, WAIT_ATTACH, id, a->name, role, a->wait_ms,
-			   NULL);
+		start_wait(c, WAIT_ATTACH, id, a->name, role, owner,
+			   a->wait_ms, NULL);
 		return;
 	}
 	if (!f) {
 		respond_error(c, id, -ENOENT, "no such flow '%.80s'", a->name);
 		return;
 	}
-	attach_found(c, id, f, role);
+	attach_found(c, id, f, role, owner);
 }
 
 /* ---- requests that wait ---------------------------------------------------- */
@@ -1107,7 +1118,7 @@ static void wait_found(struct ctl_client *c, struct flow *f)
 
 	end_wait(c);
 	if (w.kind == WAIT_ATTACH)
-		attach_found(c, w.id, f, w.role);
+		attach_found(c, w.id, f, w.role, w.owner);
 	else
 		respond_flow(c, w.id, f, NULL);
 }

@@ -34,6 +34,7 @@
  * 15 (end of stream, flow state, poll and fd sets, producer identity);
  * the module offers end(), state(), poll(), fileno() and EndOfStream then.
  * FLOWSHM_HAVE_SET_WAIT: flowshm_set_wait (issue 12); Flow.set_wait().
+ * FLOWSHM_HAVE_ATTACH_OWNED: flowshm_attach_owned; attach(owner=).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -325,35 +326,72 @@ static int opts_of(PyObject *recover, struct flowshm_opts *o)
 }
 
 PyDoc_STRVAR(attach_doc,
-"attach(name, role, *, recover=<default>) -> Flow\n\n"
+"attach(name, role, *, recover=<default>, owner=None) -> Flow\n\n"
 "Ask moverd (socket: $FLOWMOVER_SOCKET, else /run/flowmover/moverd.sock)\n"
 "for flow `name` and open its 'producer' or 'consumer' end.  `recover`\n"
 "(consumer, seconds; None = never) is how long a record may stay claimed\n"
 "and uncommitted before the consumer checks whether its producer died.\n"
+"`owner` (a uid; os.getuid() for a flow of your own): attach only if\n"
+"that user owns the flow, not to one someone else created under the\n"
+"name first (PermissionError naming its owner).\n"
 "Raises FileNotFoundError (no such flow), PermissionError, or\n"
 "flowshm.Error (moverd not running, flow busy, ...) with moverd's words.");
 
+/* owner: None, or a uid (0 .. 2^32-2; -1 is no uid) */
+static int owner_of(PyObject *owner, int64_t *out)
+{
+	unsigned long long v;
+
+	*out = -1;
+	if (!owner || owner == Py_None)
+		return 0;
+	v = PyLong_AsUnsignedLongLong(owner);
+	if (PyErr_Occurred() || v >= UINT32_MAX) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_ValueError,
+				"owner must be None or a uid (0..4294967294)");
+		return -1;
+	}
+	*out = (int64_t)v;
+	return 0;
+}
+
 static PyObject *py_attach(PyObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "name", "role", "recover", NULL };
+	static char *kwlist[] = { "name", "role", "recover", "owner", NULL };
 	const char *role_s;
-	PyObject *name, *recover = NULL;
+	PyObject *name, *recover = NULL, *owner_o = NULL;
 	struct flowshm_opts o;
 	flowshm_t *f = NULL;
+	int64_t owner;
 	char err[512];
 	int role, rc;
 
 	(void)self;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "Us|$O:attach", kwlist,
-					 &name, &role_s, &recover))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Us|$OO:attach", kwlist,
+					 &name, &role_s, &recover, &owner_o))
 		return NULL;
-	if (!(role = role_of(role_s)) || opts_of(recover, &o))
+	if (!(role = role_of(role_s)) || opts_of(recover, &o) ||
+	    owner_of(owner_o, &owner))
 		return NULL;
+#ifndef FLOWSHM_HAVE_ATTACH_OWNED
+	if (owner >= 0) {
+		PyErr_SetString(PyExc_NotImplementedError, "attach(owner=) "
+				"needs a newer libflowshm");
+		return NULL;
+	}
+#endif
 	const char *cname = PyUnicode_AsUTF8(name);
 	if (!cname)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS	/* a control round trip to moverd */
+#ifdef FLOWSHM_HAVE_ATTACH_OWNED
+	rc = owner >= 0 ? flowshm_attach_owned(cname, role, (uint32_t)owner,
+					       &o, 0, &f) :
+			  flowshm_attach(cname, role, &o, &f);
+#else
 	rc = flowshm_attach(cname, role, &o, &f);
+#endif
 	if (rc)	/* the words are per thread: copy them on this one */
 		snprintf(err, sizeof(err), "%s", flowshm_attach_error());
 	Py_END_ALLOW_THREADS

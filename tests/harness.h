@@ -725,18 +725,27 @@ static inline int hc_destroy(int sock, const char *name)
 	return hc_call(sock, &req, NULL);
 }
 
-/* Attach to name as role: 0 and the ring fd in *fd, or a negative errno. */
-static inline int hc_attach(int sock, const char *name, Flowmover__Role role,
-			    int *fd)
+/* Attach to name as role (owner >= 0: only if that uid owns it): 0 and
+ * the ring fd in *fd, or a negative errno. */
+static inline int hc_attach_owned(int sock, const char *name,
+				  Flowmover__Role role, int64_t owner, int *fd)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
 
 	at.name = (char *)name;
 	at.role = role;
+	at.check_owner = owner >= 0;
+	at.owner_uid = owner >= 0 ? (uint32_t)owner : 0;
 	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
 	req.attach = &at;
 	return hc_call(sock, &req, fd);
+}
+
+static inline int hc_attach(int sock, const char *name, Flowmover__Role role,
+			    int *fd)
+{
+	return hc_attach_owned(sock, name, role, -1, fd);
 }
 
 /* The ring fd of flow name, the way a client gets it: attached as role on

@@ -20,6 +20,11 @@
  *      every record exactly once; after B restarts, C is refused again
  *   4  supplementary groups: a uid whose supplementary group is in a
  *      flow's allowed gids may attach; without it, it may not
+ *   5  a name taken first: uid 4000 creates the flow uid 65534 will attach
+ *      to and allows it.  flowshm_attach_owned(owner 65534) is refused
+ *      (-EACCES) as producer and consumer, before any slot is taken; with
+ *      the real owner it attaches; a wait for one's own flow is refused
+ *      when the other user's appears; one's own and root's flows attach
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -42,17 +47,34 @@ static void start(struct hd *d, const char *tag, bool listen,
 
 /* ---- clients -------------------------------------------------------------- */
 
+/* An attaching child's result: 0 or the negative errno of its attach. */
+static int attach_reap(pid_t pid)
+{
+	int st;
+
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 126);
+	return -WEXITSTATUS(st);
+}
+
+/* How a child attaches: flowshm_attach_owned with that owner and wait. */
+struct ask {
+	uid_t owner;
+	int64_t wait_ns;
+};
+
 /*
  * Attach to flow on d in a child running as uid/gid with the supplementary
- * groups given (none if n is 0), and detach: 0 or the negative errno of
- * flowshm_attach.
+ * groups given (none if n is 0), as ask says (NULL: flowshm_attach), and
+ * detach: 0 or the negative errno of the attach.  The child's pid, if
+ * pid is not NULL: then the caller reaps it (attach_reap).
  */
-static int attach_as(const struct hd *d, uid_t uid, gid_t gid,
-		     const gid_t *groups, size_t n, const char *flow,
-		     enum flowshm_role role)
+static int attach_child(const struct hd *d, uid_t uid, gid_t gid,
+			const gid_t *groups, size_t n, const char *flow,
+			enum flowshm_role role, const struct ask *ask,
+			pid_t *child)
 {
 	pid_t pid;
-	int st;
 
 	fflush(NULL);
 	pid = fork();
@@ -67,7 +89,9 @@ static int attach_as(const struct hd *d, uid_t uid, gid_t gid,
 			perror("drop privileges");
 			_exit(126);
 		}
-		rc = flowshm_attach(flow, role, NULL, &f);
+		rc = ask ? flowshm_attach_owned(flow, role, ask->owner, NULL,
+						ask->wait_ns, &f) :
+			   flowshm_attach(flow, role, NULL, &f);
 		if (rc) {
 			printf("    uid %u gid %u (+%zu groups): attach %s: %s\n",
 			       (unsigned)uid, (unsigned)gid, n, flow,
@@ -78,9 +102,28 @@ static int attach_as(const struct hd *d, uid_t uid, gid_t gid,
 		flowshm_detach(f);
 		_exit(0);
 	}
-	CHECK(waitpid(pid, &st, 0) == pid);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 126);
-	return -WEXITSTATUS(st);
+	if (child) {
+		*child = pid;
+		return 0;
+	}
+	return attach_reap(pid);
+}
+
+static int attach_as(const struct hd *d, uid_t uid, gid_t gid,
+		     const gid_t *groups, size_t n, const char *flow,
+		     enum flowshm_role role)
+{
+	return attach_child(d, uid, gid, groups, n, flow, role, NULL, NULL);
+}
+
+/* As uid (its own group), only to a flow owner owns. */
+static int owned_as(const struct hd *d, uid_t uid, const char *flow,
+		    enum flowshm_role role, uid_t owner, int64_t wait_ns,
+		    pid_t *child)
+{
+	const struct ask ask = { owner, wait_ns };
+
+	return attach_child(d, uid, uid, NULL, 0, flow, role, &ask, child);
 }
 
 /* The same, as a consumer with the user's own group and no other. */
@@ -412,6 +455,83 @@ static void case_groups(void)
 	hd_stop(&d);
 }
 
+/* ---- case 5: a name taken first by another user ------------------------- */
+
+/* The producers and consumers moverd counts on flow name. */
+static uint64_t attached(const struct hd *d, const char *name)
+{
+	char json[4096];
+
+	CHECK(hd_flow_json(d, moverctl_bin, name, json, sizeof(json)));
+	return hj_u64(json, "producers") + hj_u64(json, "consumers");
+}
+
+static void case_owner(void)
+{
+	struct hd d;
+	char out[4096];
+	pid_t waiter;
+	int rc, sock, fd = -1;
+
+	start(&d, "acl5", false, NULL);
+	/* uid OTHER takes the name NOBODY's program will attach to, and lets
+	 * NOBODY in */
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create payroll --ring-size 64K --allow-uid %u",
+			NOBODY) == 0);
+	/* a plain attach trusts the name (docs/security.md) */
+	CHECK_RC(attach_as(&d, NOBODY, NOBODY, NULL, 0, "payroll",
+			   FLOWSHM_PRODUCER), 0);
+	rc = owned_as(&d, NOBODY, "payroll", FLOWSHM_PRODUCER, NOBODY, 0, NULL);
+	printf("  uid %u attaches to payroll as its own: %d\n", NOBODY, rc);
+	CHECK_RC(rc, -EACCES);
+	CHECK_RC(owned_as(&d, NOBODY, "payroll", FLOWSHM_CONSUMER, NOBODY, 0,
+			  NULL), -EACCES);
+	/* refused by moverd itself (the library checks again), before a
+	 * slot was taken: root, who may attach to any flow, asks */
+	sock = ctl_connect(d.sock);
+	CHECK(sock >= 0);
+	CHECK_RC(hc_attach_owned(sock, "payroll", FLOWMOVER__ROLE__CONSUMER,
+				 NOBODY, &fd), -EACCES);
+	CHECK(fd < 0);
+	CHECK(attached(&d, "payroll") == 0);
+	CHECK_RC(hc_attach_owned(sock, "payroll", FLOWMOVER__ROLE__CONSUMER,
+				 OTHER, &fd), 0);
+	CHECK(fd >= 0 && attached(&d, "payroll") == 1);
+	close(fd);
+	close(sock);
+	/* asking for the real owner works */
+	CHECK_RC(owned_as(&d, NOBODY, "payroll", FLOWSHM_CONSUMER, OTHER, 0,
+			  NULL), 0);
+
+	/* waiting for a flow of one's own: the other user's is refused when
+	 * it appears, not taken and not waited past */
+	owned_as(&d, NOBODY, "later", FLOWSHM_PRODUCER, NOBODY,
+		 30000000000ll, &waiter);
+	usleep(300000); /* parked in moverd (an early create is fine too) */
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create later --ring-size 64K --allow-uid %u",
+			NOBODY) == 0);
+	rc = attach_reap(waiter);
+	printf("  uid %u waiting for its own 'later'; uid %u creates it: %d\n",
+	       NOBODY, OTHER, rc);
+	CHECK_RC(rc, -EACCES);
+	CHECK(attached(&d, "later") == 0);
+
+	/* a flow of one's own, and root's */
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out), "flow "
+			"create mine --ring-size 64K") == 0);
+	CHECK_RC(owned_as(&d, NOBODY, "mine", FLOWSHM_PRODUCER, NOBODY, 0,
+			  NULL), 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create rootf "
+		     "--ring-size 64K --allow-uid %u", NOBODY) == 0);
+	CHECK_RC(owned_as(&d, NOBODY, "rootf", FLOWSHM_CONSUMER, 0, 0, NULL),
+		 0);
+	CHECK_RC(owned_as(&d, NOBODY, "rootf", FLOWSHM_CONSUMER, NOBODY, 0,
+			  NULL), -EACCES);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -421,6 +541,7 @@ int main(int argc, char **argv)
 		{ 3, case_hijack, "another peer opens A's flow while A is "
 		  "down" },
 		{ 4, case_groups, "supplementary groups in the gid check" },
+		{ 5, case_owner, "a name taken first by another user" },
 	};
 
 	if (argc != 4) {

@@ -1,13 +1,16 @@
 /*
  * tests/test_attach.c - flowshm_attach against a fake moverd that listens
  * on a temporary socket ($FLOWMOVER_SOCKET) and answers one request per
- * connection as the test tells it.
+ * connection as the test tells it.  It hands out rings owned by uid 0 and
+ * ignores an owner asked for, as a moverd older than
+ * flowshm_attach_owned: the library itself refuses another owner's flow.
  */
 #include "testutil.h"
 
 #include "ctl_client.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -19,6 +22,8 @@ struct fake {
 	enum mode mode;
 	Flowmover__Role role;   /* what the client asked for */
 	char name[80];
+	bool check_owner;       /* ... and the owner it asked for */
+	uint32_t owner_uid;
 };
 
 static void *fake_moverd(void *arg)
@@ -39,9 +44,12 @@ static void *fake_moverd(void *arg)
 	CHECK_RC(ctl_request_decode(in, got, &req, err, sizeof(err)), 0);
 	CHECK(req->body_case == FLOWMOVER__REQUEST__BODY_ATTACH);
 	fk->role = req->attach->role;
+	fk->check_owner = req->attach->check_owner;
+	fk->owner_uid = req->attach->owner_uid;
 	snprintf(fk->name, sizeof(fk->name), "%s", req->attach->name);
 	resp.id = req->id;
 	fi.name = req->attach->name;
+	fi.owner_uid = 0; /* an older moverd: it does not check the owner */
 	switch (fk->mode) {
 	case GIVE_RING:
 	case NO_FD:
@@ -77,17 +85,27 @@ static void *fake_moverd(void *arg)
 	return NULL;
 }
 
-static int attach_with(struct fake *fk, enum mode mode, const char *name,
-		       enum flowshm_role role, flowshm_t **f)
+/* owner < 0: flowshm_attach, else flowshm_attach_owned */
+static int attach_owned_with(struct fake *fk, enum mode mode,
+			     const char *name, enum flowshm_role role,
+			     int64_t owner, flowshm_t **f)
 {
 	pthread_t t;
 	int rc;
 
 	fk->mode = mode;
 	CHECK(pthread_create(&t, NULL, fake_moverd, fk) == 0);
-	rc = flowshm_attach(name, role, NULL, f);
+	rc = owner < 0 ? flowshm_attach(name, role, NULL, f) :
+			 flowshm_attach_owned(name, role, (uint32_t)owner,
+					      NULL, 0, f);
 	CHECK(pthread_join(t, NULL) == 0);
 	return rc;
+}
+
+static int attach_with(struct fake *fk, enum mode mode, const char *name,
+		       enum flowshm_role role, flowshm_t **f)
+{
+	return attach_owned_with(fk, mode, name, role, -1, f);
 }
 
 int main(void)
@@ -139,6 +157,22 @@ int main(void)
 	CHECK_RC(attach_with(&fk, DENIED, "secret", FLOWSHM_PRODUCER, &p),
 		 -EACCES);
 	CHECK(strstr(flowshm_attach_error(), "may not attach"));
+
+	/* the owner asked for goes to moverd, and the library checks the
+	 * answer too (a moverd older than the check) */
+	CHECK_RC(attach_with(&fk, GIVE_RING, "orders", FLOWSHM_CONSUMER, &c),
+		 0);
+	CHECK(!fk.check_owner);
+	flowshm_detach(c);
+	CHECK_RC(attach_owned_with(&fk, GIVE_RING, "orders", FLOWSHM_CONSUMER,
+				   1234, &c), -EACCES);
+	CHECK(c == NULL);
+	CHECK(fk.check_owner && fk.owner_uid == 1234);
+	CHECK(strstr(flowshm_attach_error(), "owned by uid 0, not by uid 1234"));
+	CHECK_RC(attach_owned_with(&fk, GIVE_RING, "orders", FLOWSHM_CONSUMER,
+				   0, &c), 0);
+	CHECK(fk.check_owner && fk.owner_uid == 0);
+	flowshm_detach(c);
 
 	/* nonsense */
 	CHECK_RC(attach_with(&fk, NO_FD, "orders", FLOWSHM_PRODUCER, &p),

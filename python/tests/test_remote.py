@@ -133,3 +133,21 @@ def test_attach_as_another_user_is_permission_error(pair):
                        env=dict(pair.a.env, PYTHONPATH=mod_dir))
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"PermissionError {errno.EACCES}" in r.stdout
+
+
+def test_attach_owner(pair, monkeypatch):
+    """owner=: only a flow that uid owns; another owner's is refused with
+    its uid named, before anything is attached."""
+    monkeypatch.setenv("FLOWMOVER_SOCKET", pair.a.sock)
+    pair.a.ctl("flow", "create", "owned")
+    me = os.geteuid()
+    with flowshm.attach("owned", "producer", owner=me) as f:
+        f.send(b"x")
+    with pytest.raises(PermissionError) as e:
+        flowshm.attach("owned", "consumer", owner=me + 1)
+    assert e.value.errno == errno.EACCES
+    assert f"owned by uid {me}, not by uid {me + 1}" in str(e.value)
+    assert pair.a.flow("owned")["consumers"] == 0
+    for bad in (-1, 2**32 - 1, "0"):
+        with pytest.raises((ValueError, TypeError)):
+            flowshm.attach("owned", "consumer", owner=bad)
