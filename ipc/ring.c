@@ -1171,10 +1171,19 @@ void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
 					    memory_order_relaxed);
 	struct fr_sub *s = &r->sh->subs[slot];
-	uint64_t pos = atomic_load_explicit(&s->pos, memory_order_relaxed);
-	uint64_t tail = bound_pos(r), end, records = 0;
+	uint64_t tail = bound_pos(r), pos, end, records = 0;
 	bool stuck;
 
+	/* our own slot from our private head (fr_sub_adopt checked it); a
+	 * client's as its word is now, read once and checked: its holder
+	 * may have rewritten it since fr_sub_take checked what it stored */
+	if (r->sub == slot) {
+		pos = r->head;
+	} else {
+		pos = atomic_load_explicit(&s->pos, memory_order_relaxed);
+		if (!pos_valid(r, pos, tail))
+			return;
+	}
 	if (!lag || pos >= tail || tail - pos <= lag)
 		return;
 	/* whole committed records only: nothing below a claim still being
@@ -1908,6 +1917,10 @@ static int scan_run(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 		    uint64_t *records)
 {
 	*stuck = false;
+	if (pos % FR_ALIGN) {	/* a record header never straddles the end */
+		*end = pos;
+		return -EPROTO;
+	}
 	while (pos < limit && max--) {
 		const struct fr_rec *h = fr_rec_at(r, pos);
 		uint64_t bytes;

@@ -1028,6 +1028,41 @@ static void test_skip_lag_bounded(void)
 	close(fd);
 }
 
+/*
+ * A client rewrites the position of the slot moverd took for it, between
+ * the take (which checked what it stored) and fr_sub_skip_lag: a position
+ * off the record grid is not walked from (a header read there can cross
+ * the end of the ring), and the scans refuse one.
+ */
+static void test_skip_lag_rewritten_pos(void)
+{
+	uint64_t ring = 1u << 16, end = 0, recs = 0;
+	int fd = tu_ring(ring, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	struct fr_ring *r = &p->ring;
+	struct fr_rec *h = fr_rec_at(r, 8);
+	bool stuck;
+	uint64_t g;
+	unsigned s;
+
+	atomic_store(&r->sh->tail, ring);
+	atomic_store(&r->sh->max_lag, 64);
+	CHECK_RC(fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &s, &g), 0);
+	/* a committed pad forged at 8, and the slot's word set to it */
+	atomic_store(&h->len, 0);
+	atomic_store(&h->info, FR_INFO_PAD);
+	atomic_store(&h->seal, fr_seal(r, 8, FR_SEAL_COMMITTED));
+	atomic_store(&r->sh->subs[s].pos, 8);
+	fr_sub_skip_lag(r, s);
+	printf("# slot at 8 after skip_lag: %llu\n",
+	       (unsigned long long)atomic_load(&r->sh->subs[s].pos));
+	CHECK(atomic_load(&r->sh->subs[s].pos) == 8);
+	CHECK_RC(fr_scan_records(r, 8, ring, &end, &stuck, &recs), -EPROTO);
+	CHECK(end == 8);
+	flowshm_close(p);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -1057,6 +1092,7 @@ int main(void)
 		{ "judgement_pace", test_judgement_pace },
 		{ "judgement_per_pid", test_judgement_per_pid },
 		{ "skip_lag_bounded", test_skip_lag_bounded },
+		{ "skip_lag_rewritten_pos", test_skip_lag_rewritten_pos },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
