@@ -287,14 +287,24 @@ uint64_t fr_min_pos(const struct fr_ring *r)
 	return atomic_load_explicit(&r->sh->floor, memory_order_acquire);
 }
 
+/*
+ * How many times a loop retries a compare-and-swap on a shared word.  A
+ * client that keeps changing the word (the tail, the floor) must not hold
+ * moverd's event loop, or another client, for ever; honest contenders (at
+ * most FR_MAX_PRODS producers) never come near it.
+ */
+#define CAS_TRIES_MAX (1u << 16)
+
 static void fetch_max(_Atomic uint64_t *w, uint64_t v)
 {
 	uint64_t cur = atomic_load(w);
 
 	/* seq_cst: see refresh_min (a joiner reads the floor after its mask
-	 * bit; one of the two sees the other) */
-	while (cur < v && !atomic_compare_exchange_weak(w, &cur, v))
-		;
+	 * bit; one of the two sees the other).  Given up after
+	 * CAS_TRIES_MAX: only a client rewriting the floor gets that far */
+	for (unsigned tries = 0; cur < v && tries < CAS_TRIES_MAX; tries++)
+		if (atomic_compare_exchange_weak(w, &cur, v))
+			break;
 }
 
 static uint64_t bound_pos(const struct fr_ring *r)
@@ -515,10 +525,14 @@ static int claim_records(struct fr_ring *r, const uint32_t *lens, unsigned n,
 	uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_relaxed);
 	bool named = false;
 
-	for (;;) {
+	for (unsigned tries = 0;; tries++) {
 		uint64_t rest, pad, end;
 		unsigned k;
 		int rc;
+
+		/* a client moving the tail under every CAS: "full" for now */
+		if (tries == CAS_TRIES_MAX)
+			return -EAGAIN;
 
 		if (fr_closed(r))
 			return fr_closed_rc(r);
@@ -1950,6 +1964,13 @@ int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 		    uint64_t *end, bool *stuck, uint64_t *records)
 {
 	return scan_run(r, pos, limit, UINT_MAX, end, stuck, records);
+}
+
+int fr_scan_records_max(const struct fr_ring *r, uint64_t pos,
+			uint64_t limit, unsigned max, uint64_t *end,
+			bool *stuck, uint64_t *records)
+{
+	return scan_run(r, pos, limit, max, end, stuck, records);
 }
 
 int fr_check_stuck(struct fr_ring *r, uint64_t pos)

@@ -910,6 +910,13 @@ int fr_scan(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 int fr_scan_records(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 		    uint64_t *end, bool *stuck, uint64_t *records);
 
+/* fr_scan_records that stops after max records (pads included): a walk on
+ * moverd's event loop whose bytes a client may have filled with 16-byte
+ * pads.  A run cut there is neither stuck nor an error. */
+int fr_scan_records_max(const struct fr_ring *r, uint64_t pos,
+			uint64_t limit, unsigned max, uint64_t *end,
+			bool *stuck, uint64_t *records);
+
 /*
  * Does a record begin at pos: on the record grid, and sealed (claimed,
  * committed or being recovered) for pos itself?  Inside a record the
