@@ -5,6 +5,7 @@
 #include "log.h"
 #include "private_dir.h"
 #include "ring_guard.h"
+#include "wire.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1327,6 +1328,14 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 "of two >= 4096 bytes and the maximum record 1 byte to "
 			 "half the ring (got ring %llu, max record %u)",
 			 (unsigned long long)p->ring_size, p->max_record);
+		return -EINVAL;
+	}
+	if ((s->peer || s->origin) &&
+	    fr_record_bytes(p->max_record) > WIRE_SPAN_MAX) {
+		snprintf(err, errlen, "max record %u is too large for a flow "
+			 "between hosts: at most %u bytes (one DATA frame, one "
+			 "RDMA write)", p->max_record,
+			 WIRE_SPAN_MAX - FR_REC_HDR);
 		return -EINVAL;
 	}
 	if (s->peer && !meta_value_ok(s->peer)) {

@@ -21,6 +21,11 @@
 #define WIRE_VERSION  1u
 #define WIRE_HDR      32u
 #define WIRE_MAX_CTRL 65536u
+/* The most ring bytes one DATA frame carries: `len` is 32 bits, and over
+ * RDMA the span is one WRITE, whose devices take 2^31 bytes at most (rxe,
+ * mlx5).  So a flow between hosts has records of at most this much with
+ * their header (flows.c). */
+#define WIRE_SPAN_MAX (1u << 31)
 
 enum wire_type {
 	WIRE_CTRL = 1,
