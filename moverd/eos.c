@@ -23,9 +23,17 @@ static void write_end(struct flow *f)
 		return;
 	}
 	f->end_pending = false;
-	if (rc) {
+	if (rc == -EPIPE) { /* closed (drained, destroyed): nothing to end */
 		log_debug("flow %s: no end of stream: %s", f->name,
 			  flowshm_strerror(rc));
+		return;
+	}
+	if (rc) {
+		/* a client broke the ring's tail: its consumers get the same
+		 * error from their next read; the operator should know why
+		 * no END came */
+		log_warn("flow %s: cannot write its end of stream: %s",
+			 f->name, flowshm_strerror(rc));
 		return;
 	}
 	f->end_written = true;
