@@ -172,7 +172,8 @@ static int wait_once(struct loop *l, int timeout_ms)
 	rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1,
 					      timeout_ms >= 0 ? &ts : NULL,
 					      NULL);
-	return rc < 0 && rc != -ETIME && rc != -EINTR ? rc : 0;
+	/* -EBUSY: completions to reap first (a full CQ), which we do now */
+	return rc < 0 && rc != -ETIME && !transient(rc) ? rc : 0;
 }
 
 int loop_run_once(struct loop *l, int timeout_ms)
@@ -188,7 +189,9 @@ int loop_run_once(struct loop *l, int timeout_ms)
 		int res = cqe->res;
 
 		n++;
-		if (!op)
+		/* a cancel's, or the timeout liburing queues itself where
+		 * the kernel cannot take one with the wait (before 5.11) */
+		if (!op || cqe->user_data == LIBURING_UDATA_TIMEOUT)
 			continue;
 		op->busy = false;
 		op->done(op, res);
