@@ -2535,7 +2535,8 @@ void peer_timer(struct peer_mgr *m, uint64_t now)
 	m->ticks++;
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
-		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
+		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS &&
+		    !(p->tp->still_receiving && p->tp->still_receiving(p)))
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
 		else if (p->state == PEER_UP && !p->hello_ok &&

@@ -256,6 +256,9 @@ struct transport {
 	/* optional: p's hello authenticated it (what a stranger may not have
 	 * before: RDMA's buffers); may fail p */
 	void (*authenticated)(struct peer *p);
+	/* optional: have bytes come from p within DEAD_NS, though no
+	 * receive completed (TCP: a large body received whole)? */
+	bool (*still_receiving)(struct peer *p);
 };
 
 /* The connection window (mover.c): fresh when a connection comes up; an

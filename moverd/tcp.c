@@ -183,6 +183,25 @@ static void read_body_now(struct peer *p)
 		peer_rx_body(p);
 }
 
+/*
+ * A DATA body is received whole (MSG_WAITALL): one completion however
+ * long it takes, so a large record on a slow link (64 MiB below 13 MB/s)
+ * would leave last_rx_ns older than DEAD_NS while its bytes still come,
+ * and the link be failed, and the same frame sent again, for ever.  The
+ * kernel knows when data last came (TCP_INFO, ms).
+ */
+static bool tcp_still_receiving(struct peer *p)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+
+	if (!p->in_body || p->rx_staged || !p->rd_op.busy || p->fd < 0)
+		return false;
+	if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
+		return false;
+	return ti.tcpi_last_data_recv * 1000000ull < DEAD_NS;
+}
+
 /* ---- connections ---------------------------------------------------------- */
 
 /*
@@ -556,4 +575,5 @@ const struct transport tcp_transport = {
 	.recv = tcp_recv,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
+	.still_receiving = tcp_still_receiving,
 };

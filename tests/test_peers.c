@@ -4,7 +4,8 @@
  * creates and destroys flows to ever new peer addresses must not make
  * moverd hold a connection for each (its open files ran out: EMFILE for
  * everyone), a peer must not set a failed flow open again, and a connect
- * toward a host that drops SYNs gives up after --peer-connect-timeout.
+ * toward a host that drops SYNs gives up after --peer-connect-timeout,
+ * and a body that comes slowly is not taken for a silent link.
  * FM_PEERS_CASES=1 runs only that case.
  *
  *   usage: test_peers MOVERD MOVERCTL
@@ -535,6 +536,42 @@ static void case_inside_record(void)
 	hd_stop(&a);
 }
 
+/*
+ * Case 6: a DATA body that comes slowly.  moverd receives a body whole
+ * (one completion), so a large record on a slow link was failed as a
+ * silent link ("no frame for 5 s") while its bytes were still coming, and
+ * sent again, and failed again.  A fake sender trickles an 8 KiB body over
+ * 8 s, longer than that limit: the connection stays and the body lands.
+ */
+static void case_slow_body(void)
+{
+	static const char *const opts[] = { "--insecure-peers", NULL };
+	static const struct hp_open o = { "slow", 6, 1 << 16, 8192,
+					  0x510b0d7ull, 0 };
+	static uint8_t body[8192];
+	char msg[256] = "";
+	struct hd d;
+	int fd;
+
+	hd_start(&d, moverd_bin, "peers6", true, opts);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "slow-sender"));
+	CHECK_RC(hp_open_retry(fd, &o, 5000, msg, sizeof(msg)), 0);
+	memset(body, 0x5a, sizeof(body));
+	CHECK(hp_send_hdr(fd, WIRE_DATA, o.flow_id, sizeof(body), 0, 0));
+	for (size_t done = 0; done < sizeof(body); done += 512) {
+		CHECK(hp_send_all(fd, body + done, 512));
+		usleep(500000);
+	}
+	CHECK(hd_wait_count(&d, moverctl_bin, "slow", "tail", sizeof(body),
+			    5000));
+	printf("  8 KiB body over 8 s: deposited; \"no frame\" logged %d "
+	       "times\n", hd_log_count(&d, "no frame for"));
+	CHECK(hd_log_count(&d, "no frame for") == 0);
+	close(fd);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -548,6 +585,8 @@ int main(int argc, char **argv)
 		  "its hello is said to have turned us away" },
 		{ 5, case_inside_record, "a receiver that names a position "
 		  "inside a record fails that flow only" },
+		{ 6, case_slow_body, "a DATA body that takes longer than the "
+		  "link's silence limit is received" },
 	};
 
 	if (argc != 3) {
