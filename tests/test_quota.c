@@ -907,6 +907,33 @@ static void case_retry_after(void)
 	hd_stop(&b);
 }
 
+/*
+ * Case 17: a flow between hosts whose records would not fit one DATA
+ * frame (2^31 bytes: its 32-bit length, one RDMA write) is refused at
+ * create, with the limit named, before any ring is made.
+ */
+static void case_span_max(void)
+{
+	static const char *const opts[] = { "--max-ring-size", "8G", NULL };
+	struct bystander b;
+	char out[4096];
+	struct hd d;
+	int rc;
+
+	hd_start(&d, moverd_bin, "quota17", false, opts);
+	by_start(&d, &b);
+	by_send(&b, 100);
+	rc = hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create big17 "
+		    "--peer 127.0.0.1:9 --ring-size 8G --max-record 3G");
+	printf("  8 GiB ring, 3 GiB records, to a peer: exit %d: %s", rc, out);
+	CHECK(rc != 0);
+	CHECK(strstr(out, "too large for a flow between hosts"));
+	CHECK(strstr(out, "2147483632"));
+	CHECK(!hd_flow_json(&d, moverctl_bin, "big17", out, sizeof(out)));
+	by_check(&b);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -922,6 +949,8 @@ int main(int argc, char **argv)
 		  "loop" },
 		{ 16, case_retry_after, "a sender told when to retry an open "
 		  "waits that long" },
+		{ 17, case_span_max, "a record larger than one frame is "
+		  "refused for a flow between hosts" },
 	};
 
 	if (argc != 3) {
