@@ -322,14 +322,28 @@ static const char *fmt_duration(char *buf, size_t cap, uint64_t ms)
 static void kv(const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Text from moverd (some of it a peer's words) on a terminal: control
+ * bytes would be escape sequences, so they print as '?'. */
+static void put_text(const char *s)
+{
+	for (; *s; s++)
+		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+}
+
 static void kv(const char *key, const char *fmt, ...)
 {
+	char *val = NULL;
 	va_list ap;
+	int n;
 
 	printf("%s:%*s", key, (int)(14 - strlen(key)), "");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	n = vasprintf(&val, fmt, ap);
 	va_end(ap);
+	if (n >= 0) {
+		put_text(val);
+		free(val);
+	}
 	putchar('\n');
 }
 
@@ -375,10 +389,13 @@ static void tbl_print(struct table *t)
 			int w = (int)t->width[c];
 			bool last = c + 1 == t->ncol;
 
+			int pad = w - (int)strlen(s);
+
 			if (t->right[c])
-				printf("%*s", w, s);
-			else
-				printf("%-*s", last ? 0 : w, s);
+				printf("%*s", pad > 0 ? pad : 0, "");
+			put_text(s);
+			if (!t->right[c] && !last)
+				printf("%*s", pad > 0 ? pad : 0, "");
 			fputs(last ? "\n" : "  ", stdout);
 			free(t->cells[r * t->ncol + c]);
 		}

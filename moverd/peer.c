@@ -1397,10 +1397,14 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		return;
 	}
 	if (op->error == -EAGAIN) {
+		char msg[LOG_SAFE_BUF];
+
 		/* the receiver is still reaping an older connection's I/O
 		 * into the flow, or its ring-rate budget is spent: ask again
-		 * when it said (peer_timer) */
-		flows_set_state(f, FLOW_RECONNECTING, op->message);
+		 * when it said (peer_timer).  Its words, made safe: `flow
+		 * show` prints them on an operator's terminal */
+		log_safe(op->message, msg, sizeof(msg));
+		flows_set_state(f, FLOW_RECONNECTING, msg);
 		peer_reopen_at(p->m, f, fr_now_ns() + reopen_wait_ns(op));
 		return;
 	}

@@ -572,6 +572,32 @@ static void case_slow_body(void)
 	hd_stop(&d);
 }
 
+/*
+ * Case 7: a receiver's "busy, retry" words reach `flow show` on an
+ * operator's terminal: an escape sequence in them must arrive as text,
+ * not as a command to the terminal.
+ */
+static void case_busy_words(void)
+{
+	char out[4096];
+	int lfd, fd;
+	uint32_t id;
+	struct hd a;
+
+	hd_start(&a, moverd_bin, "peers7", false, NULL);
+	fd = fake_receiver(&a, "f7", &lfd, &id);
+	CHECK(send_opened(fd, id, -EAGAIN, "busy \x1b]0;owned\x07\x1b[2J "
+			  "says the test", 0));
+	CHECK(wait_reason(&a, "f7", "says the test", 10000));
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show f7") == 0);
+	printf("%s", out);
+	CHECK(!strchr(out, 0x1b) && !strchr(out, 0x07));
+	CHECK(strstr(out, "says the test"));
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -587,6 +613,8 @@ int main(int argc, char **argv)
 		  "inside a record fails that flow only" },
 		{ 6, case_slow_body, "a DATA body that takes longer than the "
 		  "link's silence limit is received" },
+		{ 7, case_busy_words, "a receiver's 'busy' words reach flow "
+		  "show without their control bytes" },
 	};
 
 	if (argc != 3) {
