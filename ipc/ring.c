@@ -629,6 +629,12 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c)
 		uint64_t bytes = fr_record_bytes(
 			atomic_load_explicit(&h->len, memory_order_relaxed));
 
+		/* the length is in shared memory, where another client may
+		 * have rewritten it since we wrote it: never seal past our
+		 * claim (the records after stay claimed, and recovery or
+		 * the reader's checks deal with this flow's garbage) */
+		if (bytes > c->end - p)
+			break;
 		/* release: header and payload are visible with the seal */
 		atomic_store_explicit(&h->seal, fr_seal(r, p, FR_SEAL_COMMITTED),
 				      memory_order_release);
@@ -1836,8 +1842,19 @@ static int ctrl_record(const struct fr_rec *h, uint32_t l)
 	return kind == FR_CTRL_END ? -ENODATA : 1;
 }
 
+/*
+ * Pads and control records fr_peek steps over in one call at most.  A
+ * producer may write committed pads ahead of the consumer as fast as it
+ * reads them: without a bound, one call (with a timeout of 0, or in
+ * flowshm_poll) would never return.  Honest rings have a few pads in a
+ * row (a lap's end, a refused claim, a recovery step).
+ */
+#define PEEK_SKIP_MAX (1u << 16)
+
 int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 {
+	unsigned skipped = 0;
+
 	if (fr_sub_lost(r))
 		return -ESTALE;
 	for (;;) {
@@ -1867,6 +1884,13 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 		l = atomic_load_explicit(&h->len, memory_order_relaxed);
 		info = atomic_load_explicit(&h->info, memory_order_relaxed);
 		rest = fr_lap_rest(r, pos);
+		if (++skipped > PEEK_SKIP_MAX) {
+			/* nothing for the caller yet: it waits or tries
+			 * again as its timeout says (data_maybe_ready sees
+			 * the committed header: no sleep) */
+			publish_idle(r);
+			return -EAGAIN;
+		}
 		if (info & FR_INFO_PAD) {
 			if (l % FR_ALIGN || (uint64_t)l + FR_REC_HDR > rest)
 				return -EPROTO;

@@ -94,6 +94,11 @@ static bool consumer_at_end(const flowshm_t *f)
 	      FR_INFO_CTRL) ||
 	    atomic_load_explicit(&h->len, memory_order_relaxed) != sizeof(kind))
 		return false;
+	/* the header and its payload within the lap: the header is on the
+	 * grid (head is ours), but the payload may not fit before the end,
+	 * and any client can write such a header (fr_peek refuses it) */
+	if (fr_lap_rest(r, r->head) < fr_record_bytes(sizeof(kind)))
+		return false;
 	memcpy(&kind, h + 1, sizeof(kind));
 	return kind == FR_CTRL_END;
 }

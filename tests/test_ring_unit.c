@@ -1063,6 +1063,76 @@ static void test_skip_lag_rewritten_pos(void)
 	close(fd);
 }
 
+/*
+ * A producer that writes committed pads ahead of the consumer as fast as
+ * it reads them must not keep one read for ever: a read steps over 2^16
+ * of them at most, then answers -EAGAIN (nothing yet), and the next goes
+ * on from there.
+ */
+static void test_peek_skips_bounded(void)
+{
+	uint64_t ring = 4u << 20, pads = ring / FR_REC_HDR;
+	int fd = tu_ring(ring, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &c->ring;
+	char buf[64];
+	size_t len;
+	uint64_t after;
+
+	for (uint64_t k = 0; k < pads; k++) {
+		struct fr_rec *h = fr_rec_at(r, k * FR_REC_HDR);
+
+		atomic_store(&h->len, 0);
+		atomic_store(&h->info, FR_INFO_PAD);
+		atomic_store(&h->seal,
+			     fr_seal(r, k * FR_REC_HDR, FR_SEAL_COMMITTED));
+	}
+	atomic_store(&r->sh->tail, ring);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	after = r->head;
+	printf("# one read stepped over %llu of %llu pads\n",
+	       (unsigned long long)(after / FR_REC_HDR),
+	       (unsigned long long)pads);
+	CHECK(after == (uint64_t)(1u << 16) * FR_REC_HDR);
+	while (flowshm_recv(c, buf, sizeof(buf), &len, 0) == -EAGAIN &&
+	       r->head < ring)
+		;
+	CHECK(r->head == ring);
+	flowshm_close(c);
+	close(fd);
+}
+
+/*
+ * A client rewrites the length of the first record of another producer's
+ * batch between its claim and its commit, so that the commit's walk would
+ * wrap past 2^64 to a position it never claimed: nothing outside the
+ * claim is sealed.
+ */
+static void test_commit_stays_in_claim(void)
+{
+	uint64_t ring = 1u << 16, t = 0 - 4 * ring;
+	int fd = tu_ring(ring, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	struct fr_ring *r = &p->ring;
+	const uint32_t lens[2] = { 32, 32 };
+	struct fr_claim c;
+	uint64_t x = 4096; /* where the walk would land after the wrap */
+
+	atomic_store(&r->sh->tail, t);
+	atomic_store(&r->sh->floor, t);
+	CHECK_RC(fr_claim(r, lens, 2, &c), 0);
+	CHECK(c.pos == t && c.n == 2);
+	atomic_store(&fr_rec_at(r, c.pos)->len,
+		     (uint32_t)(0 - t + x - FR_REC_HDR));
+	fr_commit(r, &c);
+	printf("# seal at %llu (outside the claim): %#llx\n",
+	       (unsigned long long)x,
+	       (unsigned long long)atomic_load(&fr_rec_at(r, x)->seal));
+	CHECK(atomic_load(&fr_rec_at(r, x)->seal) == 0);
+	flowshm_close(p);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -1093,6 +1163,8 @@ int main(void)
 		{ "judgement_per_pid", test_judgement_per_pid },
 		{ "skip_lag_bounded", test_skip_lag_bounded },
 		{ "skip_lag_rewritten_pos", test_skip_lag_rewritten_pos },
+		{ "peek_skips_bounded", test_peek_skips_bounded },
+		{ "commit_stays_in_claim", test_commit_stays_in_claim },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
