@@ -821,6 +821,14 @@ static void remove_one(struct declared *d, const struct declared_flow *o,
 		    o->name);
 		return;
 	}
+	if (squatted(d, f)) {
+		/* the declared one went (destroyed, or not made again), and
+		 * a user created the name: theirs, not ours to destroy */
+		say(r, LOG_LVL_INFO, "flow %s: no longer declared; the flow of "
+		    "that name is uid %u's, and stays", o->name,
+		    (unsigned)f->owner_uid);
+		return;
+	}
 	say(r, LOG_LVL_INFO, "flow %s: no longer declared: destroyed", o->name);
 	peer_destroy_flow(d->peers, f, "no longer declared in moverd's config");
 }

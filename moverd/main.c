@@ -271,20 +271,25 @@ static int parse_size(const char *s, uint64_t *out)
 	char *end;
 	unsigned long long v;
 
+	unsigned shift = 0;
+
+	/* strtoull takes "-1" as 2^64 - 1: digits only */
+	if (*s < '0' || *s > '9')
+		return -1;
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno || end == s)
 		return -1;
 	switch (*end) {
-	case 'G': case 'g': v <<= 10; /* fall through */
-	case 'M': case 'm': v <<= 10; /* fall through */
-	case 'K': case 'k': v <<= 10; end++; break;
+	case 'G': case 'g': shift = 30; end++; break;
+	case 'M': case 'm': shift = 20; end++; break;
+	case 'K': case 'k': shift = 10; end++; break;
 	case 0: break;
 	default: return -1;
 	}
-	if (*end)
+	if (*end || v > (UINT64_MAX >> shift)) /* no wrap past 2^64 */
 		return -1;
-	*out = v;
+	*out = (uint64_t)v << shift;
 	return 0;
 }
 
@@ -600,6 +605,13 @@ static int read_config(struct options *o, const char *path)
 		int key;
 
 		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			/* its tail would be read as a line of its own */
+			fprintf(stderr, "moverd: %s:%d: line longer than %zu "
+				"bytes\n", path, lineno, sizeof(line) - 2);
+			rc = -1;
+			break;
+		}
 		line[strcspn(line, "#\n")] = 0;
 		name = strtok_r(line, " \t=", &save);
 		if (!name || !strcmp(name, "flow"))

@@ -403,6 +403,24 @@ static void case_malformed(void)
 		 path);
 	moverd_refuses(d.dir, cmd, 2, out);
 
+	/* a line too long for the reader is refused, not split: its tail
+	 * would have been read as a line of its own */
+	{
+		char conf[1200];
+
+		memset(conf, 'x', sizeof(conf));
+		conf[0] = '#';
+		memcpy(conf + 1100, "max-flows 3\n", 13);
+		write_conf(&d, conf);
+	}
+	snprintf(out, sizeof(out), "%s:1: line longer than 1022 bytes", path);
+	moverd_refuses(d.dir, cmd, 2, out);
+	/* sizes: no sign, no wrap past 2^64 */
+	moverd_refuses(d.dir, "--max-ring-size -1", 2,
+		       "bad value '-1' for --max-ring-size");
+	moverd_refuses(d.dir, "--max-ring-size 20000000000G", 2,
+		       "bad value '20000000000G' for --max-ring-size");
+
 	/* at a reload: refused, nothing changes */
 	start_conf(&d, "cfg5", 0, "flow = fine\nflow = other\n");
 	write_conf(&d, "flow = fine\n\nflow = x ring-size=3000\n");
@@ -637,7 +655,9 @@ static void case_cpus(void)
  * flow is not declared; root's `flow create` of it fails naming the owner
  * instead of answering "exists" (a script would hand the user its
  * records); the owner's own create of it still exists.  Once the user
- * destroys it, the next reload creates the declared one, moverd's.
+ * destroys it, the next reload creates the declared one, moverd's.  And
+ * when root destroyed the declared one and the user took the name, taking
+ * the declaration out of the file does not destroy the user's flow.
  */
 static void case_squatted(void)
 {
@@ -671,6 +691,18 @@ static void case_squatted(void)
 	CHECK(flow_u64(&d, "metrics", "owner_uid") == getuid());
 	CHECK_RC(ctl(&d, out, sizeof(out), "flow show metrics --json"), 0);
 	expect_out(out, "\"declared\": true");
+
+	/* the declared one destroyed by hand, the name taken by the user:
+	 * taking the declaration out of the file leaves the user's flow */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow destroy metrics"), 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			   "flow create metrics --ring-size 64K"), 0);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	write_conf(&d, "log-level = debug\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	printf("  reload without the declaration: %s", out);
+	expect_out(out, "uid 65534's, and stays");
+	CHECK(flow_u64(&d, "metrics", "owner_uid") == NOBODY);
 	hd_stop(&d);
 }
 
