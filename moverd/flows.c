@@ -780,6 +780,38 @@ static int take_sender_slot(struct flow *f)
 				(uint32_t)getpid() & FR_INFO_PID);
 }
 
+/*
+ * A ring file from the last start, as its geometry says now: a client
+ * holding the file may have grown it and rewritten the geometry to match
+ * (ring files cannot be sealed), which would pass every quota at adoption
+ * and have moverd allocate it whole.  True (why said) if it is larger than
+ * this start allows, its mode is not its role's, or its records do not
+ * fit a frame to a peer.  The files stay: raise the limit and restart to
+ * adopt a ring made when it was higher.
+ */
+static bool ring_unfit(const struct flow_table *t, const struct flow *fl,
+		       const struct flowshm_info *in, char *why, size_t cap)
+{
+	bool deposit = in->flags & FLOWSHM_RING_DEPOSIT;
+
+	if (in->ring_size > t->limits.max_ring_size)
+		snprintf(why, cap, "its ring is %llu bytes, above --max-ring-size "
+			 "(%llu): raise it to adopt the flow, or a client grew "
+			 "the file", (unsigned long long)in->ring_size,
+			 (unsigned long long)t->limits.max_ring_size);
+	else if (deposit != (fl->role == FLOW_RECEIVER))
+		snprintf(why, cap, "its ring is a %s ring, not a %s flow's "
+			 "(a client rewrote it)", deposit ? "deposit" : "producer",
+			 flows_role_name(fl->role));
+	else if (fl->role != FLOW_LOCAL &&
+		 fr_record_bytes(in->max_record) > WIRE_SPAN_MAX)
+		snprintf(why, cap, "its records of up to %u bytes do not fit one "
+			 "frame to a peer (a client rewrote it)", in->max_record);
+	else
+		return false;
+	return true;
+}
+
 static struct flow *adopt_one(struct flow_table *t, const char *name)
 {
 	char file[FILE_NAME_MAX], why[200] = "";
@@ -827,6 +859,13 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		goto refuse;
 	}
 	guard_ring(fl); /* before moverd's first touch of the file */
+	flowshm_info(fl->view, &in);
+	if (ring_unfit(t, fl, &in, why, sizeof(why))) {
+		ring_guard_remove(fl->guard);
+		flowshm_close(fl->view);
+		close(fl->ring_fd);
+		goto refuse;
+	}
 	if (fl->role == FLOW_SENDER && (rc = take_sender_slot(fl))) {
 		snprintf(why, sizeof(why), "no subscriber slot for moverd: %s",
 			 strerror(-rc));

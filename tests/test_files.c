@@ -16,7 +16,8 @@
  *        the create is refused, no state file has the line.
  *   116  (11f) re-adoption refuses a state file with a duplicate key, with
  *        a number that does not parse, a world-writable ring and a
- *        symlinked state file, and adopts the good one.
+ *        symlinked state file, a ring a client grew past --max-ring-size
+ *        and one whose mode it flipped, and adopts the good one.
  *   117  (11g) the control socket is never seen with a mode wider than
  *        --socket-mode (bind() slowed down by a preloaded shim, so that a
  *        window between bind and chmod would be seen).
@@ -26,6 +27,7 @@
  *   usage: test_files MOVERD MOVERCTL SLOW_BIND_SO
  */
 #include "harness.h"
+#include "flowshm_internal.h"
 
 #include <pthread.h>
 
@@ -520,19 +522,42 @@ static void tamper(const char *state, const char *cmd)
 	CHECK(sh("cd '%s' && %s", state, cmd) == 0);
 }
 
+/* A client that holds a ring file rewrites its geometry (ring files
+ * cannot be sealed): a larger ring (the file grown to match) and a mode. */
+static void regeometry(const char *state, const char *file,
+		       uint64_t ring_bytes, uint32_t mode)
+{
+	char path[256];
+	struct fr_geometry g;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", state, file);
+	CHECK((fd = open(path, O_RDWR | O_CLOEXEC)) >= 0);
+	CHECK(pread(fd, &g, sizeof(g), 0) == (ssize_t)sizeof(g));
+	if (ring_bytes != g.ring_bytes) {
+		CHECK(ftruncate(fd, (off_t)fr_map_bytes(ring_bytes)) == 0);
+		g.ring_bytes = ring_bytes;
+	}
+	g.mode = mode;
+	CHECK(pwrite(fd, &g, sizeof(g), 0) == (ssize_t)sizeof(g));
+	close(fd);
+}
+
 static void case_adoption(void)
 {
 	static const char *const names[] = { "good", "dup", "num", "wring",
-					     "slink" };
+					     "slink", "grown", "mode" };
 	char out[4096], state[160];
 	struct hd d;
 
 	hd_start(&d, moverd_bin, "files11f", false, NULL);
 	snprintf(state, sizeof(state), "%s/rings", d.dir);
-	for (unsigned i = 0; i < 5; i++)
+	for (unsigned i = 0; i < 7; i++)
 		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create %s "
 			     "--ring-size 64K --peer 127.0.0.1:1", names[i]) == 0);
 	hd_kill(&d); /* a crash: the files stay */
+	regeometry(state, "grown.ring", 2ull << 30, FR_MODE_LOCAL);
+	regeometry(state, "mode.ring", 64u << 10, FR_MODE_DEPOSIT);
 	tamper(state, "echo owner_uid=65534 >> dup.flow");
 	tamper(state, "sed -i 's/^id=.*/id=5x/' num.flow");
 	tamper(state, "chmod 0666 wring.ring");
@@ -542,7 +567,7 @@ static void case_adoption(void)
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
 	printf("  adopted:\n%s", out);
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow show good") == 0);
-	for (unsigned i = 1; i < 5; i++) {
+	for (unsigned i = 1; i < 7; i++) {
 		int rc = hd_ctl(&d, moverctl_bin, out, sizeof(out),
 				"flow show %s --json", names[i]);
 
@@ -552,7 +577,9 @@ static void case_adoption(void)
 			exit(1);
 		}
 	}
-	CHECK(hd_log_count(&d, "refusing to re-adopt") >= 4);
+	CHECK(hd_log_count(&d, "refusing to re-adopt") >= 6);
+	CHECK(hd_log_count(&d, "above --max-ring-size") == 1);
+	CHECK(hd_log_count(&d, "not a sender flow's") == 1);
 	hd_stop(&d);
 }
 
