@@ -1430,7 +1430,8 @@ unsigned fr_prod_leave_dead(struct fr_ring *r)
  * part of the gap (its headers are written front to back and the slot goes
  * idle only after the last).  Acquire on the claim word: a slot we read
  * idle, or busy with a later claim, had its headers of this gap written
- * before, and the recovery CAS on the seal then fails.
+ * before; recover looks for them again after this, and a header at the
+ * gap's start makes the recovery CAS on its seal fail.
  */
 static bool gap_claimed_by_live(const struct fr_ring *r, uint64_t end)
 {
@@ -1715,7 +1716,7 @@ static int recover_later(struct fr_ring *r)
 static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		   uint64_t tail)
 {
-	uint64_t limit = lap_limit(r, pos, tail), start = pos, now;
+	uint64_t limit = lap_limit(r, pos, tail), start = pos, now, end;
 	uint32_t pid = 0, next_pid;
 	uint64_t bytes;
 	bool more = false; /* stopped by RECOVER_STEP, not by a record */
@@ -1732,6 +1733,16 @@ static int recover(struct fr_ring *r, uint64_t pos, uint64_t seal,
 		more = scan < limit && pos + bytes == scan;
 		if (gap_claimed_by_live(r, pos + bytes))
 			return recover_later(r);
+		/* a producer stalled after its claim may have written its
+		 * header in the gap, committed and gone idle after the scan
+		 * passed that header and before we read its slot: the slot's
+		 * acquire makes the header visible now, so look again and
+		 * pad only up to it */
+		end = next_sealed(r, pos, pos + bytes);
+		if (end < pos + bytes) {
+			bytes = end - pos;
+			more = false;
+		}
 	}
 	for (;;) {
 		if (!recover_pad(r, pos, seal, bytes))
