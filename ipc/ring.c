@@ -232,7 +232,7 @@ static void full_with_lag(struct fr_ring *r)
 		ring_bell(r);
 }
 
-static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
+static void pad_one(struct fr_ring *r, uint64_t pos, uint64_t bytes)
 {
 	struct fr_rec *h = fr_rec_at(r, pos);
 
@@ -243,6 +243,18 @@ static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
 	/* release: a reader that sees the seal sees len and info */
 	atomic_store_explicit(&h->seal, fr_seal(r, pos, FR_SEAL_COMMITTED),
 			      memory_order_release);
+}
+
+/* A pad's length is 32 bits: a refused batch on a ring of 8 GiB or more
+ * may span more, which goes as several pads (front to back: a reader
+ * that passed one waits at the next until it is sealed). */
+#define PAD_MAX (1ull << 31)
+
+static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
+{
+	for (; bytes > PAD_MAX; pos += PAD_MAX, bytes -= PAD_MAX)
+		pad_one(r, pos, PAD_MAX);
+	pad_one(r, pos, bytes);
 }
 
 /* ---- subscriber positions, as producers see them ------------------------- */
