@@ -1353,6 +1353,14 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 "[A-Za-z0-9._-]", s->name);
 		return -EINVAL;
 	}
+	if (s->name[0] == '-') {
+		/* a peer could name one "--all": an operator's script that
+		 * runs `moverctl flow destroy $name` would take it for an
+		 * option.  Flows made before this rule are still adopted. */
+		snprintf(err, errlen, "invalid flow name '%.80s': it may not "
+			 "start with '-'", s->name);
+		return -EINVAL;
+	}
 	if (p->ring_size > t->limits.max_ring_size) {
 		snprintf(err, errlen, "ring size %llu exceeds this daemon's "
 			 "limit of %llu bytes", (unsigned long long)p->ring_size,

@@ -548,6 +548,8 @@ static void case_slow_body(void)
 	static const char *const opts[] = { "--insecure-peers", NULL };
 	static const struct hp_open o = { "slow", 6, 1 << 16, 8192,
 					  0x510b0d7ull, 0 };
+	static const struct hp_open dash = { "--all", 7, 1 << 16, 8192,
+					     0x510b0d8ull, 0 };
 	static uint8_t body[8192];
 	char msg[256] = "";
 	struct hd d;
@@ -556,6 +558,10 @@ static void case_slow_body(void)
 	hd_start(&d, moverd_bin, "peers6", true, opts);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "slow-sender"));
+	/* (a name a script would take for an option is refused first) */
+	CHECK_RC(hp_open_retry(fd, &dash, 5000, msg, sizeof(msg)), -EINVAL);
+	printf("  open of '--all': %s\n", msg);
+	CHECK(strstr(msg, "may not start with '-'"));
 	CHECK_RC(hp_open_retry(fd, &o, 5000, msg, sizeof(msg)), 0);
 	memset(body, 0x5a, sizeof(body));
 	CHECK(hp_send_hdr(fd, WIRE_DATA, o.flow_id, sizeof(body), 0, 0));
