@@ -93,8 +93,10 @@ static int produce(flowshm_t *f, const struct args *a)
 			continue;
 		tu_fill(buf, wire_id, seq, len);
 		rc = flowshm_send(f, buf, len, -1);
-		if (rc)
+		if (rc) {
+			free(buf);
 			return fail_rc("send", rc);
+		}
 		sent++;
 		bytes += len;
 	}
