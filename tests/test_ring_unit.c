@@ -990,6 +990,19 @@ static void test_judgement_per_pid(void)
 	close(fd);
 }
 
+/* n committed 16-byte pads from position 0, as a client may write them. */
+static void fill_pads(struct fr_ring *r, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++) {
+		struct fr_rec *h = fr_rec_at(r, k * FR_REC_HDR);
+
+		atomic_store(&h->len, 0);
+		atomic_store(&h->info, FR_INFO_PAD);
+		atomic_store(&h->seal,
+			     fr_seal(r, k * FR_REC_HDR, FR_SEAL_COMMITTED));
+	}
+}
+
 /*
  * fr_sub_skip_lag (moverd, at every attach) walks at most 2^18 records: a
  * lap of 16-byte pads behind a subscriber would be 64 Mi of them on a
@@ -1004,15 +1017,7 @@ static void test_skip_lag_bounded(void)
 	uint64_t g, pos;
 	unsigned s;
 
-	/* a lap of committed pads from 0, as a client may write them */
-	for (uint64_t k = 0; k < pads; k++) {
-		struct fr_rec *h = fr_rec_at(r, k * FR_REC_HDR);
-
-		atomic_store(&h->len, 0);
-		atomic_store(&h->info, FR_INFO_PAD);
-		atomic_store(&h->seal,
-			     fr_seal(r, k * FR_REC_HDR, FR_SEAL_COMMITTED));
-	}
+	fill_pads(r, pads); /* a lap of them, as a client may write */
 	atomic_store(&r->sh->tail, ring);
 	atomic_store(&r->sh->max_lag, 4096);
 	CHECK_RC(fr_sub_take(r, (uint32_t)getpid() & FR_INFO_PID, &s, &g), 0);
@@ -1079,14 +1084,7 @@ static void test_peek_skips_bounded(void)
 	size_t len;
 	uint64_t after;
 
-	for (uint64_t k = 0; k < pads; k++) {
-		struct fr_rec *h = fr_rec_at(r, k * FR_REC_HDR);
-
-		atomic_store(&h->len, 0);
-		atomic_store(&h->info, FR_INFO_PAD);
-		atomic_store(&h->seal,
-			     fr_seal(r, k * FR_REC_HDR, FR_SEAL_COMMITTED));
-	}
+	fill_pads(r, pads);
 	atomic_store(&r->sh->tail, ring);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
 	after = r->head;
