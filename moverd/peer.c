@@ -2527,6 +2527,16 @@ static uint64_t timer_due(const struct peer_mgr *m, uint64_t now)
 	return due;
 }
 
+/* A body still arriving: bytes that came keep the link alive (and move
+ * its deadline, so the timer does not fire on every pass meanwhile). */
+static void still_receiving(struct peer *p, uint64_t now)
+{
+	uint64_t last = p->tp->last_bytes_ns ? p->tp->last_bytes_ns(p, now) : 0;
+
+	if (last > p->last_rx_ns)
+		p->last_rx_ns = last;
+}
+
 void peer_timer(struct peer_mgr *m, uint64_t now)
 {
 	/* the flow checks' slice also rides on a wake-up for something else
@@ -2539,8 +2549,9 @@ void peer_timer(struct peer_mgr *m, uint64_t now)
 	m->ticks++;
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
-		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS &&
-		    !(p->tp->still_receiving && p->tp->still_receiving(p)))
+		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
+			still_receiving(p, now);
+		if (p->state == PEER_UP && now - p->last_rx_ns > DEAD_NS)
 			peer_fail(p, "no frame for %llu s",
 				  (unsigned long long)(DEAD_NS / 1000000000ull));
 		else if (p->state == PEER_UP && !p->hello_ok &&

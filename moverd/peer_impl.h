@@ -256,9 +256,10 @@ struct transport {
 	/* optional: p's hello authenticated it (what a stranger may not have
 	 * before: RDMA's buffers); may fail p */
 	void (*authenticated)(struct peer *p);
-	/* optional: have bytes come from p within DEAD_NS, though no
-	 * receive completed (TCP: a large body received whole)? */
-	bool (*still_receiving)(struct peer *p);
+	/* optional: when bytes last came from p (fr_now_ns clock), though
+	 * no receive completed (TCP: a large body received whole); 0: not
+	 * known */
+	uint64_t (*last_bytes_ns)(struct peer *p, uint64_t now);
 };
 
 /* The connection window (mover.c): fresh when a connection comes up; an

@@ -190,16 +190,18 @@ static void read_body_now(struct peer *p)
  * and the link be failed, and the same frame sent again, for ever.  The
  * kernel knows when data last came (TCP_INFO, ms).
  */
-static bool tcp_still_receiving(struct peer *p)
+static uint64_t tcp_last_bytes_ns(struct peer *p, uint64_t now)
 {
 	struct tcp_info ti;
 	socklen_t len = sizeof(ti);
+	uint64_t ago;
 
 	if (!p->in_body || p->rx_staged || !p->rd_op.busy || p->fd < 0)
-		return false;
+		return 0;
 	if (getsockopt(p->fd, IPPROTO_TCP, TCP_INFO, &ti, &len))
-		return false;
-	return ti.tcpi_last_data_recv * 1000000ull < DEAD_NS;
+		return 0;
+	ago = ti.tcpi_last_data_recv * 1000000ull;
+	return ago < now ? now - ago : 0;
 }
 
 /* ---- connections ---------------------------------------------------------- */
@@ -575,5 +577,5 @@ const struct transport tcp_transport = {
 	.recv = tcp_recv,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
-	.still_receiving = tcp_still_receiving,
+	.last_bytes_ns = tcp_last_bytes_ns,
 };

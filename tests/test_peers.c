@@ -541,8 +541,26 @@ static void case_inside_record(void)
  * (one completion), so a large record on a slow link was failed as a
  * silent link ("no frame for 5 s") while its bytes were still coming, and
  * sent again, and failed again.  A fake sender trickles an 8 KiB body over
- * 8 s, longer than that limit: the connection stays and the body lands.
+ * 8 s, longer than that limit: the connection stays, moverd does not spin
+ * on the passed deadline meanwhile, and the body lands.
  */
+/* The times the main thread of pid went to sleep (voluntary switches). */
+static long sleeps(pid_t pid)
+{
+	char path[64], line[256];
+	long n = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	CHECK((f = fopen(path, "re")));
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
+			break;
+	fclose(f);
+	CHECK(n >= 0);
+	return n;
+}
+
 static void case_slow_body(void)
 {
 	static const char *const opts[] = { "--insecure-peers", NULL };
@@ -553,6 +571,7 @@ static void case_slow_body(void)
 	static uint8_t body[8192];
 	char msg[256] = "";
 	struct hd d;
+	double cpu;
 	int fd;
 
 	hd_start(&d, moverd_bin, "peers6", true, opts);
@@ -568,6 +587,18 @@ static void case_slow_body(void)
 	for (size_t done = 0; done < sizeof(body); done += 512) {
 		CHECK(hp_send_all(fd, body + done, 512));
 		usleep(500000);
+		if (done == 11 * 512) {
+			/* past the 5 s since the last frame: moverd waits
+			 * for the rest, its timer not firing on every pass
+			 * for the deadline gone by (1 ms sleeps before) */
+			long sw = sleeps(d.pid);
+
+			cpu = hd_cpu_share(&d, 1500);
+			sw = sleeps(d.pid) - sw;
+			printf("  6-7.5 s into the body: moverd's cpu %.2f, "
+			       "%ld sleeps\n", cpu, sw);
+			CHECK(cpu < 0.5 && sw < 150);
+		}
 	}
 	CHECK(hd_wait_count(&d, moverctl_bin, "slow", "tail", sizeof(body),
 			    5000));
