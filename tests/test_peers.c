@@ -616,6 +616,8 @@ static void case_slow_body(void)
  */
 static void case_busy_words(void)
 {
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
 	char out[4096];
 	int lfd, fd;
 	uint32_t id;
@@ -623,8 +625,15 @@ static void case_busy_words(void)
 
 	hd_start(&a, moverd_bin, "peers7", false, NULL);
 	fd = fake_receiver(&a, "f7", &lfd, &id);
-	CHECK(send_opened(fd, id, -EAGAIN, "busy \x1b]0;owned\x07\x1b[2J "
-			  "says the test", 0));
+	/* retry in 30 s: the reason stays while we look (it becomes
+	 * "waiting for the peer" at the next open) */
+	op.flow_id = id;
+	op.error = -EAGAIN;
+	op.message = "busy \x1b]0;owned\x07\x1b[2J says the test";
+	op.retry_ms = 30000;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	msg.opened = &op;
+	CHECK(hp_send_msg(fd, &msg));
 	CHECK(wait_reason(&a, "f7", "says the test", 10000));
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show f7") == 0);
 	printf("%s", out);
