@@ -50,12 +50,13 @@ static int fail(struct parse *p, const char *fmt, ...)
 }
 
 /* "4096", "64K", "16M", "1G": the sizes moverctl takes. */
-static int parse_size(const char *s, uint64_t *out)
+int declared_parse_size(const char *s, uint64_t *out)
 {
 	unsigned long long v;
 	unsigned shift = 0;
 	char *end;
 
+	/* strtoull takes "-1" as 2^64 - 1: digits only */
 	if (*s < '0' || *s > '9')
 		return -1;
 	errno = 0;
@@ -66,10 +67,16 @@ static int parse_size(const char *s, uint64_t *out)
 	case 'g': case 'G': shift = 30; end++; break;
 	default: break;
 	}
-	if (errno || *end || v == 0 || v > (UINT64_MAX >> shift))
+	if (errno || *end || v > (UINT64_MAX >> shift)) /* no wrap past 2^64 */
 		return -1;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+/* A flow parameter's size: declared_parse_size, and not 0. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	return declared_parse_size(s, out) || !*out ? -1 : 0;
 }
 
 /*

@@ -76,6 +76,10 @@ struct declared_report {
 	size_t cap, len;
 };
 
+/* A size as the config file and moverd's options write it: digits, then
+ * K, M or G (powers of 1024); no sign, no wrap past 2^64.  0 or -1. */
+int declared_parse_size(const char *s, uint64_t *out);
+
 /*
  * Read the flow lines of a config file into *out (other lines are
  * main.c's).  0, or -1 with "FILE:LINE: what is wrong" in err.  listen

@@ -266,33 +266,6 @@ static void usage(FILE *out)
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
 
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	unsigned shift = 0;
-
-	/* strtoull takes "-1" as 2^64 - 1: digits only */
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'K': case 'k': shift = 10; end++; break;
-	case 0: break;
-	default: return -1;
-	}
-	if (*end || v > (UINT64_MAX >> shift)) /* no wrap past 2^64 */
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static const struct option long_opts[] = {
 	{ "socket", required_argument, NULL, 's' },
 	{ "socket-mode", required_argument, NULL, 'm' },
@@ -461,7 +434,7 @@ static int set_option(struct options *o, int key, const char *val)
 		strcpy(o->doorbell, val);
 		return 0;
 	case 'P':
-		if (parse_size(val, &v) || v > 10000000)
+		if (declared_parse_size(val, &v) || v > 10000000)
 			goto bad;
 		o->poll_ns = v * 1000;
 		return 0;
@@ -504,19 +477,19 @@ static int set_option(struct options *o, int key, const char *val)
 			goto bad;
 		return 0;
 	case 'r':
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.default_ring_size = v;
 		return 0;
 	case 'x':
-		if (parse_size(val, &v) || v > UINT32_MAX) goto bad;
+		if (declared_parse_size(val, &v) || v > UINT32_MAX) goto bad;
 		o->limits.default_max_record = (uint32_t)v;
 		return 0;
 	case 'R':
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.max_ring_size = v;
 		return 0;
 	case 'F':
-		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		if (declared_parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.max_flows = (unsigned)v;
 		return 0;
 	case OPT_PEER_OWNER:
@@ -524,35 +497,35 @@ static int set_option(struct options *o, int key, const char *val)
 			goto bad;
 		return 0;
 	case OPT_UID_FLOWS:
-		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		if (declared_parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.uid_max_flows = (unsigned)v;
 		return 0;
 	case OPT_UID_BYTES:
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.uid_max_ring_bytes = v;
 		return 0;
 	case OPT_UID_RATE:
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.uid_ring_rate = v;
 		return 0;
 	case OPT_PEER_RATE:
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.peer_ring_rate = v;
 		return 0;
 	case OPT_PEER_FLOWS:
-		if (parse_size(val, &v) || v > 1u << 20) goto bad;
+		if (declared_parse_size(val, &v) || v > 1u << 20) goto bad;
 		o->limits.peer_max_flows = (unsigned)v;
 		return 0;
 	case OPT_PEER_BYTES:
-		if (parse_size(val, &v)) goto bad;
+		if (declared_parse_size(val, &v)) goto bad;
 		o->limits.peer_max_ring_bytes = v;
 		return 0;
 	case OPT_RESERVE:
-		if (parse_size(val, &v) || v > 99) goto bad;
+		if (declared_parse_size(val, &v) || v > 99) goto bad;
 		o->limits.state_dir_reserve = (unsigned)v;
 		return 0;
 	case OPT_ORPHAN:
-		if (parse_size(val, &v) || v > UINT32_MAX) goto bad;
+		if (declared_parse_size(val, &v) || v > UINT32_MAX) goto bad;
 		o->limits.orphan_timeout_s = (unsigned)v;
 		return 0;
 	case OPT_MAX_CLIENTS:
