@@ -780,6 +780,12 @@ static int take_sender_slot(struct flow *f)
 				(uint32_t)getpid() & FR_INFO_PID);
 }
 
+/* Does a record of max_record go to a peer in one DATA frame (wire.h)? */
+static bool fits_one_frame(uint32_t max_record)
+{
+	return fr_record_bytes(max_record) <= WIRE_SPAN_MAX;
+}
+
 /*
  * A ring file from the last start, as its geometry says now: a client
  * holding the file may have grown it and rewritten the geometry to match
@@ -803,8 +809,7 @@ static bool ring_unfit(const struct flow_table *t, const struct flow *fl,
 		snprintf(why, cap, "its ring is a %s ring, not a %s flow's "
 			 "(a client rewrote it)", deposit ? "deposit" : "producer",
 			 flows_role_name(fl->role));
-	else if (fl->role != FLOW_LOCAL &&
-		 fr_record_bytes(in->max_record) > WIRE_SPAN_MAX)
+	else if (fl->role != FLOW_LOCAL && !fits_one_frame(in->max_record))
 		snprintf(why, cap, "its records of up to %u bytes do not fit one "
 			 "frame to a peer (a client rewrote it)", in->max_record);
 	else
@@ -1377,8 +1382,7 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 (unsigned long long)p->ring_size, p->max_record);
 		return -EINVAL;
 	}
-	if ((s->peer || s->origin) &&
-	    fr_record_bytes(p->max_record) > WIRE_SPAN_MAX) {
+	if ((s->peer || s->origin) && !fits_one_frame(p->max_record)) {
 		snprintf(err, errlen, "max record %u is too large for a flow "
 			 "between hosts: at most %u bytes (one DATA frame, one "
 			 "RDMA write)", p->max_record,
