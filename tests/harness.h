@@ -930,22 +930,32 @@ static inline void hd_restart(struct hd *d, const char *moverd,
 	hd_exec(d, moverd, extra);
 }
 
-/* moverd's resident set (VmRSS), in KiB. */
-static inline long hd_rss_kb(const struct hd *d)
+/* The number after "key:" in /proc/PID/status of moverd (its main
+ * thread's, for the per-thread lines). */
+static inline long hd_status_num(const struct hd *d, const char *key)
 {
 	char path[64], line[256];
-	long kb = -1;
+	size_t n = strlen(key);
+	long v = -1;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)d->pid);
 	f = fopen(path, "re");
 	CHECK(f);
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+		if (!strncmp(line, key, n) && line[n] == ':') {
+			v = strtol(line + n + 1, NULL, 10);
 			break;
+		}
 	fclose(f);
-	CHECK(kb >= 0);
-	return kb;
+	CHECK(v >= 0);
+	return v;
+}
+
+/* moverd's resident set (VmRSS), in KiB. */
+static inline long hd_rss_kb(const struct hd *d)
+{
+	return hd_status_num(d, "VmRSS");
 }
 
 /*

@@ -188,10 +188,10 @@ static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
 	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPEN;
 }
 
-/* The answer to flow id's OPEN: error (and why), or opened, resuming at
- * resume (head 0). */
+/* The answer to flow id's OPEN: error (and why; -EAGAIN: ask again in
+ * retry_ms), or opened, resuming at resume (head 0). */
 static bool send_opened(int fd, uint32_t id, int error, const char *why,
-			uint64_t resume)
+			uint64_t resume, uint32_t retry_ms)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
@@ -200,6 +200,7 @@ static bool send_opened(int fd, uint32_t id, int error, const char *why,
 	op.error = error;
 	op.message = (char *)why;
 	op.resume = resume;
+	op.retry_ms = retry_ms;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
 	msg.opened = &op;
 	return hp_send_msg(fd, &msg);
@@ -242,13 +243,13 @@ static void case_opened_failed(void)
 	fd = fake_receiver(&a, "f2", &lfd, &id);
 
 	/* refused: the flow fails */
-	CHECK(send_opened(fd, id, -EEXIST, "refused by the test", 0));
+	CHECK(send_opened(fd, id, -EEXIST, "refused by the test", 0, 0));
 	CHECK(hd_wait_state(&a, moverctl_bin, "f2", "failed", 10000, reason,
 			    sizeof(reason)));
 	/* then "busy, retry" and "opened", which nothing asked for; our own
 	 * open's answer after them says moverd has read them */
-	CHECK(send_opened(fd, id, -EAGAIN, "busy, says the test", 0));
-	CHECK(send_opened(fd, id, 0, "", 0));
+	CHECK(send_opened(fd, id, -EAGAIN, "busy, says the test", 0, 0));
+	CHECK(send_opened(fd, id, 0, "", 0, 0));
 	CHECK(hp_open(fd, &sync));
 	CHECK(hp_wait_opened(fd, sync.flow_id, 10000, &op) == 0);
 	CHECK(op->error == 0);
@@ -473,7 +474,7 @@ static int received_three(const struct hd *d, const char *name, int *lfd,
 {
 	int fd = fake_receiver(d, name, lfd, id);
 
-	CHECK(send_opened(fd, *id, 0, "", 0));
+	CHECK(send_opened(fd, *id, 0, "", 0, 0));
 	CHECK(hd_wait_state(d, moverctl_bin, name, "open", 10000, NULL, 0));
 	*prod = produce(d, name, 3);
 	read_data(fd, 3 * 80);
@@ -529,7 +530,7 @@ static void case_inside_record(void)
 	/* (c) a resume inside a record written before the answer */
 	fd = fake_receiver(&a, "k5c", &lfd, &id);
 	prod = produce(&a, "k5c", 3);
-	CHECK(send_opened(fd, id, 0, "", 16));
+	CHECK(send_opened(fd, id, 0, "", 16, 0));
 	CHECK(fails_for(&a, "k5c", "resume position 16 is inside a record"));
 	fake_end(prod, fd, lfd);
 	hd_alive(&a);
@@ -544,23 +545,6 @@ static void case_inside_record(void)
  * 8 s, longer than that limit: the connection stays, moverd does not spin
  * on the passed deadline meanwhile, and the body lands.
  */
-/* The times the main thread of pid went to sleep (voluntary switches). */
-static long sleeps(pid_t pid)
-{
-	char path[64], line[256];
-	long n = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	CHECK((f = fopen(path, "re")));
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1)
-			break;
-	fclose(f);
-	CHECK(n >= 0);
-	return n;
-}
-
 static void case_slow_body(void)
 {
 	static const char *const opts[] = { "--insecure-peers", NULL };
@@ -591,10 +575,10 @@ static void case_slow_body(void)
 			/* past the 5 s since the last frame: moverd waits
 			 * for the rest, its timer not firing on every pass
 			 * for the deadline gone by (1 ms sleeps before) */
-			long sw = sleeps(d.pid);
+			long sw = hd_status_num(&d, "voluntary_ctxt_switches");
 
 			cpu = hd_cpu_share(&d, 1500);
-			sw = sleeps(d.pid) - sw;
+			sw = hd_status_num(&d, "voluntary_ctxt_switches") - sw;
 			printf("  6-7.5 s into the body: moverd's cpu %.2f, "
 			       "%ld sleeps\n", cpu, sw);
 			CHECK(cpu < 0.5 && sw < 150);
@@ -616,8 +600,6 @@ static void case_slow_body(void)
  */
 static void case_busy_words(void)
 {
-	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
-	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
 	char out[4096];
 	int lfd, fd;
 	uint32_t id;
@@ -627,13 +609,8 @@ static void case_busy_words(void)
 	fd = fake_receiver(&a, "f7", &lfd, &id);
 	/* retry in 30 s: the reason stays while we look (it becomes
 	 * "waiting for the peer" at the next open) */
-	op.flow_id = id;
-	op.error = -EAGAIN;
-	op.message = "busy \x1b]0;owned\x07\x1b[2J says the test";
-	op.retry_ms = 30000;
-	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
-	msg.opened = &op;
-	CHECK(hp_send_msg(fd, &msg));
+	CHECK(send_opened(fd, id, -EAGAIN, "busy \x1b]0;owned\x07\x1b[2J "
+			  "says the test", 0, 30000));
 	CHECK(wait_reason(&a, "f7", "says the test", 10000));
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show f7") == 0);
 	printf("%s", out);
