@@ -463,7 +463,7 @@ static uint64_t attached(const struct hd *d, const char *name)
 	char json[4096];
 
 	CHECK(hd_flow_json(d, moverctl_bin, name, json, sizeof(json)));
-	return hj_u64(json, "producers") + hj_u64(json, "consumers");
+	return hj_sum(json, "producers+consumers");
 }
 
 static void case_owner(void)
