@@ -76,6 +76,8 @@ struct ctl_client {
 	gid_t groups[CLIENT_GROUPS_MAX]; /* supplementary, at connect time */
 	unsigned n_groups;
 	size_t have;
+	size_t rd_off; /* where the read in flight puts its bytes: serve()
+			* may consume frames (have shrinks) meanwhile */
 	uint8_t *out;
 	size_t out_len, out_done;
 	struct flow *out_flow;  /* its ring_fd rides in the response */
@@ -1369,6 +1371,10 @@ static void read_done(struct loop_op *op, int res)
 		client_gone(c);
 		return;
 	}
+	/* frames served while the read was in flight moved the buffer
+	 * down: its bytes landed at rd_off, they belong at have */
+	if (c->rd_off != c->have)
+		memmove(c->in + c->have, c->in + c->rd_off, (size_t)res);
 	c->have += (size_t)res;
 	if (c->wait.kind != WAIT_NONE || c->wr.busy) {
 		/* frames sent meanwhile wait their turn (write_done serves
@@ -1388,6 +1394,7 @@ static void arm_read(struct ctl_client *c)
 		client_gone(c);
 		return;
 	}
+	c->rd_off = c->have;
 	io_uring_prep_recv(sqe, c->fd, c->in + c->have, sizeof(c->in) - c->have,
 			   0);
 }

@@ -38,6 +38,11 @@
  *      their own, the last 8 share one more (never another uid's own;
  *      status and the counters file say so); pages freed by the leavers
  *      are taken again; at the end moverd's fds are back where they were
+ *   9  a client pipelines a status behind an attach that waits for its
+ *      flow, then a describe once both are answered: each answer carries
+ *      its own request's id (moverd served the status while a read was in
+ *      flight into the bytes after it; the describe read into the moved
+ *      buffer was parsed as a stale copy before the fix)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1553,6 +1558,98 @@ static void case_smoke(void)
 	hd_stop(&d);
 }
 
+/* ---- case 9: requests pipelined behind an attach that waits ---------------- */
+
+/* Send one request frame of body `which` (id): 'a' attach of name waiting
+ * up to 10 s, 's' status, 'd' describe of name. */
+static void send_req(int c, char which, uint64_t id, const char *name)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__GetStatus gs = FLOWMOVER__GET_STATUS__INIT;
+	Flowmover__DescribeFlow ds = FLOWMOVER__DESCRIBE_FLOW__INIT;
+	uint8_t buf[1024];
+	size_t len;
+
+	req.id = id;
+	if (which == 'a') {
+		at.name = (char *)name;
+		at.role = FLOWMOVER__ROLE__PRODUCER;
+		at.wait_ms = 10000;
+		req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+		req.attach = &at;
+	} else if (which == 's') {
+		req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+		req.status = &gs;
+	} else {
+		ds.name = (char *)name;
+		req.body_case = FLOWMOVER__REQUEST__BODY_DESCRIBE;
+		req.describe = &ds;
+	}
+	CHECK(ctl_frame_pack(&req.base, buf, sizeof(buf), &len) == 0);
+	CHECK(send(c, buf, len, MSG_NOSIGNAL) == (ssize_t)len);
+}
+
+/* The next response on c: its id and body (closing any fds it carried). */
+static uint64_t recv_resp(int c, Flowmover__Response__BodyCase *body)
+{
+	static uint8_t buf[CTL_FRAME_BUF];
+	Flowmover__Response *resp = NULL;
+	char err[256];
+	int fds[2] = { -1, -1 };
+	size_t len;
+	uint64_t id;
+
+	CHECK_RC(ctl_recv_frame_fds(c, buf, sizeof(buf), &len, fds, 2, 5000), 0);
+	CHECK(ctl_response_decode(buf, len, &resp, err, sizeof(err)) == 0);
+	id = resp->id;
+	*body = resp->body_case;
+	ctl_response_free(resp);
+	for (unsigned i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return id;
+}
+
+/*
+ * A client pipelines a status request behind an attach that waits for its
+ * flow; the flow appears, both are answered; then it sends a describe and
+ * a status.  moverd's read was armed (at the end of the status's bytes)
+ * while the attach waited, and serving the status moved the buffer under
+ * it: the describe must still be read as itself, not as stale bytes.
+ */
+static void case_pipelined_wait(void)
+{
+	Flowmover__Response__BodyCase body;
+	struct hd d;
+	int c, r;
+
+	hd_start(&d, moverd_bin, "hostile9", false, NULL);
+	c = ctl_connect(d.sock);
+	r = ctl_connect(d.sock);
+	CHECK(c >= 0 && r >= 0);
+	send_req(c, 'a', 1, "late");
+	usleep(200000); /* the attach waits, a read is armed */
+	send_req(c, 's', 2, NULL);
+	usleep(200000); /* the status waits its turn, read again */
+	CHECK(hc_create(r, "late", 1 << 16, 1024) == 0);
+	CHECK(recv_resp(c, &body) == 1);
+	CHECK(body != FLOWMOVER__RESPONSE__BODY_ERROR);
+	CHECK(recv_resp(c, &body) == 2);
+	CHECK(body == FLOWMOVER__RESPONSE__BODY_STATUS);
+	send_req(c, 'd', 3, "late");
+	CHECK(recv_resp(c, &body) == 3);
+	CHECK(body == FLOWMOVER__RESPONSE__BODY_FLOW);
+	send_req(c, 's', 4, NULL);
+	CHECK(recv_resp(c, &body) == 4);
+	CHECK(body == FLOWMOVER__RESPONSE__BODY_STATUS);
+	printf("  attach, status, describe, status: answered in order\n");
+	close(c);
+	close(r);
+	hd_alive(&d);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1583,6 +1680,8 @@ int main(int argc, char **argv)
 		  "has producers; the uids past 63 share one" },
 		{ 8, case_bell_life_thread, "8d: the same with the doorbell "
 		  "thread" },
+		{ 9, case_pipelined_wait, "requests pipelined behind an "
+		  "attach that waits keep their framing" },
 	};
 
 	if (argc != 4) {
