@@ -115,7 +115,7 @@ void auth_proof(const struct auth_key *k, enum auth_role role,
 		const uint8_t init_nonce[AUTH_NONCE_BYTES],
 		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
 		const char *init_node, const char *resp_node,
-		uint8_t out[AUTH_PROOF_BYTES])
+		const char *dialed, uint8_t out[AUTH_PROOF_BYTES])
 {
 	const char *label = role == AUTH_INITIATOR ? label_init : label_resp;
 	crypto_auth_hmacsha512256_state st;
@@ -126,6 +126,7 @@ void auth_proof(const struct auth_key *k, enum auth_role role,
 	mac_field(&st, resp_nonce, AUTH_NONCE_BYTES);
 	mac_field(&st, init_node, strlen(init_node));
 	mac_field(&st, resp_node, strlen(resp_node));
+	mac_field(&st, dialed, strlen(dialed));
 	crypto_auth_hmacsha512256_final(&st, out);
 	sodium_memzero(&st, sizeof(st));
 }
@@ -134,7 +135,7 @@ bool auth_check(const struct auth_key *k, enum auth_role role,
 		const uint8_t init_nonce[AUTH_NONCE_BYTES],
 		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
 		const char *init_node, const char *resp_node,
-		const uint8_t *proof, size_t len)
+		const char *dialed, const uint8_t *proof, size_t len)
 {
 	uint8_t want[AUTH_PROOF_BYTES];
 	bool ok;
@@ -142,7 +143,7 @@ bool auth_check(const struct auth_key *k, enum auth_role role,
 	if (len != AUTH_PROOF_BYTES)
 		return false;
 	auth_proof(k, role, init_nonce, resp_nonce, init_node, resp_node,
-		   want);
+		   dialed, want);
 	ok = crypto_verify_32(want, proof) == 0;
 	sodium_memzero(want, sizeof(want));
 	return ok;

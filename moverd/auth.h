@@ -5,10 +5,17 @@
  * crypto_auth): the connecting daemon (initiator) sends a fresh nonce and
  * its node name; the accepting one (responder) answers with its own nonce,
  * its name and a proof; the initiator checks it and sends its own proof.
- * A proof is the MAC, under the shared key, of the role, both nonces and
- * both node names (each length-prefixed).  The role label makes a proof
- * useless in the other direction (a reflected hello fails), fresh nonces
- * on both sides make an old one useless (a replayed hello fails).
+ * A proof is the MAC, under the shared key, of the role, both nonces, both
+ * node names and the address the initiator dialed (each length-prefixed).
+ * The role label makes a proof useless in the other direction, fresh
+ * nonces on both sides make an old one useless (a replayed hello fails),
+ * and the address makes a relay fail: a party at another address that
+ * forwards the hellos (so that it owns the connection once both sides
+ * have proved themselves to each other through it) gets proofs over its
+ * own address, which the daemon it forwards to refuses (peer.c,
+ * dialed_mismatch).  This does not protect the frames after the
+ * handshake from an attacker on the path to the real address: see
+ * docs/security-auth.md.
  */
 #ifndef MOVERD_AUTH_H
 #define MOVERD_AUTH_H
@@ -48,14 +55,14 @@ void auth_proof(const struct auth_key *k, enum auth_role role,
 		const uint8_t init_nonce[AUTH_NONCE_BYTES],
 		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
 		const char *init_node, const char *resp_node,
-		uint8_t out[AUTH_PROOF_BYTES]);
+		const char *dialed, uint8_t out[AUTH_PROOF_BYTES]);
 
 /* Does `proof` (len bytes) prove `role`?  Compared in constant time. */
 bool auth_check(const struct auth_key *k, enum auth_role role,
 		const uint8_t init_nonce[AUTH_NONCE_BYTES],
 		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
 		const char *init_node, const char *resp_node,
-		const uint8_t *proof, size_t len);
+		const char *dialed, const uint8_t *proof, size_t len);
 
 /* Forget the key (zeroed in a way the compiler keeps). */
 void auth_forget(struct auth_key *k);

@@ -61,6 +61,7 @@ struct options {
 	struct flow_limits limits;
 	char peer_key[PATH_MAX];  /* --peer-key FILE, "" = none */
 	struct peer_allow allow;  /* --peer-allow, n = 0: anyone */
+	struct peer_reach reach;  /* --peer-reachable-at, n = 0: none */
 	bool insecure_peers;      /* --insecure-peers */
 	/* connection floods (docs/security-edges.md) */
 	unsigned peer_per_addr, peer_pending, peer_hello_s;
@@ -93,6 +94,7 @@ enum {
 	OPT_ORPHAN,
 	OPT_PEER_OWNER,
 	OPT_METRICS,
+	OPT_PEER_REACH,
 	OPT_IDLE,
 	OPT_IO_URING,
 	OPT_CPUS,
@@ -154,6 +156,13 @@ static void usage(FILE *out)
 "                           e.g. 10.0.0.0/8,fd00::/8 (at most 64; checked\n"
 "                           at accept, over TCP and RDMA).  Default: any\n"
 "                           (the key decides)\n"
+"  --peer-reachable-at IP:PORT[,...]\n"
+"                           with --peer-key: addresses peers dial to reach\n"
+"                           this daemon besides the one a connection arrives\n"
+"                           at (NAT, port forwarding; at most 8, numeric).\n"
+"                           The handshake binds the address the initiator\n"
+"                           dialed, so a relay elsewhere fails.  Default:\n"
+"                           none\n"
 "  --insecure-peers         allow --listen on a non-loopback address without\n"
 "                           --peer-key: any host that reaches the port can\n"
 "                           open flows here.  Default: refused\n"
@@ -307,6 +316,7 @@ static const struct option long_opts[] = {
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "peer-reachable-at", required_argument, NULL, OPT_PEER_REACH },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 }
@@ -366,6 +376,16 @@ static int parse_owner(struct flow_limits *l, const char *val)
 	l->peer_flow_gid = colon ? gid : pw_gid;
 	l->peer_flow_group = colon != NULL;
 	return 0;
+}
+
+static int peer_reach_option(struct options *o, const char *val)
+{
+	char err[160];
+
+	if (!peer_reach_parse(val, &o->reach, err, sizeof(err)))
+		return 0;
+	fprintf(stderr, "moverd: %s\n", err);
+	return -1;
 }
 
 static int peer_allow_option(struct options *o, const char *val)
@@ -464,6 +484,8 @@ static int set_option(struct options *o, int key, const char *val)
 		return 0;
 	case 'A':
 		return peer_allow_option(o, val);
+	case OPT_PEER_REACH:
+		return peer_reach_option(o, val);
 	case OPT_METRICS:
 		if (strlen(val) >= sizeof(o->metrics) || !strchr(val, ':'))
 			goto bad;
@@ -1156,6 +1178,7 @@ int main(int argc, char **argv)
 		.window_delay_us = d.opt.window_delay_us,
 		.allow = &d.opt.allow,
 		.key = d.have_key ? &d.key : NULL,
+		.reach = &d.opt.reach,
 		.flow_gone = forget_attachments, .flow_gone_arg = &d.ctl,
 	};
 	if (!d.opt.foreground && daemonize(&ready_fd)) {

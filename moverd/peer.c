@@ -314,9 +314,11 @@ static void queue_hello(struct peer *p)
 		hello.nonce = (ProtobufCBinaryData){ sizeof(p->nonce_mine),
 						     p->nonce_mine };
 	}
+	if (k && p->dialed[0])
+		hello.dialed = p->dialed;
 	if (k && !p->outbound && !p->auth_fail[0]) {
 		auth_proof(k, AUTH_RESPONDER, p->nonce_theirs, p->nonce_mine,
-			   p->node, node_name(), proof);
+			   p->node, node_name(), p->dialed, proof);
 		hello.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
 	}
 	if (p->outbound)
@@ -1712,6 +1714,62 @@ static const char *key_mismatch(const struct peer *p,
 	return NULL;
 }
 
+/*
+ * Responder: the address the initiator says it dialed must be ours: this
+ * connection's local address, or one --peer-reachable-at names.  Both
+ * proofs cover it, so a relay (a party at another address that forwards
+ * the hellos both ways and then owns the connection) gets proofs over its
+ * own address, and fails here.  p->dialed: the checked address, or where
+ * the connection really reached (our hello tells the initiator).
+ */
+static const char *dialed_mismatch(struct peer *p,
+				   const Flowmover__PeerHello *h, char *buf,
+				   size_t cap)
+{
+	struct sockaddr_storage sa;
+	char said[ENDPOINT_CHARS];
+
+	if (!p->tp->local_addr(p, &sa) ||
+	    !endpoint_name((struct sockaddr *)&sa, p->dialed, sizeof(p->dialed)))
+		snprintf(p->dialed, sizeof(p->dialed), "?");
+	if (!h->dialed || !*h->dialed) {
+		snprintf(buf, cap, "its hello does not say the address it "
+			 "dialed (a moverd from before the handshake bound "
+			 "it): upgrade it");
+		return buf;
+	}
+	if (!strcmp(h->dialed, p->dialed) || peer_reach_has(p->m->reach,
+							    h->dialed)) {
+		snprintf(p->dialed, sizeof(p->dialed), "%s", h->dialed);
+		return NULL;
+	}
+	filter_node(said, h->dialed, sizeof(said));
+	snprintf(buf, cap, "it dialed %s but the connection reached %s: a "
+		 "relay (NAT: --peer-reachable-at)", said, p->dialed);
+	return buf;
+}
+
+/* Initiator: the responder's echo of the address we dialed (its hello).
+ * Informative only: the proof decides, but this says why it fails. */
+static bool dialed_echo_ok(struct peer *p, const Flowmover__PeerHello *h)
+{
+	char said[ENDPOINT_CHARS];
+
+	if (!h->dialed || !*h->dialed) {
+		peer_fail(p, "peer authentication failed: its hello does not "
+			  "echo the address we dialed (a moverd from before "
+			  "the handshake bound it): upgrade it");
+		return false;
+	}
+	if (!strcmp(h->dialed, p->dialed))
+		return true;
+	filter_node(said, h->dialed, sizeof(said));
+	peer_fail(p, "peer authentication failed: we dialed %s but the "
+		  "connection reached %s: a relay (NAT: --peer-reachable-at "
+		  "on the peer)", p->dialed, said);
+	return false;
+}
+
 /* Responder: answer the initiator's hello (and refuse once it is sent,
  * if it must: the initiator then hears why from our hello). */
 static void responder_hello(struct peer *p, const char *mismatch)
@@ -1746,15 +1804,18 @@ static void initiator_hello(struct peer *p, const Flowmover__PeerHello *h,
 		authenticated(p);
 		return;
 	}
+	if (!dialed_echo_ok(p, h))
+		return;
 	if (!auth_check(k, AUTH_RESPONDER, p->nonce_mine, p->nonce_theirs,
-			node_name(), p->node, h->proof.data, h->proof.len)) {
+			node_name(), p->node, p->dialed, h->proof.data,
+			h->proof.len)) {
 		peer_fail(p, "peer authentication failed: its proof (%zu "
 			  "bytes) is wrong for key %s: a replayed or forged "
 			  "hello", h->proof.len, k->id);
 		return;
 	}
 	auth_proof(k, AUTH_INITIATOR, p->nonce_mine, p->nonce_theirs,
-		   node_name(), p->node, proof);
+		   node_name(), p->node, p->dialed, proof);
 	auth.proof = (ProtobufCBinaryData){ sizeof(proof), proof };
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_AUTH;
 	msg.auth = &auth;
@@ -1765,7 +1826,7 @@ static void initiator_hello(struct peer *p, const Flowmover__PeerHello *h,
 static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 {
 	static struct log_limit lim; /* anyone may connect and say hello */
-	char buf[160], node[LOG_SAFE_BUF];
+	char buf[256], node[LOG_SAFE_BUF];
 	const char *mismatch;
 
 	if (p->hello_seen) {
@@ -1797,6 +1858,8 @@ static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 		p->listen_port = (uint16_t)h->listen_port;
 	p->instance = h->instance;
 	mismatch = key_mismatch(p, h, buf, sizeof(buf));
+	if (!mismatch && p->m->key && !p->outbound)
+		mismatch = dialed_mismatch(p, h, buf, sizeof(buf));
 	if (!mismatch && p->m->key)
 		memcpy(p->nonce_theirs, h->nonce.data, AUTH_NONCE_BYTES);
 	if (p->outbound)
@@ -1815,7 +1878,8 @@ static void handle_auth(struct peer *p, const Flowmover__PeerAuth *a)
 		return;
 	}
 	if (!auth_check(k, AUTH_INITIATOR, p->nonce_theirs, p->nonce_mine,
-			p->node, node_name(), a->proof.data, a->proof.len)) {
+			p->node, node_name(), p->dialed, a->proof.data,
+			a->proof.len)) {
 		peer_fail(p, "peer authentication failed: its proof (%zu "
 			  "bytes) is wrong for key %s: a replayed or reflected "
 			  "hello, or another key", a->proof.len, k->id);
@@ -2211,6 +2275,10 @@ void peer_up(struct peer *p)
 	p->last_rx_ns = p->last_tx_ns = p->connected_ns = fr_now_ns();
 	mover_window_reset(p);
 	auth_reset(p); /* the hello deadline runs until authenticated */
+	p->dialed[0] = 0;
+	if (p->outbound && !endpoint_name((struct sockaddr *)&p->sa, p->dialed,
+					  sizeof(p->dialed)))
+		p->dialed[0] = 0;
 	if (p->outbound)
 		queue_hello(p); /* opens go once the responder proved its key */
 	p->tp->recv(p);
@@ -2627,7 +2695,7 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 				     PEER_DEFAULT_HOSTS_PER_UID,
 		.win_delay_ns = (o->window_delay_us ? o->window_delay_us :
 				 PEER_DEFAULT_WINDOW_DELAY_US) * 1000ull,
-		.allow = o->allow, .key = o->key,
+		.allow = o->allow, .key = o->key, .reach = o->reach,
 		.reopen_due = UINT64_MAX,
 	};
 	while (!m->instance) {

@@ -26,6 +26,7 @@
 struct auth_key;
 struct peer;
 struct peer_allow;
+struct peer_reach;
 struct transport;
 
 /*
@@ -116,6 +117,7 @@ struct peer_mgr {
 	 * (NULL: insecure, hellos carry no proof); see auth.h */
 	const struct peer_allow *allow;
 	const struct auth_key *key;
+	const struct peer_reach *reach; /* --peer-reachable-at, or NULL */
 
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
@@ -170,6 +172,9 @@ struct peer_opts {
 	unsigned window_delay_us;     /* 0: PEER_DEFAULT_WINDOW_DELAY_US */
 	const struct peer_allow *allow; /* --peer-allow, NULL: anyone */
 	const struct auth_key *key;     /* --peer-key, NULL: none */
+	/* --peer-reachable-at: addresses besides a connection's own that
+	 * an initiator may have dialed (NAT, forwarding); NULL: none */
+	const struct peer_reach *reach;
 	/* a flow is being destroyed (peer_destroy_flow): the control plane
 	 * forgets its attachments.  A callback, so that the peer side does
 	 * not depend on the control socket (control.c calls peer.c). */

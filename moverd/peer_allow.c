@@ -154,3 +154,107 @@ bool peer_listen_is_loopback(const char *hostport)
 	return inet_pton(AF_INET6, host, a) == 1 &&
 	       IN6_IS_ADDR_LOOPBACK((struct in6_addr *)a);
 }
+
+/* ---- the addresses a connection may have been dialed at ---------------- */
+
+bool endpoint_name(const struct sockaddr *sa, char *buf, size_t cap)
+{
+	const struct sockaddr_in6 *s6 = (const void *)sa;
+	const struct sockaddr_in *s4 = (const void *)sa;
+	char host[INET6_ADDRSTRLEN];
+
+	if (sa->sa_family == AF_INET &&
+	    inet_ntop(AF_INET, &s4->sin_addr, host, sizeof(host))) {
+		snprintf(buf, cap, "%s:%u", host, (unsigned)ntohs(s4->sin_port));
+		return true;
+	}
+	if (sa->sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) &&
+	    inet_ntop(AF_INET, &s6->sin6_addr.s6_addr[12], host, sizeof(host))) {
+		snprintf(buf, cap, "%s:%u", host, (unsigned)ntohs(s6->sin6_port));
+		return true;
+	}
+	if (sa->sa_family == AF_INET6 &&
+	    inet_ntop(AF_INET6, &s6->sin6_addr, host, sizeof(host))) {
+		snprintf(buf, cap, "[%s]:%u", host,
+			 (unsigned)ntohs(s6->sin6_port));
+		return true;
+	}
+	snprintf(buf, cap, "?");
+	return false;
+}
+
+/* One "IP:PORT" or "[IPv6]:PORT", numeric, into its canonical name. */
+static int parse_endpoint(const char *s, char *name, size_t cap)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct sockaddr_in6 *s6 = (void *)&ss;
+	struct sockaddr_in *s4 = (void *)&ss;
+	char host[INET6_ADDRSTRLEN + 2], *colon, *end;
+	long port;
+
+	if (strlen(s) >= sizeof(host) + 6)
+		return -EINVAL;
+	colon = strrchr(s, ':');
+	if (!colon || (size_t)(colon - s) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, (size_t)(colon - s));
+	host[colon - s] = 0;
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || port < 1 || port > 65535)
+		return -EINVAL;
+	if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+	} else if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+		host[strlen(host) - 1] = 0;
+		if (inet_pton(AF_INET6, host + 1, &s6->sin6_addr) != 1)
+			return -EINVAL;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+	} else {
+		return -EINVAL;
+	}
+	return endpoint_name((struct sockaddr *)&ss, name, cap) ? 0 : -EINVAL;
+}
+
+int peer_reach_parse(const char *spec, struct peer_reach *r, char *err,
+		     size_t cap)
+{
+	char buf[1024], *tok, *save = NULL;
+
+	r->n = 0;
+	if (strlen(spec) >= sizeof(buf)) {
+		snprintf(err, cap, "--peer-reachable-at: too long");
+		return -EINVAL;
+	}
+	strcpy(buf, spec);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (r->n == PEER_REACH_MAX) {
+			snprintf(err, cap, "--peer-reachable-at: at most %u "
+				 "addresses", PEER_REACH_MAX);
+			return -EINVAL;
+		}
+		if (parse_endpoint(tok, r->name[r->n], sizeof(r->name[0]))) {
+			snprintf(err, cap, "--peer-reachable-at: '%.64s' is not "
+				 "a numeric IP:PORT (e.g. 192.0.2.7:7000, "
+				 "[2001:db8::1]:7000)", tok);
+			return -EINVAL;
+		}
+		r->n++;
+	}
+	if (!r->n) {
+		snprintf(err, cap, "--peer-reachable-at: no address");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+bool peer_reach_has(const struct peer_reach *r, const char *name)
+{
+	for (unsigned i = 0; r && i < r->n; i++)
+		if (!strcmp(r->name[i], name))
+			return true;
+	return false;
+}

@@ -18,6 +18,7 @@
 
 #include "auth.h"
 #include "peer.h"
+#include "peer_allow.h"
 #include "wire.h"
 
 #include <stddef.h>
@@ -109,7 +110,7 @@ struct peer {
 	 */
 	bool auth_ok;
 	bool hello_seen;          /* its hello came (a second one fails) */
-	char auth_fail[200];      /* refuse once our answer is sent */
+	char auth_fail[300];      /* refuse once our answer is sent */
 	/* why its last connection failed or closed, or the last connect or
 	 * lookup failed (peer_note_error), and when (unix ms; 0: never),
 	 * kept once it is up again: `moverctl status` shows it */
@@ -119,6 +120,10 @@ struct peer {
 	char node[256];           /* its node name as sent (the proofs') */
 	char node_safe[65];       /* the same, printable only */
 	char key_id[AUTH_ID_CHARS + 1]; /* the key it proved, "" without */
+	/* the address the initiator dialed, which both proofs cover:
+	 * outbound, ours (p->sa); inbound, its word once checked against
+	 * ours (dialed_mismatch), or where it really reached when not */
+	char dialed[ENDPOINT_CHARS];
 	/* inbound: the initiator listens on this port at the address it
 	 * came from and takes our sender flows on this connection (its
 	 * hello; 0: it does not).  See inbound_from in peer.c. */
@@ -256,6 +261,9 @@ struct transport {
 	/* optional: p's hello authenticated it (what a stranger may not have
 	 * before: RDMA's buffers); may fail p */
 	void (*authenticated)(struct peer *p);
+	/* the connection's local address (the responder's end): false if
+	 * it cannot be had */
+	bool (*local_addr)(struct peer *p, struct sockaddr_storage *sa);
 	/* optional: when bytes last came from p (fr_now_ns clock), though
 	 * no receive completed (TCP: a large body received whole); 0: not
 	 * known */

@@ -1288,6 +1288,20 @@ void rdma_stop(struct peer_mgr *m)
 	}
 }
 
+static bool rdma_local_addr(struct peer *p, struct sockaddr_storage *sa)
+{
+	struct rdma_conn *c = conn(p);
+	struct sockaddr *a = c && c->id ? rdma_get_local_addr(c->id) : NULL;
+	size_t len = !a ? 0 : a->sa_family == AF_INET ?
+		     sizeof(struct sockaddr_in) :
+		     a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : 0;
+
+	if (!len)
+		return false;
+	memcpy(sa, a, len);
+	return true;
+}
+
 const struct transport rdma_transport = {
 	.name = "rdma",
 	.listen = rdma_listen_on,
@@ -1304,4 +1318,5 @@ const struct transport rdma_transport = {
 	.forget_flow = rdma_forget_flow,
 	.registered = rdma_registered,
 	.authenticated = rdma_authenticated,
+	.local_addr = rdma_local_addr,
 };

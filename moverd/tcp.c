@@ -494,6 +494,13 @@ static void accept_done(struct loop_op *op, int res)
 	peer_up(p);
 }
 
+static bool tcp_local_addr(struct peer *p, struct sockaddr_storage *sa)
+{
+	socklen_t len = sizeof(*sa);
+
+	return p->fd >= 0 && !getsockname(p->fd, (struct sockaddr *)sa, &len);
+}
+
 /* The port fd is bound to (our hellos say it: peer.c, inbound_from). */
 static uint16_t bound_port(int fd)
 {
@@ -572,6 +579,7 @@ const struct transport tcp_transport = {
 	.byte_queue = true,
 	.listen = tcp_listen,
 	.stop_listening = tcp_stop_listening,
+	.local_addr = tcp_local_addr,
 	.connect = tcp_connect,
 	.send = tcp_send,
 	.recv = tcp_recv,

@@ -1085,19 +1085,39 @@ struct hp_hello_in {
 	uint32_t version;
 	char node[128];
 	char key_id[64];
+	char dialed[64];
 	uint8_t nonce[64];
 	size_t nonce_len;
 	uint8_t proof[64];
 	size_t proof_len;
 };
 
-/* A hello with a nonce and a key id (either may be empty: NULL / 0). */
+/* The address connected socket fd reached, as a hello's `dialed` says it
+ * ("IP:PORT"; IPv4 only, as every fake peer here connects). */
+static inline const char *hp_dialed(int fd)
+{
+	static char name[64];
+	struct sockaddr_in a;
+	socklen_t len = sizeof(a);
+	char host[INET_ADDRSTRLEN];
+
+	CHECK(getpeername(fd, (struct sockaddr *)&a, &len) == 0);
+	CHECK(a.sin_family == AF_INET);
+	CHECK(inet_ntop(AF_INET, &a.sin_addr, host, sizeof(host)));
+	snprintf(name, sizeof(name), "%s:%u", host, (unsigned)ntohs(a.sin_port));
+	return name;
+}
+
+/* A hello with a nonce and a key id (either may be empty: NULL / 0); with
+ * a key id it says the address it dialed, as moverd's does. */
 static inline bool hp_hello_auth(int fd, const char *node, const uint8_t *nonce,
 				 size_t nonce_len, const char *key_id)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
 
+	if (key_id && *key_id)
+		hello.dialed = (char *)hp_dialed(fd);
 	hello.version = WIRE_VERSION;
 	hello.node = (char *)node;
 	hello.nonce.data = (uint8_t *)nonce;
@@ -1146,6 +1166,8 @@ static inline int hp_read_hello(int fd, int timeout_ms, struct hp_hello_in *in)
 	snprintf(in->node, sizeof(in->node), "%s", hl->node ? hl->node : "");
 	snprintf(in->key_id, sizeof(in->key_id), "%s",
 		 hl->key_id ? hl->key_id : "");
+	snprintf(in->dialed, sizeof(in->dialed), "%s",
+		 hl->dialed ? hl->dialed : "");
 	hp_copy_bytes(in->nonce, sizeof(in->nonce), &in->nonce_len, hl->nonce);
 	hp_copy_bytes(in->proof, sizeof(in->proof), &in->proof_len, hl->proof);
 	flowmover__peer_msg__free_unpacked(m, NULL);
@@ -1167,14 +1189,16 @@ static inline bool hp_closed_within(int fd, int timeout_ms)
 }
 
 /* A responder's hello: nonce, key id and a proof (any of them may be
- * empty or wrong: a hostile responder). */
+ * empty or wrong: a hostile responder), echoing dialed (NULL: none). */
 static inline bool hp_hello_proof(int fd, const char *node,
 				  const uint8_t *nonce, size_t nonce_len,
 				  const char *key_id, const uint8_t *proof,
-				  size_t proof_len)
+				  size_t proof_len, const char *dialed)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.dialed = (char *)dialed;
 
 	hello.version = WIRE_VERSION;
 	hello.node = (char *)node;

@@ -31,6 +31,10 @@
  *      (--peer-max-flows) holds across them, also for flows re-adopted
  *      after a restart; the flows still resume under their own name, are
  *      refused to another name, and another address has its own quota
+ *  13  A dials a relay that forwards to B (no key of its own): B refuses,
+ *      for A dialed another address than the connection reached, and no
+ *      flow exists on B; with B's --peer-reachable-at naming the relay
+ *      (NAT, port forwarding) a checked flow goes through it
  *
  * Cases 1-3 and 11 run over FM_AUTH_TRANSPORT to FM_AUTH_ADDR: tcp and
  * 127.0.0.1 by default; in the soft-RoCE guest
@@ -41,6 +45,7 @@
 #include "auth.h"
 
 #include <limits.h>
+#include <sys/prctl.h>
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 static char keydir[96];
@@ -426,10 +431,11 @@ static void honest_handshake(int fd, const struct auth_key *k,
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
 	CHECK(in.nonce_len == AUTH_NONCE_BYTES);
 	CHECK(!strcmp(in.key_id, k->id));
+	CHECK(!strcmp(in.dialed, hp_dialed(fd)));
 	CHECK(auth_check(k, AUTH_RESPONDER, nonce_i, in.nonce, "tester",
-			 in.node, in.proof, in.proof_len));
+			 in.node, in.dialed, in.proof, in.proof_len));
 	auth_proof(k, AUTH_INITIATOR, nonce_i, in.nonce, "tester", in.node,
-		   proof_i);
+		   in.dialed, proof_i);
 	CHECK(hp_auth(fd, proof_i, AUTH_PROOF_BYTES));
 }
 
@@ -543,10 +549,11 @@ static void hostile_responder(const char *key)
 	CHECK(fd >= 0);
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
 	CHECK(in.nonce_len == AUTH_NONCE_BYTES && !in.proof_len);
+	CHECK(in.dialed[0]); /* the address A dialed, which it must prove */
 	auth_proof(&other, AUTH_RESPONDER, in.nonce, in.nonce, in.node,
-		   "hostile", proof);
+		   "hostile", in.dialed, proof);
 	CHECK(hp_hello_proof(fd, "hostile", in.nonce, in.nonce_len, k.id,
-			     proof, sizeof(proof)));
+			     proof, sizeof(proof), in.dialed));
 	CHECK(opens_until_closed(fd, 5000) == 0);
 	close(fd);
 	CHECK(wait_reason(&a, "q", "peer authentication failed", 5000, reason,
@@ -908,8 +915,9 @@ static void handshake_as(int fd, const struct auth_key *k, const char *node)
 	CHECK(hp_hello_auth(fd, node, nonce_i, AUTH_NONCE_BYTES, k->id));
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
 	CHECK(auth_check(k, AUTH_RESPONDER, nonce_i, in.nonce, node, in.node,
-			 in.proof, in.proof_len));
-	auth_proof(k, AUTH_INITIATOR, nonce_i, in.nonce, node, in.node, proof);
+			 in.dialed, in.proof, in.proof_len));
+	auth_proof(k, AUTH_INITIATOR, nonce_i, in.nonce, node, in.node,
+		   in.dialed, proof);
 	CHECK(hp_auth(fd, proof, AUTH_PROOF_BYTES));
 }
 
@@ -995,6 +1003,121 @@ static void case_quota_names(void)
 	auth_forget(&k);
 }
 
+/* ---- 13: a relay between two key holders ------------------------------------ */
+
+/* Copy what comes on either fd to the other until one side closes. */
+static void splice_pair(int x, int y)
+{
+	struct pollfd pf[2] = { { x, POLLIN, 0 }, { y, POLLIN, 0 } };
+	char buf[65536];
+
+	for (;;) {
+		if (poll(pf, 2, -1) < 0)
+			return;
+		for (int i = 0; i < 2; i++) {
+			ssize_t n;
+
+			if (!pf[i].revents)
+				continue;
+			n = read(pf[i].fd, buf, sizeof(buf));
+			if (n <= 0 || !hp_send_all(pf[1 - i].fd, buf, (size_t)n))
+				return;
+		}
+	}
+}
+
+/*
+ * A relay (a child process): each connection to lfd is forwarded, both
+ * ways, to 127.0.0.1:to_port, one at a time; it holds no key.  It is what
+ * any local user on the sender's host could run, having made its moverd
+ * dial it (`flow create --peer`).
+ */
+static pid_t start_relay(int lfd, int to_port)
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid) {
+		close(lfd);
+		return pid;
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	for (;;) {
+		int in = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), out;
+
+		if (in < 0)
+			_exit(1);
+		out = hp_connect(to_port);
+		splice_pair(in, out);
+		close(in);
+		close(out);
+	}
+}
+
+static void stop_relay(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/*
+ * A dials a relay instead of B (both hold the key; the relay does not).
+ * Before the handshake bound the address A dialed, the relay passed the
+ * three messages on, and B took the connection as A's: the relay could
+ * then OPEN flows as A.  Now (a) B refuses (A dialed another address than
+ * the connection reached), A's flow says why, B has no flow; (b) the same
+ * relay named by B's --peer-reachable-at (NAT, port forwarding) is let
+ * through, and a checked flow goes through it.
+ */
+static void case_relay(void)
+{
+	const char *key = new_key("k13", NULL, 0);
+	char reason[256] = "", out[4096], reach[64];
+	int lfd, port, base;
+	struct hd a, b;
+	pid_t relay, cons, prod;
+
+	printf("  (a) a relay B does not know\n");
+	lfd = hp_listen(&port);
+	snprintf(reach, sizeof(reach), "127.0.0.1:%d", port);
+	pair(&a, &b, "auth13a", key, key);
+	base = hd_fds(&b);
+	relay = start_relay(lfd, b.port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create q "
+		     "--peer %s --ring-size 64K --max-record 1024", reach) == 0);
+	CHECK(wait_reason(&a, "q", "a relay", 10000, reason, sizeof(reason)));
+	printf("  A: flow q: %s\n", reason);
+	CHECK(strstr(reason, reach));
+	wait_log(&b, "a relay", 1, 5000);
+	show_log(&b, "B", "a relay");
+	no_flows(&b);
+	stop_relay(relay);
+	hd_wait_fds(&b, base);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+
+	printf("  (b) the same relay, named by B's --peer-reachable-at\n");
+	lfd = hp_listen(&port);
+	snprintf(reach, sizeof(reach), "127.0.0.1:%d", port);
+	pair_with(&a, &b, "auth13b", key, key,
+		  (const char *const[]){ "--peer-reachable-at", reach, NULL });
+	relay = start_relay(lfd, b.port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create q "
+		     "--peer %s --ring-size 64K --max-record 1024", reach) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "q", "open", 10000, NULL, 0));
+	cons = fc(&b, "consume", "q", 5000);
+	prod = fc(&a, "produce", "q", 5000);
+	fc_done(prod, "q's producer", 30000);
+	fc_done(cons, "q's consumer", 10000);
+	printf("  q: 5000 records through the forwarder, every one once\n");
+	stop_relay(relay);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1018,6 +1141,8 @@ int main(int argc, char **argv)
 		  "allocated" },
 		{ 12, case_quota_names, "one key, several node names: one "
 		  "peer host's quota" },
+		{ 13, case_relay, "a relay between two key holders: refused; "
+		  "let through when B names it (--peer-reachable-at)" },
 	};
 
 	if (argc != 4) {
