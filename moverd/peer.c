@@ -621,6 +621,8 @@ static void peer_free(struct peer *p)
 		}
 	}
 	held_drop_all(p);
+	/* its lookup, still queued, would hold a slot for nobody */
+	resolver_cancel(&p->m->resolver, p->lookup_id);
 	free(p->ctrl_buf);
 	free(p->by_id);
 	free(p);

@@ -250,12 +250,13 @@ int resolver_start(struct resolver *r, struct loop *l, resolver_fn done)
 	return 0;
 }
 
-int resolver_lookup(struct resolver *r, const char *addr,
+int resolver_lookup(struct resolver *r, const char *addr, bool for_root,
 		    struct resolver_result *out, uint64_t *id)
 {
 	struct resolver_shared *sh = r->sh;
 	char host[80], port[16];
 	struct slot *s = NULL;
+	unsigned used = 0;
 	int rc;
 
 	*out = (struct resolver_result){ 0 };
@@ -272,9 +273,13 @@ int resolver_lookup(struct resolver *r, const char *addr,
 		return out->err = -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->mu);
-	for (unsigned i = 0; i < RESOLVER_MAX && !s; i++)
-		if (sh->slot[i].state == SLOT_FREE)
+	for (unsigned i = 0; i < RESOLVER_MAX; i++) {
+		used += sh->slot[i].state != SLOT_FREE;
+		if (!s && sh->slot[i].state == SLOT_FREE)
 			s = &sh->slot[i];
+	}
+	if (!for_root && used >= RESOLVER_MAX - RESOLVER_ROOT_RESERVE)
+		s = NULL;
 	if (s) {
 		*s = (struct slot){ .state = SLOT_QUEUED };
 		s->res.id = *id = r->next_id++;
@@ -284,8 +289,8 @@ int resolver_lookup(struct resolver *r, const char *addr,
 	}
 	pthread_mutex_unlock(&sh->mu);
 	if (!s) {
-		snprintf(out->why, sizeof(out->why), "%u lookups pending already",
-			 RESOLVER_MAX);
+		snprintf(out->why, sizeof(out->why), "%u lookups pending already%s",
+			 used, for_root ? "" : " (the rest kept for root)");
 		return out->err = -EAGAIN;
 	}
 	return -EINPROGRESS;

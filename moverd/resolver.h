@@ -20,8 +20,12 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Lookups queued or running at once; beyond it, -EAGAIN (retry later). */
+/* Lookups queued or running at once; beyond it, -EAGAIN (retry later).
+ * The last RESOLVER_ROOT_RESERVE are root's: names other users' flows
+ * give, each waiting on a DNS server that does not answer, cannot hold
+ * every slot. */
 #define RESOLVER_MAX 64u
+#define RESOLVER_ROOT_RESERVE 8u
 
 struct resolver;
 struct resolver_shared;
@@ -55,10 +59,11 @@ int resolver_start(struct resolver *r, struct loop *l, resolver_fn done);
  * Resolve "HOST:PORT" ("[V6]:PORT" too).  A numeric address: 0 with *out
  * filled now (out->id 0).  A name: -EINPROGRESS with *id set; done() gets
  * the result later on the loop.  Otherwise a negative errno with out->why
- * set: -EINVAL (not HOST:PORT), -EAGAIN (RESOLVER_MAX lookups pending),
- * -ENOTCONN (not started).
+ * set: -EINVAL (not HOST:PORT), -EAGAIN (RESOLVER_MAX lookups pending,
+ * or all but root's reserve for a lookup not for root), -ENOTCONN (not
+ * started).
  */
-int resolver_lookup(struct resolver *r, const char *addr,
+int resolver_lookup(struct resolver *r, const char *addr, bool for_root,
 		    struct resolver_result *out, uint64_t *id);
 
 /* Forget lookup id: it is dropped if still queued, ignored if running. */

@@ -5,14 +5,16 @@
  * moverd hold a connection for each (its open files ran out: EMFILE for
  * everyone), a peer must not set a failed flow open again, and a connect
  * toward a host that drops SYNs gives up after --peer-connect-timeout,
- * and a body that comes slowly is not taken for a silent link.
+ * and a body that comes slowly is not taken for a silent link.  Names
+ * that never resolve (case 8, the slow_gai shim) hold the lookup thread's
+ * slots only while their flows exist, and never root's last 8.
  * FM_PEERS_CASES=1 runs only that case.
  *
- *   usage: test_peers MOVERD MOVERCTL
+ *   usage: test_peers MOVERD MOVERCTL SLOW_GAI_SO
  */
 #include "harness.h"
 
-static const char *moverd_bin, *moverctl_bin;
+static const char *moverd_bin, *moverctl_bin, *slow_gai_so;
 
 #define NOBODY 65534
 
@@ -621,6 +623,89 @@ static void case_busy_words(void)
 	hd_stop(&a);
 }
 
+/* ---- 8: host-name lookups are a shared, bounded resource ------------------ */
+
+/* moverd with the slow_gai shim: names "slow*" take 5 s and fail. */
+static void start_slow_dns(struct hd *a, const char *tag,
+			   const char *const *extra)
+{
+	const char *old = getenv("ASAN_OPTIONS");
+	char asan[512];
+
+	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0",
+		 old ? old : "", old ? ":" : "");
+	setenv("ASAN_OPTIONS", asan, 1);
+	setenv("LD_PRELOAD", slow_gai_so, 1);
+	hd_start(a, moverd_bin, tag, false, extra);
+	unsetenv("LD_PRELOAD");
+	if (old)
+		setenv("ASAN_OPTIONS", old, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+}
+
+/*
+ * The lookups of a daemon's peer names run on one thread, RESOLVER_MAX
+ * (64) at once.  (a) A user creates and destroys 70 flows to names that
+ * never answer: each destroyed flow's lookup went with its peer, so each
+ * new one is looked up (before, they piled up: "64 lookups pending
+ * already" for minutes, for everyone), and so is root's.  (b) A user keeps 64 such flows: the last 8 slots are
+ * root's, and root's flow is still looked up.
+ */
+static void case_lookups(void)
+{
+	const char *const opts[] = { "--peer-max-hosts-per-uid", "64", NULL };
+	char out[4096], name[32], addr[32];
+	unsigned refused_user = 0;
+	struct hd a;
+
+	start_slow_dns(&a, "peers8", opts);
+	for (unsigned i = 0; i < 70; i++) {
+		snprintf(name, sizeof(name), "s%u", i);
+		snprintf(addr, sizeof(addr), "slow%u:1", i);
+		CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+				"flow create %s --peer %s --ring-size 64K",
+				name, addr) == 0);
+		/* its lookup is queued: the destroyed flows' went with them
+		 * (before, the 57th on was refused: 56 pending) */
+		CHECK(wait_reason(&a, name, "resolv", 10000));
+		flow_reason(&a, name, out, sizeof(out));
+		CHECK(strstr(out, "resolving"));
+		CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+				"flow destroy %s", name) == 0);
+	}
+	wait_unlisted(&a, "slow");
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create r "
+		     "--peer slowroot:1 --ring-size 64K") == 0);
+	CHECK(wait_reason(&a, "r", "resolving slowroot:1", 10000));
+	printf("# (a) after 70 flows created and destroyed: root's flow r is "
+	       "being resolved\n");
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow destroy r") == 0);
+
+	for (unsigned i = 0; i < 64; i++) {
+		char reason[256] = "";
+
+		snprintf(name, sizeof(name), "k%u", i);
+		snprintf(addr, sizeof(addr), "slowk%u:1", i);
+		CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+				"flow create %s --peer %s --ring-size 64K",
+				name, addr) == 0);
+		if (hd_flow_json(&a, moverctl_bin, name, out, sizeof(out)) &&
+		    hj_get(out, "state_reason", reason, sizeof(reason)) &&
+		    strstr(reason, "kept for root"))
+			refused_user++;
+	}
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create r2 "
+		     "--peer slowroot2:1 --ring-size 64K") == 0);
+	CHECK(wait_reason(&a, "r2", "resolving slowroot2:1", 10000));
+	printf("# (b) a user's 64 flows to such names: %u refused a lookup "
+	       "(the rest kept for root); root's flow r2 is being resolved\n",
+	       refused_user);
+	CHECK(refused_user >= 8);
+	hd_alive(&a);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -638,14 +723,18 @@ int main(int argc, char **argv)
 		  "link's silence limit is received" },
 		{ 7, case_busy_words, "a receiver's 'busy' words reach flow "
 		  "show without their control bytes" },
+		{ 8, case_lookups, "host-name lookups: a destroyed flow's goes "
+		  "with it; the last slots are root's" },
 	};
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s MOVERD MOVERCTL\n", argv[0]);
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL SLOW_GAI_SO\n",
+			argv[0]);
 		return 2;
 	}
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
+	slow_gai_so = argv[3];
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_PEERS_CASES");
 }
