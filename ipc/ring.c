@@ -1237,10 +1237,16 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
 	uint64_t gen;
 	int rc = fr_sub_take(r, pid, &slot, &gen);
 
-	if (!rc)
-		rc = fr_sub_adopt(r, slot, gen);
 	if (rc)
 		return rc;
+	/* a producer may cut the slot before we adopt it, as after (the
+	 * CAS below): either way it is ours to give back, or nobody would
+	 * (its pid is moverd's, alive) */
+	rc = fr_sub_adopt(r, slot, gen);
+	if (rc) {
+		fr_sub_leave(r, slot, gen);
+		return rc;
+	}
 	/* CAS (seq_cst, as cut_laggards): a producer cut it first (it
 	 * joined more than max_lag behind a full ring) or it is HELD now */
 	if (!atomic_compare_exchange_strong(&r->sh->subs[slot].state, &st,
