@@ -1591,10 +1591,18 @@ static void arm_accept(struct ctl_server *s)
 	struct io_uring_sqe *sqe = loop_sqe(s->loop, &s->accept_op, accept_done);
 
 	if (!sqe) {
+		/* ctl_server_rearm tries again */
 		log_error("no submission slot for accept");
 		return;
 	}
 	io_uring_prep_accept(sqe, s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+void ctl_server_rearm(struct ctl_server *s)
+{
+	if (listener_lost(s->listen_fd, &s->accept_op, &s->accept_wait))
+		arm_accept(s);
+	arm_wait_tick(s); /* nothing if no request waits, or it is armed */
 }
 
 /*

@@ -83,6 +83,11 @@ int ctl_create_flow(struct ctl_server *s, const struct flow_spec *spec,
 /* Close every client and the listening socket; unlink the socket path. */
 void ctl_server_stop(struct ctl_server *s);
 
+/* Ops an arm found no SQE for (loop_sqe NULL): the accept (listening,
+ * but neither it nor its back-off in flight), the waits' tick.  Armed
+ * again; called on every loop pass. */
+void ctl_server_rearm(struct ctl_server *s);
+
 /* True while a client still has an operation in flight. */
 int ctl_server_busy(const struct ctl_server *s);
 

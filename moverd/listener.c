@@ -32,8 +32,8 @@ void listener_wait(struct loop *l, struct listener_backoff *b,
 	};
 	sqe = loop_sqe(l, &b->op, done);
 	if (!sqe)
-		return; /* the SQ is full even after a submit: cannot happen
-			 * with one op per owner in a ring of 1024 */
+		return; /* no SQE: the owner arms the accept on a later pass
+			 * (listener_lost) */
 	io_uring_prep_timeout(sqe, &b->ts, 0, 0);
 	b->waits++;
 }

@@ -33,6 +33,15 @@ bool listener_must_wait(int res);
 void listener_wait(struct loop *l, struct listener_backoff *b,
 		   loop_done_fn done);
 
+/* Listening on fd, but neither the accept nor a wait in flight: an arm
+ * found no SQE (loop_sqe NULL), and the owner must arm the accept again
+ * (ctl_server_rearm, peer_rearm: on every loop pass), or it never would. */
+static inline bool listener_lost(int fd, const struct loop_op *accept,
+				 const struct listener_backoff *b)
+{
+	return fd >= 0 && !accept->busy && !b->op.busy;
+}
+
 /* An accept succeeded: the next wait is short again. */
 void listener_ok(struct listener_backoff *b);
 

@@ -87,7 +87,13 @@ void loop_fini(struct loop *l)
 	io_uring_queue_exit(&l->ring);
 }
 
-/* An SQE, submitting queued ones first if the SQ is full; NULL if none. */
+/*
+ * An SQE, submitting queued ones first if the SQ is full; NULL if none.
+ * With SQPOLL a submit only wakes the kernel's thread, which may not have
+ * taken the queued entries yet: wait for it to make room (it drains the
+ * SQ in microseconds; more than 1024 ops re-armed in one batch of
+ * completions is what fills it).
+ */
 static struct io_uring_sqe *get_sqe(struct loop *l)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
@@ -96,6 +102,8 @@ static struct io_uring_sqe *get_sqe(struct loop *l)
 		io_uring_submit(&l->ring);
 		sqe = io_uring_get_sqe(&l->ring);
 	}
+	if (!sqe && l->mode == LOOP_SQPOLL && io_uring_sqring_wait(&l->ring) >= 0)
+		sqe = io_uring_get_sqe(&l->ring);
 	return sqe;
 }
 

@@ -867,6 +867,21 @@ static void signal_done(struct loop_op *op, int res)
 	arm_signal(d);
 }
 
+/*
+ * Ops that re-arm themselves from their completion lose their turn if no
+ * SQE is free then (loop_sqe NULL: the SQ full after a submit, which with
+ * --io-uring sqpoll needs more than its 1024 entries re-armed in one pass):
+ * a listener would never accept again, signals never be read.  Each pass
+ * arms again those that should be in flight and are not.
+ */
+static void rearm_lost(struct daemon *d)
+{
+	if (!d->loop.stop && !d->sig_op.busy)
+		arm_signal(d);
+	ctl_server_rearm(&d->ctl);
+	peer_rearm(&d->peers);
+}
+
 static int setup_signals(struct daemon *d)
 {
 	sigset_t set;
@@ -1014,9 +1029,12 @@ static void shutdown_daemon(struct daemon *d)
 	while ((ctl_server_busy(&d->ctl) || peer_mgr_busy(&d->peers) ||
 		flows_busy(&d->flows)) && fr_now_ns() < until)
 		loop_run_once(&d->loop, 100);
-	peer_mgr_fini(&d->peers); /* a ring registration still under way */
-	/* the last I/O is done: what is left of the rings goes on the spot */
+	/* the last I/O is done: what is left of the rings goes on the spot,
+	 * also a ring whose last reference goes with a registration that
+	 * peer_mgr_fini takes back (with the loop still set, its punch was
+	 * queued on a loop that never ran again) */
 	flows_use_loop(&d->flows, NULL);
+	peer_mgr_fini(&d->peers); /* a ring registration still under way */
 	flows_reap_remains(&d->flows, UINT64_MAX);
 	loop_fini(&d->loop);
 	close(d->sig_fd);
@@ -1252,6 +1270,7 @@ int main(int argc, char **argv)
 		}
 		notify_tick(fr_now_ns());
 		counters_tick(&d.ctr, &d.flows, &d.peers, &d.ctl, fr_now_ns());
+		rearm_lost(&d);
 		/* after the counters' pass: the flow checks, due no sooner,
 		 * ride on its wake-up (peer_timer) */
 		peer_timer(&d.peers, fr_now_ns());

@@ -2656,6 +2656,11 @@ void peer_timer(struct peer_mgr *m, uint64_t now)
 	m->timer_due = timer_due(m, fr_now_ns());
 }
 
+void peer_rearm(struct peer_mgr *m)
+{
+	tcp_rearm(m);
+}
+
 int peer_timer_ms(struct peer_mgr *m, int max_ms)
 {
 	uint64_t now = fr_now_ns(), due;

@@ -211,6 +211,11 @@ void peer_mgr_fini(struct peer_mgr *m);
  * ms until the next deadline, at most max_ms (-1: no cap), at least 1.
  */
 void peer_timer(struct peer_mgr *m, uint64_t now);
+
+/* Ops an arm found no SQE for (loop_sqe NULL): the peer port's accept,
+ * the resolver's read.  Armed again; called on every loop pass (RDMA's
+ * event channels: rdma_tick). */
+void peer_rearm(struct peer_mgr *m);
 int peer_timer_ms(struct peer_mgr *m, int max_ms);
 bool peer_mgr_busy(struct peer_mgr *m);
 

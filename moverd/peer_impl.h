@@ -298,6 +298,10 @@ int peer_resolve(const char *addr, struct sockaddr_storage *sa,
 /* Start the resolver thread that peer_address hands host names to. */
 int peer_resolver_start(struct peer_mgr *m);
 
+/* The peer port's accept, the resolver's read: armed again if an arm
+ * found no SQE (peer_rearm). */
+void tcp_rearm(struct peer_mgr *m);
+
 /*
  * Outbound p's address in p->sa without blocking the loop: 0 (a numeric
  * address, or the answer of a lookup that has just ended); -EINPROGRESS

@@ -1141,6 +1141,12 @@ void rdma_tick(struct peer_mgr *m, uint64_t now)
 	if (s->dev != DEV_OK || now < s->dev_check_ns)
 		return;
 	s->dev_check_ns = now + 1000000000ull;
+	/* a re-arm that found no SQE (loop_sqe NULL) is made here, once a
+	 * second: CM events and finished registrations would wait for ever */
+	if (s->ec)
+		arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+	if (s->reg)
+		arm_fd(m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
 	if (!device_listed(s->dev_name))
 		device_removed(m);
 }

@@ -296,6 +296,12 @@ int resolver_lookup(struct resolver *r, const char *addr, bool for_root,
 	return -EINPROGRESS;
 }
 
+void resolver_rearm(struct resolver *r)
+{
+	if (r->sh && !r->op.busy)
+		arm_read(r);
+}
+
 void resolver_cancel(struct resolver *r, uint64_t id)
 {
 	struct resolver_shared *sh = r->sh;

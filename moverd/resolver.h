@@ -66,6 +66,10 @@ int resolver_start(struct resolver *r, struct loop *l, resolver_fn done);
 int resolver_lookup(struct resolver *r, const char *addr, bool for_root,
 		    struct resolver_result *out, uint64_t *id);
 
+/* The read of the thread's eventfd, if an arm found no SQE: armed again
+ * (called on every loop pass). */
+void resolver_rearm(struct resolver *r);
+
 /* Forget lookup id: it is dropped if still queued, ignored if running. */
 void resolver_cancel(struct resolver *r, uint64_t id);
 

@@ -521,8 +521,15 @@ static void arm_accept(struct peer_mgr *m)
 {
 	struct io_uring_sqe *sqe = loop_sqe(m->loop, &m->accept_op, accept_done);
 
-	if (sqe)
+	if (sqe) /* else tcp_rearm tries again */
 		io_uring_prep_accept(sqe, m->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+void tcp_rearm(struct peer_mgr *m)
+{
+	if (listener_lost(m->listen_fd, &m->accept_op, &m->accept_wait))
+		arm_accept(m);
+	resolver_rearm(&m->resolver);
 }
 
 static int tcp_listen(struct peer_mgr *m, const char *addr)
