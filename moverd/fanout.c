@@ -269,15 +269,35 @@ const struct flow *fanout_twin(const struct flow *f, const struct peer *p)
 	return NULL;
 }
 
-void fanout_lost(struct flow *f, const char *why, bool cut)
+/* f's slot back, producers no longer held by it; with sends in flight
+ * that read the ring, once the last completes (what a send reads stays
+ * as it was until its completion, as for a cut: cut_if_over_lag). */
+static void leave_slot(struct flow *f)
 {
 	struct fr_ring *r = ring_of(f);
 
+	if (r->sub >= FR_MAX_SUBS)
+		return;
+	if (f->tx_inflight) {
+		f->sub_leave_owed = true;
+		return;
+	}
+	fr_sub_leave(r, r->sub, r->sub_gen);
+}
+
+void fanout_sends_done(struct flow *f)
+{
+	if (!f->sub_leave_owed || f->tx_inflight || !f->view)
+		return;
+	f->sub_leave_owed = false;
+	leave_slot(f);
+}
+
+void fanout_lost(struct flow *f, const char *why, bool cut)
+{
 	log_warn("flow %s: the subscription of peer %s is over (the flow "
 		 "goes on for the others): %s", f->name, f->peer_addr, why);
-	/* our slot back now: producers are no longer held by it */
-	if (r->sub < FR_MAX_SUBS)
-		fr_sub_leave(r, r->sub, r->sub_gen);
+	leave_slot(f);
 	f->sub_dropped = true;
 	flows_set_state(f, FLOW_FAILED, why);
 	peer_close_sender(f, why, cut);
@@ -370,7 +390,7 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	int rc;
 
 	if (!f->rejoin_at_ns || now < f->rejoin_at_ns || f->dead ||
-	    !f->view || !f->sub_dropped)
+	    !f->view || !f->sub_dropped || f->sub_leave_owed)
 		return;
 	r = ring_of(f);
 	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);

@@ -72,10 +72,13 @@ const struct flow *fanout_twin(const struct flow *f, const struct peer *p);
  * at the current position, as after a cut. */
 void fanout_lost_twin(struct flow *f, const struct flow *twin);
 
-/* One peer subscription is over (why): its slot goes back, its peer is
- * told the flow failed there (cut: by max_lag, its consumers get -ESTALE),
+/* One peer subscription is over (why): its slot goes back (once f's sends
+ * in flight complete), its peer is told the flow failed there (cut: by max_lag, its consumers get -ESTALE),
  * the others go on. */
 void fanout_lost(struct flow *f, const char *why, bool cut);
+
+/* f's last send in flight completed: a slot fanout_lost owed goes back. */
+void fanout_sends_done(struct flow *f);
 
 /* The mover's look before it reads f's ring: cut f's HELD slot if it is
  * more than max_lag behind a full ring and none of f's sends is in flight;

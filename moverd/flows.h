@@ -229,6 +229,10 @@ struct flow {
 	bool sub_dropped;         /* its subscription is over (cut by
 				   * max_lag, or its peer failed it): its
 				   * slot is given back, others go on */
+	bool sub_leave_owed;      /* ... once its sends in flight complete
+				   * (fanout_sends_done): until then
+				   * producers may not write over what they
+				   * read */
 	char *fanout_saved;       /* re-adopted: the state file's peers */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a

@@ -217,7 +217,8 @@ static void tx_release(struct peer *p)
 	while (p->n_tx_flows) {
 		struct flow *f = p->tx_flows[--p->n_tx_flows];
 
-		f->tx_inflight--;
+		if (!--f->tx_inflight)
+			fanout_sends_done(f);
 		flow_put(f);
 	}
 }
