@@ -384,6 +384,26 @@ bool fanout_cut_seen(struct flow *f)
  * cut before (same connection, in order), accepts that open as a new
  * incarnation of its flow (peer.c, handle_open).
  */
+/*
+ * A new slot of f joined at the slowest subscriber's position, which may
+ * lie behind what f had sent its peer before the cut (another subscriber
+ * lags further, or the peer's consumers read what was in flight at the
+ * cut): those records its consumers may have read already.  Start after
+ * them, where that position is a record of the ring still.
+ */
+static void skip_sent(struct fr_ring *r, uint64_t sent)
+{
+	/* acquire: the records below the tail are committed */
+	uint64_t tail = atomic_load_explicit(&r->sh->tail,
+					     memory_order_acquire);
+
+	if (sent <= r->head || sent > tail ||
+	    (sent < tail && !fr_rec_begins(r, sent)))
+		return;
+	fr_release(r, sent);
+	fr_sub_publish(r);
+}
+
 static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 {
 	struct fr_ring *r;
@@ -402,6 +422,8 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	}
 	f->rejoin_at_ns = 0;
 	f->sub_dropped = false;
+	f->rejoining = true; /* its peer may never have heard of the cut */
+	skip_sent(r, f->sent);
 	f->sent = f->acked = f->remote_head = r->head;
 	flows_set_state(f, FLOW_CONNECTING, "rejoining");
 	if (peer_add_sender(m, f)) {

@@ -229,6 +229,8 @@ struct flow {
 	bool sub_dropped;         /* its subscription is over (cut by
 				   * max_lag, or its peer failed it): its
 				   * slot is given back, others go on */
+	bool rejoining;           /* taken again after a cut: its OPENs say
+				   * after_cut until one is answered */
 	bool sub_leave_owed;      /* ... once its sends in flight complete
 				   * (fanout_sends_done): until then
 				   * producers may not write over what they

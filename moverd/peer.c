@@ -357,6 +357,7 @@ static bool queue_open(struct peer *p, struct flow *f)
 	op.max_record = r->max_record;
 	op.seal_key = r->key;
 	op.start = f->acked;
+	op.after_cut = f->rejoining;
 	/* owner and allowed ids stay unset: uids are this host's numbers,
 	 * and the receiving host decides who reads there (handle_open) */
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
@@ -1222,8 +1223,10 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 "its peers leads to this host", f->name,
 			 (unsigned)f->id);
 		rc = -EEXIST;
-	} else if (f && flow_cut_off(f) &&
+	} else if (f && (flow_cut_off(f) || op->after_cut) &&
 		   !(rc = check_origin(p, f, err, sizeof(err)))) {
+		/* after_cut: the CLOSE that said so never came (the link or
+		 * this moverd was down at the cut) */
 		rc = recreate_cut(p, &f, op, err, sizeof(err));
 	} else if (f && f->state == FLOW_FAILED) {
 		/* e.g. a client resized its ring file: it stays failed */
@@ -1472,6 +1475,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	fr_release(r, f->acked); /* delivered before the link broke */
 	fr_sub_publish(r);
 	f->st.resumes += f->state == FLOW_RECONNECTING;
+	f->rejoining = false; /* a later open resumes this incarnation */
 	flows_set_state(f, FLOW_OPEN, "");
 	mover_wake_flow(p->m, f);
 }

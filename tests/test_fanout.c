@@ -33,6 +33,9 @@
  *      the cut reach A after the rejoin and are ignored (they used to
  *      disconnect C as a hostile peer and fail the flow there for good);
  *      B, paced, gets every record
+ *  12. C's moverd killed -9 while A cuts C (--max-lag): C never heard of
+ *      the cut; once back it takes A's rejoin as a new incarnation, and a
+ *      consumer on C gets every later record once, in order; B gets all
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1047,6 +1050,86 @@ static void case_cut_rejoin(void)
 	close(ready[1]);
 }
 
+/*
+ * 12. C's moverd is down (killed -9) while A cuts C by --max-lag, so C
+ * never hears of the cut; A rejoins C at a later position.  Once C's
+ * moverd is back, its flow (re-adopted, its ring holding what it had
+ * before) must take the rejoin as a new incarnation: before, it refused
+ * the OPEN ("lost data the sender had acknowledged"), A took that as the
+ * end of C's subscription, and C never got a record again.
+ */
+static void case_cut_while_down(void)
+{
+	const uint64_t n1 = 1600, n2 = 800;
+	const char *const xport[] = { "--transport", hd_transport(), NULL };
+	struct three t;
+	char out[8192];
+	unsigned char buf[REC_MAX];
+	flowshm_t *p, *onc = NULL;
+	uint64_t next = UINT64_MAX, produced = 0;
+	size_t len;
+	pid_t cb;
+	int ready[2];
+	bool cut = false;
+
+	start_three(&t, "fo12");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, 8);
+	produced = 8;
+	hd_kill(&t.c);
+	for (uint64_t s = 8; s < n1 && !cut; s += 8) {
+		produce(p, s, 8);
+		produced = s + 8;
+		wait_acked(&t.a, t.baddr);
+		cut = flow_pos(&t.a, t.caddr).cuts >= 1;
+	}
+	CHECK(cut);
+	hd_restart(&t.c, moverd_bin, xport);
+	/* A's rejoin (1 s after the cut, doubling if cut again meanwhile)
+	 * opens C's flow again once C is back */
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 30000, NULL, 0));
+	for (int i = 0; i < 3000; i++) {
+		const char *pj = peer_json(&t.a, "x", t.caddr, out,
+					   sizeof(out));
+
+		if (strstr(pj, "\"open\""))
+			break;
+		usleep(10000);
+	}
+	CHECK(strstr(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
+		     "\"open\""));
+	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	for (uint64_t s = produced; s < n1 + n2; s += 8) {
+		produce(p, s, 8);
+		drain_c(onc, &next, s + 7, 0);
+		wait_acked(&t.a, t.baddr);
+	}
+	CHECK(next == n1 + n2);
+	CHECK_RC(flowshm_recv(onc, buf, sizeof(buf), &len, 200000000),
+		 -ETIMEDOUT);
+	CHECK(wait_child(cb) == 0);
+	printf("  C cut while down (%llu records produced by then), back: "
+	       "it rejoined, its consumer got every later record once, in "
+	       "order, up to %llu; B got all %llu\n",
+	       (unsigned long long)produced, (unsigned long long)(next - 1),
+	       (unsigned long long)(n1 + n2));
+	flowshm_detach(onc);
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
  * or the cut ends them (-ESTALE; or the ring closed: A's rejoin made C's
  * flow again).  Exit 0, or what went wrong. */
@@ -1171,6 +1254,9 @@ int main(int argc, char **argv)
 		  "full ring is cut by --max-lag: its consumer gets intact "
 		  "records in order, then -ESTALE; its late acknowledgements "
 		  "do not break the rejoin; B gets all" },
+		{ 12, case_cut_while_down, "a peer host down while --max-lag "
+		  "cuts it takes the rejoin once back: its consumer gets every "
+		  "later record once, in order" },
 	};
 
 	if (argc != 3) {
