@@ -687,13 +687,20 @@ static void publish_released(flowshm_t *f)
 
 int flowshm_release(flowshm_t *f)
 {
+	uint32_t l;
+
 	if (f && f->batch_n)
 		return flowshm_release_batch(f);
 	if (!f || f->role != FLOWSHM_CONSUMER || !f->peeked)
 		return -EINVAL;
-	fr_release(&f->ring, f->ring.head + fr_record_bytes(f->peeked));
+	l = f->peeked;
 	f->peeked = 0;
+	/* cut off (max_lag) while the caller read in place: what it read
+	 * may have been overwritten; nothing of ours is left to release */
+	if (fr_sub_lost(&f->ring))
+		return -ESTALE;
 	f->ring.records++;
+	fr_release(&f->ring, f->ring.head + fr_record_bytes(l));
 	publish_released(f);
 	return 0;
 }

@@ -243,7 +243,13 @@ int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
 		       struct iovec *recs, unsigned max, unsigned *got,
 		       int64_t timeout_ns);
 
-/* Zero copy: look at the next record in place, then release it. */
+/*
+ * Zero copy: look at the next record in place, then release it.
+ * flowshm_release: 0, or -ESTALE if this consumer was cut off meanwhile
+ * (max lag; as flowshm_recv when cut off while it copies): what was read
+ * in place may have been overwritten, and nothing is released (the next
+ * read call says -ESTALE too).  -EINVAL when nothing is peeked.
+ */
 int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 		 int64_t timeout_ns);
 int flowshm_release(flowshm_t *f);

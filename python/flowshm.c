@@ -17,7 +17,9 @@
  * numpy array made from it, can never outlive the ring memory it points
  * into.  Every view holds a reference to its Reservation/Record, which holds
  * one to its Flow, so garbage collection cannot unmap the ring under a view
- * either.  A memoryview released by Record.release() raises ValueError on
+ * either.  The views are held back only weakly, so a dropped Record,
+ * Reservation or Batch goes at once, not with the cyclic collector.  A
+ * memoryview released by Record.release() raises ValueError on
  * use (CPython's own check).  A Batch exports one buffer per record, the
  * memoryviews it hands out; its release releases them all first, so every
  * view of a released batch raises ValueError on use.
@@ -26,6 +28,8 @@
  * call marks its Flow busy while it runs (and while the GIL is released for
  * a wait); a second thread's call on the same Flow meanwhile, close()
  * included, raises RuntimeError instead of racing on the handle.
+ *
+ * Fork: handles belong to the process that opened them (see "fork").
  *
  * Waits release the GIL and sleep in slices of at most WAIT_SLICE_NS, so
  * Ctrl-C (and any other signal handler) runs within that time.
@@ -42,10 +46,13 @@
 #include "flowshm.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WAIT_SLICE_NS 100000000LL	/* 0.1 s: signal latency in a wait */
 
@@ -137,6 +144,94 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* ---- fork -------------------------------------------------------------- */
+
+/*
+ * A child of fork() inherits the Flow and Set objects but not what they
+ * stand for: a handle's producer or subscriber slot in the shared ring is
+ * the parent's (closing it in the child frees the parent's slot, and the
+ * parent's consumer is cut off), and a set's helper thread is not forked
+ * (destroying the set in the child would wait for it forever).  So every
+ * Flow and Set records the pid that made it; in another process its calls
+ * raise, and close and dealloc only forget the handle: left allocated and
+ * mapped, the shared memory untouched.  cur_pid is getpid(), kept by an
+ * atfork handler instead of a system call at every call.
+ */
+static pid_t cur_pid;
+
+static void after_fork_child(void)
+{
+	cur_pid = getpid();
+}
+
+static bool forked(pid_t owner)
+{
+	return owner != cur_pid;
+}
+
+static int raise_forked(void)
+{
+	PyErr_SetString(PyExc_RuntimeError, "used after fork: handles belong "
+			"to the process that opened them");
+	return -1;
+}
+
+/* ---- memoryviews, weakly held ------------------------------------------- */
+
+/*
+ * A Record, Reservation or Batch keeps only weak references to the
+ * memoryviews it hands out: each view holds its owner (the buffer's
+ * exporter), so a strong reference back would be a cycle, and a dropped
+ * Record or Batch would stay live (holding its flow's slot, a claim
+ * blocking every producer) until the cyclic collector ran.  Its finish
+ * releases the views still alive.
+ */
+
+/* The view behind weakref ref (NULL: none made), as a new reference, or
+ * NULL if it is gone. */
+static PyObject *view_of(PyObject *ref)
+{
+	PyObject *v;
+
+	if (!ref)
+		return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+	if (PyWeakref_GetRef(ref, &v) < 0)
+		PyErr_Clear();	/* not a weakref: cannot be */
+	return v;
+#else
+	v = PyWeakref_GetObject(ref);
+	return v == Py_None ? NULL : Py_NewRef(v);
+#endif
+}
+
+/* Remember view v in *ref (replacing a dead view's weakref). */
+static int weak_view(PyObject *v, PyObject **ref)
+{
+	PyObject *w = PyWeakref_NewRef(v, NULL);
+
+	if (!w)
+		return -1;
+	Py_XSETREF(*ref, w);
+	return 0;
+}
+
+/* Release the view behind ref if it is still alive: -1 with BufferError
+ * when something (a numpy array, a slice) still uses its buffer. */
+static int release_view(PyObject *ref)
+{
+	PyObject *v = view_of(ref), *res;
+
+	if (!v)
+		return 0;
+	res = PyObject_CallMethod(v, "release", NULL);
+	Py_DECREF(v);
+	if (!res)
+		return -1;
+	Py_DECREF(res);
+	return 0;
+}
+
 /* ---- Flow -------------------------------------------------------------- */
 
 struct rec_obj;
@@ -144,8 +239,11 @@ struct rec_obj;
 typedef struct {
 	PyObject_HEAD
 	flowshm_t *f;
+	pid_t pid;		/* the process that opened it (fork) */
 	int role;		/* FLOWSHM_PRODUCER or FLOWSHM_CONSUMER */
 	int busy;		/* a call runs (maybe without the GIL) */
+	bool peeked;		/* the library holds a peeked record: a
+				   Record's, or one let go unconsumed */
 	uint32_t max_record;
 	PyObject *name;		/* str, or None for open_fd */
 	struct rec_obj *held;	/* the live Reservation or Record, if any */
@@ -168,7 +266,11 @@ typedef struct rec_obj {
 	char *buf;
 	Py_ssize_t len;
 	Py_ssize_t exports;	/* buffers handed out and not yet released */
-	PyObject *view;		/* the memoryview of with/view, if made */
+	PyObject *view;		/* weakref to the memoryview of with/view, if
+				   made: a strong one would be a cycle (the
+				   view holds us) and keep a dropped Record
+				   or Reservation live until the collector
+				   ran */
 	int live;		/* not yet committed/released */
 } RecObject;
 
@@ -181,6 +283,8 @@ static void flow_leave_sets(FlowObject *fo);
 /* Take the handle for one call: it must be open and not in use. */
 static int flow_enter(FlowObject *fo)
 {
+	if (forked(fo->pid))
+		return raise_forked();
 	if (!fo->f) {
 		PyErr_SetString(PyExc_ValueError, "I/O operation on closed flow");
 		return -1;
@@ -248,10 +352,29 @@ static int run_waiting(FlowObject *fo, try_fn try, void *arg,
 	}
 }
 
+/* In a child of fork: let go of the parent's handle and fileno set without
+ * a library call (see "fork"); they are leaked. */
+static void flow_forget_handle(FlowObject *fo)
+{
+	fo->f = NULL;	/* first: set_drop leaves the library alone then */
+	fo->peeked = false;
+#ifdef FM_HAVE_PIPELINE_API
+	fo->set = NULL;
+	flow_leave_sets(fo);
+	PyMem_Free(fo->brecs);
+	fo->brecs = NULL;
+	fo->bn = 0;
+#endif
+}
+
 static void flow_close_handle(FlowObject *fo)
 {
 	if (!fo->f)
 		return;
+	if (forked(fo->pid)) {
+		flow_forget_handle(fo);
+		return;
+	}
 #ifdef FM_HAVE_PIPELINE_API
 	if (fo->set) {	/* a set must not outlive its handles */
 		flowshm_set_destroy(fo->set);
@@ -267,6 +390,7 @@ static void flow_close_handle(FlowObject *fo)
 	else
 		flowshm_close(fo->f);
 	fo->f = NULL;
+	fo->peeked = false;
 }
 
 static FlowObject *flow_new(flowshm_t *f, int role, PyObject *name)
@@ -279,8 +403,10 @@ static FlowObject *flow_new(flowshm_t *f, int role, PyObject *name)
 		return NULL;
 	}
 	fo->f = f;
+	fo->pid = cur_pid;
 	fo->role = role;
 	fo->busy = 0;
+	fo->peeked = false;
 	fo->held = NULL;
 	fo->weakrefs = NULL;
 #ifdef FM_HAVE_PIPELINE_API
@@ -356,6 +482,21 @@ static int owner_of(PyObject *owner, int64_t *out)
 	return 0;
 }
 
+/* str as UTF-8 for C, refusing an embedded NUL: C would see a shorter
+ * string (attach("a\0b") would attach "a"). */
+static const char *utf8_of(PyObject *str, const char *what)
+{
+	Py_ssize_t n;
+	const char *s = PyUnicode_AsUTF8AndSize(str, &n);
+
+	if (s && strlen(s) != (size_t)n) {
+		PyErr_Format(PyExc_ValueError, "%s: embedded null character",
+			     what);
+		return NULL;
+	}
+	return s;
+}
+
 static PyObject *py_attach(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "name", "role", "recover", "owner", NULL };
@@ -381,7 +522,7 @@ static PyObject *py_attach(PyObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 #endif
-	const char *cname = PyUnicode_AsUTF8(name);
+	const char *cname = utf8_of(name, "attach: name");
 	if (!cname)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS	/* a control round trip to moverd */
@@ -431,26 +572,51 @@ PyDoc_STRVAR(ring_create_doc,
 "ring_create(ring_size, max_record, path=None, *, deposit=False) -> int\n\n"
 "Create and format a ring and return its file descriptor (close-on-exec;\n"
 "the caller closes it).  ring_size: bytes, a power of two >= 4096;\n"
-"max_record: 1..ring_size/2.  path None: an anonymous sealed memfd.");
+"max_record: 1..ring_size/2 (OverflowError for sizes C cannot hold).\n"
+"path None: an anonymous sealed memfd.");
+
+/* An int in 0..max, or OverflowError: no silent wrap of what the C
+ * type cannot hold (2**64 + 65536 would be a 64 KiB ring). */
+static int u64_of(PyObject *o, uint64_t max, const char *what, uint64_t *out)
+{
+	PyObject *i = PyNumber_Index(o);
+	unsigned long long v;
+
+	if (!i)
+		return -1;
+	v = PyLong_AsUnsignedLongLong(i);	/* OverflowError < 0, >= 2**64 */
+	Py_DECREF(i);
+	if (v == (unsigned long long)-1 && PyErr_Occurred())
+		return -1;
+	if (v > max) {
+		PyErr_Format(PyExc_OverflowError, "%s must be 0..%llu", what,
+			     (unsigned long long)max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
 
 static PyObject *py_ring_create(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "ring_size", "max_record", "path",
 				  "deposit", NULL };
-	unsigned long long size;
-	unsigned int max_record;
-	PyObject *path = Py_None, *bpath = NULL;
+	PyObject *osize, *omax, *path = Py_None, *bpath = NULL;
 	int deposit = 0, fd = -1, rc;
 	struct flowshm_ring_params p;
+	uint64_t max_record;
 
 	(void)self;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "KI|O$p:ring_create", kwlist,
-					 &size, &max_record, &path, &deposit))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$p:ring_create", kwlist,
+					 &osize, &omax, &path, &deposit))
+		return NULL;
+	if (u64_of(osize, UINT64_MAX, "ring_size", &p.ring_size) ||
+	    u64_of(omax, UINT32_MAX, "max_record", &max_record))
 		return NULL;
 	if (path != Py_None && !PyUnicode_FSConverter(path, &bpath))
 		return NULL;
-	p = (struct flowshm_ring_params){ size, max_record,
-					  deposit ? FLOWSHM_RING_DEPOSIT : 0 };
+	p.max_record = (uint32_t)max_record;
+	p.flags = deposit ? FLOWSHM_RING_DEPOSIT : 0;
 	rc = flowshm_ring_create(&p, bpath ? PyBytes_AS_STRING(bpath) : NULL,
 				 &fd);
 	Py_XDECREF(bpath);
@@ -470,7 +636,13 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg)
 	(void)self;
 	if (e == -1 && PyErr_Occurred())
 		return NULL;
-	return PyUnicode_FromString(flowshm_strerror(-(int)(e < 0 ? -e : e)));
+	/* as an int, and negated: -INT_MAX..INT_MAX (-INT_MIN overflows) */
+	if (e < -INT_MAX || e > INT_MAX) {
+		PyErr_SetString(PyExc_OverflowError,
+				"strerror: errno out of range");
+		return NULL;
+	}
+	return PyUnicode_FromString(flowshm_strerror(e < 0 ? (int)e : -(int)e));
 }
 
 /* Refuse producer calls on a consumer handle and the reverse. */
@@ -604,6 +776,30 @@ static PyObject *send_batch_error(int rc, Py_ssize_t sent)
 	return NULL;
 }
 
+/*
+ * The items of an iterable as a new tuple (as PySequence_Fast takes them,
+ * TypeError `msg` for another object).  A snapshot, not the caller's list:
+ * it holds its items and cannot change while we use them, also while the
+ * GIL is released or code we call runs and another thread changes the
+ * list (or drops the last reference to an item).
+ */
+static PyObject *seq_snapshot(PyObject *o, const char *msg)
+{
+	PyObject *it, *t;
+
+	if (PyList_CheckExact(o) || PyTuple_CheckExact(o))
+		return PySequence_Tuple(o);
+	it = PyObject_GetIter(o);
+	if (!it) {
+		if (PyErr_ExceptionMatches(PyExc_TypeError))
+			PyErr_SetString(PyExc_TypeError, msg);
+		return NULL;
+	}
+	t = PySequence_Tuple(it);
+	Py_DECREF(it);
+	return t;
+}
+
 static PyObject *flow_send_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "records", "timeout", NULL };
@@ -617,10 +813,10 @@ static PyObject *flow_send_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:send_batch", kwlist,
 					 &recs, &tmo) || timeout_ns_of(tmo, &t))
 		return NULL;
-	seq = PySequence_Fast(recs, "send_batch: records must be a sequence");
+	seq = seq_snapshot(recs, "send_batch: records must be a sequence");
 	if (!seq)
 		return NULL;
-	n = PySequence_Fast_GET_SIZE(seq);
+	n = PyTuple_GET_SIZE(seq);
 	bufs = PyMem_Calloc(n ? n : 1, sizeof(*bufs));
 	v = PyMem_Calloc(n ? n : 1, sizeof(*v));
 	if (!bufs || !v) {
@@ -628,7 +824,7 @@ static PyObject *flow_send_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 		goto out;
 	}
 	for (; got < n; got++) {
-		PyObject *o = PySequence_Fast_GET_ITEM(seq, got);
+		PyObject *o = PyTuple_GET_ITEM(seq, got);
 
 		if (PyObject_GetBuffer(o, &bufs[got], PyBUF_SIMPLE))
 			goto out;
@@ -704,6 +900,14 @@ PyDoc_STRVAR(recv_doc,
 "or TimeoutError when it stays empty; BrokenPipeError when the flow is\n"
 "closed and everything in it has been received.");
 
+/* Release (consume) the record the library holds peeked, as flowshm_recv
+ * would after its copy: -ESTALE if cut off meanwhile (flowshm.h). */
+static int flow_release_peek(FlowObject *fo)
+{
+	fo->peeked = false;	/* gone from the library either way */
+	return flowshm_release(fo->f);
+}
+
 /* The next record as bytes, or NULL with *rc set (1: exception raised). */
 static PyObject *recv_one(FlowObject *fo, int64_t t, int *rc)
 {
@@ -713,12 +917,17 @@ static PyObject *recv_one(FlowObject *fo, int64_t t, int *rc)
 	*rc = run_waiting(fo, try_peek, &a, t);
 	if (*rc)
 		return NULL;
+	fo->peeked = true;
 	b = PyBytes_FromStringAndSize(a.buf, (Py_ssize_t)a.len);
 	if (!b) {
 		*rc = 1;	/* nothing released: the record stays next */
 		return NULL;
 	}
-	flowshm_release(fo->f);
+	*rc = flow_release_peek(fo);
+	if (*rc) {	/* ESTALE: cut off while copying, the copy may be torn */
+		Py_DECREF(b);
+		return NULL;
+	}
 	return b;
 }
 
@@ -812,8 +1021,11 @@ PyDoc_STRVAR(peek_doc,
 "memoryview, released with the record on exit) or call rec.release().\n"
 "The record stays next in the flow until released: a Record dropped\n"
 "unreleased, a with block that raises, or close() leave it there for\n"
-"the next peek (or the next consumer), so a stage that dies or fails\n"
-"on a record does not lose it.  Errors as recv().");
+"the next peek (or peek_batch, as a batch of that one record, or the\n"
+"next consumer), so a stage that dies or fails on a record does not\n"
+"lose it.  release() raises flowshm.Error (ESTALE) if this consumer was\n"
+"cut off (max lag) meanwhile: what was read in place may have been\n"
+"overwritten.  Errors as recv().");
 
 static PyObject *flow_peek(FlowObject *fo, PyObject *args, PyObject *kw)
 {
@@ -829,6 +1041,8 @@ static PyObject *flow_peek(FlowObject *fo, PyObject *args, PyObject *kw)
 	    flow_begin(fo, FLOWSHM_CONSUMER, "peek"))
 		return NULL;
 	rc = run_waiting(fo, try_peek, &a, t);
+	if (!rc)
+		fo->peeked = true;
 	flow_leave(fo);
 	if (rc == 1)
 		return NULL;
@@ -887,7 +1101,7 @@ static PyObject *flow_reserve(FlowObject *fo, PyObject *args, PyObject *kw)
 		return raise_rc(rc, "reserve");
 	r = rec_new(&ReservationType, fo, a.buf, a.len);
 	if (!r) {	/* publish it anyway: a claim must not stay open */
-		flowshm_commit(fo->f);
+		(void)flowshm_commit(fo->f);	/* ours: cannot fail */
 		return NULL;
 	}
 	return (PyObject *)r;
@@ -938,6 +1152,8 @@ static int batch_finish(struct batch_obj *b, bool consume);
 static PyObject *flow_close(FlowObject *fo, PyObject *unused)
 {
 	(void)unused;
+	if (forked(fo->pid))	/* the parent's: only forget it */
+		flow_close_handle(fo);
 	if (!fo->f)
 		Py_RETURN_NONE;
 	if (fo->busy) {
@@ -1013,7 +1229,8 @@ static PyObject *flow_set_wait(FlowObject *fo, PyObject *arg)
 	static const enum flowshm_wait modes[] = {
 		FLOWSHM_WAIT_SLEEP, FLOWSHM_WAIT_YIELD, FLOWSHM_WAIT_SPIN,
 	};
-	const char *how = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+	const char *how = PyUnicode_Check(arg) ? utf8_of(arg, "set_wait") :
+						 NULL;
 	int rc;
 
 	for (unsigned i = 0; how && i < 3; i++) {
@@ -1157,23 +1374,23 @@ static PyObject *flow_fileno(FlowObject *fo, PyObject *unused)
 /* ---- Batch: peek_batch's records in place --------------------------------- */
 
 /*
- * The Batch exports one buffer per record: while peek_batch builds the
- * views, `cur` says which record a getbuffer is for; at any other time a
+ * The Batch exports one buffer per record: while batch_item makes a view,
+ * `cur` says which record a getbuffer is for; at any other time a
  * getbuffer is refused (the records are the items, not the Batch).  Every
- * view holds the Batch and the Batch holds its views (a cycle the
- * collector breaks), and the Batch holds its Flow, whose brecs say where
- * the records lie while it is live.
+ * view holds the Batch; the Batch holds its views only weakly (see
+ * "memoryviews, weakly held"), making each when first asked for, and it
+ * holds its Flow, whose brecs say where the records lie while it is live.
  */
 typedef struct batch_obj {
 	PyObject_HEAD
 	FlowObject *flow;	/* strong reference */
-	PyObject *views;	/* list of memoryviews; NULL once released */
+	PyObject **views;	/* n weakrefs to the views (NULL: none made);
+				   NULL once released */
+	Py_ssize_t n;		/* records */
 	Py_ssize_t exports;	/* buffers handed out and not yet released */
 	Py_ssize_t cur;		/* record a getbuffer is for, -1: none */
 	int live;		/* not yet released or let go */
 } BatchObject;
-
-static PyObject *str_release;	/* "release", interned */
 
 struct peek_batch_arg { struct flowshm_rec *recs; unsigned max, got; };
 
@@ -1227,37 +1444,34 @@ static BatchObject *batch_new(FlowObject *fo)
 	if (!b)
 		return NULL;
 	b->flow = (FlowObject *)Py_NewRef(fo);
+	b->n = fo->bn;
 	b->exports = 0;
 	b->live = 1;
 	b->cur = -1;
-	b->views = PyList_New(fo->bn);
-	fo->batch = b;
+	b->views = PyMem_Calloc(b->n, sizeof(*b->views));
 	PyObject_GC_Track(b);
-	for (unsigned i = 0; b->views && i < fo->bn; i++) {
-		PyObject *v;
-
-		b->cur = i;
-		v = PyMemoryView_FromObject((PyObject *)b);
-		b->cur = -1;
-		if (!v) {
-			PyObject *type, *val, *tb;
-
-			/* let go of the views made so far, then b can go */
-			PyErr_Fetch(&type, &val, &tb);
-			if (batch_finish(b, false))
-				PyErr_Clear();
-			PyErr_Restore(type, val, tb);
-			Py_DECREF(b);
-			return NULL;
-		}
-		PyList_SET_ITEM(b->views, i, v);
-	}
 	if (!b->views) {
-		fo->batch = NULL;
 		Py_DECREF(b);
-		return NULL;
+		return (BatchObject *)PyErr_NoMemory();
 	}
+	fo->batch = b;
 	return b;
+}
+
+/* The view of record i: the one made before if it is still alive (a
+ * new reference). */
+static PyObject *batch_view(BatchObject *b, Py_ssize_t i)
+{
+	PyObject *v = view_of(b->views[i]);
+
+	if (v)
+		return v;
+	b->cur = i;
+	v = PyMemoryView_FromObject((PyObject *)b);
+	b->cur = -1;
+	if (v && weak_view(v, &b->views[i]))
+		Py_CLEAR(v);
+	return v;
 }
 
 /* A view still exported (a numpy array made from it, a buffer held by C
@@ -1267,6 +1481,20 @@ static bool view_exported(PyObject *v)
 {
 	return ((PyMemoryViewObject *)v)->exports > 0;
 }
+
+/*
+ * Consume the flow's batch, held by the library: its peek_batch, or the
+ * one record a peek left there (a Record let go unconsumed: peek_batch
+ * cannot run then, and hands out that record as the batch);
+ * flowshm_release releases either.  0 or -ESTALE (cut off meanwhile).
+ */
+static int flow_release_held_batch(FlowObject *fo)
+{
+	fo->bn = 0;
+	return flow_release_peek(fo);
+}
+
+static void batch_drop_views(BatchObject *b);
 
 /*
  * Release (consume true) or let go of (consume false: the records stay
@@ -1280,21 +1508,23 @@ static bool view_exported(PyObject *v)
 static int batch_finish(BatchObject *b, bool consume)
 {
 	FlowObject *fo = b->flow;
-	Py_ssize_t n;
 	int rc;
 
 	if (!b->live)
 		return 0;
+	if (forked(fo->pid))
+		return raise_forked();
 	if (fo->busy) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"flow in use by another thread");
 		return -1;
 	}
-	n = b->views ? PyList_GET_SIZE(b->views) : 0;
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *v = PyList_GET_ITEM(b->views, i);
+	for (Py_ssize_t i = 0; i < b->n; i++) {
+		PyObject *v = view_of(b->views[i]);
+		bool used = v && view_exported(v);
 
-		if (v && view_exported(v)) {
+		Py_XDECREF(v);
+		if (used) {
 			PyErr_Format(PyExc_BufferError,
 				     "record %zd of the batch is still in use "
 				     "(a numpy array, a buffer): delete it "
@@ -1302,15 +1532,9 @@ static int batch_finish(BatchObject *b, bool consume)
 			return -1;
 		}
 	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *v = PyList_GET_ITEM(b->views, i), *res;
-
-		if (!v)
-			continue;
-		res = PyObject_CallMethodNoArgs(v, str_release);
-		if (!res)
+	for (Py_ssize_t i = 0; i < b->n; i++) {
+		if (release_view(b->views[i]))
 			return -1;
-		Py_DECREF(res);
 	}
 	if (b->exports) {
 		PyErr_Format(PyExc_BufferError,
@@ -1320,12 +1544,11 @@ static int batch_finish(BatchObject *b, bool consume)
 		return -1;
 	}
 	b->live = 0;
-	Py_CLEAR(b->views);
+	batch_drop_views(b);
 	fo->batch = NULL;
 	if (!consume || !fo->f || !fo->bn)
 		return 0;
-	fo->bn = 0;
-	rc = flowshm_release_batch(fo->f);
+	rc = flow_release_held_batch(fo);
 	if (rc) {
 		raise_rc(rc, "release_batch");
 		return -1;
@@ -1350,7 +1573,25 @@ PyDoc_STRVAR(peek_batch_doc,
 "unreleased or left by a with block that raised stays pending: the\n"
 "next peek_batch returns the same records again (all of them, whatever\n"
 "its max), release_batch() consumes them, close() leaves them to the\n"
-"next consumer.  Errors as recv().");
+"next consumer.  After a Record let go unreleased, the batch is that\n"
+"one record.  Errors as recv().");
+
+/* A Record let go unconsumed leaves its record peeked in the library,
+ * which refuses peek_batch then: that record is the batch (one record;
+ * flow_release_held_batch consumes it).  It is still next: looking again
+ * does not wait. */
+static int peek_as_batch(FlowObject *fo)
+{
+	struct peek_arg a;
+	int rc = flowshm_peek(fo->f, &a.buf, &a.len, 0);
+
+	if (rc)
+		return rc;
+	fo->brecs[0] = (struct flowshm_rec){ a.buf, a.len,
+					     flowshm_last_producer(fo->f) };
+	fo->bn = 1;
+	return 0;
+}
 
 static PyObject *flow_peek_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 {
@@ -1375,14 +1616,18 @@ static PyObject *flow_peek_batch(FlowObject *fo, PyObject *args, PyObject *kw)
 		flow_leave(fo);
 		return NULL;
 	}
-	if (!fo->bn) {	/* else a pending batch: hand it out again */
+	if (!fo->brecs && !(fo->brecs = PyMem_Calloc(BATCH_MAX,
+						      sizeof(*fo->brecs)))) {
+		flow_leave(fo);
+		return PyErr_NoMemory();
+	}
+	if (fo->bn) {
+		/* a pending batch: hand it out again */
+	} else if (fo->peeked) {
+		rc = peek_as_batch(fo);
+	} else {
 		struct peek_batch_arg a = { fo->brecs, 0, 0 };
 
-		if (!a.recs && !(a.recs = fo->brecs = PyMem_Calloc(
-				 BATCH_MAX, sizeof(*fo->brecs)))) {
-			flow_leave(fo);
-			return PyErr_NoMemory();
-		}
 		a.max = max < BATCH_MAX ? (unsigned)max : BATCH_MAX;
 		rc = run_waiting(fo, try_peek_batch, &a, t);
 		if (!rc)
@@ -1421,8 +1666,7 @@ static PyObject *flow_release_batch(FlowObject *fo, PyObject *unused)
 	if (!fo->bn)
 		return raise_rc_msg(-EINVAL, "release_batch",
 				    "release_batch: no batch held");
-	fo->bn = 0;
-	rc = flowshm_release_batch(fo->f);
+	rc = flow_release_held_batch(fo);
 	if (rc)
 		return raise_rc(rc, "release_batch");
 	Py_RETURN_NONE;
@@ -1438,19 +1682,39 @@ static PyObject *batch_release_py(BatchObject *b, PyObject *unused)
 
 static int batch_check_live(BatchObject *b)
 {
+	if (forked(b->flow->pid))	/* brecs may be gone: see "fork" */
+		return raise_forked();
 	if (b->live)
 		return 0;
 	PyErr_SetString(PyExc_ValueError, "batch already released");
 	return -1;
 }
 
-/* with: a list of the views (a copy: the Batch keeps its own to release) */
+/* A new list of the views of every record. */
+static PyObject *batch_list(BatchObject *b)
+{
+	PyObject *l;
+
+	if (batch_check_live(b))
+		return NULL;
+	l = PyList_New(b->n);
+	for (Py_ssize_t i = 0; l && i < b->n; i++) {
+		PyObject *v = batch_view(b, i);
+
+		if (!v) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, i, v);
+	}
+	return l;
+}
+
+/* with: a list of the views (they are released with the batch on exit) */
 static PyObject *batch_enter(BatchObject *b, PyObject *unused)
 {
 	(void)unused;
-	if (batch_check_live(b))
-		return NULL;
-	return PyList_GetSlice(b->views, 0, PyList_GET_SIZE(b->views));
+	return batch_list(b);
 }
 
 /* A with block that raised lets the batch go unconsumed (pending). */
@@ -1466,25 +1730,29 @@ static PyObject *batch_exit(BatchObject *b, PyObject *args)
 
 static Py_ssize_t batch_length(BatchObject *b)
 {
-	return b->live ? PyList_GET_SIZE(b->views) : 0;
+	return b->live ? b->n : 0;
 }
 
 static PyObject *batch_item(BatchObject *b, Py_ssize_t i)
 {
 	if (batch_check_live(b))
 		return NULL;
-	if (i < 0 || i >= PyList_GET_SIZE(b->views)) {
+	if (i < 0 || i >= b->n) {
 		PyErr_SetString(PyExc_IndexError, "batch index out of range");
 		return NULL;
 	}
-	return Py_NewRef(PyList_GET_ITEM(b->views, i));
+	return batch_view(b, i);
 }
 
 static PyObject *batch_iter(BatchObject *b)
 {
-	if (batch_check_live(b))
+	PyObject *l = batch_list(b), *it;
+
+	if (!l)
 		return NULL;
-	return PyObject_GetIter(b->views);
+	it = PyObject_GetIter(l);
+	Py_DECREF(l);
+	return it;
 }
 
 static PyObject *batch_get_live(BatchObject *b, void *c)
@@ -1516,15 +1784,22 @@ static PyObject *batch_get_producers(BatchObject *b, void *c)
 
 static int batch_traverse(BatchObject *b, visitproc visit, void *arg)
 {
-	Py_VISIT(b->views);
+	for (Py_ssize_t i = 0; b->views && i < b->n; i++)
+		Py_VISIT(b->views[i]);
 	Py_VISIT(b->flow);
 	return 0;
 }
 
-static int batch_clear(BatchObject *b)
+/* Drop the weakrefs (the views they name live on, released or not).  No
+ * tp_clear: a Batch holds no view, so it is in no cycle to break. */
+static void batch_drop_views(BatchObject *b)
 {
-	Py_CLEAR(b->views);
-	return 0;
+	PyObject **views = b->views;
+
+	b->views = NULL;
+	for (Py_ssize_t i = 0; views && i < b->n; i++)
+		Py_XDECREF(views[i]);
+	PyMem_Free(views);
 }
 
 static void batch_dealloc(BatchObject *b)
@@ -1534,7 +1809,7 @@ static void batch_dealloc(BatchObject *b)
 	 * unreleased was not consumed: it stays pending in the flow. */
 	if (b->flow->batch == b)
 		b->flow->batch = NULL;
-	Py_XDECREF(b->views);
+	batch_drop_views(b);
 	Py_DECREF(b->flow);
 	PyObject_GC_Del(b);
 }
@@ -1573,7 +1848,6 @@ static PyTypeObject BatchType = {
 	.tp_as_buffer = &batch_as_buffer,
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.tp_traverse = (traverseproc)batch_traverse,
-	.tp_clear = (inquiry)batch_clear,
 	.tp_iter = (getiterfunc)batch_iter,
 	.tp_doc = "The next records, in place in the ring (Flow.peek_batch): "
 		  "a sequence of read-only memoryviews, one per record; "
@@ -1755,22 +2029,20 @@ static int rec_finish(RecObject *r, bool consume)
 {
 	FlowObject *fo = r->flow;
 	int reserve = Py_TYPE(r) == &ReservationType;
+	int rc = 0;
 
 	if (!r->live)
 		return 0;
+	if (forked(fo->pid))
+		return raise_forked();
 	if (fo->busy) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"flow in use by another thread");
 		return -1;
 	}
-	if (r->view) {
-		PyObject *res = PyObject_CallMethod(r->view, "release", NULL);
-
-		if (!res)	/* BufferError: the view has exports itself */
-			return -1;
-		Py_DECREF(res);
-		Py_CLEAR(r->view);
-	}
+	if (release_view(r->view))	/* BufferError: it has exports */
+		return -1;
+	Py_CLEAR(r->view);
 	if (r->exports) {
 		PyErr_Format(PyExc_BufferError,
 			     "%zd view(s) of the %s still in use: release "
@@ -1779,13 +2051,17 @@ static int rec_finish(RecObject *r, bool consume)
 		return -1;
 	}
 	r->live = 0;
-	if (fo->f && reserve)
-		flowshm_commit(fo->f);
-	else if (fo->f && consume)
-		flowshm_release(fo->f);
 	fo->held = NULL;
 	r->buf = NULL;
 	r->len = 0;
+	if (fo->f && reserve)
+		rc = flowshm_commit(fo->f);
+	else if (fo->f && consume)
+		rc = flow_release_peek(fo);
+	if (rc) {	/* ESTALE: what was read in place may be torn */
+		raise_rc(rc, reserve ? "commit" : "release");
+		return -1;
+	}
 	return 0;
 }
 
@@ -1797,9 +2073,11 @@ static PyObject *rec_finish_py(RecObject *r, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-/* The memoryview `with` hands out (one per object, released by finish). */
+/* The memoryview `with` hands out (one at a time, released by finish). */
 static PyObject *rec_view(RecObject *r, void *c)
 {
+	PyObject *v;
+
 	(void)c;
 	if (!r->live) {
 		PyErr_SetString(PyExc_ValueError,
@@ -1808,10 +2086,12 @@ static PyObject *rec_view(RecObject *r, void *c)
 				"reservation already committed");
 		return NULL;
 	}
-	if (!r->view && !(r->view = PyMemoryView_FromObject((PyObject *)r)))
-		return NULL;
-	Py_INCREF(r->view);
-	return r->view;
+	if ((v = view_of(r->view)))
+		return v;
+	v = PyMemoryView_FromObject((PyObject *)r);
+	if (v && weak_view(v, &r->view))
+		Py_CLEAR(v);
+	return v;
 }
 
 static PyObject *rec_enter(RecObject *r, PyObject *unused)
@@ -1844,8 +2124,6 @@ static PyObject *rec_get_live(RecObject *r, void *c)
 	return PyBool_FromLong(r->live);
 }
 
-/* r->view refers back to r (its buffer's owner): a cycle while the record
- * is live, which the collector breaks if the program drops both. */
 static int rec_traverse(RecObject *r, visitproc visit, void *arg)
 {
 	Py_VISIT(r->view);
@@ -1863,10 +2141,12 @@ static void rec_dealloc(RecObject *r)
 {
 	PyObject_GC_UnTrack(r);
 	/* No view is left (each holds a reference to r).  A forgotten
-	 * reservation is published (a claim must not stay open); a forgotten
-	 * record was not consumed: it stays next in the flow. */
-	if (r->live && r->flow->f && Py_TYPE(r) == &ReservationType)
-		flowshm_commit(r->flow->f);
+	 * reservation is published (a claim must not stay open; in a child
+	 * of fork the claim is the parent's); a forgotten record was not
+	 * consumed: it stays next in the flow. */
+	if (r->live && r->flow->f && Py_TYPE(r) == &ReservationType &&
+	    !forked(r->flow->pid))
+		(void)flowshm_commit(r->flow->f);	/* ours: cannot fail */
 	if (r->flow->held == r)
 		r->flow->held = NULL;
 	Py_XDECREF(r->view);
@@ -1890,8 +2170,9 @@ static PyMethodDef reservation_methods[] = {
 static PyMethodDef record_methods[] = {
 	{ "release", (PyCFunction)rec_finish_py, METH_NOARGS,
 	  "release()\n\nLet the ring reuse the record's memory (it is gone "
-	  "from the flow).  BufferError while a view of it is in use; a "
-	  "no-op once released." },
+	  "from the flow).  BufferError while a view of it is in use; "
+	  "flowshm.Error (ESTALE) if cut off meanwhile (max lag); a no-op "
+	  "once released." },
 	{ "__enter__", (PyCFunction)rec_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)rec_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL }
@@ -1983,10 +2264,11 @@ static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:poll", kwlist, &flows,
 					 &tmo) || timeout_ns_of(tmo, &t))
 		return NULL;
-	seq = PySequence_Fast(flows, "poll: flows must be a sequence");
+	/* a snapshot: the GIL is released while we use the flows */
+	seq = seq_snapshot(flows, "poll: flows must be a sequence");
 	if (!seq)
 		return NULL;
-	n = PySequence_Fast_GET_SIZE(seq);
+	n = PyTuple_GET_SIZE(seq);
 	if (n < 1 || n > FLOWSHM_POLL_MAX) {
 		PyErr_Format(PyExc_ValueError, "poll: 1 to %u flows",
 			     FLOWSHM_POLL_MAX);
@@ -2001,7 +2283,7 @@ static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
 	a.n = (unsigned)n;
 	/* every flow is taken (busy) for the wait: none may close meanwhile */
 	for (; taken < n; taken++) {
-		PyObject *o = PySequence_Fast_GET_ITEM(seq, taken);
+		PyObject *o = PyTuple_GET_ITEM(seq, taken);
 		FlowObject *fo = (FlowObject *)o;
 
 		if (!PyObject_TypeCheck(o, &FlowType)) {
@@ -2013,7 +2295,7 @@ static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
 			goto out;
 		a.f[taken] = fo->f;
 	}
-	rc = run_waiting((FlowObject *)PySequence_Fast_GET_ITEM(seq, 0),
+	rc = run_waiting((FlowObject *)PyTuple_GET_ITEM(seq, 0),
 			 try_poll, &a, t);
 	if (rc == 1)
 		goto out;
@@ -2023,13 +2305,13 @@ static PyObject *py_poll(PyObject *self, PyObject *args, PyObject *kw)
 	}
 	ret = PyList_New(a.nready);
 	for (unsigned i = 0; ret && i < a.nready; i++) {
-		PyObject *o = PySequence_Fast_GET_ITEM(seq, a.ready[i]);
+		PyObject *o = PyTuple_GET_ITEM(seq, a.ready[i]);
 
 		PyList_SET_ITEM(ret, i, Py_NewRef(o));
 	}
 out:
 	for (Py_ssize_t i = 0; i < taken; i++)
-		flow_leave((FlowObject *)PySequence_Fast_GET_ITEM(seq, i));
+		flow_leave((FlowObject *)PyTuple_GET_ITEM(seq, i));
 	PyMem_Free(a.f);
 	PyMem_Free(a.ready);
 	Py_DECREF(seq);
@@ -2048,7 +2330,8 @@ out:
  */
 typedef struct set_obj {
 	PyObject_HEAD
-	flowshm_set_t *s;	/* NULL once closed */
+	flowshm_set_t *s;	/* NULL once closed (or closing) */
+	pid_t pid;		/* the process that made it (fork) */
 	PyObject *flows;	/* list of Flow, in the order added */
 	int busy;
 } SetObject;
@@ -2095,7 +2378,7 @@ static void set_drop(SetObject *so, Py_ssize_t i)
 {
 	FlowObject *fo = (FlowObject *)PyList_GET_ITEM(so->flows, i);
 
-	if (so->s && fo->f)
+	if (so->s && fo->f && !forked(so->pid))
 		flowshm_set_remove(so->s, fo->f);
 	flow_forget_set(fo, so);
 	PySequence_DelItem(so->flows, i);	/* drops the set's reference */
@@ -2121,6 +2404,8 @@ static void flow_leave_sets(FlowObject *fo)
 
 static int set_check(SetObject *so)
 {
+	if (forked(so->pid))
+		return raise_forked();
 	if (!so->s) {
 		PyErr_SetString(PyExc_ValueError, "operation on closed set");
 		return -1;
@@ -2146,6 +2431,7 @@ static PyObject *set_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	so = (SetObject *)type->tp_alloc(type, 0);
 	if (!so)
 		return NULL;
+	so->pid = cur_pid;
 	so->busy = 0;
 	so->flows = PyList_New(0);
 	if (!so->flows) {
@@ -2161,17 +2447,29 @@ static PyObject *set_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	return (PyObject *)so;
 }
 
+/*
+ * The flows go first, with the GIL held (flowshm_set_remove calls the
+ * helper back): no handle is left in the set once another thread can run
+ * and close one.  Dropping a flow may run code (a weakref callback) and
+ * let another thread close the set meanwhile, so so->s is read after, and
+ * cleared before the GIL is released for the destroy: a second close (or
+ * add, poll) finds the set closed, not one being destroyed.  In a child of
+ * fork the set is the parent's (see "fork"): left alone.
+ */
 static void set_close_all(SetObject *so)
 {
-	if (so->s) {
-		/* joins its helper thread: quick, it is called back */
-		Py_BEGIN_ALLOW_THREADS
-		flowshm_set_destroy(so->s);
-		Py_END_ALLOW_THREADS
-		so->s = NULL;
-	}
+	flowshm_set_t *s;
+
 	while (so->flows && PyList_GET_SIZE(so->flows))
 		set_drop(so, PyList_GET_SIZE(so->flows) - 1);
+	s = so->s;
+	so->s = NULL;
+	if (!s || forked(so->pid))
+		return;
+	/* joins its helper thread: quick, it is called back */
+	Py_BEGIN_ALLOW_THREADS
+	flowshm_set_destroy(s);
+	Py_END_ALLOW_THREADS
 }
 
 PyDoc_STRVAR(set_close_doc,
@@ -2182,7 +2480,7 @@ PyDoc_STRVAR(set_close_doc,
 static PyObject *set_close(SetObject *so, PyObject *unused)
 {
 	(void)unused;
-	if (so->busy) {
+	if (so->busy && !forked(so->pid)) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"close: set in use by another thread");
 		return NULL;
@@ -2207,6 +2505,10 @@ static PyObject *set_add(SetObject *so, PyObject *o)
 		return NULL;
 	if (!PyObject_TypeCheck(o, &FlowType)) {
 		PyErr_SetString(PyExc_TypeError, "add: a Flow");
+		return NULL;
+	}
+	if (forked(fo->pid)) {
+		raise_forked();
 		return NULL;
 	}
 	if (!fo->f) {
@@ -2496,16 +2798,35 @@ static struct PyModuleDef module_def = {
 	.m_methods = module_methods,
 };
 
+/* See "fork"; once per process (a second init, in a subinterpreter,
+ * must not add a second handler). */
+static int fork_init(void)
+{
+	static bool done;
+	int rc;
+
+	if (done)
+		return 0;
+	cur_pid = getpid();
+	rc = pthread_atfork(NULL, NULL, after_fork_child);
+	if (rc) {
+		errno = rc;
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	done = true;
+	return 0;
+}
+
 PyMODINIT_FUNC PyInit_flowshm(void)
 {
 	PyObject *m;
 
-	if (PyType_Ready(&FlowType) || PyType_Ready(&ReservationType) ||
-	    PyType_Ready(&RecordType))
+	if (fork_init() || PyType_Ready(&FlowType) ||
+	    PyType_Ready(&ReservationType) || PyType_Ready(&RecordType))
 		return NULL;
 #ifdef FM_HAVE_PIPELINE_API
-	if (PyType_Ready(&BatchType) || PyType_Ready(&SetType) ||
-	    !(str_release = PyUnicode_InternFromString("release")))
+	if (PyType_Ready(&BatchType) || PyType_Ready(&SetType))
 		return NULL;
 #endif
 	m = PyModule_Create(&module_def);

@@ -1,5 +1,5 @@
 """Type stubs of the flowshm module (python/flowshm.c)."""
-from typing import Iterator, Literal, Optional, Sequence, Union
+from typing import Iterable, Iterator, Literal, Optional, Union
 
 __version__: str
 
@@ -33,7 +33,9 @@ class Reservation:
 
 
 class Record:
-    """The next record in place (Flow.peek): read-only bytes-like."""
+    """The next record in place (Flow.peek): read-only bytes-like.
+    release() raises Error (ESTALE) if the consumer was cut off (max lag)
+    meanwhile: what was read in place may have been overwritten."""
     @property
     def view(self) -> memoryview: ...
     @property
@@ -62,7 +64,10 @@ class Batch:
 
 
 class Flow:
-    """An open end of a flow (attach, open_fd)."""
+    """An open end of a flow (attach, open_fd).  It belongs to the process
+    that opened it: in a child of fork every call on it (and on its Sets,
+    Records, Reservations, Batches) raises RuntimeError, and close() or
+    garbage collection there only forget it, leaving the ring alone."""
     @property
     def closed(self) -> bool: ...
     @property
@@ -72,7 +77,7 @@ class Flow:
     @property
     def max_record(self) -> int: ...
     def send(self, data: BytesLike, timeout: Timeout = None) -> None: ...
-    def send_batch(self, records: Sequence[BytesLike],
+    def send_batch(self, records: Iterable[BytesLike],
                    timeout: Timeout = None) -> int: ...
     def reserve(self, n: int, timeout: Timeout = None) -> Reservation: ...
     def recv(self, timeout: Timeout = None) -> bytes: ...
@@ -105,7 +110,7 @@ def ring_create(ring_size: int, max_record: int,
                 path: Optional[str] = None, *, deposit: bool = False) -> int: ...
 def strerror(errno: int) -> str: ...
 # with the pipeline calls only:
-def poll(flows: Sequence[Flow], timeout: Timeout = None) -> list[Flow]: ...
+def poll(flows: Iterable[Flow], timeout: Timeout = None) -> list[Flow]: ...
 
 
 SET_MAX: int
