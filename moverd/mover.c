@@ -175,16 +175,6 @@ static int build_acks(struct peer *p, bool flush)
 }
 
 /*
- * Records one span walks at most.  Its bytes are bounded by the budget,
- * but the first flow of a batch may take a record larger than the window
- * or a deficit of several max_records, and a client may fill that with
- * 16-byte pads: 64 Mi of them on a 1 GiB ring, 0.2 s of the event loop
- * per send.  2^17 records pass a 2 MiB batch of the smallest data records
- * (32 bytes) whole; a run cut here goes on in the next duty cycle.
- */
-#define SPAN_MAX_RECORDS (1u << 17)
-
-/*
  * The next committed span of a sender flow (whole records) within the
  * peer consumer's window and `budget` bytes.  *idle: nothing committed.
  * *records: its data records (the scan walks them anyway: counting them
@@ -386,12 +376,18 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len,
 	stats_sent(&f->st, f->sent, fr_now_ns());
 }
 
-/* A flow's quantum: FLOW_QUANTUM, or one record of its largest size. */
-static uint64_t flow_quantum(const struct flow *f)
+/*
+ * Every flow earns FLOW_QUANTUM a round, whatever record size it declared
+ * (before, its quantum was one record of its largest size: a user who
+ * declared 256 MiB records and sent 4 KiB ones took most of a shared link).
+ * What it earned may grow to one record of that size, so such a record
+ * goes once earned over several rounds, as in plain deficit round robin.
+ */
+static uint64_t deficit_cap(const struct flow *f)
 {
 	uint64_t rec = fr_record_bytes(f->view->ring.max_record);
 
-	return rec > FLOW_QUANTUM ? rec : FLOW_QUANTUM;
+	return rec > 2 * FLOW_QUANTUM ? rec : 2 * FLOW_QUANTUM;
 }
 
 static int build_data(struct peer *p);
@@ -635,7 +631,7 @@ static int build_data(struct peer *p)
 	 * (none are, in this loop) would wait for the next batch */
 	for (f = m->active.head; f && total < BATCH_MAX && total < win &&
 	     tx_room(p, 4); f = next) {
-		uint64_t quantum, budget, room, first, len, records;
+		uint64_t budget, room, first = 0, len, records, cap;
 		bool idle;
 
 		next = f == last ? NULL : f->act_next;
@@ -656,16 +652,18 @@ static int build_data(struct peer *p)
 		 * not use carries over (a record larger than the rest of this
 		 * batch waits for the next), an idle flow keeps nothing.
 		 */
-		quantum = flow_quantum(f);
-		if (f->deficit < 2 * quantum)
-			f->deficit += quantum;
+		if (f->deficit < deficit_cap(f))
+			f->deficit += FLOW_QUANTUM;
 		budget = f->deficit;
-		if (total && budget > BATCH_MAX - total)
-			budget = BATCH_MAX - total;
-		room = win - total;
-		/* a record larger than what the window lets in goes alone */
-		if (!total && room < (first = committed_bytes(f)))
-			room = first;
+		if (!total)
+			first = committed_bytes(f);
+		/* at most BATCH_MAX bytes a send, the first flow's too (it
+		 * may have earned more); a record larger than that, or than
+		 * what the window lets in, goes alone */
+		cap = BATCH_MAX - total > first ? BATCH_MAX - total : first;
+		if (budget > cap)
+			budget = cap;
+		room = win - total > first ? win - total : first;
 		if (budget > room)
 			budget = room;
 		if (budget > WIRE_SPAN_MAX)

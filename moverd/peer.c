@@ -2033,16 +2033,20 @@ static int start_data(struct peer *p, const struct wire_hdr *h)
  * Count the data records of a deposit [from, to): the receiver's records
  * deposited.  After the publish, so the consumer does not wait for it.
  * The bytes are the peer's: walked with the producers' own checks
- * (fr_scan_records, bounded by the span), a run that stops early is
- * counted up to where it stops, and nothing else is judged here (the
- * consumer's library checks every record it reads).
+ * (bounded by the span, and by SPAN_MAX_RECORDS as the sender's walk: a
+ * gigabyte of 16-byte pads, 32 bytes of header over RDMA, would hold the
+ * loop for a quarter of a second), a run that stops early is counted up
+ * to where it stops, and nothing else is judged here (the consumer's
+ * library checks every record it reads).  A statistic: what is past the
+ * cap goes uncounted.
  */
 static void count_deposited(struct flow *f, uint64_t from, uint64_t to)
 {
 	uint64_t end, records = 0;
 	bool stuck;
 
-	fr_scan_records(ring_of(f), from, to, &end, &stuck, &records);
+	fr_scan_records_max(ring_of(f), from, to, SPAN_MAX_RECORDS, &end,
+			    &stuck, &records);
 	f->st.records_deposited += records;
 }
 

@@ -28,6 +28,16 @@
 #define TX_MAX_IOV     192
 #define BATCH_MAX      (2u << 20)   /* high watermark of one send */
 #define FLOW_QUANTUM   (512u << 10) /* per flow per send */
+
+/*
+ * Records one span walks at most.  Its bytes are bounded by the budget,
+ * but the first flow of a batch may take a record larger than the window,
+ * and a client may fill that with 16-byte pads (a peer, a deposit:
+ * count_deposited): 64 Mi of them on a 1 GiB ring, 0.2 s of the event loop
+ * per send.  2^17 records pass a 2 MiB batch of the smallest data records
+ * (32 bytes) whole; a run cut here goes on in the next duty cycle.
+ */
+#define SPAN_MAX_RECORDS (1u << 17)
 #define TICK_MS        20            /* the timer's period for RDMA
 				      * device checks and a delayed END */
 #define POLICE_NS      1000000000ull /* a round of the flow checks */
