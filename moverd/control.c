@@ -995,7 +995,6 @@ static void attach_found(struct ctl_client *c, uint64_t id, struct flow *f,
 	struct attachment att;
 	char why[320];
 
-	declared_grant(c->srv->declared, f); /* a declared receiving end */
 	if (!flows_may_attach(f, c->uid, c->gid) &&
 	    !flows_group_allowed(f, c->groups, c->n_groups)) {
 		respond_error(c, id, -EACCES, "permission denied: uid %u may not "
@@ -1198,11 +1197,14 @@ static void arm_wait_tick(struct ctl_server *s)
 		io_uring_prep_timeout(sqe, &s->wait_ts, 0, 0);
 }
 
-/* flows_create's hook: a flow appeared; answer who waited for it. */
+/* flows_create's hook: a flow appeared; a declared receiving end gets its
+ * ids (once: a later `flow disallow` stays), then who waited for it is
+ * answered. */
 static void flow_added(void *arg, struct flow *f)
 {
 	struct ctl_server *s = arg;
 
+	declared_grant(s->declared, f);
 	for (struct ctl_client *c = s->clients, *n; c; c = n) {
 		n = c->next;
 		if (c->gone || strcmp(c->wait.name, f->name))

@@ -569,9 +569,11 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 		r->unchanged++;
 	else
 		o ? r->changed++ : r->added++;
-	if (f)
+	/* an unchanged declaration leaves the flow as moverctl made it
+	 * (`flow disallow` included) */
+	if (f && (!o || !same_decl(o, n)))
 		grant(d, n, f, r);
-	else if (!o || !same_decl(o, n))
+	else if (!f && (!o || !same_decl(o, n)))
 		say(r, LOG_LVL_INFO, "flow %s (line %d): received from a peer; "
 		    "its ids are granted when the sender opens it", n->name,
 		    n->line);

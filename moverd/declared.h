@@ -115,8 +115,10 @@ bool declared_has(const struct declared *d, const struct flow *f);
 const char *declared_differs(const struct flow_table *t, const struct flow *f,
 			     const struct flow_spec *s, char *why, size_t cap);
 
-/* A receiving end's grants, on a receiver flow that has come (at
- * attach: the sender's moverd may open it at any time). */
+/* A receiving end's grants, on a receiver flow that has just come (the
+ * sender's moverd opened it: flows_create's hook).  Once per flow: ids an
+ * operator disallowed afterwards stay disallowed until the declaration
+ * changes. */
 void declared_grant(struct declared *d, struct flow *f);
 
 #endif

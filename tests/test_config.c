@@ -25,7 +25,8 @@
  *   6  two hosts declare the same line `flow = NAME peer=B:PORT
  *      allow-uid=65534`: A (sender) creates it, B (its --listen is the
  *      peer) grants uid 65534, whose consumer gets every record of A's
- *      producer exactly once
+ *      producer exactly once; B's root disallows the uid: its attaches
+ *      stay refused, also after a reload of the unchanged file
  *   7  a declared flow to two peer hosts (peer= twice) with max-lag=:
  *      flow create with the same peers and max-lag exists, with another
  *      peer set or max-lag fails naming it; a reload that drops a peer
@@ -435,6 +436,23 @@ static void case_malformed(void)
 	hd_stop(&d);
 }
 
+/* An attach of flow name as a consumer by uid, on a control connection of
+ * its own: 0, or the negative errno moverd answered. */
+static int attach_as(const struct hd *d, uid_t uid, const char *name)
+{
+	int s, fd = -1, rc;
+
+	CHECK(setegid(uid) == 0 && seteuid(uid) == 0);
+	s = ctl_connect(d->sock);
+	CHECK(seteuid(0) == 0 && setegid(0) == 0);
+	CHECK(s >= 0);
+	rc = hc_attach(s, name, FLOWMOVER__ROLE__CONSUMER, &fd);
+	if (fd >= 0)
+		close(fd);
+	close(s); /* detached */
+	return rc;
+}
+
 static void case_two_hosts(void)
 {
 	struct hd a, b;
@@ -461,6 +479,20 @@ static void case_two_hosts(void)
 	/* A's reload with the same file touches nothing */
 	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
 	expect_out(out, "0 added, 0 removed, 0 changed, 1 unchanged, 0 refused");
+	/* B's root takes the declared uid back: its attaches are refused,
+	 * and neither they (before: each attach granted the declared ids
+	 * again) nor a reload of the unchanged file give it back */
+	CHECK(attach_as(&b, NOBODY, "fleet") == 0);
+	CHECK_RC(ctl(&b, out, sizeof(out), "flow disallow fleet --uid %u",
+		     NOBODY), 0);
+	CHECK(attach_as(&b, NOBODY, "fleet") == -EACCES);
+	CHECK(attach_as(&b, NOBODY, "fleet") == -EACCES);
+	CHECK_RC(ctl(&b, out, sizeof(out), "reload"), 0);
+	expect_out(out, "1 unchanged");
+	CHECK(attach_as(&b, NOBODY, "fleet") == -EACCES);
+	CHECK(hd_log_count(&b, "declared ids granted") == 1);
+	printf("  B: uid %u disallowed on the declared receiving end stays "
+	       "refused (two attaches, a reload)\n", NOBODY);
 	hd_stop(&a);
 	hd_stop(&b);
 }
