@@ -733,15 +733,21 @@ static void do_fanout_peer(struct ctl_client *c, uint64_t id,
 			   const Flowmover__FanoutPeerEdit *e)
 {
 	struct flow *f = manageable_or_fail(c, id, e->name);
-	char err[256];
+	char err[320];
 	int rc;
 
 	if (!f)
 		return;
-	if (e->remove)
+	/* each edit queues an OPEN or a CLOSE on a connection other users'
+	 * flows share: one user looping add and remove would fill its queue
+	 * (and fail it) */
+	rc = flows_charge_edit(c->srv->flows, f->name, c->uid, err,
+			       sizeof(err));
+	if (!rc && e->remove)
 		rc = fanout_remove(c->srv->peers, f, e->peer, err, sizeof(err));
-	else if (!(rc = peer_may_dial(c->srv->peers, e->peer ? e->peer : "",
-				      c->uid, err, sizeof(err))))
+	else if (!rc && !(rc = peer_may_dial(c->srv->peers,
+					     e->peer ? e->peer : "", c->uid,
+					     err, sizeof(err))))
 		rc = fanout_add(c->srv->peers, f, e->peer, true, err,
 				sizeof(err));
 	if (rc)

@@ -1309,6 +1309,19 @@ static int check_rate(struct flow_table *t, const struct flow_spec *s,
 	return -EAGAIN;
 }
 
+int flows_charge_edit(struct flow_table *t, const char *name, uid_t uid,
+		      char *err, size_t errlen)
+{
+	const struct flow_spec s = { .name = name, .role = FLOW_SENDER };
+	char why[256];
+	int rc = check_rate(t, &s, uid, 0, why, sizeof(why));
+
+	if (rc)
+		snprintf(err, errlen, "%s (a peer add or remove counts as a "
+			 "ring of 1 MiB)", why);
+	return rc;
+}
+
 /*
  * A ring file may not leave the state directory's filesystem (tmpfs by
  * default: memory) with less than --state-dir-reserve percent free.

@@ -394,6 +394,13 @@ void flows_recover_local(struct flow *f);
 const char *flows_role_name(enum flow_role r);
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason);
 
+/* A user's `flow peer add` or `remove` of flow name: charged to uid's
+ * budget as a create of the smallest ring (--max-ring-rate-per-uid), for
+ * each queues an OPEN or CLOSE on a shared peer connection.  0, or
+ * -EAGAIN with err saying when to try again. */
+int flows_charge_edit(struct flow_table *t, const char *name, uid_t uid,
+		      char *err, size_t errlen);
+
 /* Create a flow owned by uid/gid.  0, or a negative errno with a sentence
  * for the client in err: -EEXIST, -EINVAL, -ENOSPC, -ENOMEM, -EDQUOT,
  * -EAGAIN (its owner, or peer host, creates rings too fast: retry after

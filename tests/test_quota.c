@@ -533,6 +533,74 @@ static int uid_churn(const struct hd *d, uid_t uid, uint64_t ring, int max,
 	return -WEXITSTATUS(st);
 }
 
+/* One `flow peer add` (or remove) of peer to flow name on sock: 0, or the
+ * negative errno, its words in msg. */
+static int peer_edit(int sock, const char *name, const char *peer,
+		     bool remove, char *msg, size_t cap)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__FanoutPeerEdit e = FLOWMOVER__FANOUT_PEER_EDIT__INIT;
+	Flowmover__Response *resp = NULL;
+	int rc;
+
+	e.name = (char *)name;
+	e.peer = (char *)peer;
+	e.remove = remove;
+	req.body_case = FLOWMOVER__REQUEST__BODY_FANOUT_PEER;
+	req.fanout_peer = &e;
+	rc = ctl_call(sock, &req, &resp, NULL, 5000);
+	snprintf(msg, cap, "%s", rc ? ctl_last_error() : "");
+	ctl_response_free(resp);
+	return rc;
+}
+
+/* As uid, flow fan14 to a peer nobody listens at, then `flow peer add`
+ * and `remove` of a second peer, at most max pairs: how many passed
+ * before the first refusal (*done; its words in msg), and its errno. */
+static int uid_edits(const struct hd *d, uid_t uid, int max, int *done,
+		     char *msg, size_t cap)
+{
+	int st, sock, rc = 0, i = 0, pipefd[2];
+	pid_t pid;
+
+	CHECK(pipe(pipefd) == 0);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+		Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+		Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
+		char why[256] = "";
+
+		become(uid);
+		sock = ctl_connect(d->sock);
+		CHECK(sock >= 0);
+		spec.name = "fan14";
+		spec.ring_size = 65536;
+		spec.peer = "127.0.0.1:1";
+		cr.spec = &spec;
+		req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+		req.create = &cr;
+		CHECK_RC(hc_call(sock, &req, NULL), 0);
+		for (; i < max && !rc; i++)
+			if (!(rc = peer_edit(sock, "fan14", "127.0.0.2:1",
+					     false, why, sizeof(why))))
+				rc = peer_edit(sock, "fan14", "127.0.0.2:1",
+					       true, why, sizeof(why));
+		i -= rc != 0;
+		CHECK(write(pipefd[1], &i, sizeof(i)) == sizeof(i));
+		CHECK(write(pipefd[1], why, sizeof(why)) == sizeof(why));
+		_exit(-rc);
+	}
+	close(pipefd[1]);
+	CHECK(read(pipefd[0], &i, sizeof(i)) == sizeof(i));
+	CHECK(read(pipefd[0], msg, cap < 256 ? cap : 256) > 0);
+	close(pipefd[0]);
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+	*done = i;
+	return -WEXITSTATUS(st);
+}
+
 static int nobody_churn(const struct hd *d, uint64_t ring, int max)
 {
 	return uid_churn(d, NOBODY, ring, max, NULL);
@@ -565,7 +633,8 @@ static int ctl_churn(const struct hd *d, uid_t uid, const char *name,
  * of 1 GiB (at least --max-ring-size).  No timing is asserted: the bucket
  * starts full, so the first 16 rings of 64 MiB always pass, a churn
  * without pause always empties it, and the wait moverd names is enough by
- * construction.
+ * construction.  A `flow peer add` or `remove` is charged as a create of
+ * 1 MiB (f): each queues a frame on a connection other users share.
  */
 static void case_create_rate(void)
 {
@@ -612,6 +681,15 @@ static void case_create_rate(void)
 	printf("# uid %u created %d rings of 4K; then: %d\n", NOBODY - 2, i,
 	       rc);
 	CHECK(rc == -EAGAIN && i >= 1024 && i < 5000);
+	/* (f) `flow peer add`/`remove` each queue a frame on a connection
+	 * other users' flows share: charged as a create of 1 MiB */
+	rc = uid_edits(&d, NOBODY - 3, 5000, &i, msg, sizeof(msg));
+	printf("# uid %u added and removed a peer %d times; then: %d: %s\n",
+	       NOBODY - 3, i, rc, msg);
+	CHECK(rc == -EAGAIN && i >= 256 && i < 5000);
+	CHECK(strstr(msg, "a peer add or remove counts"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy fan14")
+	      == 0);
 	/* (d) a peer opening 64M rings: "busy, retry" after its bucket */
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "hasty"));
