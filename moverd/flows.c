@@ -1322,6 +1322,14 @@ int flows_charge_edit(struct flow_table *t, const char *name, uid_t uid,
 	return rc;
 }
 
+static bool ids_valid(const uint32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == UINT32_MAX) /* (uid_t)-1: "no change" to the kernel */
+			return false;
+	return true;
+}
+
 /*
  * A ring file may not leave the state directory's filesystem (tmpfs by
  * default: memory) with less than --state-dir-reserve percent free.
@@ -1424,6 +1432,11 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
 		snprintf(err, errlen, "at most %d allowed uids and gids",
 			 FLOW_ALLOW_MAX);
+		return -EINVAL;
+	}
+	if (!ids_valid(s->allow_uids, s->n_allow_uids) ||
+	    !ids_valid(s->allow_gids, s->n_allow_gids)) {
+		snprintf(err, errlen, "uid and gid 4294967295 (-1) are not ids");
 		return -EINVAL;
 	}
 	if (flows_find((struct flow_table *)t, s->name)) {
@@ -1983,14 +1996,6 @@ static bool edit_ids(uint32_t *v, unsigned *n, const uint32_t *ids, size_t k,
 			v[(*n)++] = ids[i];
 		}
 	}
-	return true;
-}
-
-static bool ids_valid(const uint32_t *ids, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] == UINT32_MAX) /* (uid_t)-1: "no change" to the kernel */
-			return false;
 	return true;
 }
 

@@ -19,7 +19,9 @@
  *      logged, the consumer's ring untouched; A restarts and resumes with
  *      every record exactly once; after B restarts, C is refused again
  *   4  supplementary groups: a uid whose supplementary group is in a
- *      flow's allowed gids may attach; without it, it may not
+ *      flow's allowed gids may attach; without it, it may not; a create
+ *      that allows uid 4294967295 ((uid_t)-1) is refused, as flow allow
+ *      refuses it
  *   5  a name taken first: uid 4000 creates the flow uid 65534 will attach
  *      to and allows it.  flowshm_attach_owned(owner 65534) is refused
  *      (-EACCES) as producer and consumer, before any slot is taken; with
@@ -432,6 +434,29 @@ static void case_hijack(void)
 
 /* ---- case 4: supplementary groups --------------------------------------- */
 
+/* A raw create of name (64 KiB) that allows uid: what moverd answers. */
+static int create_allowing(const struct hd *d, const char *name, uint32_t uid)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
+	Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
+	Flowmover__Response *resp = NULL;
+	int s = ctl_connect(d->sock), rc;
+
+	CHECK(s >= 0);
+	spec.name = (char *)name;
+	spec.ring_size = 65536;
+	spec.allow_uids = &uid;
+	spec.n_allow_uids = 1;
+	cr.spec = &spec;
+	req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
+	req.create = &cr;
+	rc = ctl_call(s, &req, &resp, NULL, 5000);
+	ctl_response_free(resp);
+	close(s);
+	return rc;
+}
+
 static void case_groups(void)
 {
 	const gid_t g[] = { 100, GROUP };
@@ -452,6 +477,13 @@ static void case_groups(void)
 	CHECK_RC(rc, -EACCES);
 	/* the primary group still counts */
 	CHECK_RC(attach_as(&d, OTHER, GROUP, NULL, 0, "g", FLOWSHM_PRODUCER), 0);
+	/* (uid_t)-1 is no id: moverd refuses it at create, as at flow
+	 * allow (moverctl refuses it before asking) */
+	CHECK_RC(create_allowing(&d, "g2", UINT32_MAX), -EINVAL);
+	printf("  a raw create allowing uid 4294967295: %s\n",
+	       ctl_last_error());
+	CHECK(strstr(ctl_last_error(), "are not ids"));
+	CHECK(!hd_flow_json(&d, moverctl_bin, "g2", out, sizeof(out)));
 	hd_stop(&d);
 }
 
