@@ -1252,6 +1252,35 @@ static void fill_daemon_counters(const struct counters *k,
 	st->open_fds = k->fds;
 }
 
+/*
+ * Of the n peers in ps, keep those a client may know of: root and moverd's
+ * own user see every one; another user sees the peers that carry a flow it
+ * may see (who else talks to which host, how much and why it failed is
+ * nobody else's business: may_see).  Returns how many are kept.
+ */
+static unsigned visible_peers(const struct ctl_client *c,
+			      struct peer_status *ps, unsigned n)
+{
+	bool seen[64] = { false };
+	unsigned kept = 0;
+
+	if (c->uid == 0 || c->uid == geteuid())
+		return n;
+	for (const struct flow *f = c->srv->flows->head; f; f = f->next) {
+		if (!may_see(c, f))
+			continue;
+		/* its own peer, and its fan-out peers' (siblings) */
+		for (const struct flow *s = f; s;
+		     s = s == f ? f->fanout : s->fanout_next)
+			for (unsigned i = 0; s->peer && i < n; i++)
+				seen[i] |= ps[i].peer == s->peer;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (seen[i])
+			ps[kept++] = ps[i];
+	return kept;
+}
+
 static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
@@ -1259,7 +1288,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	static char *transports[] = { "local", "tcp", "rdma" };
 	struct peer_status ps[64];
 	Flowmover__PeerInfo pi[64], *pip[64];
-	unsigned np = peer_status(c->srv->peers, ps, 64);
+	unsigned np = visible_peers(c, ps, peer_status(c->srv->peers, ps, 64));
 
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;

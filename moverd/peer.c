@@ -3050,6 +3050,7 @@ unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 			.unacked = p->unacked, .st = &p->st,
 			.last_error = p->last_error,
 			.last_error_unix_ms = p->last_error_unix_ms,
+			.peer = p,
 		};
 		if (p->tp->registered)
 			p->tp->registered(p, &out[n].registrations,

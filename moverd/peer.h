@@ -268,6 +268,7 @@ struct peer_status {
 	const char *last_error;      /* why it last failed ("" never) */
 	uint64_t last_error_unix_ms;
 	const struct peer_stats *st; /* frames, ack times (stats.h) */
+	const struct peer *peer;     /* which (flows' f->peer), opaque */
 };
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
 		     unsigned max);

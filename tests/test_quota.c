@@ -756,6 +756,27 @@ static void case_visibility(void)
 	CHECK(!strstr(out, "secret13") && strstr(out, "shared13"));
 	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
 	CHECK(strstr(out, "secret13") && strstr(out, "shared13"));
+	/* the peers of root's flows: in root's status, not in another
+	 * user's (who talks to which host is theirs), unless a flow it may
+	 * see goes there too */
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create peer13 "
+		     "--ring-size 4K --peer 127.0.0.13:1") == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	CHECK(strstr(out, "127.0.0.13:1"));
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"status --json") == 0);
+	CHECK(!strstr(out, "127.0.0.13:1"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create speer13 "
+		     "--ring-size 4K --peer 127.0.0.13:1 --allow-uid 65534") == 0);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out),
+			"status --json") == 0);
+	CHECK(strstr(out, "127.0.0.13:1"));
+	printf("# uid 65534's status lists root's peer 127.0.0.13:1 only once a "
+	       "flow it may see goes there\n");
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy peer13")
+	      == 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow destroy "
+		     "speer13") == 0);
 	by_send(&b, 100);
 	by_check(&b);
 	hd_wait_fds(&d, base);
