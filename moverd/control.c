@@ -760,6 +760,7 @@ static void do_fanout_peer(struct ctl_client *c, uint64_t id,
 static void do_allow(struct ctl_client *c, uint64_t id,
 		     const Flowmover__FlowAllow *a)
 {
+	static struct log_limit lim; /* an owner may ask at will */
 	struct flow *f = manageable_or_fail(c, id, a->name);
 	char err[256];
 	int rc;
@@ -772,9 +773,9 @@ static void do_allow(struct ctl_client *c, uint64_t id,
 		respond_error(c, id, rc, "%s", err);
 		return;
 	}
-	log_info("flow %s: uid %u %s %zu uids and %zu gids", f->name,
-		 (unsigned)c->uid, a->remove ? "disallowed" : "allowed",
-		 a->n_uids, a->n_gids);
+	log_limited(&lim, LOG_LVL_INFO, "flow %s: uid %u %s %zu uids and %zu "
+		    "gids", f->name, (unsigned)c->uid,
+		    a->remove ? "disallowed" : "allowed", a->n_uids, a->n_gids);
 	respond_flow(c, id, f, NULL);
 }
 

@@ -2037,6 +2037,7 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 		return -EINVAL;
 	}
 	/* all or nothing: edit a copy, then take it */
+	memset(&old, 0, sizeof(old));
 	get_lists(f, &old);
 	new = old;
 	if (!edit_ids(new.uids, &new.n_uids, uids, n_uids, remove) ||
@@ -2046,6 +2047,8 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 			 FLOW_ALLOW_MAX, FLOW_ALLOW_MAX);
 		return -ENOSPC;
 	}
+	if (!memcmp(&new, &old, sizeof(new)))
+		return 0; /* nothing to change: no state file to rewrite */
 	set_lists(f, &new);
 	rc = flows_save(t, f);
 	if (rc) {
