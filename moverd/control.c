@@ -1500,10 +1500,13 @@ static void read_groups(struct ctl_client *c)
 		if (!getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, all, &len)) {
 			memcpy(c->groups, all, sizeof(c->groups));
 			c->n_groups = CLIENT_GROUPS_MAX;
-			log_info("client pid %d: %u supplementary groups, only "
-				 "the first %d count for flows' allowed gids",
-				 (int)c->pid, (unsigned)(len / sizeof(gid_t)),
-				 CLIENT_GROUPS_MAX);
+			static struct log_limit lim; /* every connect */
+
+			log_limited(&lim, LOG_LVL_INFO, "client pid %d: %u "
+				    "supplementary groups, only the first %d "
+				    "count for flows' allowed gids", (int)c->pid,
+				    (unsigned)(len / sizeof(gid_t)),
+				    CLIENT_GROUPS_MAX);
 		}
 		free(all);
 		return;

@@ -32,8 +32,10 @@ static void write_end(struct flow *f)
 		/* a client broke the ring's tail: its consumers get the same
 		 * error from their next read; the operator should know why
 		 * no END came */
-		log_warn("flow %s: cannot write its end of stream: %s",
-			 f->name, flowshm_strerror(rc));
+		static struct log_limit lim; /* `flow end` at will */
+
+		log_limited(&lim, LOG_LVL_WARN, "flow %s: cannot write its end "
+			    "of stream: %s", f->name, flowshm_strerror(rc));
 		return;
 	}
 	f->end_written = true;
