@@ -70,8 +70,9 @@
  * flow or peer beyond them gets no record: it is counted in the header's
  * flows_unrecorded/peers_unrecorded, and `moverctl flow show` answers for
  * it from the control socket instead.  The file is at most
- * 4 KiB + (1 + 4096 + 256) * 2 KiB = 8.5 MiB; its pages exist only once
- * written (a file in tmpfs or on disk, sparse).
+ * 4 KiB + (1 + 4096 + 256) * 2 KiB = 8.5 MiB, allocated whole when moverd
+ * makes it (it shares a tmpfs with the rings, which a client can fill: a
+ * first write to a page of a full tmpfs would be SIGBUS).
  *
  * Who may read it: mode 0640, moverd's user and group (the group the
  * operator gives the socket).  It names every flow and peer of the host,

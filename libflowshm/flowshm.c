@@ -231,7 +231,9 @@ int flowshm_ring_create(const struct flowshm_ring_params *params,
 
 /* Map the ring behind fd and open an end of it, without a subscriber slot. */
 static int open_map(int fd, enum flowshm_role role,
-		    const struct flowshm_opts *opts, flowshm_t **out)
+		    const struct flowshm_opts *opts,
+		    void (*mapped)(void *map, size_t bytes, void *arg),
+		    void *arg, flowshm_t **out)
 {
 	struct stat st;
 	flowshm_t *f;
@@ -255,6 +257,8 @@ static int open_map(int fd, enum flowshm_role role,
 		free(f);
 		return rc;
 	}
+	if (mapped)
+		mapped(map, (size_t)st.st_size, arg);
 	rc = fr_attach(&f->ring, map, (size_t)st.st_size);
 	if (rc) {
 		munmap(map, (size_t)st.st_size);
@@ -312,7 +316,7 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 			  flowshm_t **out)
 {
 	unsigned mine;
-	int rc = open_map(fd, role, opts, out);
+	int rc = open_map(fd, role, opts, NULL, NULL, out);
 
 	if (rc)
 		return rc;
@@ -339,6 +343,13 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 		*out = NULL;
 	}
 	return rc;
+}
+
+int flowshm_open_view(int fd, void (*mapped)(void *map, size_t bytes,
+					     void *arg),
+		      void *arg, flowshm_t **out)
+{
+	return open_map(fd, FLOWSHM_PRODUCER, NULL, mapped, arg, out);
 }
 
 int flowshm_open_fd(int fd, enum flowshm_role role,

@@ -91,6 +91,17 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 			  uint64_t gen, const struct fsi_pid_view *view,
 			  flowshm_t **out);
 
+/*
+ * moverd's own view of a ring (FLOWSHM_NO_SLOT, as a producer): mapped()
+ * runs between the mmap and the first read of the mapping, so that moverd
+ * guards it before a client that shrank the file can fault it
+ * (moverd/ring_guard.h).  If the open then fails, the mapping is gone:
+ * the caller drops its guard.
+ */
+int flowshm_open_view(int fd, void (*mapped)(void *map, size_t bytes,
+					     void *arg),
+		      void *arg, flowshm_t **out);
+
 /* Map moverd's doorbell page (ipc/bell.h) from bell_fd and ring bit index
  * after commits when moverd armed the ring; 0 or -EPROTO / -errno. */
 int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index);

@@ -89,6 +89,14 @@ int counters_open(struct counters *c, int dirfd, const char *name,
 		log_warn("counters: %s: %s", name, strerror(errno));
 		goto fail;
 	}
+	/* every page now: the file shares its filesystem with the rings
+	 * (tmpfs under /run), which a client can fill by growing its ring
+	 * file, and a first write to a page of a full tmpfs is SIGBUS */
+	if ((errno = posix_fallocate(fd, 0, (off_t)bytes))) {
+		log_warn("counters: %s: cannot allocate %zu bytes: %s", name,
+			 bytes, strerror(errno));
+		goto fail;
+	}
 	h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (h == MAP_FAILED) {
 		log_warn("counters: mmap %s: %s", name, strerror(errno));

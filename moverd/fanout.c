@@ -77,13 +77,12 @@ static int check_add(const struct flow *f, const char *addr, char *err,
 static int map_sibling(struct flow *f, struct flow *s)
 {
 	struct fr_ring *r;
-	int rc = flows_open_view(f->ring_fd, &s->view);
+	/* a ring file: a client may shrink it, also before our first read */
+	int rc = flows_open_view(f->ring_fd, f->path[0], &s->view, &s->guard);
 
 	if (rc)
 		return rc;
 	r = &s->view->ring;
-	if (f->path[0]) /* a ring file: a client may shrink it */
-		s->guard = ring_guard_add(r->sh, r->map_bytes);
 	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);
 	if (rc) {
 		flowshm_close(s->view);

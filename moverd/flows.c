@@ -687,11 +687,24 @@ static void fill_start(struct flow_table *t, struct flow *f)
 }
 
 /* moverd's mapping of a ring file survives the file shrinking. */
-static void guard_ring(struct flow *f)
+static void guard_mapped(void *map, size_t bytes, void *arg)
 {
-	if (f->path[0])
-		f->guard = ring_guard_add(f->view->ring.sh,
-					  f->view->ring.map_bytes);
+	*(uint64_t *)arg = ring_guard_add(map, bytes);
+}
+
+int flows_open_view(int ring_fd, bool guarded, flowshm_t **view,
+		    uint64_t *guard)
+{
+	int rc;
+
+	*guard = 0;
+	rc = flowshm_open_view(ring_fd, guarded ? guard_mapped : NULL, guard,
+			       view);
+	if (rc) { /* unmapped already */
+		ring_guard_remove(*guard);
+		*guard = 0;
+	}
+	return rc;
 }
 
 /* Every subscriber slot of f's ring but moverd's own. */
@@ -857,25 +870,25 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->ring_fd = open_state_file(t, file, O_RDWR, why, sizeof(why));
 	if (fl->ring_fd < 0)
 		goto refuse;
-	rc = flows_open_view(fl->ring_fd, &fl->view);
+	/* guarded from before moverd's first touch of the file */
+	rc = flows_open_view(fl->ring_fd, fl->path[0], &fl->view, &fl->guard);
 	if (rc) {
 		ring_open_error(fl->ring_fd, rc, why, sizeof(why));
 		close(fl->ring_fd);
 		goto refuse;
 	}
-	guard_ring(fl); /* before moverd's first touch of the file */
 	flowshm_info(fl->view, &in);
 	if (ring_unfit(t, fl, &in, why, sizeof(why))) {
-		ring_guard_remove(fl->guard);
 		flowshm_close(fl->view);
+		ring_guard_remove(fl->guard);
 		close(fl->ring_fd);
 		goto refuse;
 	}
 	if (fl->role == FLOW_SENDER && (rc = take_sender_slot(fl))) {
 		snprintf(why, sizeof(why), "no subscriber slot for moverd: %s",
 			 strerror(-rc));
-		ring_guard_remove(fl->guard);
 		flowshm_close(fl->view);
+		ring_guard_remove(fl->guard);
 		close(fl->ring_fd);
 		goto refuse;
 	}
@@ -1494,9 +1507,11 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	rc = flowshm_ring_create_at(&p, t->state_fd, file, spec->seal_key,
 				    spec->start, &f->ring_fd);
 	if (!rc)
-		rc = flows_open_view(f->ring_fd, &f->view);
+		rc = flows_open_view(f->ring_fd, f->path[0], &f->view,
+				     &f->guard);
 	if (!rc && spec->role == FLOW_SENDER && (rc = take_sender_slot(f))) {
 		flowshm_close(f->view);
+		ring_guard_remove(f->guard);
 		f->view = NULL;
 	}
 	if (rc) {
@@ -1513,7 +1528,6 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	snprintf(f->origin_host, sizeof(f->origin_host), "%s",
 		 spec->origin_host ? spec->origin_host : "");
 	f->ring_bytes = p.ring_size;
-	guard_ring(f);
 	/* relaxed: the ring is not handed to anyone yet */
 	atomic_store_explicit(&f->view->ring.sh->max_lag, spec->max_lag,
 			      memory_order_relaxed);
@@ -1531,8 +1545,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (f->path[0] && (rc = write_meta(t, f))) {
 		snprintf(err, errlen, "cannot write the flow's state file in "
 			 "%s: %s", t->state_dir, strerror(-rc));
-		ring_guard_remove(f->guard);
 		flowshm_close(f->view);
+		ring_guard_remove(f->guard);
 		close(f->ring_fd);
 		remove_files(t, spec->name);
 		free(f);
@@ -1557,8 +1571,8 @@ static void release_pages(struct flow_table *t, struct flow *f);
  * for the next moverd, and for the clients that keep it mapped. */
 static void unmap_kept(struct flow *f)
 {
+	flowshm_close(f->view); /* writes our slot: still guarded */
 	ring_guard_remove(f->guard); /* after the last touch of the mapping */
-	flowshm_close(f->view);
 	if (f->ring_fd >= 0)
 		close(f->ring_fd);
 	f->view = NULL;
@@ -1703,8 +1717,8 @@ static void release_now(int fd, flowshm_t *view, uint64_t guard,
 
 	if (rc)
 		punch_warn(name, rc);
+	flowshm_close(view); /* writes our slot: still guarded */
 	ring_guard_remove(guard); /* after the last touch of the mapping */
-	flowshm_close(view);
 	if (fd >= 0)
 		close(fd);
 }
@@ -1718,8 +1732,8 @@ static void remains_free(struct flow_table *t, struct flow_remains *r)
 			break;
 		}
 	}
+	flowshm_close(r->view); /* writes our slot: still guarded */
 	ring_guard_remove(r->guard); /* after the last touch of the mapping */
-	flowshm_close(r->view);
 	if (r->fd >= 0)
 		close(r->fd);
 	free(r);

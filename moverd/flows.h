@@ -366,12 +366,12 @@ void flows_status(struct flow *f);
 /* moverd's own mapping of a ring (a flow's view): it takes no producer slot,
  * as a client's producer would (ipc/ring.h, Producer slots), so a ring
  * whose slots are all held still opens; it subscribes with a HELD slot of
- * its own where it sends. */
-static inline int flows_open_view(int ring_fd, flowshm_t **view)
-{
-	return flowshm_open_attached(ring_fd, FLOWSHM_PRODUCER, NULL,
-				     FLOWSHM_NO_SLOT, 0, NULL, view);
-}
+ * its own where it sends.
+ * A ring file (guarded: a client may shrink it) is guarded (ring_guard.h,
+ * its id in *guard) from before moverd's first read of the mapping; else,
+ * and if the open fails, *guard is 0. */
+int flows_open_view(int ring_fd, bool guarded, flowshm_t **view,
+		    uint64_t *guard);
 
 /*
  * Once a second (police_flows): give back the subscriber slots, inherited

@@ -27,7 +27,10 @@ int ring_guard_init(void);
 /* Guard [addr, addr + len): its id, or 0 (out of memory).  An older
  * entry overlapping it (a mapping since unmapped) is forgotten. */
 uint64_t ring_guard_add(void *addr, size_t len);
-/* Stop guarding (before the mapping is unmapped); unknown ids are fine. */
+/* Stop guarding, after the last touch of the mapping: flowshm_close
+ * writes moverd's slot before it unmaps, so it comes first (an entry
+ * whose range was unmapped faults nothing; a later add over the same
+ * addresses forgets it).  Unknown ids are fine. */
 void ring_guard_remove(uint64_t id);
 /* Did that mapping fault (and get replaced) since last asked? */
 bool ring_guard_tripped(uint64_t id);

@@ -32,6 +32,9 @@
  *      straight into B's consumer ring, sent from A's producer ring (the
  *      kernel's copy faults): that flow fails on both hosts, the link
  *      never drops, q moves on
+ *   8  a sender ring's file truncated just before moverd's last touch of
+ *      it (giving its slot back): before an orderly stop, and while a
+ *      destroyed 256 MiB ring is punched out; moverd lives, exits 0
  *
  * Every case passes only if the checked flows deliver every record exactly
  * once (flowcheck), moverd stays alive and exits 0 on SIGTERM (no sanitizer
@@ -1090,6 +1093,51 @@ static void case_shrunk_in_flight(void)
 	settled_and_stopped(&a, &b, base_a, base_b);
 }
 
+/* ---- case 8: a ring file truncated before moverd's last touch ----------- */
+
+/*
+ * moverd holds a slot in every sender ring and gives it back when it lets
+ * the ring go, writing the ring's control page: at an orderly stop
+ * (unmap_kept) and once a destroyed ring's pages are punched out
+ * (remains_free).  Both dropped the SIGBUS guard first, so a client that
+ * truncated the file just before killed moverd.  (a) truncate, then
+ * SIGTERM: moverd exits 0 (it did before the fix too: this order let the
+ * flow checks see the truncation first); (b) destroy, then truncate while
+ * the 256 MiB ring is punched: moverd lives and exits 0 (SIGBUS, status
+ * 7, before the fix).
+ */
+static void case_last_touch(void)
+{
+	char out[4096];
+	int sock, fd;
+	struct hd a;
+
+	hd_start(&a, moverd_bin, "garbage8a", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create s8 "
+		     "--peer 127.0.0.1:1 --ring-size 64K") == 0);
+	fd = hd_attach_fd(&a, "s8", FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(ftruncate(fd, 0) == 0);
+	hd_stop(&a); /* exits 0, or the test fails here */
+	printf("  (a) s8's ring truncated, then SIGTERM: moverd exited 0\n");
+	close(fd);
+	close(sock);
+
+	hd_start(&a, moverd_bin, "garbage8b", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create s8 "
+		     "--peer 127.0.0.1:1 --ring-size 256M") == 0);
+	fd = hd_attach_fd(&a, "s8", FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow destroy s8")
+	      == 0);
+	CHECK(ftruncate(fd, 0) == 0);
+	usleep(500000); /* the punch, then its last touch */
+	hd_alive(&a);
+	close(fd);
+	close(sock);
+	hd_stop(&a);
+	printf("  (b) s8 destroyed, its ring truncated while punched: moverd "
+	       "lived and exited 0\n");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1108,6 +1156,9 @@ int main(int argc, char **argv)
 		{ 7, case_shrunk_in_flight, "ring files shrunk under a record "
 		  "in flight (received into B's, sent from A's): that flow "
 		  "fails, the link stays up" },
+		{ 8, case_last_touch, "a sender ring's file truncated before "
+		  "moverd lets it go (an orderly stop, a destroy): moverd "
+		  "lives" },
 	};
 
 	if (argc != 4) {
