@@ -43,7 +43,9 @@
  * Timeouts are in nanoseconds: 0 = try once, negative = wait forever.
  *
  * A handle belongs to one thread at a time and must not be used across
- * fork(); open a new one in the child.
+ * fork(); open a new one in the child.  The same for a set: in the child,
+ * flowshm_set_destroy only frees it (its helper thread stayed in the
+ * parent).
  */
 #ifndef FLOWSHM_H
 #define FLOWSHM_H

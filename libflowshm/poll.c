@@ -84,7 +84,10 @@ static void disarm(flowshm_t *const *flows, unsigned n)
 }
 
 /* futex_waitv until deadline (CLOCK_MONOTONIC ns, UINT64_MAX forever):
- * 0 (woken, a word differed, or a signal), -ETIMEDOUT or -ENOSYS. */
+ * 0 (woken, a word differed, or a signal), -ETIMEDOUT, or -ENOSYS: no
+ * futex_waitv here, or one we may not call (a seccomp filter's EPERM);
+ * either way the caller falls back to sleeping in slices, where taking
+ * any error for "woken" spun a core for as long as the wait lasted. */
 static int waitv(struct futex_waitv *w, unsigned n, uint64_t deadline_ns)
 {
 	struct timespec ts, *tsp = NULL;
@@ -96,9 +99,9 @@ static int waitv(struct futex_waitv *w, unsigned n, uint64_t deadline_ns)
 	}
 	if (syscall(SYS_futex_waitv, w, n, 0, tsp, CLOCK_MONOTONIC) >= 0)
 		return 0;
-	if (errno == ETIMEDOUT || errno == ENOSYS)
-		return -errno;
-	return 0;
+	if (errno == EAGAIN || errno == EINTR)
+		return 0;
+	return errno == ETIMEDOUT ? -ETIMEDOUT : -ENOSYS;
 }
 
 static void sleep_ns(uint64_t ns)
@@ -111,10 +114,17 @@ static void sleep_ns(uint64_t ns)
 
 /* ---- polling ------------------------------------------------------------ */
 
+/*
+ * Ready, or worth a look again before any sleep: a committed record at the
+ * position (fr_data_at).  A read steps over at most 2^16 pads or control
+ * records a call (fr_peek), so one behind more of them is ready though the
+ * read said -EAGAIN; its producer rang before, and nothing rings again.
+ */
 static bool any_ready(flowshm_t *const *flows, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
-		if (fsi_ready(flows[i]))
+		if (fsi_ready(flows[i]) ||
+		    fr_data_at(&flows[i]->ring, flows[i]->ring.head))
 			return true;
 	}
 	return false;
@@ -298,6 +308,7 @@ struct flowshm_set {
 	unsigned turn;
 	int efd;                  /* -1 until flowshm_set_fd */
 	bool thread_on;
+	pid_t pid;                /* the process the helper thread is in */
 	pthread_t thread;
 	pthread_mutex_t mu;       /* guards everything below */
 	pthread_cond_t cv;
@@ -474,6 +485,14 @@ void flowshm_set_destroy(flowshm_set_t *s)
 {
 	if (!s)
 		return;
+	if (s->thread_on && s->pid != getpid()) {
+		/* a child of fork: the helper thread (and whoever held the
+		 * mutex then) stayed in the parent; calling it back or
+		 * joining it would wait for ever.  Free what is ours. */
+		close(s->efd);
+		free(s);
+		return;
+	}
 	pthread_mutex_lock(&s->mu);
 	call_back(s);
 	s->quit = true;
@@ -488,13 +507,12 @@ void flowshm_set_destroy(flowshm_set_t *s)
 	free(s);
 }
 
-/* Does this kernel have futex_waitv?  (An empty call is -EINVAL if so.) */
+/* Does this kernel have futex_waitv, and may we call it?  An empty call is
+ * -EINVAL if so (ENOSYS: none; EPERM: a seccomp filter). */
 static bool have_waitv(void)
 {
-	if (syscall(SYS_futex_waitv, NULL, 0, 0, NULL, CLOCK_MONOTONIC) < 0 &&
-	    errno == ENOSYS)
-		return false;
-	return true;
+	return syscall(SYS_futex_waitv, NULL, 0, 0, NULL, CLOCK_MONOTONIC) < 0 &&
+	       errno == EINVAL;
 }
 
 /* The helper takes no signals: the application's handlers run in its
@@ -536,6 +554,7 @@ int flowshm_set_fd(flowshm_set_t *s)
 		goto out;
 	}
 	s->thread_on = true;
+	s->pid = getpid();
 	/* readable at once: the caller polls, and its -EAGAIN arms it */
 	signal_fd(s->efd);
 out:

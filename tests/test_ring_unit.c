@@ -1101,6 +1101,44 @@ static void test_peek_skips_bounded(void)
 }
 
 /*
+ * flowshm_poll on a consumer whose next record sits behind 32 MiB of pads
+ * (committed by a co-producer before the poll): each look steps over 2^16
+ * of them and says "nothing yet", and the poll slept on with the record
+ * ready (for ever with no timeout and recovery off).  It must return it.
+ * alarm() only guards the test run against that hang.
+ */
+static void test_poll_behind_pads(void)
+{
+	/* more pads than the poll's first rounds (which only yield) step
+	 * over: 2^21 of them, 32 looks */
+	uint64_t ring = 64u << 20, pads = (32u << 20) / FR_REC_HDR;
+	int fd = tu_ring(ring, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, UINT64_MAX);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	unsigned ready = 9, nready = 0;
+	char buf[64];
+	size_t len;
+	int rc;
+
+	fill_pads(&p->ring, pads);
+	atomic_store(&p->ring.sh->tail, pads * FR_REC_HDR);
+	CHECK_RC(flowshm_send(p, "behind", 6, 0), 0);
+	alarm(60);
+	CHECK_RC(flowshm_poll(&c, 1, &ready, &nready, -1), 0);
+	CHECK(nready == 1 && ready == 0);
+	while ((rc = flowshm_recv(c, buf, sizeof(buf), &len, 0)) == -EAGAIN)
+		;
+	alarm(0);
+	CHECK_RC(rc, 0);
+	CHECK(len == 6 && !memcmp(buf, "behind", 6));
+	printf("# poll returned the record behind %llu pads\n",
+	       (unsigned long long)pads);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+/*
  * A client rewrites the length of the first record of another producer's
  * batch between its claim and its commit, so that the commit's walk would
  * wrap past 2^64 to a position it never claimed: nothing outside the
@@ -1162,6 +1200,7 @@ int main(void)
 		{ "skip_lag_bounded", test_skip_lag_bounded },
 		{ "skip_lag_rewritten_pos", test_skip_lag_rewritten_pos },
 		{ "peek_skips_bounded", test_peek_skips_bounded },
+		{ "poll_behind_pads", test_poll_behind_pads },
 		{ "commit_stays_in_claim", test_commit_stays_in_claim },
 	};
 
