@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -44,6 +45,11 @@ const char *ctl_socket_path(const char *flag_value)
 	return CTL_DEFAULT_SOCKET;
 }
 
+static const struct timeval connect_tmo = {
+	.tv_sec = CTL_DEFAULT_TIMEOUT_MS / 1000,
+	.tv_usec = CTL_DEFAULT_TIMEOUT_MS % 1000 * 1000,
+};
+
 int ctl_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -62,6 +68,10 @@ int ctl_connect(const char *path)
 		seterr("socket: %s", strerror(-rc));
 		return rc;
 	}
+	/* a moverd that does not accept (stopped, its loop stalled) with a
+	 * full backlog: a connect would block until it does, whatever the
+	 * caller's timeout; give up after CTL_DEFAULT_TIMEOUT_MS (EAGAIN) */
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &connect_tmo, sizeof(connect_tmo));
 	while (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		if (errno == EINTR)
 			continue;
@@ -82,11 +92,19 @@ int ctl_connect(const char *path)
 		case -EPERM:
 			seterr("permission denied connecting to %s", path);
 			return -EACCES;
+		case -EAGAIN:
+			seterr("moverd did not accept a connection on %s within "
+			       "%d ms (stopped, or busy)", path,
+			       CTL_DEFAULT_TIMEOUT_MS);
+			return -ETIMEDOUT;
 		default:
 			seterr("cannot connect to %s: %s", path, strerror(-rc));
 			return rc;
 		}
 	}
+	/* sends block as before: the calls bound their own waits */
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &(struct timeval){ 0 },
+		   sizeof(struct timeval));
 	return s;
 }
 

@@ -25,7 +25,9 @@ const char *ctl_socket_path(const char *flag_value);
  * Connect to moverd's socket (blocking, close-on-exec).  Returns the fd, or
  * -ECONNREFUSED when no daemon is there (no socket file, or nobody
  * listening), -ENAMETOOLONG for a path that does not fit sockaddr_un,
- * -EACCES when the socket may not be opened, other negative errnos.
+ * -EACCES when the socket may not be opened, -ETIMEDOUT when moverd did not
+ * accept within CTL_DEFAULT_TIMEOUT_MS (its backlog full: stopped, or its
+ * loop stalled), other negative errnos.
  */
 int ctl_connect(const char *path);
 

@@ -187,6 +187,38 @@ int main(void)
 	close(fk.ring_fd);
 	close(fk.listen_fd);
 	unlink(path);
+
+	/* a moverd that accepts nothing (stopped) with its backlog full:
+	 * the attach gives up (it blocked in connect() before) */
+	{
+		int full = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), n = 0;
+		int waiting[64];
+
+		CHECK(bind(full, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+		CHECK(listen(full, 0) == 0);
+		for (; n < 64; n++) {
+			waiting[n] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC |
+					    SOCK_NONBLOCK, 0);
+			if (connect(waiting[n], (struct sockaddr *)&sa,
+				    sizeof(sa)) < 0) {
+				CHECK(errno == EAGAIN);
+				close(waiting[n]);
+				break;
+			}
+		}
+		CHECK(n < 64);
+		alarm(60); /* guards the run against the old hang */
+		CHECK_RC(flowshm_attach("f", FLOWSHM_PRODUCER, NULL, &p),
+			 -ETIMEDOUT);
+		alarm(0);
+		CHECK(strstr(flowshm_attach_error(), "did not accept"));
+		printf("backlog full (%d waiting): %s\n", n,
+		       flowshm_attach_error());
+		while (n--)
+			close(waiting[n]);
+		close(full);
+		unlink(path);
+	}
 	rmdir(dir);
 	printf("test_attach: ok\n");
 	return 0;
