@@ -384,6 +384,9 @@ static void daemon_one(struct buf *b, bool om, const char *name,
 	put_value(b, v, flags);
 }
 
+/* d NULL: its record could not be read whole (the sampler was writing
+ * it): its counters are left out of this scrape, never given as 0, which
+ * Prometheus would take for a reset (rate() spikes). */
 static void render_daemon(struct buf *b, const struct fmc_header *h,
 			  const struct fmc_snap *d, bool om)
 {
@@ -395,6 +398,8 @@ static void render_daemon(struct buf *b, const struct fmc_header *h,
 	daemon_one(b, om, "flowmover_start_time_seconds", "gauge",
 		   "When moverd started (Unix time).", h->start_unix_ns,
 		   FV_SCALE_NS);
+	if (!d)
+		return;
 	daemon_one(b, om, "flowmover_duty_cycles", "counter",
 		   "Duty cycles of the mover.", d->v[FMC_D_CYCLES], 0);
 	daemon_one(b, om, "flowmover_work_cycles", "counter",
@@ -463,9 +468,7 @@ char *metrics_render(const struct fmc_header *h, bool om, size_t *len)
 		if (fmc_read(fmc_record(h, fmc_first_peer(h) + i), &peers[np]) &&
 		    peers[np].type == FMC_PEER)
 			np++;
-	if (!fmc_read(fmc_record(h, 0), &d))
-		memset(&d, 0, sizeof(d));
-	render_daemon(&b, h, &d, om);
+	render_daemon(&b, h, fmc_read(fmc_record(h, 0), &d) ? &d : NULL, om);
 	render_flows(&b, h, flows, nf, om);
 	render_peers(&b, peers, np, om);
 	if (om)
