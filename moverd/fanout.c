@@ -377,13 +377,6 @@ bool fanout_cut_seen(struct flow *f)
 }
 
 /*
- * f's subscription was cut and its backoff is over: take a new slot of
- * the ring at the slowest subscriber's position (as fanout_add's join)
- * and open the flow on its peer again from there.  The peer, told of the
- * cut before (same connection, in order), accepts that open as a new
- * incarnation of its flow (peer.c, handle_open).
- */
-/*
  * A new slot of f joined at the slowest subscriber's position, which may
  * lie behind what f had sent its peer before the cut (another subscriber
  * lags further, or the peer's consumers read what was in flight at the
@@ -403,6 +396,14 @@ static void skip_sent(struct fr_ring *r, uint64_t sent)
 	fr_sub_publish(r);
 }
 
+/*
+ * f's subscription was cut and its backoff is over: take a new slot of
+ * the ring at the slowest subscriber's position (as fanout_add's join)
+ * and open the flow on its peer again from there.  The peer takes that
+ * open as a new incarnation of its flow (peer.c, handle_open): told of
+ * the cut before (same connection, in order), or by the open's after_cut
+ * when it was not (its link or its moverd was down at the cut).
+ */
 static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 {
 	struct fr_ring *r;
