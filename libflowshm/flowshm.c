@@ -323,8 +323,6 @@ int flowshm_open_attached(int fd, enum flowshm_role role,
 	/* before any slot: the pid we write, and whether we may judge */
 	if (view && view->pid)
 		fr_pid_view(&(*out)->ring, view->pid, same_pid_ns(view));
-	if (slot == FLOWSHM_NO_SLOT)
-		return 0;
 	if (role == FLOWSHM_PRODUCER) {
 		rc = producer_slot(&(*out)->ring, slot, gen);
 	} else if (slot >= 0) {

@@ -68,16 +68,6 @@ int flowshm_ring_create_at(const struct flowshm_ring_params *params,
 			   int dirfd, const char *name, uint64_t seal_key,
 			   uint64_t start, int *fd);
 
-/*
- * flowshm_open_fd for an attach through moverd: a consumer adopts the
- * subscriber slot moverd took for it, a producer the producer slot (slot
- * >= 0, with its gen), or takes one itself (slot < 0).  -ESTALE if the
- * slot is no longer ours.  FLOWSHM_NO_SLOT takes none: moverd's own view of
- * a ring, which subscribes with a slot of its own (fr_sub_take_held) and
- * names its END claims in a slot taken for each (fr_write_end).
- */
-#define FLOWSHM_NO_SLOT (-2)
-
 /* What moverd said at attach of the client's pid (ipc/ring.h, Liveness):
  * its pid as moverd sees it and moverd's pid namespace.  pid 0: nothing
  * said (no moverd, or an older one): the client's own pids, as before. */
@@ -86,17 +76,25 @@ struct fsi_pid_view {
 	uint64_t pid_ns;
 };
 
+/*
+ * flowshm_open_fd for an attach through moverd: a consumer adopts the
+ * subscriber slot moverd took for it, a producer the producer slot (slot
+ * >= 0, with its gen), or takes one itself (slot < 0).  -ESTALE if the
+ * slot is no longer ours.  moverd's own view of a ring takes no slot here:
+ * see flowshm_open_view.
+ */
 int flowshm_open_attached(int fd, enum flowshm_role role,
 			  const struct flowshm_opts *opts, int slot,
 			  uint64_t gen, const struct fsi_pid_view *view,
 			  flowshm_t **out);
 
 /*
- * moverd's own view of a ring (FLOWSHM_NO_SLOT, as a producer): mapped()
- * runs between the mmap and the first read of the mapping, so that moverd
- * guards it before a client that shrank the file can fault it
- * (moverd/ring_guard.h).  If the open then fails, the mapping is gone:
- * the caller drops its guard.
+ * moverd's own view of a ring, with no slot (it subscribes with a slot of
+ * its own, fr_sub_take_held, and names its END claims in a slot taken for
+ * each, fr_write_end).  mapped() runs between the mmap and the first read
+ * of the mapping, so that moverd guards it before a client that shrank
+ * the file can fault it (moverd/ring_guard.h).  If the open then fails,
+ * the mapping is gone: the caller drops its guard.
  */
 int flowshm_open_view(int fd, void (*mapped)(void *map, size_t bytes,
 					     void *arg),
