@@ -57,37 +57,66 @@ static int parse_net(const char *s, struct peer_net *n)
 	return 0;
 }
 
-int peer_allow_parse(const char *spec, struct peer_allow *a, char *err,
-		     size_t cap)
+/* A comma-separated option value: what it is called, what each item is to
+ * be, and how many it may have; one() parses item i into ctx (0 or not). */
+struct list_kind {
+	const char *opt, *what, *expect;
+	unsigned max;
+	int (*one)(const char *tok, unsigned i, void *ctx);
+};
+
+/* Parse spec's items into ctx, counting them in *n; 0, or -EINVAL with a
+ * sentence in err (too long, too many, a bad item, none). */
+static int parse_list(const char *spec, const struct list_kind *k, void *ctx,
+		      unsigned *n, char *err, size_t cap)
 {
 	char buf[4096], *tok, *save = NULL;
 
-	a->n = 0;
+	*n = 0;
 	if (strlen(spec) >= sizeof(buf)) {
-		snprintf(err, cap, "--peer-allow: too long");
+		snprintf(err, cap, "%s: too long", k->opt);
 		return -EINVAL;
 	}
 	strcpy(buf, spec);
 	for (tok = strtok_r(buf, ",", &save); tok;
 	     tok = strtok_r(NULL, ",", &save)) {
-		if (a->n == PEER_ALLOW_MAX) {
-			snprintf(err, cap, "--peer-allow: at most %u networks",
-				 PEER_ALLOW_MAX);
+		if (*n == k->max) {
+			snprintf(err, cap, "%s: at most %u %s", k->opt, k->max,
+				 k->what);
 			return -EINVAL;
 		}
-		if (parse_net(tok, &a->nets[a->n])) {
-			snprintf(err, cap, "--peer-allow: '%.64s' is not an "
-				 "address or network (e.g. 10.0.0.0/8, "
-				 "fd00::/8, 192.0.2.7)", tok);
+		if (k->one(tok, *n, ctx)) {
+			snprintf(err, cap, "%s: '%.64s' is not %s", k->opt, tok,
+				 k->expect);
 			return -EINVAL;
 		}
-		a->n++;
+		(*n)++;
 	}
-	if (!a->n) {
-		snprintf(err, cap, "--peer-allow: no network given");
+	if (!*n) {
+		snprintf(err, cap, "%s: none given", k->opt);
 		return -EINVAL;
 	}
 	return 0;
+}
+
+static int allow_one(const char *tok, unsigned i, void *ctx)
+{
+	struct peer_allow *a = ctx;
+
+	return parse_net(tok, &a->nets[i]);
+}
+
+int peer_allow_parse(const char *spec, struct peer_allow *a, char *err,
+		     size_t cap)
+{
+	static const struct list_kind kind = {
+		.opt = "--peer-allow", .what = "networks",
+		.expect = "an address or network (e.g. 10.0.0.0/8, fd00::/8, "
+			  "192.0.2.7)",
+		.max = PEER_ALLOW_MAX, .one = allow_one,
+	};
+
+	return parse_list(spec, &kind, a, &a->n, err, cap);
 }
 
 /* sa's address bytes and family; a v4-mapped v6 address as v4. */
@@ -218,37 +247,24 @@ static int parse_endpoint(const char *s, char *name, size_t cap)
 	return endpoint_name((struct sockaddr *)&ss, name, cap) ? 0 : -EINVAL;
 }
 
+static int reach_one(const char *tok, unsigned i, void *ctx)
+{
+	struct peer_reach *r = ctx;
+
+	return parse_endpoint(tok, r->name[i], sizeof(r->name[0]));
+}
+
 int peer_reach_parse(const char *spec, struct peer_reach *r, char *err,
 		     size_t cap)
 {
-	char buf[1024], *tok, *save = NULL;
+	static const struct list_kind kind = {
+		.opt = "--peer-reachable-at", .what = "addresses",
+		.expect = "a numeric IP:PORT (e.g. 192.0.2.7:7000, "
+			  "[2001:db8::1]:7000)",
+		.max = PEER_REACH_MAX, .one = reach_one,
+	};
 
-	r->n = 0;
-	if (strlen(spec) >= sizeof(buf)) {
-		snprintf(err, cap, "--peer-reachable-at: too long");
-		return -EINVAL;
-	}
-	strcpy(buf, spec);
-	for (tok = strtok_r(buf, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (r->n == PEER_REACH_MAX) {
-			snprintf(err, cap, "--peer-reachable-at: at most %u "
-				 "addresses", PEER_REACH_MAX);
-			return -EINVAL;
-		}
-		if (parse_endpoint(tok, r->name[r->n], sizeof(r->name[0]))) {
-			snprintf(err, cap, "--peer-reachable-at: '%.64s' is not "
-				 "a numeric IP:PORT (e.g. 192.0.2.7:7000, "
-				 "[2001:db8::1]:7000)", tok);
-			return -EINVAL;
-		}
-		r->n++;
-	}
-	if (!r->n) {
-		snprintf(err, cap, "--peer-reachable-at: no address");
-		return -EINVAL;
-	}
-	return 0;
+	return parse_list(spec, &kind, r, &r->n, err, cap);
 }
 
 bool peer_reach_has(const struct peer_reach *r, const char *name)
