@@ -501,13 +501,19 @@ static long retry_ms(const char *msg)
 	return at ? strtol(at + strlen("try again in "), NULL, 10) : -1;
 }
 
-/* uid's raw creates and destroys of ring bytes `ring` (a child of ours),
- * at most max: the errno of the first create refused, 0 if none; *done:
- * how many passed. */
-static int uid_churn(const struct hd *d, uid_t uid, uint64_t ring, int max,
-		     int *done)
+/* One turn i of a loop a child runs as another uid on its control
+ * socket: 0 to go on, or the negative errno of a refusal (its words in
+ * why) that ends the loop. */
+typedef int (*uid_turn)(int sock, int i, void *arg, char *why, size_t cap);
+
+/* As uid (a child of ours), turn() for i = 0 .. max-1 until the first
+ * refusal: its errno (0 if none); *done: how many turns passed; msg (if
+ * not NULL): the refusal's words. */
+static int uid_loop(const struct hd *d, uid_t uid, int max, uid_turn turn,
+		    void *arg, int *done, char *msg, size_t cap)
 {
 	int st, sock, rc = 0, i = 0, pipefd[2];
+	char why[256] = "";
 	pid_t pid;
 
 	CHECK(pipe(pipefd) == 0);
@@ -518,19 +524,43 @@ static int uid_churn(const struct hd *d, uid_t uid, uint64_t ring, int max,
 		sock = ctl_connect(d->sock);
 		CHECK(sock >= 0);
 		for (; i < max && !rc; i++)
-			if (!(rc = hc_create(sock, "raw14", ring, 0)))
-				CHECK_RC(hc_destroy(sock, "raw14"), 0);
+			rc = turn(sock, i, arg, why, sizeof(why));
 		i -= rc != 0;
 		CHECK(write(pipefd[1], &i, sizeof(i)) == sizeof(i));
+		CHECK(write(pipefd[1], why, sizeof(why)) == sizeof(why));
 		_exit(-rc);
 	}
 	close(pipefd[1]);
 	CHECK(read(pipefd[0], &i, sizeof(i)) == sizeof(i));
+	CHECK(read(pipefd[0], why, sizeof(why)) == sizeof(why));
 	close(pipefd[0]);
 	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
 	if (done)
 		*done = i;
+	if (msg)
+		snprintf(msg, cap, "%s", why);
 	return -WEXITSTATUS(st);
+}
+
+/* A raw create and destroy of *(uint64_t *)ring bytes. */
+static int churn_turn(int sock, int i, void *ring, char *why, size_t cap)
+{
+	int rc = hc_create(sock, "raw14", *(uint64_t *)ring, 0);
+
+	(void)i;
+	(void)why;
+	(void)cap;
+	if (!rc)
+		CHECK_RC(hc_destroy(sock, "raw14"), 0);
+	return rc;
+}
+
+/* uid's raw creates and destroys of ring bytes `ring`, at most max: the
+ * errno of the first create refused, 0 if none; *done: how many passed. */
+static int uid_churn(const struct hd *d, uid_t uid, uint64_t ring, int max,
+		     int *done)
+{
+	return uid_loop(d, uid, max, churn_turn, &ring, done, NULL, 0);
 }
 
 /* One `flow peer add` (or remove) of peer to flow name on sock: 0, or the
@@ -554,27 +584,18 @@ static int peer_edit(int sock, const char *name, const char *peer,
 	return rc;
 }
 
-/* As uid, flow fan14 to a peer nobody listens at, then `flow peer add`
- * and `remove` of a second peer, at most max pairs: how many passed
- * before the first refusal (*done; its words in msg), and its errno. */
-static int uid_edits(const struct hd *d, uid_t uid, int max, int *done,
-		     char *msg, size_t cap)
+/* First flow fan14 to a peer nobody listens at, then each turn a `flow
+ * peer add` and `remove` of a second peer. */
+static int edit_turn(int sock, int i, void *arg, char *why, size_t cap)
 {
-	int st, sock, rc = 0, i = 0, pipefd[2];
-	pid_t pid;
+	int rc;
 
-	CHECK(pipe(pipefd) == 0);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
+	(void)arg;
+	if (i == 0) {
 		Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 		Flowmover__CreateFlow cr = FLOWMOVER__CREATE_FLOW__INIT;
 		Flowmover__FlowSpec spec = FLOWMOVER__FLOW_SPEC__INIT;
-		char why[256] = "";
 
-		become(uid);
-		sock = ctl_connect(d->sock);
-		CHECK(sock >= 0);
 		spec.name = "fan14";
 		spec.ring_size = 65536;
 		spec.peer = "127.0.0.1:1";
@@ -582,23 +603,17 @@ static int uid_edits(const struct hd *d, uid_t uid, int max, int *done,
 		req.body_case = FLOWMOVER__REQUEST__BODY_CREATE;
 		req.create = &cr;
 		CHECK_RC(hc_call(sock, &req, NULL), 0);
-		for (; i < max && !rc; i++)
-			if (!(rc = peer_edit(sock, "fan14", "127.0.0.2:1",
-					     false, why, sizeof(why))))
-				rc = peer_edit(sock, "fan14", "127.0.0.2:1",
-					       true, why, sizeof(why));
-		i -= rc != 0;
-		CHECK(write(pipefd[1], &i, sizeof(i)) == sizeof(i));
-		CHECK(write(pipefd[1], why, sizeof(why)) == sizeof(why));
-		_exit(-rc);
 	}
-	close(pipefd[1]);
-	CHECK(read(pipefd[0], &i, sizeof(i)) == sizeof(i));
-	CHECK(read(pipefd[0], msg, cap < 256 ? cap : 256) > 0);
-	close(pipefd[0]);
-	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
-	*done = i;
-	return -WEXITSTATUS(st);
+	rc = peer_edit(sock, "fan14", "127.0.0.2:1", false, why, cap);
+	return rc ? rc : peer_edit(sock, "fan14", "127.0.0.2:1", true, why, cap);
+}
+
+/* As uid, at most max edit_turns: how many passed before the first
+ * refusal (*done; its words in msg), and its errno. */
+static int uid_edits(const struct hd *d, uid_t uid, int max, int *done,
+		     char *msg, size_t cap)
+{
+	return uid_loop(d, uid, max, edit_turn, NULL, done, msg, cap);
 }
 
 static int nobody_churn(const struct hd *d, uint64_t ring, int max)
