@@ -13,14 +13,7 @@ import numpy as np
 import pytest
 
 import flowshm
-
-def ring_pair(size=1 << 16, max_record=1024):
-    fd = flowshm.ring_create(size, max_record)
-    p = flowshm.open_fd(fd, "producer")
-    c = flowshm.open_fd(fd, "consumer")
-    os.close(fd)
-    return p, c
-
+from rings import ring_pair
 
 def recs(n, tag=b"r"):
     return [tag + i.to_bytes(4, "little") for i in range(n)]

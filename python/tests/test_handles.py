@@ -16,14 +16,7 @@ import weakref
 import pytest
 
 import flowshm
-
-
-def ring_pair(size=1 << 16, max_record=1024):
-    fd = flowshm.ring_create(size, max_record)
-    p = flowshm.open_fd(fd, "producer")
-    c = flowshm.open_fd(fd, "consumer")
-    os.close(fd)
-    return p, c
+from rings import ring_pair
 
 
 def run_script(body):
