@@ -107,7 +107,7 @@ static struct flow *new_sibling(struct flow *f, const char *addr)
 	s->created_unix_ms = f->created_unix_ms;
 	s->role = FLOW_SENDER;
 	s->state = FLOW_CONNECTING;
-	s->id = f->table->next_id++;
+	s->id = flows_new_id(f->table);
 	s->ring_bytes = f->ring_bytes;
 	s->transport = "tcp";
 	snprintf(s->peer_addr, sizeof(s->peer_addr), "%s", addr);

@@ -427,13 +427,43 @@ void flows_expose(struct flow *f)
 		link_exposed(f->table, f);
 }
 
+static bool id_in_use(const struct flow_table *t, uint32_t id)
+{
+	for (const struct flow *f = t->head; f; f = f->next) {
+		if (f->id == id)
+			return true;
+		for (const struct flow *s = f->fanout; s; s = s->fanout_next)
+			if (s->id == id)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Ids only grow, from 1 past the largest a state file names, so until
+ * 2^32 of them were handed out each is new.  Then they wrap (12 days of
+ * one uid's creates of 4 KiB rings at the default --max-ring-rate-per-uid):
+ * from there on each is checked against the table (one walk a create), so
+ * that a long-lived flow's id is never a new flow's too.  0 stays no id.
+ */
+uint32_t flows_new_id(struct flow_table *t)
+{
+	for (;;) {
+		uint64_t seq = t->next_id++;
+		uint32_t id = (uint32_t)seq;
+
+		if (id && (seq <= UINT32_MAX || !id_in_use(t, id)))
+			return id;
+	}
+}
+
 static void link_flow(struct flow_table *t, struct flow *f)
 {
 	f->next = t->head;
 	t->head = f;
 	t->count++;
 	if (f->id >= t->next_id)
-		t->next_id = f->id + 1;
+		t->next_id = (uint64_t)f->id + 1;
 	if (f->exposed)
 		link_exposed(t, f);
 }
@@ -1484,7 +1514,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	f->table = t;
 	f->role = spec->role;
 	f->transport = spec->role == FLOW_LOCAL ? "local" : "tcp";
-	f->id = spec->role == FLOW_SENDER ? t->next_id++ : 0;
+	f->id = spec->role == FLOW_SENDER ? flows_new_id(t) : 0;
 	snprintf(f->peer_addr, sizeof(f->peer_addr), "%s",
 		 spec->peer ? spec->peer : "");
 	if (spec->role == FLOW_RECEIVER)

@@ -294,7 +294,9 @@ struct flow_table {
 	/* flows_set_state calls: a counters pass writes every flow's record
 	 * when this moved (counters.c, flows_to_write) */
 	uint64_t state_changes;
-	uint32_t next_id;
+	/* sender ids: the next one's sequence, past 2^32 once ids wrapped
+	 * (flows_new_id) */
+	uint64_t next_id;
 	struct flow_limits limits;
 	char state_dir[256];      /* ring files of flows between hosts */
 	int state_fd;             /* ... that directory, checked (private_dir) */
@@ -413,6 +415,10 @@ struct flow *flows_find(struct flow_table *t, const char *name);
 
 /* A zeroed flow, its first line on a cache line (struct flow); free()d. */
 struct flow *flows_alloc(void);
+
+/* An id for a new sender flow (or fan-out sibling): never 0, never one a
+ * flow of t has (what DATA, ACKs and the state files name it by). */
+uint32_t flows_new_id(struct flow_table *t);
 
 /* A receiving flow its sender cut (fan-out --max-lag): failed until the
  * sender rejoins, which makes it again as a new flow of the same name

@@ -43,6 +43,9 @@
  *      connection tells the new moverd): its subscriber slot is given back
  *      and does not hold producers back; a slot the new moverd took in pid
  *      0 (a consumer it cannot see) is left alone
+ *  13  flow ids wrap: a sending moverd restarted with a flow whose state
+ *      file says id 2^32-1 gives new flows ids no flow has (not 0, not a
+ *      living flow's), and each flow's records reach its own consumer once
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -787,6 +790,92 @@ static void case_inherited_slot(void)
 	hd_stop(&d);
 }
 
+/* ---- case 13: flow ids wrap ------------------------------------------------ */
+
+static void state_path(const struct hd *d, const char *name, char *out,
+		       size_t cap)
+{
+	snprintf(out, cap, "%s/rings/%s.flow", d->dir, name);
+}
+
+/* The id= of flow name's state file on d. */
+static uint32_t state_id(const struct hd *d, const char *name)
+{
+	char path[256], line[256];
+	unsigned long id = 0;
+	FILE *f;
+
+	state_path(d, name, path, sizeof(path));
+	CHECK((f = fopen(path, "r")) != NULL);
+	while (fgets(line, sizeof(line), f) && sscanf(line, "id=%lu", &id) != 1)
+		;
+	fclose(f);
+	CHECK(id > 0 && id <= UINT32_MAX);
+	return (uint32_t)id;
+}
+
+/* Write id into flow name's state file on d (moverd stopped). */
+static void set_state_id(const struct hd *d, const char *name, uint32_t id)
+{
+	char path[256], line[256], text[4096] = "";
+	size_t used = 0;
+	FILE *f;
+
+	state_path(d, name, path, sizeof(path));
+	CHECK((f = fopen(path, "r")) != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "id=", 3))
+			snprintf(line, sizeof(line), "id=%u\n", id);
+		CHECK(used + strlen(line) < sizeof(text));
+		used += (size_t)snprintf(text + used, sizeof(text) - used, "%s",
+					 line);
+	}
+	fclose(f);
+	CHECK((f = fopen(path, "w")) != NULL);
+	CHECK(fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+static void case_id_wrap(void)
+{
+	static const char *const names[] = { "old", "n0", "n1" };
+	uint32_t ids[3];
+	pid_t prod[3], cons[3];
+	char out[4096];
+	struct hd a, b;
+
+	two_daemons(&a, &b, "life13", "old", "--ring-size 64K --max-record 1K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "old", "open", 10000, NULL, 0));
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create top "
+		     "--peer 127.0.0.1:1") == 0);
+	hd_term(&a);
+	/* as if 2^32 flows had been made since "old" */
+	set_state_id(&a, "top", UINT32_MAX);
+	restart(&a, tcp_only);
+	CHECK(hd_wait_state(&a, moverctl_bin, "old", "open", 20000, NULL, 0));
+	for (int i = 1; i < 3; i++)
+		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create "
+			     "%s --peer 127.0.0.1:%d --ring-size 64K "
+			     "--max-record 1K", names[i], b.port) == 0);
+	for (int i = 0; i < 3; i++)
+		ids[i] = state_id(&a, names[i]);
+	printf("  ids after the wrap: old %u, n0 %u, n1 %u (top %u)\n", ids[0],
+	       ids[1], ids[2], state_id(&a, "top"));
+	CHECK(ids[1] != ids[0] && ids[2] != ids[0] && ids[1] != ids[2]);
+	CHECK(ids[1] != UINT32_MAX && ids[2] != UINT32_MAX);
+	for (int i = 0; i < 3; i++) {
+		CHECK(hd_wait_state(&b, moverctl_bin, names[i], "open", 10000,
+				    NULL, 0));
+		cons[i] = fc_consume(&b, names[i], 1, 3000, 200, 10000);
+		prod[i] = fc_produce(&a, names[i], 1, 3000, 200);
+	}
+	for (int i = 0; i < 3; i++) {
+		fc_done(prod[i], names[i], 60000);
+		fc_done(cons[i], names[i], 60000);
+	}
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -810,6 +899,7 @@ int main(int argc, char **argv)
 		{ 11, case_status, "the flow's status as its clients read it" },
 		{ 12, case_inherited_slot, "a consumer that outlived moverd dies "
 		  "later" },
+		{ 13, case_id_wrap, "flow ids wrap" },
 	};
 
 	if (argc != 4) {
