@@ -1356,7 +1356,7 @@ int flows_charge_edit(struct flow_table *t, const char *name, uid_t uid,
 		      char *err, size_t errlen)
 {
 	const struct flow_spec s = { .name = name, .role = FLOW_SENDER };
-	char why[256];
+	char why[384]; /* check_rate's sentence whole (at most 309 bytes) */
 	int rc = check_rate(t, &s, uid, 0, why, sizeof(why));
 
 	if (rc)

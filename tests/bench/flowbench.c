@@ -3464,7 +3464,7 @@ static void json_pp(const struct rlat *r)
 static void print_sparse_floor(const struct ropts *o, const struct rlat *lats,
 			       int nlats, const struct rlat *sp)
 {
-	char sz[16];
+	char sz[32];
 
 	printf("sockperf blocking at %g/s (%s): one-way p50 %.1f us, p99 "
 	       "%.1f us\n", o->sparse, fmt_size(sp->size, sz, sizeof(sz)),
