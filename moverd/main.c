@@ -262,7 +262,7 @@ static void usage(FILE *out)
 "  --peer-max-hosts-per-uid N\n"
 "                           peer daemons the flows of one uid other than\n"
 "                           root may make this one connect to (default 32)\n"
-"  --peer-connect-timeout S seconds a TCP connect to a peer may take\n"
+"  --peer-connect-timeout S seconds a connect to a peer (TCP or RDMA) may take\n"
 "                           (default 10); then it fails, the flows say so\n"
 "                           and it is retried\n"
 "  --metrics HOST:PORT      serve the counters (SOCKET.counters, readable by\n"

@@ -1661,6 +1661,8 @@ static void authenticated(struct peer *p)
 		p->backoff_ms = 100; /* only now: a refused handshake
 				      * reconnects ever more slowly */
 	if (p->tp->authenticated) {
+		/* may fail p, or close one that hung up meanwhile (RDMA:
+		 * its frames are taken before the hang-up is acted on) */
 		p->tp->authenticated(p);
 		if (p->state != PEER_UP)
 			return;

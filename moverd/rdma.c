@@ -135,6 +135,8 @@ struct rdma_conn {
 	unsigned max_inline;
 	bool qp_ready;
 	bool hung_up;   /* the peer disconnected: take what came, post nothing */
+	uint64_t begun_ns; /* the connect request came, or ours began: the
+			    * deadline of its coming up (connect_deadlines) */
 	/* every ring registered on this connection, grown as flows come:
 	 * bounded by the flows a peer may have here (--peer-max-flows, and
 	 * ours), and those orphaned until the batch in flight completes */
@@ -561,9 +563,17 @@ static void rdma_authenticated(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
 
-	/* hung up: its queue pair is in error; the close frees all */
-	if (!c || !c->qp_ready || c->early_recv || c->hung_up)
+	if (!c || !c->qp_ready || c->early_recv)
 		return;
+	/* these are frames it sent before it hung up (DISCONNECTED polls
+	 * them): it closes now, before peer.c acts on the authentication
+	 * (merge_duplicate would retire a healthy connection for this one,
+	 * adopt_waiting move flows onto it).  Its queue pair is in error;
+	 * the close frees all. */
+	if (c->hung_up) {
+		peer_hung_up(p, rdma_event_str(RDMA_CM_EVENT_DISCONNECTED));
+		return;
+	}
 	c->early_recv = c->recv_mr;
 	c->early_stage = c->stage_mr;
 	c->recv_mr = c->stage_mr = NULL;
@@ -579,17 +589,25 @@ static void rdma_authenticated(struct peer *p)
 	}
 }
 
+/*
+ * In the order of rdma-core's examples (rping, rdma_server): the queue
+ * pair first, then the memory its work requests use, the CQ, the id, the
+ * PD last.  Until the QP is destroyed the device may still DMA: a WRITE
+ * of the batch in flight reads a producer ring (rdma_shutdown does not
+ * wait for it), the peer's WRITEs land in a consumer ring.  So no
+ * registration goes before, nor the flow reference that keeps its pages.
+ */
 static void rdma_close(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
 
 	if (!c)
 		return;
+	if (c->id && c->id->qp)
+		rdma_destroy_qp(c->id);
 	while (c->n_mrs)
 		drop_mr(c, 0);
 	free(c->mrs);
-	if (c->id && c->id->qp)
-		rdma_destroy_qp(c->id);
 	if (c->recv_mr)
 		ibv_dereg_mr(c->recv_mr);
 	if (c->stage_mr)
@@ -612,12 +630,23 @@ static void rdma_close(struct peer *p)
 		conn_free(c);
 }
 
+/*
+ * The queue pair to error (what is posted flushes) and the peer told.  A
+ * failure is only said: the peer then learns it from its own deadlines,
+ * and nothing of ours is at risk, since rdma_close destroys the QP before
+ * any memory a work request may use goes.  Without a QP (a connect that
+ * failed before its route) there is nobody to tell; with the device
+ * going, rdma_cm may refuse, and the removal says why already.
+ */
 static void rdma_shutdown(struct peer *p)
 {
+	static struct log_limit lim; /* peers come and go at will */
 	struct rdma_conn *c = conn(p);
 
-	if (c && c->id)
-		rdma_disconnect(c->id);
+	if (c && c->id && c->id->qp && rdma_disconnect(c->id) &&
+	    shared(p->m)->dev == DEV_OK)
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: rdma_disconnect: %s",
+			    p->addr, strerror(errno));
 	/* the queue pair is destroyed at close: nothing completes after */
 	p->wr_op.busy = false;
 }
@@ -970,11 +999,21 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	}
 	id->context = p;
 	p->state = PEER_CONNECTING;
+	conn(p)->begun_ns = fr_now_ns();
 	if (setup_qp(p, id) || rdma_accept(id, &cp)) {
 		log_warn("peer %s: cannot accept an RDMA connection", addr);
 		conn(p)->id = id;
 		p->state = PEER_CLOSING; /* reap_peers frees it */
 	}
+}
+
+/* Up.  An inbound peer's hello deadline runs from its connect request,
+ * as a TCP peer's from its accept: peer_up starts it now. */
+static void established(struct peer *p)
+{
+	peer_up(p);
+	if (!p->outbound)
+		p->connected_ns = conn(p)->begun_ns;
 }
 
 static void device_removed(struct peer_mgr *m);
@@ -1003,7 +1042,7 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		/* not a peer failed meanwhile (its device went): it closes */
 		if (p && p != (void *)m && p->state == PEER_CONNECTING)
-			peer_up(p);
+			established(p);
 		return;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		device_removed(m);
@@ -1130,24 +1169,59 @@ static void forget_device(struct rdma_shared *s)
 		 s->dev_name, s->m->rdma_only ? " (none: --transport rdma)" : "");
 }
 
+/*
+ * A connection rdma_cm has not brought up.  rdma_cm's own timeouts are
+ * long (a REQ or REP sent again 15 times, ~4 s apart, longer once the
+ * other end acknowledged it with an MRA), and meanwhile an inbound one
+ * holds its queue pair, its pinned buffers and a place among
+ * --peer-max-pending, which TCP peers are admitted by too.  An inbound
+ * one has its hello deadline from its connect request, as a TCP one from
+ * its accept (an initiator that never sends its RTU never says hello
+ * either); one of ours has --peer-connect-timeout, as over TCP.
+ */
+static void connect_deadlines(struct peer_mgr *m, uint64_t now)
+{
+	uint64_t dial_ns = m->connect_timeout_s * 1000000000ull;
+
+	for (struct peer *p = m->peers; p; p = p->next) {
+		struct rdma_conn *c = conn(p);
+
+		if (p->tp != &rdma_transport || p->state != PEER_CONNECTING ||
+		    !c)
+			continue;
+		/* (begun_ns may be later than the timer's now) */
+		if (!p->outbound && now > c->begun_ns + m->hello_timeout_ns)
+			peer_fail(p, "no hello within %llu s: its connection "
+				  "never came up",
+				  (unsigned long long)(m->hello_timeout_ns /
+						       1000000000ull));
+		else if (p->outbound && now > c->begun_ns + dial_ns)
+			peer_fail(p, "connect to %s: timed out after %u s",
+				  p->addr, m->connect_timeout_s);
+	}
+}
+
 void rdma_tick(struct peer_mgr *m, uint64_t now)
 {
 	struct rdma_shared *s = shared(m);
 
+	connect_deadlines(m, now);
 	if (s->dev == DEV_GOING)
 		release_device(m);
 	if (s->dev == DEV_RELEASED)
 		forget_device(s); /* every tick, until the device leaves the list */
-	if (s->dev != DEV_OK || now < s->dev_check_ns)
+	if (now < s->dev_check_ns)
 		return;
 	s->dev_check_ns = now + 1000000000ull;
 	/* a re-arm that found no SQE (loop_sqe NULL) is made here, once a
-	 * second: CM events and finished registrations would wait for ever */
+	 * second: CM events and finished registrations would wait for ever.
+	 * Also while the device goes: release_device waits for every
+	 * registration in flight to be taken back. */
 	if (s->ec)
 		arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
 	if (s->reg)
 		arm_fd(m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
-	if (!device_listed(s->dev_name))
+	if (s->dev == DEV_OK && !device_listed(s->dev_name))
 		device_removed(m);
 }
 
@@ -1186,6 +1260,7 @@ static void rdma_connect_peer(struct peer *p)
 		return;
 	}
 	conn(p)->id = id;
+	conn(p)->begun_ns = fr_now_ns();
 	p->state = PEER_CONNECTING;
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&p->sa, 2000))
 		peer_fail(p, "rdma_resolve_addr: %s", strerror(errno));
@@ -1217,21 +1292,42 @@ static void set_nonblocking(int fd)
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/*
+ * What rdma_available made, undone in reverse order when it cannot go on.
+ * The device context too: librdmacm keeps it open for good, and a driver
+ * without "disassociate" (rxe) makes `rdma link delete` wait for every
+ * open context, so a daemon that gave up on RDMA would hang the removal
+ * until it exits.  As after forget_device, librdmacm is never called for
+ * devices again (m->rdma stays NULL), which would touch the stale context.
+ */
+static void shared_free(struct rdma_shared *s)
+{
+	if (s->listen_id)
+		rdma_destroy_id(s->listen_id);
+	if (s->cc)
+		ibv_destroy_comp_channel(s->cc);
+	if (s->ec)
+		rdma_destroy_event_channel(s->ec);
+	if (s->verbs)
+		ibv_close_device(s->verbs);
+	free(s);
+}
+
 bool rdma_available(struct peer_mgr *m)
 {
-	struct rdma_shared *s;
+	struct rdma_shared *s = calloc(1, sizeof(*s));
 	struct ibv_context **devs;
 	int n = 0;
 
+	if (!s)
+		return false;
 	devs = rdma_get_devices(&n);
 	if (!devs || n == 0) {
 		if (devs)
 			rdma_free_devices(devs);
+		free(s);
 		return false;
 	}
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return false;
 	s->m = m;
 	s->verbs = devs[0];
 	snprintf(s->dev_name, sizeof(s->dev_name), "%s",
@@ -1241,13 +1337,13 @@ bool rdma_available(struct peer_mgr *m)
 	s->cc = s->ec ? ibv_create_comp_channel(s->verbs) : NULL;
 	if (!s->cc || rdma_create_id(s->ec, &s->listen_id, m, RDMA_PS_TCP)) {
 		log_warn("RDMA device present but unusable: %s", strerror(errno));
-		free(s);
+		shared_free(s);
 		return false;
 	}
 	if (!(s->reg = reg_thread_start())) {
 		log_warn("RDMA device present but no registration thread: %s",
 			 strerror(errno));
-		free(s);
+		shared_free(s);
 		return false;
 	}
 	set_nonblocking(s->ec->fd);

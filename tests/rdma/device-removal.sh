@@ -13,6 +13,10 @@
 #      waits in "reconnecting", saying there is no device; moverctl answers.
 #   3. RLIMIT_MEMLOCK: moverd without CAP_IPC_LOCK and `ulimit -l 64`; the
 #      registration fails; the log and `flow show` say to raise the limit.
+#   4. RDMA set-up that fails half way, after the device is open (an
+#      open-file limit that leaves no fd for the event channel, the
+#      completion channel or the registration thread's eventfd): moverd
+#      runs on over TCP, holds no uverbs file, and the deletion completes.
 set -euo pipefail
 build=${1:?usage: device-removal.sh BUILD_DIR}
 ip=10.77.0.1
@@ -138,4 +142,42 @@ wait_flow a3 d3 'reason: .*RLIMIT_MEMLOCK'
 kill -0 "$a" || fail "moverd a3 died on a registration failure"
 ctl a3 status >/dev/null || fail "moverd a3 stopped answering"
 say "phase 3: PASS ($(grep -m1 RLIMIT_MEMLOCK "$run/a3.log" | cut -c14-))"
+kill "$a" "$b"; wait "$a" "$b" 2>/dev/null || true
+
+# ---- 4: RDMA set-up fails after the device is open -------------------------------
+# Each fd moverd opens before its RDMA set-up moves where the limit bites,
+# so the limits are tried upward: below the window moverd cannot start or
+# opens no device, above it RDMA comes up.  One daemon per way of failing
+# is kept running while the device is deleted.
+started() { grep -q "ready (pid" "$2" || ! kill -0 "$1" 2>/dev/null; }
+kept=()
+for n in $(seq 8 64); do
+    (
+        ulimit -n "$n"
+        exec "$moverd" -f --socket "$run/f$n.s" --state-dir "$run/f$n.rings" \
+            --transport auto --log-level info >"$run/f$n.log" 2>&1
+    ) &
+    f=$!
+    pids+=("$f")
+    within 20 started "$f" "$run/f$n.log" || true
+    why=$(grep -o "RDMA device present but [a-z ]*" "$run/f$n.log" || true)
+    if [ -n "$why" ] && kill -0 "$f" 2>/dev/null &&
+       ! grep -q "$why" "$run"/f*.kept 2>/dev/null; then
+        echo "$why" >"$run/f$n.kept"
+        kept+=("$f")
+        say "phase 4: fd limit $n: $why"
+        continue
+    fi
+    kill "$f" 2>/dev/null || true
+    wait "$f" 2>/dev/null || true
+    if grep -q "transport for new peers: rdma" "$run/f$n.log"; then break; fi
+done
+[ ${#kept[@]} -gt 0 ] || fail "no fd limit made the RDMA set-up fail half way"
+delete_device
+no_uverbs "${kept[@]}"
+for k in "$run"/f*.kept; do
+    k=$(basename "$k" .kept)
+    ctl "$k" status >/dev/null || fail "moverd $k stopped answering"
+done
+say "phase 4: PASS (${#kept[@]} ways of failing, device released)"
 say "PASS"

@@ -3,7 +3,7 @@
  * an unauthenticated stranger, for what moverd allocates before a hello
  * (tests/rdma/stranger.sh, in the soft-RoCE guest).
  *
- *   usage: stranger ADDR PORT SECONDS [imm]
+ *   usage: stranger ADDR PORT SECONDS [imm|nortu|deaf]
  *
  * Connects one RC queue pair with rdma_cm, prints "connected", holds the
  * connection SECONDS (or until moverd drops it), then exits 0; non-zero
@@ -12,6 +12,13 @@
  * either), which completes on moverd's side as RECV_RDMA_WITH_IMM, an
  * opcode the protocol never uses, and prints "disconnected" if moverd
  * drops the connection within SECONDS.
+ *
+ * With "nortu" the connection never comes up: it sends its connect
+ * request, prints "requested" and reads no CM event for SECONDS, so
+ * librdmacm never sends the RTU that would answer moverd's reply (it does
+ * so when the CONNECT_RESPONSE is read).  With "deaf" it is a listener at
+ * ADDR:PORT that never answers: it prints "listening" and reads no CM
+ * event (no accept, no reject) for SECONDS.
  */
 #include <rdma/rdma_cma.h>
 
@@ -64,6 +71,23 @@ static int write_imm(struct rdma_cm_id *id)
 	return 0;
 }
 
+/* A listener whose connect requests wait, unanswered, for SECONDS. */
+static int deaf(struct rdma_event_channel *ch, struct addrinfo *ai, int secs)
+{
+	struct rdma_cm_id *id;
+
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
+	    rdma_bind_addr(id, ai->ai_addr) || rdma_listen(id, 16)) {
+		perror("stranger: listen");
+		return 1;
+	}
+	printf("listening\n");
+	fflush(stdout);
+	sleep(secs);
+	rdma_destroy_id(id);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch;
@@ -77,25 +101,42 @@ int main(int argc, char **argv)
 	struct rdma_conn_param cp = { .retry_count = 7, .rnr_retry_count = 7 };
 	struct pollfd pfd;
 
+	const char *mode = argc == 5 ? argv[4] : "";
+
 	if (argc != 4 && argc != 5) {
-		fprintf(stderr, "usage: stranger ADDR PORT SECONDS [imm]\n");
+		fprintf(stderr, "usage: stranger ADDR PORT SECONDS "
+			"[imm|nortu|deaf]\n");
 		return 2;
 	}
 	ch = rdma_create_event_channel();
-	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
-	    getaddrinfo(argv[1], argv[2], NULL, &ai) ||
+	if (!ch || getaddrinfo(argv[1], argv[2], NULL, &ai)) {
+		perror("stranger: set-up");
+		return 1;
+	}
+	if (!strcmp(mode, "deaf"))
+		return deaf(ch, ai, atoi(argv[3]));
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
 	    rdma_resolve_addr(id, NULL, ai->ai_addr, 2000) ||
 	    next_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED) ||
 	    rdma_resolve_route(id, 2000) ||
 	    next_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED) ||
-	    rdma_create_qp(id, NULL, &qa) || rdma_connect(id, &cp) ||
-	    next_event(ch, RDMA_CM_EVENT_ESTABLISHED)) {
+	    rdma_create_qp(id, NULL, &qa) || rdma_connect(id, &cp)) {
+		perror("stranger: connect");
+		return 1;
+	}
+	if (!strcmp(mode, "nortu")) {
+		printf("requested\n");
+		fflush(stdout);
+		sleep(atoi(argv[3]));
+		return 0;
+	}
+	if (next_event(ch, RDMA_CM_EVENT_ESTABLISHED)) {
 		perror("stranger: connect");
 		return 1;
 	}
 	printf("connected\n");
 	fflush(stdout);
-	if (argc == 5 && !strcmp(argv[4], "imm") && write_imm(id))
+	if (!strcmp(mode, "imm") && write_imm(id))
 		return 1;
 	/* wait out the time, or moverd's disconnect */
 	pfd = (struct pollfd){ .fd = ch->fd, .events = POLLIN };

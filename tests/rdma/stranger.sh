@@ -8,7 +8,10 @@
 # posts an RDMA WRITE with immediate data (completing as an opcode the
 # protocol never uses) is disconnected with the reason logged.  Then a
 # real peer moves records over the same daemon: once authenticated, a
-# connection gets all of its buffers.
+# connection gets all of its buffers.  A stranger whose connection never
+# comes up (it never sends its RTU) is dropped at the hello deadline, which
+# runs from its connect request; a connect of moverd's to a listener that
+# never answers gives up after --peer-connect-timeout.
 set -euo pipefail
 build=${1:?usage: stranger.sh BUILD_DIR}
 ip=10.77.0.1
@@ -57,6 +60,30 @@ cat "$run/imm.out"
 grep -q disconnected "$run/imm.out" || fail "moverd kept the connection of a WRITE with immediate data"
 grep -q "RDMA write with immediate data" "$run/b.log" || fail "moverd did not say why it dropped it"
 kill -0 "$b" || fail "moverd died"
+
+# a connection that never comes up (the stranger reads no CM event, so
+# librdmacm never sends the RTU) holds its queue pair and pinned buffers,
+# and a place among --peer-max-pending, until the hello deadline counted
+# from its connect request (rdma_cm alone keeps it for minutes); and a
+# connect to a listener that never answers times out as over TCP
+"$moverd" -f --socket "$run/c.s" --state-dir "$run/c.rings" \
+    --listen "$ip:$((port + 1))" --transport rdma --peer-key "$run/peer.key" \
+    --peer-hello-timeout 2 --peer-connect-timeout 2 >"$run/c.log" 2>&1 &
+mc=$!
+pids+=("$mc")
+within 20 ctl c status >/dev/null 2>&1 || fail "moverd C did not start"
+"$build/tests/rdma_stranger" "$ip" "$((port + 1))" 60 nortu >"$run/nortu.out" 2>&1 &
+pids+=($!)
+within 30 grep -q "no hello within 2 s: its connection never came up" "$run/c.log" ||
+    fail "moverd kept a connection that never came up: $(cat "$run/nortu.out")"
+"$build/tests/rdma_stranger" "$ip" "$((port + 2))" 60 deaf >"$run/deaf.out" 2>&1 &
+pids+=($!)
+within 20 grep -q listening "$run/deaf.out" || fail "the deaf listener: $(cat "$run/deaf.out")"
+ctl c flow create d --ring-size 1M --max-record 4K --peer "$ip:$((port + 2))" >/dev/null
+within 30 grep -q "connect to $ip:$((port + 2)): timed out after 2 s" "$run/c.log" ||
+    fail "a connect to a listener that never answers did not time out"
+kill -0 "$mc" || fail "moverd C died"
+echo "stranger.sh: a connection that never came up dropped after 2 s; a connect to a deaf listener timed out after 2 s"
 
 # a real peer beside them: every buffer once authenticated
 "$moverd" -f --socket "$run/a.s" --transport rdma --peer-key "$run/peer.key" \
