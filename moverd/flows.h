@@ -181,6 +181,8 @@ struct flow {
 	bool active;             /* on one of the mover's lists (mover.c) */
 	bool arm_listed;         /* in the mover's armed list (mover.c) */
 	struct flow *act_prev, *act_next;
+	struct flow_list *act_list; /* the one it is on: its peer's */
+	bool win_wait;           /* off it until an ACK opens its window */
 	uint64_t stuck_checked_ns;
 
 	/* receiver */

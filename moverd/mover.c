@@ -14,9 +14,9 @@
  *         committed goes at once; while a send is in flight, records pile
  *         up and leave together in the next one.
  *
- * Only flows with work are visited (the active lists), and an idle mover
- * sleeps on one futex word of the doorbell page producers ring (ipc/bell.h),
- * whatever the number of flows.
+ * Only flows with work are visited (each peer's active lists: a peer's
+ * cycle visits its own), and an idle mover sleeps on one futex word of the
+ * doorbell page producers ring (ipc/bell.h), whatever the number of flows.
  *
  * A producer ring's words are checked where they are read (next_span):
  * a corrupt record or tail fails its own flow only (fail_sender, peer.c).
@@ -142,24 +142,23 @@ static bool ack_wanted(struct flow *f, uint64_t head, bool flush)
 }
 
 /* Receiver flows: acknowledge deposits, return consumer credit lazily
- * (ack_wanted).  Only the flows owing credit (m->owing) are visited. */
+ * (ack_wanted).  Only p's flows owing credit (p->owing) are visited. */
 static int build_acks(struct peer *p, bool flush)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f, *next;
 	int n = 0;
 
-	for (f = m->owing.head; f && tx_room(p, 2); f = next) {
+	for (f = p->owing.head; f && tx_room(p, 2); f = next) {
 		uint64_t head;
 		uint8_t *h;
 
 		next = f->act_next;
-		if (f->state != FLOW_OPEN || !f->peer) {
+		if (f->state != FLOW_OPEN) {
 			deactivate(m, f); /* a deposit brings it back */
 			continue;
 		}
-		if (f->peer != p || !consumer_head(p, f, &head) ||
-		    !ack_wanted(f, head, flush))
+		if (!consumer_head(p, f, &head) || !ack_wanted(f, head, flush))
 			continue;
 		h = tx_header(p);
 		wire_put(h, WIRE_ACK, f->id, 0, f->sent, head);
@@ -428,32 +427,42 @@ static int tx_build(struct peer *p, bool flush)
 /* ---- the active lists -------------------------------------------------------- */
 
 /*
- * The flows a duty cycle visits, so that a cycle costs what the flows with
- * work cost, whatever the number of open ones:
- *   m->active  sender flows a producer rang for, those the tick's sweep
+ * The flows a duty cycle visits, each peer's own, so that a peer's cycle
+ * costs what its flows with work cost, whatever the number of open flows
+ * and of peers:
+ *   p->active  sender flows a producer rang for, those the tick's sweep
  *              found with records, and those that still have work (a
  *              window to wait for, more records); a flow leaves when it
  *              has nothing committed, after arming its ring (go_idle);
- *   m->owing   receiver flows with deposits not yet fully credited back
+ *   p->owing   receiver flows with deposits not yet fully credited back
  *              (reported_head < sent); a flow leaves when the consumer
  *              has everything and the peer has been told.
- * A flow has one role, so it is on at most one list (f->active).
+ * A flow has one role and one peer, so it is on at most one list
+ * (f->act_list); a flow off every peer is on none (the sweep, or the
+ * deposit that comes once it has one, lists it), and one leaves its list
+ * before it leaves its peer (mover_unlist).  m->n_listed counts them
+ * all: the timer looks at them every TICK_MS while there are any.
  */
-static struct flow_list *list_of(struct peer_mgr *m, const struct flow *f)
+static struct flow_list *list_of(const struct flow *f)
 {
-	return f->role == FLOW_SENDER ? &m->active : &m->owing;
+	if (!f->peer)
+		return NULL;
+	return f->role == FLOW_SENDER ? &f->peer->active : &f->peer->owing;
 }
 
 static void armed_drop(struct peer_mgr *m, struct flow *f);
 
 static void activate(struct peer_mgr *m, struct flow *f)
 {
-	struct flow_list *l = list_of(m, f);
+	struct flow_list *l = list_of(f);
 
 	armed_drop(m, f); /* a ring or a look found it: no re-check owed */
-	if (f->active)
+	f->win_wait = false;
+	if (f->active || !l)
 		return;
 	f->active = true;
+	f->act_list = l;
+	m->n_listed++;
 	f->act_next = NULL;
 	f->act_prev = l->tail;
 	if (l->tail)
@@ -480,14 +489,17 @@ static void activate(struct peer_mgr *m, struct flow *f)
  */
 static void activate_first(struct peer_mgr *m, struct flow *f)
 {
-	struct flow_list *l = list_of(m, f);
+	struct flow_list *l = list_of(f);
 
-	if (f->active || !l->head) {
+	if (f->active || !l || !l->head) {
 		activate(m, f);
 		return;
 	}
 	armed_drop(m, f);
+	f->win_wait = false;
 	f->active = true;
+	f->act_list = l;
+	m->n_listed++;
 	f->act_prev = NULL;
 	f->act_next = l->head;
 	l->head->act_prev = f;
@@ -497,7 +509,7 @@ static void activate_first(struct peer_mgr *m, struct flow *f)
 
 static void deactivate(struct peer_mgr *m, struct flow *f)
 {
-	struct flow_list *l = list_of(m, f);
+	struct flow_list *l = f->act_list;
 
 	if (!f->active)
 		return;
@@ -511,18 +523,25 @@ static void deactivate(struct peer_mgr *m, struct flow *f)
 		l->tail = f->act_prev;
 	f->act_prev = f->act_next = NULL;
 	f->active = false;
+	f->act_list = NULL;
 	l->n--;
+	m->n_listed--;
+}
+
+void mover_unlist(struct peer_mgr *m, struct flow *f)
+{
+	deactivate(m, f);
 }
 
 /* Round robin between batches: the next one starts one flow later. */
-static void rotate_active(struct peer_mgr *m)
+static void rotate_active(struct peer *p)
 {
-	struct flow *f = m->active.head;
+	struct flow *f = p->active.head;
 
-	if (!f || f == m->active.tail)
+	if (!f || f == p->active.tail)
 		return;
-	deactivate(m, f);
-	activate(m, f);
+	deactivate(p->m, f);
+	activate(p->m, f);
 }
 
 /*
@@ -618,30 +637,52 @@ static void go_idle(struct peer_mgr *m, struct flow *f)
 	}
 }
 
+/*
+ * f has a record its peer's consumer has no room for: it leaves the list
+ * until the ACK that makes room (mover_window_moved), instead of being
+ * looked at, and found waiting, in every cycle of its peer (a consumer
+ * that stopped reading kept its flow costing every batch of the link).
+ */
+static bool window_closed(struct flow *f)
+{
+	uint64_t bytes = committed_bytes(f);
+
+	return bytes && f->sent + bytes > f->remote_head + ring_of(f)->size;
+}
+
+static void wait_window(struct peer_mgr *m, struct flow *f)
+{
+	deactivate(m, f);
+	f->win_wait = true;
+}
+
+void mover_window_moved(struct peer_mgr *m, struct flow *f)
+{
+	if (f->win_wait)
+		activate(m, f);
+}
+
 /* ---- sending (data) -------------------------------------------------------- */
 
 static int build_data(struct peer *p)
 {
 	struct peer_mgr *m = p->m;
-	struct flow *f, *next, *last = m->active.tail;
+	struct flow *f, *next, *last = p->active.tail;
 	uint64_t total = 0, win = win_room(p);
 	int spans = 0;
 
 	/* each flow active at the start once; flows activated meanwhile
 	 * (none are, in this loop) would wait for the next batch */
-	for (f = m->active.head; f && total < BATCH_MAX && total < win &&
+	for (f = p->active.head; f && total < BATCH_MAX && total < win &&
 	     tx_room(p, 4); f = next) {
 		uint64_t budget, room, first = 0, len, records, cap;
 		bool idle;
 
 		next = f == last ? NULL : f->act_next;
-		if (f->role != FLOW_SENDER || f->state != FLOW_OPEN ||
-		    !f->view || !f->peer) {
+		if (f->state != FLOW_OPEN || !f->view) {
 			deactivate(m, f); /* the sweep brings it back */
 			continue;
 		}
-		if (f->peer != p)
-			continue;
 		if (p->tp->flow_ready && !p->tp->flow_ready(p, f)) {
 			deactivate(m, f); /* woken when it is ready */
 			continue;
@@ -680,9 +721,11 @@ static int build_data(struct peer *p)
 			spans++;
 		} else if (idle) {
 			go_idle(m, f);
+		} else if (window_closed(f)) {
+			wait_window(m, f);
 		}
 	}
-	rotate_active(m);
+	rotate_active(p);
 	return spans;
 }
 
@@ -1068,11 +1111,13 @@ static void bell_thread_done(struct loop_op *op, int res)
  * its completion wakes us, do not spin on it). */
 static bool active_ready(struct peer_mgr *m)
 {
-	for (struct flow *f = m->active.head; f; f = f->act_next)
-		if (f->peer && !f->peer->wr_op.busy &&
-		    f->state == FLOW_OPEN && f->view && record_ready(f) &&
-		    win_room(f->peer))
-			return true;
+	for (struct peer *p = m->peers; p; p = p->next) {
+		if (p->wr_op.busy || !p->active.n || !win_room(p))
+			continue;
+		for (struct flow *f = p->active.head; f; f = f->act_next)
+			if (f->state == FLOW_OPEN && f->view && record_ready(f))
+				return true;
+	}
 	return false;
 }
 
@@ -1124,7 +1169,7 @@ static int arm_bell_thread(struct peer_mgr *m)
  * again; true if one has records (it is active again). */
 static bool armed_recheck(struct peer_mgr *m)
 {
-	unsigned before = m->active.n;
+	unsigned before = m->n_listed;
 
 	for (unsigned i = 0; i < m->n_armed; i++) {
 		m->armed[i]->arm_listed = false;
@@ -1140,7 +1185,7 @@ static bool armed_recheck(struct peer_mgr *m)
 	}
 	m->armed_all = false;
 	m->armed_since_ns = 0;
-	return m->active.n != before;
+	return m->n_listed != before;
 }
 
 /* Before a sleep: -1 no limit, 0 do not sleep (records found), else

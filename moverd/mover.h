@@ -62,6 +62,13 @@ unsigned mover_bell_pages(const struct peer_mgr *m);
 /* Producers on the page the uids past BELL_PAGES - 1 share. */
 unsigned mover_bell_shared(const struct peer_mgr *m);
 void mover_forget_flow(struct peer_mgr *m, struct flow *f);
+/* f off its peer's list: it leaves the peer (peer.c, unlink_flow), or
+ * the peer's connection closed (reset_flows); the sweep, or an OPEN, an
+ * ACK or a deposit on the next connection, lists it again. */
+void mover_unlist(struct peer_mgr *m, struct flow *f);
+/* An ACK moved f's window (peer.c, handle_ack): a flow that waited for
+ * room there has work again. */
+void mover_window_moved(struct peer_mgr *m, struct flow *f);
 /* f has work: a sender flow opened (again), a receiver flow owes an
  * acknowledgement: visit it in the next cycle. */
 void mover_wake_flow(struct peer_mgr *m, struct flow *f);

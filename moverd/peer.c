@@ -164,6 +164,7 @@ static void unlink_flow(struct flow *f)
 			break;
 		}
 	}
+	mover_unlist(p->m, f);
 	if (!p->n_flows)
 		p->idle_since_ns = fr_now_ns(); /* PEER_LINGER_NS from now */
 	else if (p->outbound && f->owner_uid == p->uid)
@@ -421,6 +422,9 @@ static void reset_flows(struct peer *p, const char *why)
 {
 	for (struct flow *f = p->flows, *n; f; f = n) {
 		n = f->peer_next;
+		/* a closed connection's lists are visited no more; the tick
+		 * would look at them for nothing until it is up again */
+		mover_unlist(p->m, f);
 		f->st.reconnects++;
 		if (f->role == FLOW_SENDER) {
 			/* unacknowledged data goes again after the resume */
@@ -1972,6 +1976,7 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	f->bytes_acked += h->pos - f->acked;
 	f->acked = h->pos;
 	f->remote_head = h->aux;
+	mover_window_moved(p->m, f);
 	/* the consumer ring has it: producers may reuse the space */
 	fr_release(ring_of(f), f->acked);
 	/* per acknowledgement, not per record: publish our slot now */
@@ -2601,7 +2606,7 @@ static uint64_t timer_due(const struct peer_mgr *m, uint64_t now)
 	 * bell, so receiver flows that owe credit are looked at every
 	 * TICK_MS, and so are sender flows still on the active list (a
 	 * producer stuck mid-record); at idle both lists are empty */
-	if (m->owing.n || m->active.n)
+	if (m->n_listed)
 		due = earlier(due, now + TICK_MS * 1000000ull);
 	if (m->flows->count || m->flows->remains)
 		due = earlier(due, m->police_ns + SLICE_NS);

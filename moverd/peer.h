@@ -110,8 +110,9 @@ struct peer_mgr {
 	unsigned n_bell_wait;
 	struct bell_thread *bell_thread;
 	uint64_t bell_count;      /* eventfd read buffer */
-	/* the flows the duty cycle visits (mover.c, "the active lists") */
-	struct flow_list active, owing;
+	/* flows on the peers' lists, all peers (mover.c, "the active
+	 * lists") */
+	unsigned n_listed;
 
 	/* who may connect (NULL: anyone) and the key peers must prove
 	 * (NULL: insecure, hellos carry no proof); see auth.h */

@@ -161,6 +161,9 @@ struct peer {
 	int conn_err;
 	struct flow *flows;
 	unsigned n_flows;         /* in p->flows (link_flow, unlink_flow) */
+	/* those of its flows the duty cycle visits (mover.c, "the active
+	 * lists") */
+	struct flow_list active, owing;
 	/* p->flows by id for the frames that name one (peer_flow_by_id):
 	 * chains of id_next, at least as many as flows (NULL: none could be
 	 * had, the list is walked).  The walk of 10 000 flows for every
