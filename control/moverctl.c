@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -50,7 +51,8 @@ static const char usage_text[] =
 "                    consumer (between hosts: the receiving one) has every\n"
 "                    record, then destroy (up to --timeout MS if given)\n"
 "  flow destroy --all  destroy every flow you may see (the purge: only\n"
-"                    destroy removes flows; restarts keep them)\n"
+"                    destroy removes flows; restarts keep them); those you\n"
+"                    may see but not destroy are skipped: exit 4\n"
 "  flow wait NAME    wait until the flow exists (up to --timeout MS if\n"
 "                    given): exit 0 when it does, 1 if it did not appear\n"
 "  flow end NAME     end the flow's stream now: its consumers get every\n"
@@ -67,6 +69,7 @@ static const char usage_text[] =
 "                    file (SOCKET.counters); keys: r rate, l lag, n name,\n"
 "                    q quit.  --once: one frame (rates over 1 s); --json:\n"
 "                    one JSON object per second (with --once: one).\n"
+"                    --once on a dead moverd's file: exit 3\n"
 "                    Without read access to the counters file (moverd's\n"
 "                    group): your flows, from the control socket\n"
 "  keygen FILE       write a new peer key (32 random bytes, mode 0600) for\n"
@@ -97,8 +100,8 @@ static const char usage_text[] =
 "A flow from another host belongs on this host to moverd's --peer-flow-owner\n"
 "(default root); its owner or root grants others with 'flow allow'.\n"
 "\n"
-"exit status: 0 ok, 1 error from moverd, 2 usage error, 3 moverd not running,\n"
-"4 permission denied\n";
+"exit status: 0 ok, 1 error from moverd (or output not written), 2 usage\n"
+"error, 3 moverd not running, 4 permission denied\n";
 
 struct opts {
 	const char *socket;
@@ -322,12 +325,38 @@ static const char *fmt_duration(char *buf, size_t cap, uint64_t ms)
 static void kv(const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* Text from moverd (some of it a peer's words) on a terminal: control
- * bytes would be escape sequences, so they print as '?'. */
+/* Text from moverd (some of it a peer's words) on a terminal: see
+ * out_text (top.h). */
 static void put_text(const char *s)
 {
-	for (; *s; s++)
-		putchar((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s);
+	out_text(stdout, s);
+}
+
+/* "moverctl: WHY" on stderr; why is often moverd's words. */
+static void say_error(const char *why)
+{
+	fputs("moverctl: ", stderr);
+	out_text(stderr, why);
+	fputc('\n', stderr);
+}
+
+/* A line of text some of which is moverd's: all of it through put_text. */
+static void text_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void text_line(const char *fmt, ...)
+{
+	char *val = NULL;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&val, fmt, ap);
+	va_end(ap);
+	if (n >= 0) {
+		put_text(val);
+		free(val);
+	}
+	putchar('\n');
 }
 
 static void kv(const char *key, const char *fmt, ...)
@@ -434,69 +463,10 @@ static void j_sep(struct json *j)
 	j_indent(j->depth);
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-	uint32_t cp;
-	size_t len;
-
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2, cp = p[0] & 0x1f;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3, cp = p[0] & 0x0f;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4, cp = p[0] & 0x07;
-	else
-		return 0;
-	if (n < len)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3f);
-	}
-	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-		return 0;
-	return len;
-}
-
-/* A JSON string: escapes quotes, backslashes and controls; bytes that are
- * not UTF-8 become U+FFFD. */
+/* A JSON string (out_json_str, top.h). */
 static void j_putstr(const char *str)
 {
-	const unsigned char *p = (const unsigned char *)(str ? str : "");
-	size_t n = strlen((const char *)p);
-
-	putchar('"');
-	while (n) {
-		size_t l;
-
-		switch (*p) {
-		case '"':  fputs("\\\"", stdout); l = 1; break;
-		case '\\': fputs("\\\\", stdout); l = 1; break;
-		case '\b': fputs("\\b", stdout); l = 1; break;
-		case '\f': fputs("\\f", stdout); l = 1; break;
-		case '\n': fputs("\\n", stdout); l = 1; break;
-		case '\r': fputs("\\r", stdout); l = 1; break;
-		case '\t': fputs("\\t", stdout); l = 1; break;
-		default:
-			if (*p < 0x20 || *p == 0x7f) {
-				printf("\\u%04x", *p);
-				l = 1;
-			} else if ((l = utf8_len(p, n)) != 0) {
-				fwrite(p, 1, l, stdout);
-			} else {
-				fputs("\\ufffd", stdout);
-				l = 1;
-			}
-		}
-		p += l;
-		n -= l;
-	}
-	putchar('"');
+	out_json_str(stdout, str);
 }
 
 static void j_open(struct json *j, char c)
@@ -846,7 +816,7 @@ static bool peer_rtt(const struct fmc_map *m, const char *address,
 
 	if (!m->h)
 		return false;
-	for (unsigned i = 0; i < m->h->n_peer; i++)
+	for (unsigned i = 0; i < m->n_peer; i++)
 		if (fmc_peer(m, i, &s) && !strcmp(s.text[FMC_NAME], address)) {
 			*p50 = fmc_rtt_quantile(&s.v[FMC_P_RTT_BUCKET0], NULL, 0.5);
 			*p99 = fmc_rtt_quantile(&s.v[FMC_P_RTT_BUCKET0], NULL, 0.99);
@@ -909,9 +879,11 @@ static void print_peer_errors(const Flowmover__StatusInfo *s)
 
 		if (!p->last_error || !p->last_error[0])
 			continue;
-		printf("%s: last error at %s: %s\n", dash(p->address),
-		       fmt_time_ms(when, sizeof(when), p->last_error_unix_ms),
-		       p->last_error);
+		put_text(dash(p->address));
+		printf(": last error at %s: ",
+		       fmt_time_ms(when, sizeof(when), p->last_error_unix_ms));
+		put_text(p->last_error);
+		putchar('\n');
 	}
 }
 
@@ -1019,8 +991,10 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("socket", "%s", dash(s->socket_path));
 	kv("listen", "%s", dash(s->listen));
 	printf("transports:%*s", 14 - (int)strlen("transports"), "");
-	for (size_t i = 0; i < s->n_transports; i++)
-		printf("%s%s", i ? ", " : "", s->transports[i]);
+	for (size_t i = 0; i < s->n_transports; i++) {
+		fputs(i ? ", " : "", stdout);
+		put_text(s->transports[i]);
+	}
 	puts(s->n_transports ? "" : "-");
 	kv("flows", "%" PRIu32, s->flows);
 	kv("clients", "%" PRIu32, s->clients);
@@ -1086,35 +1060,81 @@ static int exit_code(int rc)
 	return rc == -EACCES || rc == -EPERM ? EX_PERM : EX_DAEMON;
 }
 
+/* Why ask() failed when it was not moverd's answer or the socket. */
+static char ask_why[160];
+
+static const char *ask_error(void)
+{
+	return ask_why[0] ? ask_why : ctl_last_error();
+}
+
+/* A connection to moverd, or an exit code after saying why not. */
+static int connect_to(const struct opts *o, int *s)
+{
+	*s = ctl_connect(ctl_socket_path(o->socket));
+	if (*s >= 0)
+		return EX_OK;
+	say_error(ctl_last_error());
+	return *s == -ECONNREFUSED ? EX_NOTRUN : exit_code(*s);
+}
+
+/* One round trip on s: 0, or a negative errno (ask_error() says why). */
+static int ask(const struct opts *o, int s, Flowmover__Request *req,
+	       Flowmover__Response **resp, Flowmover__Response__BodyCase want)
+{
+	int rc = ctl_call(s, req, resp, NULL, o->timeout_ms);
+
+	ask_why[0] = '\0';
+	if (rc)
+		return rc;
+	if ((*resp)->body_case != want &&
+	    !(want == FLOWMOVER__RESPONSE__BODY_OK &&
+	      (*resp)->body_case == FLOWMOVER__RESPONSE__BODY_FLOW)) {
+		snprintf(ask_why, sizeof(ask_why), "unexpected response from "
+			 "moverd (body %d, expected %d)",
+			 (int)(*resp)->body_case, (int)want);
+		ctl_response_free(*resp);
+		*resp = NULL;
+		return -EPROTO;
+	}
+	return 0;
+}
+
 /* One round trip; prints the error and returns an exit code on failure. */
 static int call(const struct opts *o, Flowmover__Request *req,
 		Flowmover__Response **resp,
 		Flowmover__Response__BodyCase want)
 {
-	const char *path = ctl_socket_path(o->socket);
-	int s = ctl_connect(path), rc;
+	int s, rc, ex = connect_to(o, &s);
 
-	if (s < 0) {
-		fprintf(stderr, "moverctl: %s\n", ctl_last_error());
-		return s == -ECONNREFUSED ? EX_NOTRUN : exit_code(s);
-	}
-	rc = ctl_call(s, req, resp, NULL, o->timeout_ms);
+	if (ex)
+		return ex;
+	rc = ask(o, s, req, resp, want);
 	close(s);
-	if (rc) {
-		fprintf(stderr, "moverctl: %s\n", ctl_last_error());
-		return exit_code(rc);
+	if (!rc)
+		return EX_OK;
+	say_error(ask_error());
+	return exit_code(rc);
+}
+
+/*
+ * The next page of a flow list starts after this page's last name.  Names
+ * come in order: one that does not move past `after` (or does not fit a
+ * name) would have moverd asked for the same page forever: -EPROTO.
+ */
+static int page_after(const Flowmover__FlowList *page, char *after,
+		      size_t cap)
+{
+	const char *last = page->flows[page->n_flows - 1]->name;
+
+	if (strcmp(last, after) <= 0 || strlen(last) >= cap) {
+		snprintf(ask_why, sizeof(ask_why), "moverd's flow list does "
+			 "not move forward (a page ends at or before the one "
+			 "before)");
+		return -EPROTO;
 	}
-	if ((*resp)->body_case != want &&
-	    !(want == FLOWMOVER__RESPONSE__BODY_OK &&
-	      (*resp)->body_case == FLOWMOVER__RESPONSE__BODY_FLOW)) {
-		fprintf(stderr, "moverctl: unexpected response from moverd "
-			"(body %d, expected %d)\n", (int)(*resp)->body_case,
-			(int)want);
-		ctl_response_free(*resp);
-		*resp = NULL;
-		return EX_DAEMON;
-	}
-	return EX_OK;
+	snprintf(after, cap, "%s", last);
+	return 0;
 }
 
 static int cmd_create(const struct opts *o, const char *name)
@@ -1146,12 +1166,12 @@ static int cmd_create(const struct opts *o, const char *name)
 	if (o->json)
 		print_flow(resp->flow, true, NULL);
 	else
-		printf("%s flow '%s' (ring %s, max record %s%s%s)\n",
-		       resp->flow->existed ? "exists:" : "created", name,
-		       fmt_size(a, sizeof(a), resp->flow->ring_size),
-		       fmt_size(b, sizeof(b), resp->flow->max_record),
-		       resp->flow->peer[0] ? ", peer " : "",
-		       resp->flow->peer);
+		text_line("%s flow '%s' (ring %s, max record %s%s%s)",
+			resp->flow->existed ? "exists:" : "created", name,
+			fmt_size(a, sizeof(a), resp->flow->ring_size),
+			fmt_size(b, sizeof(b), resp->flow->max_record),
+			resp->flow->peer[0] ? ", peer " : "",
+			resp->flow->peer);
 	ctl_response_free(resp);
 	return EX_OK;
 }
@@ -1163,7 +1183,7 @@ static void print_done(const struct opts *o, const char *key,
 	struct json j = { 0 };
 
 	if (!o->json) {
-		printf("%s '%s'\n", text, name);
+		text_line("%s '%s'", text, name);
 		return;
 	}
 	j_open(&j, '{');
@@ -1197,10 +1217,15 @@ static int cmd_end(const struct opts *o, const char *name)
 static struct opts waiting_opts(const struct opts *o, uint32_t *wait_ms)
 {
 	struct opts w = *o;
+	int64_t call_ms;
 
 	*wait_ms = o->timeout_set && o->timeout_ms > 0 ?
 			   (uint32_t)o->timeout_ms : 0;
-	w.timeout_ms = *wait_ms ? (int)*wait_ms + 5000 : -1;
+	/* in 64 bits: --timeout may be INT32_MAX; past INT_MAX, as good
+	 * as forever (24 days) */
+	call_ms = (int64_t)*wait_ms + 5000;
+	w.timeout_ms = !*wait_ms ? -1 : call_ms > INT_MAX ? INT_MAX :
+					 (int)call_ms;
 	return w;
 }
 
@@ -1308,12 +1333,13 @@ static int cmd_list(const struct opts *o)
 	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
 	Flowmover__FlowList all = FLOWMOVER__FLOW_LIST__INIT;
 	Flowmover__Response **pages = NULL, *resp;
+	char after[CTL_NAME_MAX + 1] = "";
 	size_t n_pages = 0, n = 0;
 	int ex = EX_OK;
 
 	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
 	req.list = &l;
-	l.after = "";
+	l.after = after;
 	for (;;) {
 		const Flowmover__FlowList *page;
 
@@ -1331,7 +1357,11 @@ static int cmd_list(const struct opts *o)
 		/* an empty page that says "more" would never end */
 		if (!page->more || !page->n_flows)
 			break;
-		l.after = page->flows[page->n_flows - 1]->name;
+		if (page_after(page, after, sizeof(after))) {
+			say_error(ask_error());
+			ex = EX_DAEMON;
+			goto out;
+		}
 	}
 	all.flows = calloc(n ? n : 1, sizeof(*all.flows));
 	if (!all.flows) {
@@ -1403,8 +1433,10 @@ static int cmd_reload(const struct opts *o)
 		j_close(&j, ']');
 		j_close(&j, '}');
 	} else {
-		for (size_t i = 0; i < r->n_lines; i++)
-			printf("%s\n", r->lines[i]);
+		for (size_t i = 0; i < r->n_lines; i++) {
+			put_text(r->lines[i]);
+			putchar('\n');
+		}
 		printf("reloaded: %u added, %u removed, %u changed, %u "
 		       "unchanged, %u refused\n", r->added, r->removed,
 		       r->changed, r->unchanged, r->refused);
@@ -1440,37 +1472,140 @@ static int cmd_wait(const struct opts *o, const char *name)
 	return EX_OK;
 }
 
-/* flow destroy --all: every flow this user may see, page by page. */
+/* Names of flows, for destroy --all's one JSON document. */
+struct names {
+	char **v;
+	size_t n;
+};
+
+static int names_add(struct names *l, const char *name)
+{
+	char **v = realloc(l->v, (l->n + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	l->v = v;
+	if (!(v[l->n] = strdup(name)))
+		return -ENOMEM;
+	l->n++;
+	return 0;
+}
+
+static void names_free(struct names *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+}
+
+static void j_names(struct json *j, const char *key, const struct names *l)
+{
+	j_key(j, key);
+	j_open(j, '[');
+	for (size_t i = 0; i < l->n; i++) {
+		j_sep(j);
+		j_putstr(l->v[i]);
+	}
+	j_close(j, ']');
+}
+
+/*
+ * One flow of destroy --all on connection s: 0 destroyed, or gone already;
+ * 1 skipped, this user may see it but not destroy it (said on stderr);
+ * else a negative errno.
+ */
+static int destroy_one(const struct opts *o, int s, const char *name,
+		       struct names *done, struct names *skipped)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__DestroyFlow d = FLOWMOVER__DESTROY_FLOW__INIT;
+	Flowmover__Response *resp;
+	int rc;
+
+	d.name = (char *)name;
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESTROY;
+	req.destroy = &d;
+	rc = ask(o, s, &req, &resp, FLOWMOVER__RESPONSE__BODY_OK);
+	if (rc == -ENOENT)
+		return 0; /* destroyed by someone else meanwhile */
+	if (rc == -EPERM || rc == -EACCES) {
+		fputs("moverctl: flow '", stderr);
+		out_text(stderr, name);
+		fputs("' skipped: ", stderr);
+		out_text(stderr, ask_error());
+		fputc('\n', stderr);
+		return names_add(skipped, name) ? -ENOMEM : 1;
+	}
+	if (rc)
+		return rc;
+	ctl_response_free(resp);
+	if (!o->json)
+		print_done(o, "destroyed", "destroyed flow", name);
+	return names_add(done, name);
+}
+
+/* Every flow of one page of the list: 0, or destroy_one's errno. */
+static int destroy_page(const struct opts *o, int s,
+			const Flowmover__FlowList *page, struct names *done,
+			struct names *skipped)
+{
+	for (size_t i = 0; i < page->n_flows; i++) {
+		int rc = destroy_one(o, s, page->flows[i]->name, done, skipped);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * flow destroy --all: every flow this user may see, page by page.  Flows
+ * this user may see but not destroy (another's flow it may attach to) are
+ * skipped, said on stderr, and make the exit 4; the others go on.
+ */
 static int cmd_destroy_all(const struct opts *o)
 {
 	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
 	Flowmover__ListFlows l = FLOWMOVER__LIST_FLOWS__INIT;
-	Flowmover__Response *resp;
-	int ex, worst = EX_OK;
+	struct names done = { 0 }, skipped = { 0 };
+	char after[CTL_NAME_MAX + 1] = "";
+	int s, rc, ex = connect_to(o, &s);
 
+	if (ex)
+		return ex;
 	req.body_case = FLOWMOVER__REQUEST__BODY_LIST;
 	req.list = &l;
+	/* the skipped stay listed: each page starts after the last one */
+	l.after = after;
 	for (;;) {
-		/* always the first page: what is destroyed leaves it */
-		l.after = "";
-		ex = call(o, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST);
-		if (ex)
-			return ex;
-		if (!resp->list->n_flows) {
-			ctl_response_free(resp);
-			return worst;
-		}
-		for (size_t i = 0; i < resp->list->n_flows; i++) {
-			ex = cmd_destroy(o, resp->list->flows[i]->name);
-			if (ex) {
-				/* one we may not destroy would come back
-				 * on every page: stop */
-				ctl_response_free(resp);
-				return ex;
-			}
-		}
+		Flowmover__Response *resp;
+		bool more;
+
+		if ((rc = ask(o, s, &req, &resp, FLOWMOVER__RESPONSE__BODY_LIST)))
+			break;
+		rc = destroy_page(o, s, resp->list, &done, &skipped);
+		more = resp->list->more && resp->list->n_flows;
+		if (!rc && more)
+			rc = page_after(resp->list, after, sizeof(after));
 		ctl_response_free(resp);
+		if (rc || !more)
+			break;
 	}
+	close(s);
+	if (o->json) {
+		struct json j = { 0 };
+
+		j_open(&j, '{');
+		j_names(&j, "destroyed", &done);
+		j_names(&j, "skipped", &skipped);
+		j_close(&j, '}');
+	}
+	if (rc)
+		say_error(rc == -ENOMEM ? "out of memory" : ask_error());
+	ex = rc ? exit_code(rc) : skipped.n ? EX_PERM : EX_OK;
+	names_free(&done);
+	names_free(&skipped);
+	return ex;
 }
 
 static int cmd_status(const struct opts *o)
@@ -1578,6 +1713,19 @@ static const struct option long_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
+/* Output that never reached stdout (a full disk, a closed pipe) is a
+ * failure: the caller would read a list that is not all there. */
+static int finish(int ex)
+{
+	int err = fflush(stdout) ? errno : 0;
+
+	if (!err && !ferror(stdout))
+		return ex;
+	fprintf(stderr, "moverctl: cannot write the output%s%s\n",
+		err ? ": " : "", err ? strerror(err) : "");
+	return ex ? ex : EX_DAEMON;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	int c, rc;
@@ -1615,10 +1763,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
-			exit(EX_OK);
+			exit(finish(EX_OK));
 		case 'V':
 			printf("moverctl %s\n", FLOWMOVER_VERSION);
-			exit(EX_OK);
+			exit(finish(EX_OK));
 		case OPT_RING_SIZE:
 			o->create_opts = true;
 			if ((rc = parse_size("--ring-size", optarg,
@@ -1719,7 +1867,7 @@ static int check_name_arg(const char *name)
 	return 0;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	struct opts o = { .timeout_ms = CTL_DEFAULT_TIMEOUT_MS };
 	char **args;
@@ -1748,6 +1896,9 @@ int main(int argc, char **argv)
 				   "'flow disallow'");
 	if (o.once && strcmp(args[0], "top"))
 		return usage_error("--once goes with 'top'");
+	if ((o.drain || o.all) && !(n >= 2 && !strcmp(args[0], "flow") &&
+				    !strcmp(args[1], "destroy")))
+		return usage_error("--drain and --all go with 'flow destroy'");
 	if (!strcmp(args[0], "keygen")) {
 		if (n != 2)
 			return usage_error("keygen: use keygen FILE");
@@ -1788,8 +1939,6 @@ int main(int argc, char **argv)
 			return rc;
 		return cmd_create(&o, args[2]);
 	}
-	if ((o.drain || o.all) && !(n >= 2 && !strcmp(args[1], "destroy")))
-		return usage_error("--drain and --all go with 'flow destroy'");
 	if (!strcmp(args[1], "destroy") && o.all) {
 		if (n > 2 || o.drain)
 			return usage_error("flow destroy --all: no NAME, no "
@@ -1840,4 +1989,9 @@ int main(int argc, char **argv)
 		return cmd_allow(&o, args[2], remove);
 	}
 	return usage_error("flow: unknown subcommand '%s'", args[1]);
+}
+
+int main(int argc, char **argv)
+{
+	return finish(run(argc, argv));
 }

@@ -60,7 +60,24 @@ int fmc_map_open(const char *socket_path, struct fmc_map *m)
 	m->h = p;
 	m->bytes = (size_t)st.st_size;
 	m->ino = (unsigned long)st.st_ino;
+	/* the counts kept, and checked again as kept: the header is
+	 * moverd's to rewrite, and a bigger count read later would reach
+	 * past the mapping */
+	m->n_flow = m->h->n_flow;
+	m->n_peer = m->h->n_peer;
+	if (m->n_flow > FMC_MAX_FLOW_RECS || m->n_peer > FMC_PEER_RECS ||
+	    m->bytes < fmc_file_bytes(m->n_flow, m->n_peer)) {
+		fmc_map_close(m);
+		return -EPROTO;
+	}
 	return 0;
+}
+
+/* Record i, by the layout checked at open (fmc_valid: these sizes). */
+static const struct fmc_record *record(const struct fmc_map *m, uint32_t i)
+{
+	return (const struct fmc_record *)((const char *)m->h + FMC_HDR_BYTES +
+					   (size_t)i * FMC_REC_BYTES);
 }
 
 void fmc_map_close(struct fmc_map *m)
@@ -85,27 +102,25 @@ static bool map_stale(const struct fmc_map *m, const char *socket_path)
 
 bool fmc_daemon(const struct fmc_map *m, struct fmc_snap *out)
 {
-	return fmc_read(fmc_record(m->h, 0), out) && out->type == FMC_DAEMON;
+	return fmc_read(record(m, 0), out) && out->type == FMC_DAEMON;
 }
 
 bool fmc_peer(const struct fmc_map *m, unsigned i, struct fmc_snap *out)
 {
-	return i < m->h->n_peer &&
-	       fmc_read(fmc_record(m->h, fmc_first_peer(m->h) + i), out) &&
+	return i < m->n_peer && fmc_read(record(m, 1 + m->n_flow + i), out) &&
 	       out->type == FMC_PEER;
 }
 
 static bool fmc_flow(const struct fmc_map *m, unsigned i, struct fmc_snap *out)
 {
-	return i < m->h->n_flow &&
-	       fmc_read(fmc_record(m->h, fmc_first_flow(m->h) + i), out) &&
+	return i < m->n_flow && fmc_read(record(m, 1 + i), out) &&
 	       out->type == FMC_FLOW;
 }
 
 bool fmc_find_flow(const struct fmc_map *m, const char *name,
 		   struct fmc_snap *out)
 {
-	for (unsigned i = 0; i < m->h->n_flow; i++)
+	for (unsigned i = 0; i < m->n_flow; i++)
 		if (fmc_flow(m, i, out) && !strcmp(out->text[FMC_NAME], name))
 			return true;
 	return false;
@@ -126,6 +141,108 @@ const char *fmc_role_name(uint64_t r)
 	return r < 3 ? names[r] : "?";
 }
 
+/* ---- text that came from moverd ------------------------------------------------ */
+
+/* Length of the valid UTF-8 sequence at p (n bytes left), 0 if invalid;
+ * *cp its code point. */
+static size_t utf8_len(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	size_t len;
+
+	*cp = p[0];
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		len = 2, *cp = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		len = 3, *cp = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		len = 4, *cp = p[0] & 0x07;
+	else
+		return 0;
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		*cp = *cp << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && (*cp < 0x800 || (*cp >= 0xd800 && *cp <= 0xdfff))) ||
+	    (len == 4 && (*cp < 0x10000 || *cp > 0x10ffff)))
+		return 0;
+	return len;
+}
+
+/* C0, DEL and C1: what a terminal takes as a control, not a character. */
+static bool is_control(uint32_t cp)
+{
+	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
+}
+
+void out_text(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t n = strlen((const char *)p);
+
+	while (n) {
+		uint32_t cp;
+		size_t l = utf8_len(p, n, &cp);
+
+		if (!l || is_control(cp)) {
+			/* an invalid byte is one '?', a C1 in UTF-8 too */
+			fputc('?', f);
+			l = l ? l : 1;
+		} else {
+			fwrite(p, 1, l, f);
+		}
+		p += l;
+		n -= l;
+	}
+}
+
+/* JSON's short escape of a control character (\\n...), or 0. */
+static char json_short(uint32_t cp)
+{
+	switch (cp) {
+	case '\b': return 'b';
+	case '\f': return 'f';
+	case '\n': return 'n';
+	case '\r': return 'r';
+	case '\t': return 't';
+	default: return 0;
+	}
+}
+
+void out_json_str(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t n = strlen((const char *)p);
+
+	fputc('"', f);
+	while (n) {
+		uint32_t cp;
+		size_t l = utf8_len(p, n, &cp);
+
+		if (!l) {
+			fputs("\\ufffd", f);
+			l = 1;
+		} else if (cp == '"' || cp == '\\') {
+			fprintf(f, "\\%c", (char)cp);
+		} else if (json_short(cp)) {
+			fprintf(f, "\\%c", json_short(cp));
+		} else if (is_control(cp)) {
+			/* JSON wants C0 escaped; DEL and C1 too, so that
+			 * JSON shown on a terminal is no escape sequence */
+			fprintf(f, "\\u%04x", (unsigned)cp);
+		} else {
+			fwrite(p, 1, l, f);
+		}
+		p += l;
+		n -= l;
+	}
+	fputc('"', f);
+}
+
 /* ---- one frame: the records and their rates ------------------------------------ */
 
 struct row {
@@ -144,6 +261,10 @@ struct frame {
 	bool have_daemon;
 	struct row *flows, *peers;
 	unsigned n_flows, n_peers;
+	/* flows and peers beyond the file's records (none from the socket) */
+	uint32_t flows_unrecorded, peers_unrecorded;
+	bool gone;               /* moverd is dead: these are its last figures */
+	uint64_t age_ms;         /* since moverd's sampler wrote them */
 };
 
 static void frame_free(struct frame *f)
@@ -191,13 +312,17 @@ static int read_frame(const struct fmc_map *m, const struct frame *prev,
 	f->mono_ns = atomic_load_explicit(&((struct fmc_header *)h)->sample_mono_ns,
 					  memory_order_acquire);
 	f->have_daemon = fmc_daemon(m, &f->daemon);
-	f->flows = calloc(h->n_flow + 1, sizeof(*f->flows));
-	f->peers = calloc(h->n_peer + 1, sizeof(*f->peers));
+	f->flows_unrecorded = atomic_load_explicit(
+		&((struct fmc_header *)h)->flows_unrecorded, memory_order_relaxed);
+	f->peers_unrecorded = atomic_load_explicit(
+		&((struct fmc_header *)h)->peers_unrecorded, memory_order_relaxed);
+	f->flows = calloc(m->n_flow + 1, sizeof(*f->flows));
+	f->peers = calloc(m->n_peer + 1, sizeof(*f->peers));
 	if (!f->flows || !f->peers)
 		return -ENOMEM;
 	dt = prev && prev->mono_ns && f->mono_ns > prev->mono_ns ?
 		(double)(f->mono_ns - prev->mono_ns) / 1e9 : 0;
-	for (unsigned i = 0; i < h->n_flow; i++) {
+	for (unsigned i = 0; i < m->n_flow; i++) {
 		struct row *r = &f->flows[f->n_flows];
 		const struct row *p;
 
@@ -212,7 +337,7 @@ static int read_frame(const struct fmc_map *m, const struct frame *prev,
 		r->recs = per_s(r->s.v[FMC_F_RECORDS_COMMITTED],
 				p->s.v[FMC_F_RECORDS_COMMITTED], dt);
 	}
-	for (unsigned i = 0; i < h->n_peer; i++) {
+	for (unsigned i = 0; i < m->n_peer; i++) {
 		struct row *r = &f->peers[f->n_peers];
 		const struct row *p;
 		const uint64_t *b;
@@ -250,6 +375,9 @@ struct ctl_src {
 	int sock;
 	struct fmc_header fake;  /* pid and start time, for the header line */
 };
+
+/* Why a frame from the control socket failed, when not ctl_last_error(). */
+static const char *top_why;
 
 static uint64_t name_hash(const char *s, uint64_t salt)
 {
@@ -389,6 +517,7 @@ static int ctl_status(struct ctl_src *c, struct frame *f)
 		return rc;
 	if (resp->body_case != FLOWMOVER__RESPONSE__BODY_STATUS) {
 		ctl_response_free(resp);
+		top_why = "moverd answered status with something else";
 		return -EPROTO;
 	}
 	daemon_row(f, c, resp->status);
@@ -424,9 +553,21 @@ static int ctl_flows(struct ctl_src *c, struct frame *f)
 			return rc;
 		if (resp->body_case != FLOWMOVER__RESPONSE__BODY_LIST) {
 			ctl_response_free(resp);
+			top_why = "moverd answered flow list with something else";
 			return -EPROTO;
 		}
 		page = resp->list;
+		/* names come in order: a page that does not move past
+		 * `after` would be asked for again, forever */
+		if (page->more && page->n_flows &&
+		    (strcmp(page->flows[page->n_flows - 1]->name, after) <= 0 ||
+		     strlen(page->flows[page->n_flows - 1]->name) >=
+			     sizeof(after))) {
+			ctl_response_free(resp);
+			top_why = "moverd's flow list does not move forward "
+				  "(a page ends at or before the one before)";
+			return -EPROTO;
+		}
 		if (f->n_flows + page->n_flows + 1 > cap) {
 			struct row *rows;
 
@@ -605,11 +746,13 @@ static void line(struct screen *sc, const char *fmt, ...)
 	if ((int)strlen(buf) > sc->cols)
 		buf[sc->cols] = 0;
 	sc->used++;
+	/* names and errors are moverd's (some a peer's) */
+	out_text(stdout, buf);
 	/* no newline after the last row: the screen must not scroll */
 	if (sc->plain)
-		printf("%s\n", buf);
+		putchar('\n');
 	else
-		printf("%s\x1b[K%s", buf, sc->used < sc->rows ? "\r\n" : "");
+		printf("\x1b[K%s", sc->used < sc->rows ? "\r\n" : "");
 }
 
 static void draw_header(struct screen *sc, const struct fmc_map *m,
@@ -634,11 +777,9 @@ static void draw_header(struct screen *sc, const struct fmc_map *m,
 	     d->v[FMC_D_CLIENTS], d->v[FMC_D_FDS]);
 	if (from_ctl)
 		line(sc, "(%s)", from_ctl);
-	/* killed, the file stays behind: say so rather than show it live
-	 * (a reader in another pid namespace would see every pid gone: it
-	 * is then told so wrongly, but shown the same figures) */
-	else if (kill((pid_t)m->h->pid, 0) && errno == ESRCH)
-		line(sc, "(moverd pid %u is gone: its last figures)", m->h->pid);
+	else if (f->gone)
+		line(sc, "(moverd pid %u is gone: its last figures, %" PRIu64
+		     " ms old)", m->h->pid, f->age_ms);
 	line(sc, "wakes/s: doorbell %.0f  network %.0f  timer %.0f   "
 	     "flows %" PRIu64 "  peers %" PRIu64,
 	     per_s(d->v[FMC_D_WAKE_DOORBELL], pv[FMC_D_WAKE_DOORBELL], dt),
@@ -660,11 +801,51 @@ static const char *link_state(const struct fmc_snap *s)
 	return s->v[FMC_P_TRANSPORT] ? "rdma" : "tcp";
 }
 
+/* How many of n rows to draw in room lines: all, or room - 1 and a line
+ * that says how many more there are. */
+static unsigned fit(unsigned n, int room)
+{
+	if ((int)n <= room)
+		return n;
+	return room > 1 ? (unsigned)room - 1 : 0;
+}
+
+static void flow_line(struct screen *sc, const struct row *r)
+{
+	char a[16], b[16], c[16], e[16], k[16];
+	const struct fmc_snap *s = &r->s;
+	uint64_t batches = s->v[FMC_F_BATCHES];
+
+	line(sc, "%-12.12s %-4.4s %-6.6s %5s %6s %6s %6s %5s %4" PRIu64
+	     " %-16.16s", s->text[FMC_NAME], role_short(s->v[FMC_F_ROLE]),
+	     fmc_flow_state_name(s->v[FMC_F_STATE]),
+	     count(k, sizeof(k), r->recs), human(a, sizeof(a), r->in),
+	     human(b, sizeof(b), r->out),
+	     human(c, sizeof(c), (double)s->v[FMC_F_LAG_BYTES]),
+	     batches ? human(e, sizeof(e), (double)s->v[FMC_F_BYTES_SENT] /
+			     (double)batches) : "-",
+	     s->v[FMC_F_RECONNECTS], s->text[FMC_WHERE]);
+}
+
+static void peer_line(struct screen *sc, const struct row *r)
+{
+	char a[16], b[16], c[16], e[16], g[16], h[16];
+
+	line(sc, "%-21.21s %-4s %6s %6s %6.0f %6s %6s %6s %5s %4" PRIu64,
+	     r->s.text[FMC_NAME], link_state(&r->s),
+	     human(a, sizeof(a), r->out), human(b, sizeof(b), r->rx),
+	     r->frames, dur(c, sizeof(c), r->p50), dur(g, sizeof(g), r->p99),
+	     dur(h, sizeof(h), r->max),
+	     human(e, sizeof(e), (double)r->s.v[FMC_P_WINDOW]),
+	     r->s.v[FMC_P_RECONNECTS]);
+}
+
 static void draw(const struct fmc_map *m, const struct frame *f,
 		 const struct frame *prev, struct screen *sc)
 {
-	char a[16], b[16], c[16], e[16], g[16], h[16], k[16];
-	unsigned peer_rows = f->n_peers ? f->n_peers + 2 : 0;
+	unsigned peer_rows = f->n_peers || f->peers_unrecorded ?
+			     f->n_peers + 2 + !!f->peers_unrecorded : 0;
+	unsigned shown;
 
 	if (!sc->plain)
 		printf("\x1b[H");
@@ -679,42 +860,31 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 	line(sc, "%-12s %-4s %-6s %5s %6s %6s %6s %5s %4s %-16s", "FLOW",
 	     "ROLE", "STATE", "REC/s", "IN/s", "OUT/s", "LAG", "BATCH",
 	     "RECN", "PEER");
-	for (unsigned i = 0; i < f->n_flows; i++) {
-		const struct fmc_snap *s = &f->flows[i].s;
-		uint64_t batches = s->v[FMC_F_BATCHES];
-
-		if (sc->used >= sc->rows - (int)peer_rows)
-			break;
-		line(sc, "%-12.12s %-4.4s %-6.6s %5s %6s %6s %6s %5s %4" PRIu64
-		     " %-16.16s", s->text[FMC_NAME],
-		     role_short(s->v[FMC_F_ROLE]),
-		     fmc_flow_state_name(s->v[FMC_F_STATE]),
-		     count(k, sizeof(k), f->flows[i].recs),
-		     human(a, sizeof(a), f->flows[i].in),
-		     human(b, sizeof(b), f->flows[i].out),
-		     human(c, sizeof(c), (double)s->v[FMC_F_LAG_BYTES]),
-		     batches ? human(e, sizeof(e),
-				     (double)s->v[FMC_F_BYTES_SENT] /
-				     (double)batches) : "-",
-		     s->v[FMC_F_RECONNECTS], s->text[FMC_WHERE]);
-	}
-	if (f->n_peers) {
+	/* rows that do not fit are counted on a line of their own, and so
+	 * are flows the counters file has no record for */
+	shown = fit(f->n_flows, sc->rows - (int)peer_rows - sc->used -
+			       !!f->flows_unrecorded);
+	for (unsigned i = 0; i < shown; i++)
+		flow_line(sc, &f->flows[i]);
+	if (shown < f->n_flows)
+		line(sc, "(+%u more)", f->n_flows - shown);
+	if (f->flows_unrecorded)
+		line(sc, "(%" PRIu32 " flows not in the counters file: see "
+		     "moverctl flow list)", f->flows_unrecorded);
+	if (f->n_peers || f->peers_unrecorded) {
 		line(sc, "%s", "");
 		line(sc, "%-21s %-4s %6s %6s %6s %6s %6s %6s %5s %4s",
 		     "PEER", "LINK", "TX/s", "RX/s", "FRM/s",
 		     from_ctl ? "mean" : "p50", "p99", "max", "WIN", "RECN");
 	}
-	for (unsigned i = 0; i < f->n_peers; i++) {
-		const struct row *r = &f->peers[i];
-
-		line(sc, "%-21.21s %-4s %6s %6s %6.0f %6s %6s %6s %5s %4" PRIu64,
-		     r->s.text[FMC_NAME], link_state(&r->s),
-		     human(a, sizeof(a), r->out), human(b, sizeof(b), r->rx),
-		     r->frames, dur(c, sizeof(c), r->p50),
-		     dur(g, sizeof(g), r->p99), dur(h, sizeof(h), r->max),
-		     human(e, sizeof(e), (double)r->s.v[FMC_P_WINDOW]),
-		     r->s.v[FMC_P_RECONNECTS]);
-	}
+	shown = fit(f->n_peers, sc->rows - sc->used - !!f->peers_unrecorded);
+	for (unsigned i = 0; i < shown; i++)
+		peer_line(sc, &f->peers[i]);
+	if (shown < f->n_peers)
+		line(sc, "(+%u more)", f->n_peers - shown);
+	if (f->peers_unrecorded)
+		line(sc, "(%" PRIu32 " peers not in the counters file: see "
+		     "moverctl status)", f->peers_unrecorded);
 	if (!sc->plain)
 		printf("\x1b[J");
 	fflush(stdout);
@@ -724,18 +894,8 @@ static void draw(const struct fmc_map *m, const struct frame *f,
 
 static void jstr(const char *k, const char *s)
 {
-	printf("\"%s\":\"", k);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			printf("\\%c", ch);
-		else if (ch < 0x20 || ch >= 0x7f)
-			printf("\\u%04x", ch);
-		else
-			putchar(ch);
-	}
-	putchar('"');
+	printf("\"%s\":", k);
+	out_json_str(stdout, s);
 }
 
 /* "subscribers":[{"slot":0,"cut":false,"lag_bytes":...},...] */
@@ -794,10 +954,14 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 	_Static_assert(sizeof(dnames) / sizeof(dnames[0]) == FMC_D_COUNT,
 		       "daemon value names");
 
-	printf("{\"pid\":%u,\"sample_unix_ns\":%" PRIu64 ",\"daemon\":{",
+	printf("{\"pid\":%u,\"sample_unix_ns\":%" PRIu64 ",\"sample_age_ms\":%"
+	       PRIu64 ",\"daemon_gone\":%s,\"flows_unrecorded\":%" PRIu32
+	       ",\"peers_unrecorded\":%" PRIu32 ",\"daemon\":{",
 	       m->h->pid, atomic_load_explicit(
 		       &((struct fmc_header *)m->h)->sample_unix_ns,
-		       memory_order_relaxed));
+		       memory_order_relaxed), f->age_ms,
+	       f->gone ? "true" : "false", f->flows_unrecorded,
+	       f->peers_unrecorded);
 	for (unsigned i = 0; i < FMC_D_COUNT; i++)
 		printf("%s\"%s\":%" PRIu64, i ? "," : "", dnames[i],
 		       f->daemon.v[i]);
@@ -938,9 +1102,10 @@ static int open_source(const char *socket_path, struct fmc_map *m,
 	}
 	c->sock = ctl_connect(socket_path);
 	if (c->sock < 0) {
-		fprintf(stderr, "moverctl top: %s: %s\n", socket_path,
-			c->sock == -ECONNREFUSED ? "moverd is not running" :
-			ctl_last_error());
+		fputs("moverctl top: ", stderr);
+		out_text(stderr, c->sock == -ECONNREFUSED ?
+			 "moverd is not running" : ctl_last_error());
+		fputc('\n', stderr);
 		return c->sock == -EACCES ? 4 : 3;
 	}
 	from_ctl = rc == -EACCES ? "not in moverd's group: your flows, from "
@@ -970,6 +1135,58 @@ static int next_frame(const struct fmc_map *m, struct ctl_src *c,
 	return read_frame(m, prev, f);
 }
 
+/*
+ * moverd's pid is gone and nobody answers on its socket: the file is what
+ * a killed moverd left.  (The pid alone would not do: a reader in another
+ * pid namespace sees every pid gone.)
+ */
+static bool daemon_gone(const struct fmc_map *m, const char *socket_path)
+{
+	int s;
+
+	if (!kill((pid_t)m->h->pid, 0) || errno != ESRCH)
+		return false;
+	s = ctl_connect(socket_path);
+	if (s >= 0)
+		close(s);
+	return s == -ECONNREFUSED;
+}
+
+/* How old a frame from the counters file is, and whether its moverd is
+ * dead (a frame from the control socket is new, and its moverd alive). */
+static void frame_age(const struct fmc_map *m, const struct ctl_src *c,
+		      const char *socket_path, struct frame *f)
+{
+	struct timespec ts;
+	uint64_t now, at;
+
+	if (c->sock >= 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	at = f->mono_ns;
+	f->age_ms = at && now > at ? (now - at) / 1000000 : 0;
+	f->gone = daemon_gone(m, socket_path);
+}
+
+/*
+ * Say why there is no frame; the exit status moverctl's other commands
+ * give for the same: 4 permission denied, 3 moverd not running (or gone
+ * during the call), else 1.
+ */
+static int frame_failed(int rc)
+{
+	fputs("moverctl top: ", stderr);
+	out_text(stderr, rc == -ENOMEM ? "out of memory" :
+		 top_why ? top_why : ctl_last_error());
+	fputc('\n', stderr);
+	if (rc == -EACCES || rc == -EPERM)
+		return 4;
+	if (rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -EPIPE)
+		return 3;
+	return 1;
+}
+
 static void show(const struct fmc_map *m, struct frame *f,
 		 const struct frame *before, bool once, bool json)
 {
@@ -997,8 +1214,12 @@ int top_main(const char *socket_path, bool once, bool json)
 
 	if (rc)
 		return rc;
-	if (next_frame(&m, &c, NULL, &prev))
-		return 1;
+	if ((rc = next_frame(&m, &c, NULL, &prev))) {
+		rc = frame_failed(rc);
+		frame_free(&prev);
+		close_source(&m, &c);
+		return rc;
+	}
 	if (!once && !json)
 		raw_terminal();
 	for (;;) {
@@ -1022,12 +1243,16 @@ int top_main(const char *socket_path, bool once, bool json)
 			continue;
 		}
 		if ((rc = next_frame(&m, &c, &prev, &cur))) {
-			fprintf(stderr, "moverctl top: %s\n", rc == -ENOMEM ?
-				"out of memory" : ctl_last_error());
-			rc = 3;
+			rc = frame_failed(rc);
+			frame_free(&cur);
 			break;
 		}
+		frame_age(&m, &c, socket_path, &cur);
 		show(&m, &cur, &prev, once, json);
+		/* --once is a check: a dead moverd's last figures are not
+		 * a running one's (exit 3, as `status` gives) */
+		if (once && cur.gone)
+			rc = 3;
 		frame_free(&older);
 		older = prev;
 		prev = cur;

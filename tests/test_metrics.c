@@ -65,6 +65,24 @@
  *  16  a 10 us target and B stopped 30 ms now and then while 1 MiB records
  *      flow: the window is seen below a record's size, and every record
  *      still arrives (a record larger than the window goes alone)
+ *  17  moverctl against a moverd that lies (a process of the test's own on
+ *      a socket): ESC, raw CSI and UTF-8 CSI in versions, transports, peer
+ *      addresses and errors, reload lines, create's peer, error messages
+ *      and top's screen come out as '?' (JSON: escaped, and valid); a flow
+ *      list whose pages do not move forward is an error in flow list,
+ *      destroy --all and top (not a loop); top's first frame refused:
+ *      said, exit 4
+ *  18  flow destroy --all as a user who may see root's flow but not
+ *      destroy it: the user's own flows go, root's is skipped (stderr),
+ *      exit 4, one valid JSON document (also with no flows); --drain and
+ *      --all with another command: exit 2; stdout on /dev/full: exit 1;
+ *      --timeout 2147483647 (a sanitizer build catches an overflow)
+ *  19  top on a counters file made here: flows and peers without a record
+ *      counted (text and JSON), rows that do not fit an 80x24 tmux on
+ *      "(+N more)", names with escapes; the header rewritten under a
+ *      running top (bigger counts, another record offset): it keeps what
+ *      it checked; a killed moverd: top --once exits 3, daemon_gone and
+ *      sample_age_ms in its JSON
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -72,6 +90,8 @@
 #include "metrics_http.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/un.h>
 #include <sys/mman.h>
 
 #define MS 1000000ull
@@ -1658,6 +1678,475 @@ static void case_window_floor(void)
 	cmap_close(&ma);
 }
 
+/* ---- 17-19: moverctl's own output ---------------------------------------------- */
+
+/* A moverd's words a terminal would take as escape sequences: ESC (C0),
+ * CSI raw (0x9b, not UTF-8) and CSI as UTF-8 (U+009B). */
+#define EVIL "\x1b[2J\x9b" "5m\xc2\x9b" "7m"
+
+/* No control byte of EVIL made it into s. */
+static bool no_escapes(const char *s)
+{
+	return !strchr(s, '\x1b') && !strchr(s, '\x9b') && !strchr(s, '\x07');
+}
+
+enum fake { FAKE_EVIL, FAKE_STUCK, FAKE_DENY };
+
+static Flowmover__FlowInfo *fake_flow(const char *name, const char *peer)
+{
+	static Flowmover__FlowInfo f;
+
+	flowmover__flow_info__init(&f);
+	f.name = (char *)name;
+	f.peer = (char *)peer;
+	f.state = "open";
+	f.role = "sender";
+	f.transport = "tcp";
+	f.ring_size = 65536;
+	f.max_record = 1024;
+	return &f;
+}
+
+/* The answer of a moverd that lies (fake) to req. */
+static void fake_answer(int c, enum fake fake, const Flowmover__Request *req)
+{
+	Flowmover__Response r = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__Error e = FLOWMOVER__ERROR__INIT;
+	Flowmover__StatusInfo st = FLOWMOVER__STATUS_INFO__INIT;
+	Flowmover__PeerInfo pi = FLOWMOVER__PEER_INFO__INIT, *pis[1] = { &pi };
+	Flowmover__FlowList l = FLOWMOVER__FLOW_LIST__INIT;
+	Flowmover__ReloadResult rl = FLOWMOVER__RELOAD_RESULT__INIT;
+	Flowmover__FlowInfo *fl[1];
+	Flowmover__Ok ok = FLOWMOVER__OK__INIT;
+	char *tr[2] = { "tcp" EVIL, "rdma" }, *lines[1] = { "added f" EVIL };
+
+	r.id = req->id;
+	switch (req->body_case) {
+	case FLOWMOVER__REQUEST__BODY_STATUS:
+		if (fake == FAKE_DENY) {
+			e.code = -EACCES;
+			e.message = "denied by the test" EVIL;
+			r.body_case = FLOWMOVER__RESPONSE__BODY_ERROR;
+			r.error = &e;
+			break;
+		}
+		st.version = "9" EVIL;
+		st.pid = 1;
+		st.transports = tr;
+		st.n_transports = 2;
+		pi.address = "10.0.0.9:7400" EVIL;
+		pi.state = "up";
+		pi.transport = "tcp";
+		pi.node = "node" EVIL;
+		pi.last_error = "lost" EVIL;
+		pi.last_error_unix_ms = 1700000000000ull;
+		st.peers = pis;
+		st.n_peers = 1;
+		r.body_case = FLOWMOVER__RESPONSE__BODY_STATUS;
+		r.status = &st;
+		break;
+	case FLOWMOVER__REQUEST__BODY_LIST:
+		/* stuck: the same page, "more" after it, whatever `after` */
+		fl[0] = fake_flow("a", "");
+		l.flows = fl;
+		l.n_flows = 1;
+		l.more = fake == FAKE_STUCK;
+		r.body_case = FLOWMOVER__RESPONSE__BODY_LIST;
+		r.list = &l;
+		break;
+	case FLOWMOVER__REQUEST__BODY_CREATE:
+		r.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+		r.flow = fake_flow(req->create->spec->name, "p:1" EVIL);
+		break;
+	case FLOWMOVER__REQUEST__BODY_RELOAD:
+		rl.lines = lines;
+		rl.n_lines = 1;
+		r.body_case = FLOWMOVER__RESPONSE__BODY_RELOAD;
+		r.reload = &rl;
+		break;
+	case FLOWMOVER__REQUEST__BODY_DESCRIBE:
+		r.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+		r.flow = fake_flow(req->describe->name, "");
+		break;
+	case FLOWMOVER__REQUEST__BODY_DESTROY:
+		if (fake == FAKE_STUCK) {
+			r.body_case = FLOWMOVER__RESPONSE__BODY_OK;
+			r.ok = &ok;
+			break;
+		}
+		__attribute__((fallthrough)); /* refused */
+	default:
+		e.code = -EINVAL;
+		e.message = "no" EVIL;
+		r.body_case = FLOWMOVER__RESPONSE__BODY_ERROR;
+		r.error = &e;
+	}
+	ctl_send_msg(c, &r.base, -1);
+}
+
+/* A process that answers on sock as fake says, one client at a time. */
+static pid_t fake_start(const char *sock, enum fake fake)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	pid_t pid;
+
+	CHECK(l >= 0 && strlen(sock) < sizeof(sa.sun_path));
+	strcpy(sa.sun_path, sock);
+	unlink(sock);
+	CHECK(bind(l, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	CHECK(listen(l, 16) == 0);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid) {
+		close(l);
+		return pid;
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves none */
+	for (;;) {
+		static uint8_t buf[CTL_FRAME_BUF];
+		int c = accept(l, NULL, NULL);
+		Flowmover__Request *req;
+		size_t len;
+
+		while (c >= 0 &&
+		       !ctl_recv_frame(c, buf, sizeof(buf), &len, NULL, -1) &&
+		       !ctl_request_decode(buf, len, &req, NULL, 0)) {
+			fake_answer(c, fake, req);
+			ctl_request_free(req);
+		}
+		if (c >= 0)
+			close(c);
+	}
+}
+
+static void fake_stop(pid_t pid, const char *sock)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	unlink(sock);
+}
+
+/* Run a shell command; stdout and stderr apart (either may be NULL);
+ * its exit status. */
+static int sh2(char *o, size_t ocap, char *e, size_t ecap, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static int sh2(char *o, size_t ocap, char *e, size_t ecap, const char *fmt, ...)
+{
+	char cmd[1024], ef[64];
+	va_list ap;
+	int rc;
+	FILE *f;
+
+	snprintf(ef, sizeof(ef), "/tmp/fm-sh2-%d.err", (int)getpid());
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	rc = sh(o, ocap, "timeout -k 2 30 sh -c '%s' 2>%s", cmd, ef);
+	if (e) {
+		size_t n = 0;
+
+		f = fopen(ef, "r");
+		if (f) {
+			n = fread(e, 1, ecap - 1, f);
+			fclose(f);
+		}
+		e[n] = 0;
+	}
+	unlink(ef);
+	return rc;
+}
+
+/* Is s one valid JSON document?  (python3: contrib/install-deps.sh) */
+static bool json_valid(const char *s)
+{
+	char path[64];
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "/tmp/fm-json-%d", (int)getpid());
+	f = fopen(path, "w");
+	CHECK(f && fputs(s, f) >= 0);
+	fclose(f);
+	rc = sh(NULL, 0, "python3 -c 'import json,sys; json.load(open(sys.argv[1]))'"
+		" %s 2>&1", path);
+	unlink(path);
+	return rc == 0;
+}
+
+/* 17: a moverd that lies: escape sequences in every text, a list that
+ * does not move forward, a status refused. */
+static void case_lying_moverd(void)
+{
+	char sock[64], o[16384], e[4096];
+	pid_t fake;
+
+	snprintf(sock, sizeof(sock), "/tmp/fm-fake17-%d.sock", (int)getpid());
+	fake = fake_start(sock, FAKE_EVIL);
+	/* status: version, transports, peer address, node, last error */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s status",
+		     moverctl, sock), 0);
+	printf("--- status of a lying moverd ---\n%s", o);
+	CHECK(strstr(o, "lost") && strstr(o, "rdma"));
+	CHECK(no_escapes(o) && no_escapes(e));
+	CHECK(!strstr(o, "\xc2\x9b"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s --json status",
+		     moverctl, sock), 0);
+	CHECK(no_escapes(o) && !strstr(o, "\xc2\x9b"));
+	CHECK(strstr(o, "lost\\u001b[2J\\ufffd5m\\u009b7m"));
+	CHECK(json_valid(o));
+	/* reload's lines, create's peer, an error on stderr */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s reload",
+		     moverctl, sock), 0);
+	CHECK(strstr(o, "added f") && no_escapes(o) && !strstr(o, "\xc2\x9b"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s flow create "
+		     "q", moverctl, sock), 0);
+	CHECK(strstr(o, "peer p:1") && no_escapes(o) && !strstr(o, "\xc2\x9b"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s flow destroy "
+		     "q", moverctl, sock), 1);
+	CHECK(strstr(e, "moverctl: no") && no_escapes(e) &&
+	      !strstr(e, "\xc2\x9b"));
+	/* top from the control socket (no counters file): the same */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once",
+		     moverctl, sock), 0);
+	CHECK(strstr(o, "10.0.0.9:7400") && no_escapes(o) &&
+	      !strstr(o, "\xc2\x9b"));
+	fake_stop(fake, sock);
+	printf("  texts with ESC, raw and UTF-8 CSI: '?' on the terminal, "
+	       "escaped in JSON\n");
+
+	/* more=true on a page that does not move past `after` */
+	fake = fake_start(sock, FAKE_STUCK);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s flow list",
+		     moverctl, sock), 1);
+	CHECK(strstr(e, "does not move forward"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s flow destroy "
+		     "--all", moverctl, sock), 1);
+	CHECK(strstr(e, "does not move forward"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once",
+		     moverctl, sock), 1);
+	CHECK(strstr(e, "does not move forward"));
+	fake_stop(fake, sock);
+	printf("  a flow list that does not move forward: an error, not a "
+	       "loop\n");
+
+	/* top's first frame refused: why, and exit 4 as for any command */
+	fake = fake_start(sock, FAKE_DENY);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once",
+		     moverctl, sock), 4);
+	CHECK(strstr(e, "denied by the test") && no_escapes(e));
+	fake_stop(fake, sock);
+	printf("  top's first frame refused: said, exit 4\n");
+}
+
+#define NOBODY 65534u
+
+/* 18: destroy --all past flows the caller may not destroy, one JSON
+ * document; options with the wrong command; output that cannot be
+ * written; the largest --timeout. */
+static void case_cli(void)
+{
+	char o[16384], e[4096];
+	struct hd d;
+
+	hd_start(&d, moverd, "metrics18", false, NULL);
+	/* nothing to destroy: still one document */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s --json flow "
+		     "destroy --all", moverctl, d.sock), 0);
+	CHECK(json_valid(o) && strstr(o, "\"destroyed\": []"));
+	/* root's a0, which nobody may attach to (so see) but not destroy,
+	 * comes first; nobody's own z1 and z2 after it */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create a0 "
+			"--allow-uid %u", NOBODY), 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl, NOBODY, out, sizeof(out),
+			   "flow create z1"), 0);
+	CHECK_RC(hd_ctl_as(&d, moverctl, NOBODY, out, sizeof(out),
+			   "flow create z2"), 0);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "setpriv --reuid %u --regid "
+		     "%u --clear-groups %s --socket %s --json flow destroy "
+		     "--all", NOBODY, NOBODY, moverctl, d.sock), 4);
+	printf("--- destroy --all as nobody ---\n%s%s", o, e);
+	CHECK(json_valid(o));
+	CHECK(strstr(o, "\"skipped\": [\n    \"a0\"\n  ]"));
+	CHECK(strstr(o, "\"z1\"") && strstr(o, "\"z2\""));
+	CHECK(strstr(e, "'a0' skipped"));
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow list"), 0);
+	CHECK(strstr(out, "a0") && !strstr(out, "z1") && !strstr(out, "z2"));
+	/* the same in text: what was destroyed on stdout, the rest on
+	 * stderr, exit 4 */
+	CHECK_RC(hd_ctl_as(&d, moverctl, NOBODY, out, sizeof(out),
+			   "flow create z3"), 0);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "setpriv --reuid %u --regid "
+		     "%u --clear-groups %s --socket %s flow destroy --all",
+		     NOBODY, NOBODY, moverctl, d.sock), 4);
+	CHECK(strstr(o, "destroyed flow 'z3'") && strstr(e, "'a0' skipped"));
+	printf("  destroy --all: past a flow it may not destroy, exit 4, one "
+	       "JSON document\n");
+
+	/* options that do not go with the command */
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create q "
+			"--drain"), 2);
+	CHECK(strstr(out, "--drain and --all go with 'flow destroy'"));
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow list --all"), 2);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "status --drain"), 2);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow list"), 0);
+	CHECK(!strstr(out, " q "));
+	printf("  --drain, --all with another command: usage, exit 2\n");
+
+	/* output that cannot be written */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s flow list "
+		     ">/dev/full", moverctl, d.sock), 1);
+	CHECK(strstr(e, "cannot write the output"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s --json "
+		     "status >/dev/full", moverctl, d.sock), 1);
+	printf("  stdout on a full device: exit 1, said\n");
+
+	/* the largest --timeout: the wait's own bound computed without
+	 * overflow (a sanitizer build reports one) */
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s --timeout "
+		     "2147483647 flow wait a0", moverctl, d.sock), 0);
+	CHECK(strstr(o, "exists") && !strstr(e, "runtime error"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s --timeout "
+		     "2147483647 flow destroy --drain a0", moverctl, d.sock), 0);
+	CHECK(!strstr(e, "runtime error"));
+	hd_stop(&d);
+}
+
+/* Active record i of h: type, name and where. */
+static struct fmc_record *put_rec(struct fmc_header *h, uint32_t i,
+				  enum fmc_type type, const char *name,
+				  const char *where)
+{
+	struct fmc_record *r = fmc_record(h, i);
+
+	fmc_begin(r);
+	atomic_store(&r->state, FMC_ACTIVE);
+	atomic_store(&r->type, type);
+	atomic_store(&r->incarnation, i + 1);
+	fmc_set_text(r, FMC_NAME, name);
+	fmc_set_text(r, FMC_WHERE, where);
+	fmc_end(r);
+	return r;
+}
+
+/* A counters file of 30 flows and 2 peers at sock.counters, made here,
+ * as a live moverd (this process) would have it; mapped writable. */
+static struct fmc_header *fake_counters(const char *sock, size_t *bytes)
+{
+	char path[128], name[16];
+	struct fmc_header *h;
+	struct timespec ts;
+	int fd;
+
+	*bytes = fmc_file_bytes(30, 2);
+	snprintf(path, sizeof(path), "%s.counters", sock);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)*bytes) == 0);
+	h = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	CHECK(h != MAP_FAILED);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	*h = (struct fmc_header){ .magic = FMC_MAGIC, .version = FMC_VERSION,
+		.hdr_bytes = FMC_HDR_BYTES, .rec_bytes = FMC_REC_BYTES,
+		.n_flow = 30, .n_peer = 2, .pid = (uint32_t)getpid(),
+		.values = FMC_VALUES, .start_unix_ns = 1700000000ull * SEC };
+	atomic_store(&h->sample_mono_ns,
+		     (uint64_t)ts.tv_sec * SEC + (uint64_t)ts.tv_nsec);
+	atomic_store(&h->flows_unrecorded, 7);
+	atomic_store(&h->peers_unrecorded, 2);
+	put_rec(h, 0, FMC_DAEMON, "moverd", "9.9");
+	put_rec(h, 1, FMC_FLOW, "evil" EVIL, "p" EVIL);
+	for (uint32_t i = 1; i < 30; i++) {
+		snprintf(name, sizeof(name), "f%02u", i);
+		put_rec(h, 1 + i, FMC_FLOW, name, "");
+	}
+	put_rec(h, 31, FMC_PEER, "10.0.0.9:7400" EVIL, "node" EVIL);
+	CHECK(fmc_valid(h, *bytes));
+	return h;
+}
+
+/* 19: top on a counters file made here: flows and peers it has no record
+ * for, rows that do not fit, names with escapes, a header rewritten
+ * under top; then on a killed moverd. */
+static void case_top_file(void)
+{
+	char sock[64], o[65536], e[4096], sess[64], screen[8192], cmd[512];
+	char line1[65536], line2[65536];
+	struct fmc_header *h;
+	struct hd d;
+	size_t bytes;
+	unsigned pid;
+	FILE *p;
+
+	snprintf(sock, sizeof(sock), "/tmp/fm-top19-%d.sock", (int)getpid());
+	h = fake_counters(sock, &bytes);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once",
+		     moverctl, sock), 0);
+	printf("--- top --once on the file made here ---\n%s", o);
+	CHECK(strstr(o, "(7 flows not in the counters file: see moverctl "
+		     "flow list)"));
+	CHECK(strstr(o, "(2 peers not in the counters file"));
+	CHECK(strstr(o, "evil?[2J?5m? ") && strstr(o, "p?[2J?5m?7m"));
+	CHECK(strstr(o, "f29"));
+	CHECK(no_escapes(o) && !strstr(o, "\xc2\x9b"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once "
+		     "--json", moverctl, sock), 0);
+	CHECK(json_valid(o));
+	CHECK(strstr(o, "\"flows_unrecorded\":7,\"peers_unrecorded\":2"));
+	CHECK(strstr(o, "\"daemon_gone\":false"));
+	CHECK(strstr(o, "\"name\":\"evil\\u001b[2J\\ufffd5m\\u009b7m\""));
+	CHECK(no_escapes(o) && !strstr(o, "\xc2\x9b"));
+	printf("  flows and peers without a record counted; escapes '?' on "
+	       "the terminal, escaped in JSON\n");
+
+	/* 80x24: the flows that do not fit are counted on a line */
+	snprintf(sess, sizeof(sess), "fmtop19%d", (int)getpid());
+	CHECK(sh(NULL, 0, "tmux -L %s new-session -d -s %s -x 80 -y 24 "
+		 "'%s --socket %s top; sleep 30'", sess, sess, moverctl,
+		 sock) == 0);
+	screen_with(sess, screen, sizeof(screen), " more)", 10000);
+	printf("--- moverctl top in tmux (80x24) ---\n%s------\n", screen);
+	CHECK(strstr(screen, " more)") && strstr(screen, "(7 flows not in"));
+	CHECK(strstr(screen, "PEER "));
+	sh(NULL, 0, "tmux -L %s kill-server", sess);
+	printf("  rows that do not fit: (+N more)\n");
+
+	/* the header rewritten once top checked it: top keeps the shape
+	 * it checked (it read past its mapping before) */
+	snprintf(cmd, sizeof(cmd), "echo $$; exec %s --socket %s top --json",
+		 moverctl, sock);
+	p = popen(cmd, "r");
+	CHECK(p && fscanf(p, "%u\n", &pid) == 1);
+	CHECK(fgets(line1, sizeof(line1), p) && json_valid(line1));
+	h->n_flow = FMC_MAX_FLOW_RECS;
+	h->n_peer = FMC_PEER_RECS;
+	h->hdr_bytes = 1u << 30;
+	CHECK(fgets(line2, sizeof(line2), p) && json_valid(line2));
+	CHECK(strstr(line2, "\"name\":\"f29\""));
+	kill((pid_t)pid, SIGTERM);
+	pclose(p);
+	printf("  header rewritten under top: the shape it checked kept\n");
+	munmap(h, bytes);
+	snprintf(cmd, sizeof(cmd), "%s.counters", sock);
+	unlink(cmd);
+
+	/* a killed moverd leaves its file: top --once says so, exit 3 */
+	hd_start(&d, moverd, "metrics19", false, NULL);
+	CHECK_RC(hd_ctl(&d, moverctl, out, sizeof(out), "flow create k"), 0);
+	hd_kill(&d);
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once",
+		     moverctl, d.sock), 3);
+	CHECK(strstr(o, "is gone: its last figures"));
+	CHECK_RC(sh2(o, sizeof(o), e, sizeof(e), "%s --socket %s top --once "
+		     "--json", moverctl, d.sock), 3);
+	CHECK(json_valid(o) && strstr(o, "\"daemon_gone\":true") &&
+	      strstr(o, "\"sample_age_ms\":"));
+	hd_cleanup(&d);
+	printf("  a killed moverd: top --once exits 3, daemon_gone in JSON\n");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1682,6 +2171,12 @@ int main(int argc, char **argv)
 		  "moverd --window-delay-us" },
 		{ 16, case_window_floor, "records larger than the window go "
 		  "alone" },
+		{ 17, case_lying_moverd, "moverctl and a moverd that lies: "
+		  "escapes, endless lists, a refused first frame" },
+		{ 18, case_cli, "moverctl: destroy --all, options, output "
+		  "errors, the largest timeout" },
+		{ 19, case_top_file, "moverctl top: unrecorded flows, rows "
+		  "that do not fit, a header rewritten, a killed moverd" },
 	};
 
 	if (argc != 4) {
