@@ -132,14 +132,47 @@ int ctl_call(int sock, Flowmover__Request *req, Flowmover__Response **resp,
 	return rc;
 }
 
+/*
+ * One answer off sock into buf, decoded, and the fds that came with it;
+ * 0, or a negative errno with the reason said.
+ */
+static int recv_answer(int sock, uint8_t *buf, Flowmover__Response **r,
+		       int *fds, unsigned max, int timeout_ms)
+{
+	char err[CTL_ERR_MAX];
+	size_t len = 0;
+	int rc = ctl_recv_frame_fds(sock, buf, CTL_MAX_FRAME, &len, fds, max,
+				    timeout_ms);
+
+	if (rc == -ETIMEDOUT)
+		seterr("no response from moverd within %d ms", timeout_ms);
+	else if (rc == -ECONNRESET)
+		seterr("moverd closed the connection");
+	else if (rc)
+		seterr("cannot receive response from moverd: %s",
+		       strerror(-rc));
+	if (rc)
+		return rc;
+	rc = ctl_response_decode(buf, len, r, err, sizeof(err));
+	if (rc)
+		seterr("bad response from moverd: %s", err);
+	return rc;
+}
+
+/*
+ * Answers to earlier requests on the same socket that gave up waiting
+ * (timed out) still come, ahead of ours: a request's id is larger than
+ * every earlier one's (next_id), so those are skipped, with their fds.
+ * At most this many: a moverd that sends more is broken.
+ */
+#define CTL_STALE_MAX 64
+
 int ctl_call_fds(int sock, Flowmover__Request *req,
 		 Flowmover__Response **resp, int *fds, unsigned max,
 		 int timeout_ms)
 {
-	char err[CTL_ERR_MAX];
 	Flowmover__Response *r = NULL;
 	uint8_t *buf;
-	size_t len = 0;
 	int rc;
 
 	*resp = NULL;
@@ -160,26 +193,17 @@ int ctl_call_fds(int sock, Flowmover__Request *req,
 		seterr("out of memory");
 		return -ENOMEM;
 	}
-	rc = ctl_recv_frame_fds(sock, buf, CTL_MAX_FRAME, &len, fds, max,
-				timeout_ms);
-	if (rc) {
-		if (rc == -ETIMEDOUT)
-			seterr("no response from moverd within %d ms",
-			       timeout_ms);
-		else if (rc == -ECONNRESET)
-			seterr("moverd closed the connection");
-		else
-			seterr("cannot receive response from moverd: %s",
-			       strerror(-rc));
-		free(buf);
-		return rc;
+	for (unsigned stale = 0;; stale++) {
+		rc = recv_answer(sock, buf, &r, fds, max, timeout_ms);
+		if (rc || !r->id || r->id >= req->id || stale == CTL_STALE_MAX)
+			break;
+		ctl_response_free(r); /* an earlier request's */
+		r = NULL;
+		close_fds(fds, max);
 	}
-	rc = ctl_response_decode(buf, len, &r, err, sizeof(err));
 	free(buf);
-	if (rc) {
-		seterr("bad response from moverd: %s", err);
+	if (rc)
 		goto fail;
-	}
 	if (r->body_case == FLOWMOVER__RESPONSE__BODY_ERROR &&
 	    (r->id == req->id || r->id == 0)) {
 		rc = r->error->code;

@@ -667,6 +667,77 @@ static void test_client(void)
 	CHECK_MSG(ctl_last_error(), "closed the connection");
 }
 
+/* Answers a request only once the next one came: the first call times
+ * out, and its answer (with an fd) arrives ahead of the second's. */
+static void *late_daemon(void *arg)
+{
+	struct fake *fk = arg;
+	static uint8_t in[CTL_MAX_FRAME];
+	Flowmover__Request *req[2];
+	size_t got;
+	int mfd = memfd_create("late", MFD_CLOEXEC);
+
+	for (int i = 0; i < 2; i++)
+		if (ctl_recv_frame(fk->sock, in, sizeof(in), &got, NULL, 5000) ||
+		    ctl_request_decode(in, got, &req[i], err, sizeof(err)))
+			return NULL;
+	for (int i = 0; i < 2; i++) {
+		Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+		Flowmover__FlowInfo fi = FLOWMOVER__FLOW_INFO__INIT;
+
+		fi.name = req[i]->attach->name;
+		resp.id = req[i]->id;
+		resp.body_case = FLOWMOVER__RESPONSE__BODY_FLOW;
+		resp.flow = &fi;
+		ctl_send_msg(fk->sock, &resp.base, mfd);
+		ctl_request_free(req[i]);
+	}
+	close(mfd);
+	return NULL;
+}
+
+static unsigned open_fds(void)
+{
+	unsigned n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* A call that timed out leaves its answer on the socket: the next call
+ * on it skips that (and closes its fd) and gets its own. */
+static void test_late_answer(void)
+{
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__Response *r;
+	struct fake fk = { 0 };
+	unsigned before = open_fds();
+	pthread_t t;
+	int sv[2], fd;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	fk.sock = sv[1];
+	CHECK(pthread_create(&t, NULL, late_daemon, &fk) == 0);
+	at.role = FLOWMOVER__ROLE__PRODUCER;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	at.name = "first";
+	CHECK_RC(ctl_call(sv[0], &req, &r, &fd, 100), -ETIMEDOUT);
+	at.name = "second";
+	CHECK_RC(ctl_call(sv[0], &req, &r, &fd, 5000), 0);
+	CHECK(r && r->body_case == FLOWMOVER__RESPONSE__BODY_FLOW &&
+	      !strcmp(r->flow->name, "second"));
+	CHECK(fd >= 0);
+	close(fd);
+	ctl_response_free(r);
+	CHECK(pthread_join(t, NULL) == 0);
+	close(sv[0]);
+	close(sv[1]);
+	CHECK(open_fds() == before); /* the first answer's fd was closed */
+}
+
 static void test_connect(void)
 {
 	char dir[] = "/tmp/ctl-test-XXXXXX", path[256], longp[200];
@@ -728,6 +799,7 @@ int main(void)
 	test_response();
 	test_fd_passing();
 	test_client();
+	test_late_answer();
 	test_connect();
 	printf("test_ctl_frame: ok\n");
 	return 0;
