@@ -1159,8 +1159,8 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 	char who[96];
 	struct usage u;
 
-	if (peer ? !s->origin_host : uid == 0)
-		return 0; /* a local call, or root: no quota */
+	if (peer ? !s->origin_host : flows_is_operator(uid))
+		return 0; /* a local call, or the operator: no quota */
 	u = usage_of(t, s, uid);
 	if (peer)
 		snprintf(who, sizeof(who), "peer host %s", s->origin_host);
@@ -1277,7 +1277,7 @@ static bool rate_exempt(const struct flow_spec *s, uid_t uid)
 		return true;
 	if (s->role == FLOW_RECEIVER)
 		return !s->origin_host;
-	return uid == 0 || uid == geteuid();
+	return flows_is_operator(uid);
 }
 
 /* "64 MiB", "512 KiB", "1000 bytes": a rate as the operator wrote it. */
@@ -1979,9 +1979,14 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 	return true;
 }
 
+bool flows_is_operator(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
 bool flows_may_manage(const struct flow *f, uid_t uid)
 {
-	return uid == 0 || uid == f->owner_uid;
+	return flows_is_operator(uid) || uid == f->owner_uid;
 }
 
 bool flows_group_allowed(const struct flow *f, const gid_t *groups,

@@ -495,7 +495,11 @@ bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid);
 /* Is one of the client's supplementary groups among the allowed gids? */
 bool flows_group_allowed(const struct flow *f, const gid_t *groups,
 			 unsigned n);
-/* May this client destroy it?  Root and the owner may. */
+/* Is uid the operator's: root, or moverd's own user (the packaged unit
+ * runs moverd as an unprivileged one, and its config's flows are owned by
+ * it)?  The operator's flows have no quota and may be managed by it. */
+bool flows_is_operator(uid_t uid);
+/* May this client destroy it?  The operator and the owner may. */
 bool flows_may_manage(const struct flow *f, uid_t uid);
 
 bool flows_valid_name(const char *name);

@@ -2939,7 +2939,7 @@ int peer_may_dial(struct peer_mgr *m, const char *addr, uid_t uid, char *err,
 			 (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
 		return -ENOSPC;
 	}
-	if (uid && all >= m->max_hosts - hosts_reserve(m)) {
+	if (!flows_is_operator(uid) && all >= m->max_hosts - hosts_reserve(m)) {
 		snprintf(err, cap, "too many peer hosts (%u): of the %u other "
 			 "daemons moverd connects to (--peer-max-hosts), the "
 			 "last %u are kept for root; a connection closes %llu s "
@@ -2948,7 +2948,7 @@ int peer_may_dial(struct peer_mgr *m, const char *addr, uid_t uid, char *err,
 			 (unsigned long long)(PEER_LINGER_NS / 1000000000ull));
 		return -ENOSPC;
 	}
-	if (uid && mine >= m->max_hosts_per_uid) {
+	if (!flows_is_operator(uid) && mine >= m->max_hosts_per_uid) {
 		snprintf(err, cap, "too many peer hosts (%u) for uid %u: flows "
 			 "of one user may connect to at most %u other daemons "
 			 "(--peer-max-hosts-per-uid); a connection closes %llu "

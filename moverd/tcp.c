@@ -314,8 +314,8 @@ int peer_address(struct peer *p)
 		flows_reason(p, false, "resolving %s", p->addr); /* a new flow too */
 		return -EINPROGRESS;
 	}
-	rc = resolver_lookup(&p->m->resolver, p->addr, p->uid == 0, &res,
-			     &p->lookup_id);
+	rc = resolver_lookup(&p->m->resolver, p->addr,
+			     flows_is_operator(p->uid), &res, &p->lookup_id);
 	if (rc == 0) {
 		memcpy(&p->sa, &res.sa, res.len);
 		p->sa_len = res.len;

@@ -26,6 +26,15 @@ struct frame_hdr {		/* struct "<IIQQII" in transform.py */
 	uint32_t pad;
 };
 
+/*
+ * The most samples a frame holds: one record of at most 64 KiB, header
+ * included, the max record of run.sh's (and the test's) frames flow.  The
+ * ingest sends no more (nor more than its flow's max record takes), and
+ * the sink takes a result that says more for a wrong one.
+ */
+#define FRAME_MAX_RECORD  65536u
+#define FRAME_MAX_SAMPLES ((FRAME_MAX_RECORD - 32u) / 4u)	/* 16376 */
+
 struct result {			/* struct "<IIQQII4d" in transform.py */
 	uint32_t magic;
 	uint32_t sensor;

@@ -6,7 +6,9 @@
  *                        [--sensors S]
  *
  * Frames 0..N-1 (N = 0: until SIGINT/SIGTERM), round robin over S sensors,
- * paced to --rate (0: unpaced).  Prints how many it sent when it stops.
+ * paced to --rate (0: unpaced), of --samples float32 each (default 256;
+ * at most what the flow's max record holds after the 32-byte header, and
+ * FRAME_MAX_SAMPLES).  Prints how many it sent when it stops.
  */
 #include "flowshm.h"
 #include "frame.h"
@@ -72,7 +74,9 @@ int main(int argc, char **argv)
 		{ 0 }
 	};
 	uint64_t count = 0, rate = 0, seq = 0, t0;
-	uint32_t n = 256, sensors = 4;
+	uint32_t n = 256, sensors = 4, max_n;
+	struct flowshm_info info;
+	unsigned long v;
 	flowshm_t *f;
 	int c, rc;
 
@@ -82,20 +86,42 @@ int main(int argc, char **argv)
 		else if (c == 'r')
 			rate = strtoull(optarg, NULL, 0);
 		else if (c == 'n')
-			n = (uint32_t)strtoul(optarg, NULL, 0);
+			n = (v = strtoul(optarg, NULL, 0)) > FRAME_MAX_SAMPLES ?
+			    FRAME_MAX_SAMPLES + 1 : (uint32_t)v;
 		else if (c == 's')
 			sensors = (uint32_t)strtoul(optarg, NULL, 0);
 		else
 			goto usage;
 	}
-	if (argc - optind != 1 || n == 0 || n > 16384 || sensors == 0)
+	if (argc - optind != 1 || n == 0 || sensors == 0)
 		goto usage;
+	if (n > FRAME_MAX_SAMPLES) {
+		fprintf(stderr, "ingest: --samples: at most %u (a frame is one "
+			"record of at most %u bytes with its %zu-byte header)\n",
+			FRAME_MAX_SAMPLES, FRAME_MAX_RECORD,
+			sizeof(struct frame_hdr));
+		return 2;
+	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	rc = flowshm_attach(argv[optind], FLOWSHM_PRODUCER, NULL, &f);
 	if (rc) {
 		fprintf(stderr, "ingest: %s\n", flowshm_attach_error());
 		return 1;
+	}
+	/* a frame is one record: what the flow's max record holds */
+	rc = flowshm_info(f, &info);
+	max_n = rc || info.max_record < sizeof(struct frame_hdr) ? 0 :
+		(uint32_t)((info.max_record - sizeof(struct frame_hdr)) /
+			   sizeof(float));
+	if (n > max_n) {
+		fprintf(stderr, "ingest: --samples %u: a frame of %zu bytes does "
+			"not fit flow %s's max record of %u bytes (at most %u "
+			"samples)\n", n, sizeof(struct frame_hdr) + n *
+			sizeof(float), argv[optind], rc ? 0 : info.max_record,
+			max_n);
+		flowshm_detach(f);
+		return 2;
 	}
 	t0 = clock_ns(CLOCK_MONOTONIC);
 	while (!stop && (!count || seq < count)) {

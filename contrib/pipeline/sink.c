@@ -10,7 +10,8 @@
  * Every result is checked against the frame recomputed from (sensor, seq),
  * so a result of a wrong or torn frame fails too.  FILE gets one line per
  * frame: seq sensor mean min max rms.  Stops after frame N-1 (--count N),
- * or at SIGINT/SIGTERM; prints what it did.
+ * or at SIGINT/SIGTERM; prints what it did, FAILED (exit 1) if FILE could
+ * not be written.
  */
 #include "flowshm.h"
 #include "frame.h"
@@ -19,6 +20,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,7 @@ static int result_ok(const struct result *r)
 {
 	double sum = 0, sq = 0, min = INFINITY, max = -INFINITY;
 
-	if (r->magic != RESULT_MAGIC || r->n == 0 || r->n > 16384)
+	if (r->magic != RESULT_MAGIC || r->n == 0 || r->n > FRAME_MAX_SAMPLES)
 		return 0;
 	for (uint32_t i = 0; i < r->n; i++) {
 		double x = frame_sample(r->sensor, r->seq, i);
@@ -106,11 +108,22 @@ int main(int argc, char **argv)
 		/* a bounded wait: notice a stop, flush the file when idle */
 		rc = flowshm_recv(f, &r, sizeof(r), &len, 200000000);
 		if (rc == -ETIMEDOUT) {
-			fflush(out);
+			if (fflush(out)) {
+				fprintf(stderr, "sink: %s: %s\n", out_path,
+					strerror(errno));
+				failed = 1;
+				break;
+			}
 			continue;
 		}
 		if (rc) {
 			fprintf(stderr, "sink: recv: %s\n", flowshm_strerror(rc));
+			failed = 1;
+			break;
+		}
+		if (len < offsetof(struct result, seq) + sizeof(r.seq)) {
+			fprintf(stderr, "sink: bad result of %zu bytes (too "
+				"short to name its frame)\n", len);
 			failed = 1;
 			break;
 		}
@@ -130,12 +143,21 @@ int main(int argc, char **argv)
 			failed = 1;
 			break;
 		}
+		if (fprintf(out, "%" PRIu64 " %" PRIu32 " %.9g %.9g %.9g %.9g\n",
+			    r.seq, r.sensor, r.mean, r.min, r.max, r.rms) < 0) {
+			fprintf(stderr, "sink: %s: %s\n", out_path,
+				strerror(errno));
+			failed = 1;
+			break;
+		}
 		lat_sum += realtime_ns() - r.t_ns;
-		fprintf(out, "%" PRIu64 " %" PRIu32 " %.9g %.9g %.9g %.9g\n",
-			r.seq, r.sensor, r.mean, r.min, r.max, r.rms);
 		next++;
 	}
-	fclose(out);
+	/* what stdio still holds is written now: a full disk shows here */
+	if (fclose(out)) {
+		fprintf(stderr, "sink: %s: %s\n", out_path, strerror(errno));
+		failed = 1;
+	}
 	flowshm_detach(f);
 	printf("sink: %" PRIu64 " frames written once each, %" PRIu64
 	       " duplicates dropped, mean latency %.3f ms%s\n", next, dups,

@@ -22,6 +22,11 @@ pipeline exactly once across a kill of this stage at any instant:
 So every frame reaches the sink's file exactly once.  With --monitor, a
 small (total, time) record goes to that flow ten times a second, never
 waiting: a slow or absent monitor cannot hold the pipeline back.
+
+A record that is not a frame (shorter than its header, another magic, a
+length its sample count does not give) is logged on stderr and released
+unsent: kept, it would stop this stage at the same record after every
+restart.  The sink then reports the frame missing, if it was one.
 """
 import argparse
 import errno
@@ -58,10 +63,12 @@ def attach(name, role, timeout=15.0):
 
 
 def reduce_frame(view):
-    """The result record of the frame in `view` (read in place)."""
+    """The result record of the frame in `view` (read in place);
+    struct.error or ValueError if it is not a frame."""
     magic, sensor, seq, t_ns, n, _ = FRAME.unpack_from(view)
     if magic != FRAME_MAGIC or FRAME.size + 4 * n != len(view):
-        raise ValueError(f"not a frame: magic {magic:#x}, {len(view)} bytes")
+        raise ValueError(f"not a frame: magic {magic:#x}, {n} samples, "
+                         f"{len(view)} bytes")
     x = np.frombuffer(view, np.float32, count=n, offset=FRAME.size)
     x64 = x.astype(np.float64)            # the one copy: float32 -> float64
     return RESULT.pack(RESULT_MAGIC, sensor, seq, t_ns, n, 0, x64.mean(),
@@ -76,7 +83,7 @@ def main():
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
-    done = 0
+    done = bad = 0
     src = attach(a.frames, "consumer")
     dst = attach(a.results, "producer")
     mon = attach(a.monitor, "producer") if a.monitor else None
@@ -90,10 +97,21 @@ def main():
             except INPUT_OVER:
                 break
             if rec is not None:
-                result = reduce_frame(rec.view)
-                dst.send(result)          # 1. the result is in RESULTS
+                try:
+                    result = reduce_frame(rec.view)
+                except (struct.error, ValueError) as e:
+                    result = None
+                    print(f"transform: dropping a record that is not a "
+                          f"frame: {e}", file=sys.stderr, flush=True)
+                # (out of the except: its traceback, and any numpy view
+                # of the record in it, is gone before the release)
+                if result is not None:
+                    dst.send(result)      # 1. the result is in RESULTS
                 rec.release()             # 2. only then the frame goes
-                done += 1
+                if result is not None:
+                    done += 1
+                else:
+                    bad += 1
             if mon and time.monotonic() >= next_tick:
                 next_tick += 0.1
                 try:
@@ -103,7 +121,9 @@ def main():
     except KeyboardInterrupt:
         pass
     finally:
-        print(f"transform: {done} frames", flush=True)
+        print(f"transform: {done} frames"
+              + (f", {bad} records that were not frames dropped" if bad else ""),
+              flush=True)
         for f in (src, dst, mon):
             try:
                 if f:
