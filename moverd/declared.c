@@ -8,6 +8,7 @@
 #include "control.h"
 #include "log.h"
 #include "peer.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -246,6 +249,31 @@ static char *flow_line(char *line)
 	return line + 4;
 }
 
+/* The config says what moverd, often root, creates and whom it grants:
+ * only root and moverd's user may write it (as the key file, auth.c). */
+static int check_file(FILE *f, const char *path, char *err, size_t cap)
+{
+	struct stat st;
+
+	if (fstat(fileno(f), &st)) {
+		snprintf(err, cap, "config %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, cap, "config %s is not a regular file", path);
+		return -1;
+	}
+	if ((st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022)) {
+		snprintf(err, cap, "config %s (uid %u, mode %04o) may be "
+			 "written by others than root and moverd's user (uid "
+			 "%u): chown it to one of them and chmod go-w it",
+			 path, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777), (unsigned)geteuid());
+		return -1;
+	}
+	return 0;
+}
+
 int declared_read(const char *path, const char *listen,
 		  struct declared_set *out, char *err, size_t cap)
 {
@@ -257,6 +285,10 @@ int declared_read(const char *path, const char *listen,
 	*out = (struct declared_set){ 0 };
 	if (!f) {
 		snprintf(err, cap, "config %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (check_file(f, path, err, cap)) {
+		fclose(f);
 		return -1;
 	}
 	while (!rc && fgets(line, sizeof(line), f)) {
@@ -293,6 +325,18 @@ static bool has_id(const uint32_t *ids, unsigned n, uint32_t id)
 		if (ids[i] == id)
 			return true;
 	return false;
+}
+
+/* Keep in ids (n) those the flow's list (have, n_have) holds; how many. */
+static unsigned kept_ids(const uint32_t *have, unsigned n_have, uint32_t *ids,
+			 unsigned n)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		if (has_id(have, n_have, ids[i]))
+			ids[k++] = ids[i];
+	return k;
 }
 
 static bool same_ids(const uint32_t *a, unsigned na, const uint32_t *b,
@@ -465,6 +509,17 @@ static void say(struct declared_report *r, enum log_level lvl,
 							r->cap - r->len - 1;
 }
 
+void declared_note(struct declared_report *r, const char *fmt, ...)
+{
+	char line[1100];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	say(r, LOG_LVL_INFO, "%s", line);
+}
+
 /* more: room for df's peers after the first, which the spec points at */
 static struct flow_spec spec_of(const struct declared_flow *df,
 				const char *more[FANOUT_MAX_PEERS])
@@ -485,21 +540,10 @@ static struct flow_spec spec_of(const struct declared_flow *df,
 	};
 }
 
-/* No client attached and nothing in the ring: re-creating loses nothing. */
-static bool idle(const struct flow *f, char *why, size_t cap)
-{
-	struct flowshm_info in = { 0 };
-
-	if (f->view)
-		flowshm_info(f->view, &in);
-	snprintf(why, cap, "%u producer(s), %u consumer(s), %llu bytes queued",
-		 f->producers, f->consumers,
-		 (unsigned long long)(in.tail - in.head));
-	return !f->producers && !f->consumers && in.tail == in.head;
-}
-
+/* what: the report's word on success, failed: on failure. */
 static bool create(struct declared *d, const struct declared_flow *df,
-		   struct declared_report *r, const char *what)
+		   struct declared_report *r, const char *what,
+		   const char *failed)
 {
 	const char *more[FANOUT_MAX_PEERS];
 	struct flow_spec spec = spec_of(df, more);
@@ -518,8 +562,8 @@ static bool create(struct declared *d, const struct declared_flow *df,
 
 	if (rc) {
 		r->refused++;
-		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot create it: %s",
-		    df->name, df->line, err);
+		say(r, LOG_LVL_WARN, "flow %s (line %d): %s: %s", df->name,
+		    df->line, failed, err);
 		return false;
 	}
 	say(r, LOG_LVL_INFO, "flow %s (line %d): %s", df->name, df->line, what);
@@ -551,6 +595,85 @@ static void grant(struct declared *d, const struct declared_flow *df,
 		 "peer %s", f->name, f->origin);
 }
 
+/* The ids of old (n_old) that new (n_new) does not name, into out. */
+static unsigned dropped_ids(const uint32_t *old, unsigned n_old,
+			    const uint32_t *new, unsigned n_new, uint32_t *out)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < n_old; i++)
+		if (!has_id(new, n_new, old[i]))
+			out[n++] = old[i];
+	return n;
+}
+
+/*
+ * The declared ids of f go from o's (NULL: none) to n's: those o named and
+ * n does not are taken off, n's are added; ids granted with `moverctl flow
+ * allow` stay.  All or nothing: a refused addition puts back what was
+ * taken off.  0, or -1 with why in err.
+ */
+static int swap_ids(struct declared *d, const struct declared_flow *o,
+		    const struct declared_flow *n, struct flow *f, char *err,
+		    size_t cap)
+{
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned nu = 0, ng = 0;
+	char ignored[200];
+
+	if (o) {
+		nu = dropped_ids(o->uids, o->n_uids, n->uids, n->n_uids, uids);
+		ng = dropped_ids(o->gids, o->n_gids, n->gids, n->n_gids, gids);
+	}
+	/* only the ids the flow has go, so that putting them back cannot
+	 * give it one moverctl took away */
+	nu = kept_ids(f->allow_uids, f->n_allow_uids, uids, nu);
+	ng = kept_ids(f->allow_gids, f->n_allow_gids, gids, ng);
+	if ((nu || ng) &&
+	    flows_allow(d->flows, f, uids, nu, gids, ng, true, err, cap))
+		return -1;
+	if (!(n->n_uids || n->n_gids) ||
+	    !flows_allow(d->flows, f, n->uids, n->n_uids, n->gids, n->n_gids,
+			 false, err, cap))
+		return 0;
+	if ((nu || ng) && flows_allow(d->flows, f, uids, nu, gids, ng, false,
+				      ignored, sizeof(ignored)))
+		log_warn("config: flow %s: cannot put back the ids taken off: "
+			 "%s", f->name, ignored);
+	return -1;
+}
+
+/* A receiving end whose declaration is new or changed, on its flow f (o:
+ * the declaration before, if any): its ids as swap_ids, said. */
+static void regrant_receiver(struct declared *d,
+			     const struct declared_flow *o,
+			     const struct declared_flow *n, struct flow *f,
+			     struct declared_report *r)
+{
+	uint32_t gu[FLOW_ALLOW_MAX], gg[FLOW_ALLOW_MAX]; /* taken off */
+	unsigned nu = 0, ng = 0;
+	char err[200], a[200], b[200];
+
+	if (o && !o->receiver)
+		o = NULL; /* its ids were another flow's */
+	if (swap_ids(d, o, n, f, err, sizeof(err))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change the "
+		    "allowed ids of the flow from peer %s: %s", n->name,
+		    n->line, f->origin, err);
+		return;
+	}
+	if (o) {
+		nu = dropped_ids(o->uids, o->n_uids, n->uids, n->n_uids, gu);
+		ng = dropped_ids(o->gids, o->n_gids, n->gids, n->n_gids, gg);
+	}
+	ids_text(a, sizeof(a), gu, nu);
+	ids_text(b, sizeof(b), gg, ng);
+	say(r, LOG_LVL_INFO, "flow %s (line %d): declared ids granted on the "
+	    "flow from peer %s (taken off: uids %s, gids %s)", n->name,
+	    n->line, f->origin, a, b);
+}
+
 static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 			   const struct declared_flow *n,
 			   struct declared_report *r)
@@ -572,7 +695,7 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 	/* an unchanged declaration leaves the flow as moverctl made it
 	 * (`flow disallow` included) */
 	if (f && (!o || !same_decl(o, n)))
-		grant(d, n, f, r);
+		regrant_receiver(d, o, n, f, r);
 	else if (!f && (!o || !same_decl(o, n)))
 		say(r, LOG_LVL_INFO, "flow %s (line %d): received from a peer; "
 		    "its ids are granted when the sender opens it", n->name,
@@ -600,46 +723,75 @@ static void spec_flow_peers(struct flow_spec *s, const struct flow *f,
 	s->more_peers = more;
 }
 
+/* o's ids in now become n's (what is in force, for the next reload). */
+static void set_ids(struct declared_flow *now, const struct declared_flow *n)
+{
+	memcpy(now->uids, n->uids, sizeof(now->uids));
+	memcpy(now->gids, n->gids, sizeof(now->gids));
+	now->n_uids = n->n_uids;
+	now->n_gids = n->n_gids;
+}
+
 /*
  * Only the allowed ids of o's flow changed (n: the new declaration): they
  * change in place, in use or not: the ids o named and n does not are
  * taken off, n's are added; ids granted with `moverctl flow allow` stay.
- * 1 if done, 0 if more than the ids differ, -1 if the change failed
- * (refused).
+ * 1 if done (now has n's ids), 0 if more than the ids differ, -1 if the
+ * change failed (refused; none changed).
  */
 static int regrant(struct declared *d, const struct declared_flow *o,
-		    const struct declared_flow *n, struct flow *f,
-		    struct declared_report *r)
+		   const struct declared_flow *n, struct flow *f,
+		   struct declared_flow *now, struct declared_report *r)
 {
 	const char *more[FANOUT_MAX_PEERS];
 	struct flow_spec same = spec_of(n, more);
-	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
-	unsigned nu = 0, ng = 0;
 	char why[256], err[200];
 
 	spec_flow_ids(&same, f);
 	if (declared_differs(d->flows, f, &same, why, sizeof(why)))
 		return 0;
-	for (unsigned i = 0; i < o->n_uids; i++)
-		if (!has_id(n->uids, n->n_uids, o->uids[i]))
-			uids[nu++] = o->uids[i];
-	for (unsigned i = 0; i < o->n_gids; i++)
-		if (!has_id(n->gids, n->n_gids, o->gids[i]))
-			gids[ng++] = o->gids[i];
-	if (((nu || ng) && flows_allow(d->flows, f, uids, nu, gids, ng, true,
-				       err, sizeof(err))) ||
-	    ((n->n_uids || n->n_gids) &&
-	     flows_allow(d->flows, f, n->uids, n->n_uids, n->gids, n->n_gids,
-			 false, err, sizeof(err)))) {
+	if (swap_ids(d, o, n, f, err, sizeof(err))) {
 		r->refused++;
 		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change its "
 		    "allowed ids: %s", n->name, n->line, err);
 		return -1;
 	}
+	set_ids(now, n);
 	r->changed++;
 	say(r, LOG_LVL_INFO, "flow %s (line %d): allowed ids changed in place",
 	    n->name, n->line);
 	return 1;
+}
+
+/* Peer host addr off f; now follows (gone already counts as done). */
+static int peer_off(struct declared *d, struct flow *f, const char *addr,
+		    struct declared_flow *now, char *err, size_t cap)
+{
+	int rc = fanout_remove(d->peers, f, addr, err, cap);
+	unsigned k = 0;
+
+	if (rc && rc != -ENOENT)
+		return rc;
+	for (unsigned i = 0; i < now->n_more; i++)
+		if (strcmp(now->more[i], addr))
+			memmove(now->more[k++], now->more[i],
+				sizeof(now->more[i]));
+	now->n_more = k;
+	return 0;
+}
+
+/* Peer host addr on f; now follows (there already counts as done). */
+static int peer_on(struct declared *d, struct flow *f, const char *addr,
+		   struct declared_flow *now, char *err, size_t cap)
+{
+	int rc = fanout_add(d->peers, f, addr, true, err, cap);
+
+	if (rc && rc != -EEXIST)
+		return rc;
+	if (!has_more(now, addr) && now->n_more < FANOUT_MAX_PEERS - 1)
+		snprintf(now->more[now->n_more++], sizeof(now->more[0]), "%s",
+			 addr);
+	return 0;
 }
 
 /*
@@ -648,13 +800,12 @@ static int regrant(struct declared *d, const struct declared_flow *o,
  * those it adds are added, as `flow peer remove` / `add`; the flow, its
  * first peer and its other subscribers go on.  1 if done (and nothing but
  * the ids may still differ: regrant's work), 0 if more differs, -1 if a
- * change failed (refused; what was done stays, and says so).
+ * change failed (refused; what was done stays, in now, and says so).
  */
 static int repeer(struct declared *d, const struct declared_flow *o,
 		  const struct declared_flow *n, struct flow *f,
-		  struct declared_report *r)
+		  struct declared_flow *now, struct declared_report *r)
 {
-	struct declared_flow same = *n;
 	const char *more[FANOUT_MAX_PEERS];
 	struct flow_spec spec;
 	char why[256], err[256];
@@ -662,24 +813,20 @@ static int repeer(struct declared *d, const struct declared_flow *o,
 
 	if (same_more(o, n) || f->role != FLOW_SENDER)
 		return 0;
-	/* everything but the other peers as the flow has them now */
-	same.n_uids = o->n_uids;
-	same.n_gids = o->n_gids;
-	memcpy(same.uids, o->uids, sizeof(same.uids));
-	memcpy(same.gids, o->gids, sizeof(same.gids));
-	spec = spec_of(&same, more);
+	/* everything but the other peers and the ids (regrant's) as the
+	 * flow has them now: ids granted by hand are no reason to re-create */
+	spec = spec_of(n, more);
 	spec_flow_peers(&spec, f, more);
+	spec_flow_ids(&spec, f);
 	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
 		return 0;
 	for (unsigned i = 0; !rc && i < o->n_more; i++)
 		if (!has_more(n, o->more[i]))
-			rc = fanout_remove(d->peers, f, o->more[i], err,
-					   sizeof(err));
+			rc = peer_off(d, f, o->more[i], now, err, sizeof(err));
 	for (unsigned i = 0; !rc && i < n->n_more; i++)
 		if (!has_more(o, n->more[i]))
-			rc = fanout_add(d->peers, f, n->more[i], true, err,
-					sizeof(err));
-	if (rc && rc != -ENOENT && rc != -EEXIST) {
+			rc = peer_on(d, f, n->more[i], now, err, sizeof(err));
+	if (rc) {
 		r->refused++;
 		say(r, LOG_LVL_WARN, "flow %s (line %d): cannot change its peer "
 		    "hosts: %s (the changes before this one are in force)",
@@ -701,10 +848,11 @@ static int repeer(struct declared *d, const struct declared_flow *o,
  * the first and its ids (repeer and regrant do those next).  The lag limit
  * is one word of the ring that producers read when the ring is full, so it
  * changes in place, in use or not, and goes with the ring file across a
- * restart.  1 if that was all (done), 0 to go on.
+ * restart (now has it).  1 if that was all (done), 0 to go on.
  */
 static int relag(struct declared *d, const struct declared_flow *n,
-		 struct flow *f, struct declared_report *r)
+		 struct flow *f, struct declared_flow *now,
+		 struct declared_report *r)
 {
 	const char *more[FANOUT_MAX_PEERS], *have[FANOUT_MAX_PEERS];
 	struct flow_spec spec = spec_of(n, more);
@@ -723,6 +871,7 @@ static int relag(struct declared *d, const struct declared_flow *n,
 	 * by it once, as if the reload had come a moment later */
 	atomic_store_explicit(&f->view->ring.sh->max_lag, n->max_lag,
 			      memory_order_relaxed);
+	now->max_lag = n->max_lag;
 	say(r, LOG_LVL_INFO, "flow %s (line %d): max-lag changed in place "
 	    "(%llu to %llu bytes; 0: lossless)", n->name, n->line,
 	    (unsigned long long)old, (unsigned long long)n->max_lag);
@@ -741,63 +890,114 @@ static bool squatted(const struct declared *d, const struct flow *f)
 	return f->role != FLOW_RECEIVER && f->owner_uid != d->uid;
 }
 
-/* One declaration now in the file, o what was applied for it (or NULL).
- * True if n is in force now; false keeps o (or nothing). */
-static bool apply_one(struct declared *d, const struct declared_flow *o,
-		      const struct declared_flow *n, struct declared_report *r)
-{
-	const char *more[FANOUT_MAX_PEERS];
-	struct flow_spec spec = spec_of(n, more);
-	struct flow *f = flows_find(d->flows, n->name);
-	char why[256], use[128];
-	int rc;
+static int refuse(char *err, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
-	if (n->receiver)
-		return apply_receiver(d, o, n, r);
-	if (!f) {
-		if (!create(d, n, r, o ? "created again (it was gone)" :
-					 "created"))
+static int refuse(char *err, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, cap, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Printable ASCII without '=': what a flow's state file keeps (flows.c). */
+static bool keepable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e || *s == '=')
 			return false;
-		if (!o)
-			r->added++;
-		else if (same_decl(o, n))
-			r->unchanged++;
-		else
-			r->changed++;
-		return true;
-	}
-	if (squatted(d, f)) {
-		r->refused++;
-		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
-		    "that name exists, created by uid %u, not by moverd; "
-		    "destroy it and reload", n->name, n->line,
-		    (unsigned)f->owner_uid);
-		return false;
-	}
-	if (o && same_decl(o, n)) {
-		r->unchanged++; /* never touched, whatever moverctl did to it */
-		return true;
-	}
-	if (!declared_differs(d->flows, f, &spec, why, sizeof(why))) {
-		r->unchanged++;
-		say(r, LOG_LVL_INFO, "flow %s (line %d): exists as declared",
-		    n->name, n->line);
-		return true;
-	}
-	if (!o) {
-		r->refused++;
-		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
-		    "that name exists with a different %s; destroy it and "
-		    "reload", n->name, n->line, why);
-		return false;
-	}
-	rc = relag(d, n, f, r);
-	if (!rc)
-		rc = repeer(d, o, n, f, r);
-	if (!rc)
-		rc = regrant(d, o, n, f, r);
-	if (rc)
-		return rc > 0;
+	return true;
+}
+
+/*
+ * Would n's flow be created once the old one is gone?  flows_create's
+ * checks, as far as they can be made before: sizes and this daemon's
+ * limits, peer addresses; not the room in the state directory, nor what a
+ * peer host answers.  (No quota: the config's flows are moverd's own
+ * user's, the operator's, flows_is_operator.)  0, or -1 with why in err.
+ */
+static int would_create(const struct declared *d,
+			const struct declared_flow *n, char *err, size_t cap)
+{
+	const struct flow_limits *l = &d->flows->limits;
+	uint64_t ring = n->ring_size ? n->ring_size : l->default_ring_size;
+	uint64_t max = n->max_record ? n->max_record : l->default_max_record;
+
+	if (!n->max_record && max > ring / 2)
+		max = ring / 2; /* as flows_create defaults it */
+	if (ring > l->max_ring_size)
+		return refuse(err, cap, "ring size %llu exceeds this daemon's "
+			      "limit of %llu bytes (--max-ring-size)",
+			      (unsigned long long)ring,
+			      (unsigned long long)l->max_ring_size);
+	if (ring < 4096 || (ring & (ring - 1)) || !max || max > ring / 2)
+		return refuse(err, cap, "invalid sizes: the ring must be a "
+			      "power of two >= 4096 bytes and the maximum "
+			      "record 1 byte to half the ring (got ring %llu, "
+			      "max record %llu)", (unsigned long long)ring,
+			      (unsigned long long)max);
+	if (n->peer[0] && fr_record_bytes(max) > WIRE_SPAN_MAX)
+		return refuse(err, cap, "max record %llu is too large for a "
+			      "flow between hosts", (unsigned long long)max);
+	if (!keepable(n->peer))
+		return refuse(err, cap, "peer '%s': use HOST:PORT", n->peer);
+	for (unsigned i = 0; i < n->n_more; i++)
+		if (!keepable(n->more[i]))
+			return refuse(err, cap, "peer '%s': use HOST:PORT",
+				      n->more[i]);
+	return 0;
+}
+
+/* Is any record of sender flow f (ring tail `tail`) not yet read by the
+ * consumer of a peer host (remote_head, carried by the acks: below acked,
+ * the peer's flow holds records; below tail, some are not even there)?
+ * The bytes of the furthest behind; a subscription cut or failed has
+ * nothing more to lose. */
+static uint64_t unread_away(const struct flow *f, uint64_t tail)
+{
+	uint64_t most = f->sub_dropped ? 0 : tail - f->remote_head;
+
+	for (const struct flow *x = f->fanout; x; x = x->fanout_next)
+		if (!x->sub_dropped && tail - x->remote_head > most)
+			most = tail - x->remote_head;
+	return most;
+}
+
+/* No client attached, nothing in the ring, nothing unread on a peer host:
+ * re-creating (or destroying) loses nothing. */
+static bool idle(const struct flow *f, char *why, size_t cap)
+{
+	struct flowshm_info in = { 0 };
+	uint64_t away = 0;
+	int n;
+
+	if (f->view)
+		flowshm_info(f->view, &in);
+	if (f->role == FLOW_SENDER)
+		away = unread_away(f, in.tail);
+	n = snprintf(why, cap, "%u producer(s), %u consumer(s), %llu bytes "
+		     "queued", f->producers, f->consumers,
+		     (unsigned long long)(in.tail - in.head));
+	if (f->role == FLOW_SENDER && n > 0 && (size_t)n < cap)
+		snprintf(why + n, cap - (size_t)n, ", %llu bytes not yet read "
+			 "on the peer host", (unsigned long long)away);
+	return !f->producers && !f->consumers && in.tail == in.head && !away;
+}
+
+/*
+ * More than max-lag, the peers and the ids changed: f is destroyed and
+ * created as n says, if it loses nothing (idle) and the new one passes
+ * the checks of a create (would_create), so that a declaration that
+ * cannot be applied leaves the flow, and its name, as they were.
+ */
+static bool recreate(struct declared *d, const struct declared_flow *n,
+		     struct flow *f, const char *why, struct declared_report *r)
+{
+	char use[192], err[256];
+
 	if (!idle(f, use, sizeof(use))) {
 		r->refused++;
 		say(r, LOG_LVL_WARN, "flow %s (line %d): declaration changed, "
@@ -806,18 +1006,101 @@ static bool apply_one(struct declared *d, const struct declared_flow *o,
 		    why, use);
 		return false;
 	}
+	if (would_create(d, n, err, sizeof(err))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): declaration changed, "
+		    "%s, but it cannot be created as declared: %s; not "
+		    "applied, the flow stays as it was", n->name, n->line, why,
+		    err);
+		return false;
+	}
 	peer_destroy_flow(d->peers, f, "its declaration in moverd's config "
 			  "changed");
-	if (!create(d, n, r, "re-created: its declaration changed"))
-		return false; /* gone; the old declaration would not fit */
+	if (!create(d, n, r, "re-created: its declaration changed",
+		    "destroyed; re-create failed"))
+		return false; /* gone; the next reload creates it */
 	r->changed++;
 	return true;
 }
 
+/*
+ * One declaration now in the file, o what was applied for it (or NULL).
+ * Returns the declaration in force now: n; or, refused, o (NULL: none)
+ * with what this reload did change of it (in now), so that the next
+ * reload compares against what the flow has.
+ */
+static const struct declared_flow *apply_one(struct declared *d,
+					     const struct declared_flow *o,
+					     const struct declared_flow *n,
+					     struct declared_flow *now,
+					     struct declared_report *r)
+{
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec spec = spec_of(n, more);
+	struct flow *f = flows_find(d->flows, n->name);
+	char why[256];
+	int rc;
+
+	if (n->receiver)
+		return apply_receiver(d, o, n, r) ? n : o;
+	if (!f) {
+		if (!create(d, n, r, o ? "created again (it was gone)" :
+					 "created", "cannot create it"))
+			return o;
+		if (!o)
+			r->added++;
+		else if (same_decl(o, n))
+			r->unchanged++;
+		else
+			r->changed++;
+		return n;
+	}
+	if (squatted(d, f)) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
+		    "that name exists, created by uid %u, not by moverd; "
+		    "destroy it and reload", n->name, n->line,
+		    (unsigned)f->owner_uid);
+		return o;
+	}
+	if (o && same_decl(o, n)) {
+		r->unchanged++; /* never touched, whatever moverctl did to it */
+		return n;
+	}
+	if (!declared_differs(d->flows, f, &spec, why, sizeof(why))) {
+		r->unchanged++;
+		say(r, LOG_LVL_INFO, "flow %s (line %d): exists as declared",
+		    n->name, n->line);
+		return n;
+	}
+	if (!o || f->role == FLOW_RECEIVER) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s (line %d): not declared: a flow of "
+		    "that name exists with a different %s; destroy it and "
+		    "reload", n->name, n->line, why);
+		return o;
+	}
+	*now = *o;
+	rc = relag(d, n, f, now, r);
+	if (!rc)
+		rc = repeer(d, o, n, f, now, r);
+	if (!rc)
+		rc = regrant(d, o, n, f, now, r);
+	if (!rc)
+		rc = recreate(d, n, f, why, r) ? 1 : -1;
+	return rc > 0 ? n : now;
+}
+
+/*
+ * A declaration taken out of the file: its flow is destroyed if that
+ * loses nothing (idle); one in use stays, no longer declared, for its
+ * operator to drain and destroy (the reload cannot wait for a drain).
+ */
 static void remove_one(struct declared *d, const struct declared_flow *o,
 		       struct declared_report *r)
 {
 	struct flow *f = flows_find(d->flows, o->name);
+	char use[192];
 
 	r->removed++;
 	if (o->receiver) {
@@ -838,6 +1121,13 @@ static void remove_one(struct declared *d, const struct declared_flow *o,
 		    (unsigned)f->owner_uid);
 		return;
 	}
+	if (!idle(f, use, sizeof(use))) {
+		r->refused++;
+		say(r, LOG_LVL_WARN, "flow %s: no longer declared, but in use "
+		    "(%s): not destroyed; it stays, undeclared (moverctl flow "
+		    "destroy --drain %s)", o->name, use, o->name);
+		return;
+	}
 	say(r, LOG_LVL_INFO, "flow %s: no longer declared: destroyed", o->name);
 	peer_destroy_flow(d->peers, f, "no longer declared in moverd's config");
 }
@@ -851,13 +1141,13 @@ void declared_apply(struct declared *d, struct declared_set *next,
 		if (!find(next, d->cur.v[i].name))
 			remove_one(d, &d->cur.v[i], r);
 	for (unsigned i = 0; i < next->n; i++) {
-		struct declared_flow *n = &next->v[i];
-		const struct declared_flow *o = find(&d->cur, n->name);
+		const struct declared_flow *o = find(&d->cur, next->v[i].name);
+		const struct declared_flow *in_force;
+		struct declared_flow now;
 
-		if (apply_one(d, o, n, r))
-			next->v[kept++] = *n;
-		else if (o)
-			next->v[kept++] = *o; /* the old one stays in force */
+		in_force = apply_one(d, o, &next->v[i], &now, r);
+		if (in_force) /* kept <= i: v[i] is read first */
+			next->v[kept++] = *in_force;
 	}
 	next->n = kept;
 	declared_set_free(&d->cur);
@@ -876,6 +1166,14 @@ int declared_reload(struct declared *d, struct declared_report *r, char *err,
 		return -ENOENT;
 	}
 	if (declared_read(d->path, d->listen, &next, err, cap)) {
+		log_warn("reload refused, nothing changed: %s", err);
+		return -EINVAL;
+	}
+	/* the option lines too: one the next start would refuse is
+	 * refused now, while the operator is there to see it */
+	if (d->check_options &&
+	    d->check_options(d->check_arg, d->path, r, err, cap)) {
+		declared_set_free(&next);
 		log_warn("reload refused, nothing changed: %s", err);
 		return -EINVAL;
 	}

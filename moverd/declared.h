@@ -7,11 +7,14 @@
  * (the spellings of `moverctl flow create`; moverd.conf(5)).  Declared
  * flows are created at start, owned by moverd's own user, and kept as
  * declared: a reload (`moverctl reload`, SIGHUP) creates the flows added
- * to the file, destroys the declared flows taken out of it, changes the
- * allowed ids in place where only they changed, re-creates a flow whose
- * declaration changed otherwise if it is idle (refuses, with a log line,
- * if not), and touches nothing else: neither the flows whose declaration
- * did not change nor any flow moverctl created.  Several peer= make a
+ * to the file, destroys the declared flows taken out of it if idle (one in
+ * use stays, undeclared: its records are not moverd's to drop), changes
+ * the allowed ids in place where only they changed, re-creates a flow
+ * whose declaration changed otherwise if it is idle (nothing unread on its
+ * peer hosts either) and the new declaration passes a create's checks
+ * (refuses, with a log line, if not), and touches nothing else: neither
+ * the flows whose declaration did not change nor any flow moverctl
+ * created.  Several peer= make a
  * flow to several peer hosts (fan-out): a reload that changes only the
  * peers after the first adds and removes those (as `flow peer add` /
  * `remove`), leaving the flow and its other subscribers alone.
@@ -19,7 +22,8 @@
  * A declaration whose peer is this moverd's own --listen address is the
  * receiving end of a flow between hosts (so one file serves a whole
  * fleet): nothing is created here (the sender's moverd opens it), and its
- * allow-uid / allow-gid are granted on the flow once it exists.
+ * allow-uid / allow-gid are granted on the flow once it exists (a changed
+ * declaration takes the ids the old one named off it).
  */
 #ifndef MOVERD_DECLARED_H
 #define MOVERD_DECLARED_H
@@ -34,6 +38,7 @@
 
 struct peer_mgr;
 struct ctl_server;
+struct declared_report;
 
 /* Declarations in one file at most (a reload re-reads them all). */
 #define DECLARED_MAX 4096
@@ -66,6 +71,13 @@ struct declared {
 	struct peer_mgr *peers;
 	struct ctl_server *ctl;
 	struct declared_set cur; /* as applied */
+	/* main.c's check of the file's option lines at a reload (NULL:
+	 * none): 0, or -1 with why in err, which refuses the reload; it
+	 * notes in the report the options changed since the start (they
+	 * take effect at a restart) */
+	int (*check_options)(void *arg, const char *path,
+			     struct declared_report *r, char *err, size_t cap);
+	void *check_arg;
 };
 
 /* What an apply did (ReloadResult in flowmover.proto), its lines in a
@@ -83,7 +95,9 @@ int declared_parse_size(const char *s, uint64_t *out);
 /*
  * Read the flow lines of a config file into *out (other lines are
  * main.c's).  0, or -1 with "FILE:LINE: what is wrong" in err.  listen
- * marks the receiving ends.
+ * marks the receiving ends.  A file that anyone but root and moverd's
+ * user may write (its owner, or mode g+w, o+w) is refused: it says what
+ * moverd creates and grants.
  */
 int declared_read(const char *path, const char *listen,
 		  struct declared_set *out, char *err, size_t cap);
@@ -93,13 +107,21 @@ void declared_set_free(struct declared_set *s);
 /*
  * Apply next over what was applied (d->cur, empty at start); d->cur
  * becomes what is declared now (a refused change keeps the old
- * declaration).  Takes next's contents.
+ * declaration, with what was done of the new one before the refusal, so
+ * that the next reload compares against what the flow has).  Takes
+ * next's contents.
  */
 void declared_apply(struct declared *d, struct declared_set *next,
 		    struct declared_report *r);
 
-/* Read the file again and apply it.  0, or -EINVAL (nothing changed) /
- * -ENOENT (started without --config) with why in err. */
+/* One line of the report (and the log), for main.c's option lines. */
+void declared_note(struct declared_report *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Read the file again (its path as given: a symlink is followed anew),
+ * check its option lines (check_options) and apply its flow lines.  0,
+ * or -EINVAL (nothing changed) / -ENOENT (started without --config) with
+ * why in err. */
 int declared_reload(struct declared *d, struct declared_report *r,
 		    char *err, size_t cap);
 

@@ -70,7 +70,8 @@ struct options {
 	unsigned peer_connect_s;  /* --peer-connect-timeout */
 	unsigned window_delay_us; /* --window-delay-us */
 	unsigned max_clients, max_per_uid;
-	char config[PATH_MAX];    /* --config, made absolute ("" = none) */
+	char config[PATH_MAX];    /* --config, made absolute, not resolved
+				   * ("" = none) */
 	char metrics[80];         /* --metrics HOST:PORT, "" = none */
 	char cpus_list[64];       /* --cpus as given, "" = any cpu */
 	cpu_set_t cpus;           /* --cpus parsed */
@@ -103,6 +104,15 @@ enum {
 	OPT_PEER_CONNECT,
 };
 
+/* The option lines of the config, as written (read_config), the last of
+ * each name. */
+#define CONF_OPTS_MAX 128
+struct conf_opts {
+	unsigned n;
+	char name[CONF_OPTS_MAX][40];
+	char val[CONF_OPTS_MAX][1024];
+};
+
 struct daemon {
 	struct options opt;
 	struct loop loop;
@@ -120,6 +130,7 @@ struct daemon {
 	bool have_key;
 	struct declared declared; /* the config's flows */
 	struct declared_set declared_at_start;
+	struct conf_opts conf_at_start; /* the config's option lines */
 	struct counters ctr;      /* SOCKET.counters (counters.h) */
 	struct metrics_http *metrics; /* --metrics */
 };
@@ -378,29 +389,31 @@ static int parse_owner(struct flow_limits *l, const char *val)
 	return 0;
 }
 
-static int peer_reach_option(struct options *o, const char *val)
+/* The option helpers below say what is wrong on msg: stderr at start, a
+ * reload's buffer (check_config). */
+static int peer_reach_option(struct options *o, const char *val, FILE *msg)
 {
 	char err[160];
 
 	if (!peer_reach_parse(val, &o->reach, err, sizeof(err)))
 		return 0;
-	fprintf(stderr, "moverd: %s\n", err);
+	fprintf(msg, "moverd: %s\n", err);
 	return -1;
 }
 
-static int peer_allow_option(struct options *o, const char *val)
+static int peer_allow_option(struct options *o, const char *val, FILE *msg)
 {
 	char err[160];
 
 	if (!peer_allow_parse(val, &o->allow, err, sizeof(err)))
 		return 0;
-	fprintf(stderr, "moverd: %s\n", err);
+	fprintf(msg, "moverd: %s\n", err);
 	return -1;
 }
 
-static int bad(int key, const char *val)
+static int bad(FILE *msg, int key, const char *val)
 {
-	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
+	fprintf(msg, "moverd: bad value '%s' for --%s\n", val,
 		option_name(key));
 	return -1;
 }
@@ -421,7 +434,7 @@ static int parse_count(const char *s, unsigned min, unsigned max,
 }
 
 /* Apply one option; 0, or -1 after printing why. */
-static int set_option(struct options *o, int key, const char *val)
+static int set_option(struct options *o, int key, const char *val, FILE *msg)
 {
 	uint64_t v;
 	char *end;
@@ -483,9 +496,9 @@ static int set_option(struct options *o, int key, const char *val)
 		strcpy(o->peer_key, val);
 		return 0;
 	case 'A':
-		return peer_allow_option(o, val);
+		return peer_allow_option(o, val, msg);
 	case OPT_PEER_REACH:
-		return peer_reach_option(o, val);
+		return peer_reach_option(o, val, msg);
 	case OPT_METRICS:
 		if (strlen(val) >= sizeof(o->metrics) || !strchr(val, ':'))
 			goto bad;
@@ -551,29 +564,27 @@ static int set_option(struct options *o, int key, const char *val)
 		o->limits.orphan_timeout_s = (unsigned)v;
 		return 0;
 	case OPT_MAX_CLIENTS:
-		return parse_count(val, 2, 1u << 20, &o->max_clients) ? bad(key, val) : 0;
+		return parse_count(val, 2, 1u << 20, &o->max_clients) ? bad(msg, key, val) : 0;
 	case OPT_MAX_PER_UID:
-		return parse_count(val, 1, 1u << 20, &o->max_per_uid) ? bad(key, val) : 0;
+		return parse_count(val, 1, 1u << 20, &o->max_per_uid) ? bad(msg, key, val) : 0;
 	case OPT_PEER_PER_ADDR:
-		return parse_count(val, 1, 1u << 20, &o->peer_per_addr) ? bad(key, val) : 0;
+		return parse_count(val, 1, 1u << 20, &o->peer_per_addr) ? bad(msg, key, val) : 0;
 	case OPT_PEER_PENDING:
-		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(key, val) : 0;
+		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(msg, key, val) : 0;
 	case OPT_PEER_HOSTS:
-		return parse_count(val, 2, 1u << 20, &o->peer_hosts) ? bad(key, val) : 0;
+		return parse_count(val, 2, 1u << 20, &o->peer_hosts) ? bad(msg, key, val) : 0;
 	case OPT_PEER_HOSTS_UID:
-		return parse_count(val, 1, 1u << 20, &o->peer_hosts_per_uid) ? bad(key, val) : 0;
+		return parse_count(val, 1, 1u << 20, &o->peer_hosts_per_uid) ? bad(msg, key, val) : 0;
 	case OPT_PEER_HELLO:
-		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(key, val) : 0;
+		return parse_count(val, 1, 3600, &o->peer_hello_s) ? bad(msg, key, val) : 0;
 	case OPT_PEER_CONNECT:
-		return parse_count(val, 1, 3600, &o->peer_connect_s) ? bad(key, val) : 0;
+		return parse_count(val, 1, 3600, &o->peer_connect_s) ? bad(msg, key, val) : 0;
 	case OPT_WINDOW_DELAY:
 		return parse_count(val, 10, 10000000, &o->window_delay_us) ?
-		       bad(key, val) : 0;
+		       bad(msg, key, val) : 0;
 	}
 bad:
-	fprintf(stderr, "moverd: bad value '%s' for --%s\n", val,
-		option_name(key));
-	return -1;
+	return bad(msg, key, val);
 }
 
 static int option_key(const char *name)
@@ -584,15 +595,36 @@ static int option_key(const char *name)
 	return 0;
 }
 
-/* Config file: "name = value" or "name value" lines, '#' comments. */
-static int read_config(struct options *o, const char *path)
+/* A config's option line, the last of its name: seen (if not NULL)
+ * keeps them as written, for a reload to say which changed. */
+static void conf_seen(struct conf_opts *seen, const char *name,
+		      const char *val)
+{
+	unsigned i = 0;
+
+	if (!seen)
+		return;
+	while (i < seen->n && strcmp(seen->name[i], name))
+		i++;
+	if (i == CONF_OPTS_MAX)
+		return; /* more lines than options: repeated names */
+	if (i == seen->n)
+		seen->n++;
+	snprintf(seen->name[i], sizeof(seen->name[i]), "%s", name);
+	snprintf(seen->val[i], sizeof(seen->val[i]), "%s", val ? val : "");
+}
+
+/* Config file: "name = value" or "name value" lines, '#' comments.  What
+ * is wrong goes to msg. */
+static int read_config(struct options *o, const char *path, FILE *msg,
+		       struct conf_opts *seen)
 {
 	char line[1024];
 	FILE *f = fopen(path, "re");
 	int lineno = 0, rc = 0;
 
 	if (!f) {
-		fprintf(stderr, "moverd: config %s: %s\n", path, strerror(errno));
+		fprintf(msg, "moverd: config %s: %s\n", path, strerror(errno));
 		return -1;
 	}
 	while (!rc && fgets(line, sizeof(line), f)) {
@@ -602,7 +634,7 @@ static int read_config(struct options *o, const char *path)
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
 			/* its tail would be read as a line of its own */
-			fprintf(stderr, "moverd: %s:%d: line longer than %zu "
+			fprintf(msg, "moverd: %s:%d: line longer than %zu "
 				"bytes\n", path, lineno, sizeof(line) - 2);
 			rc = -1;
 			break;
@@ -614,27 +646,28 @@ static int read_config(struct options *o, const char *path)
 		val = strtok_r(NULL, " \t=", &save);
 		key = option_key(name);
 		if (!key || key == 'c' || key == 'h' || key == 'V') {
-			fprintf(stderr, "moverd: %s:%d: unknown option '%s'\n",
+			fprintf(msg, "moverd: %s:%d: unknown option '%s'\n",
 				path, lineno, name);
 			rc = -1;
 		} else if (key == 'f' || key == 'S' || key == 'I') {
-			rc = set_option(o, key, NULL);
+			rc = set_option(o, key, NULL, msg);
 		} else if (!val) {
-			fprintf(stderr, "moverd: %s:%d: '%s' needs a value\n",
+			fprintf(msg, "moverd: %s:%d: '%s' needs a value\n",
 				path, lineno, name);
 			rc = -1;
 		} else {
-			rc = set_option(o, key, val);
+			rc = set_option(o, key, val, msg);
 		}
+		if (!rc)
+			conf_seen(seen, name, val);
 	}
 	fclose(f);
 	return rc;
 }
 
-static int parse_options(struct options *o, int argc, char **argv)
+static void default_options(struct options *o)
 {
 	const char *env = getenv("FLOWMOVER_SOCKET");
-	int c;
 
 	*o = (struct options){
 		.transport = "auto",
@@ -673,18 +706,46 @@ static int parse_options(struct options *o, int argc, char **argv)
 	};
 	snprintf(o->socket, sizeof(o->socket), "%s",
 		 env && *env ? env : DEFAULT_SOCKET);
-	/* the config file first, so that flags override it; its absolute
-	 * path for reloads (a daemon's working directory is /) */
+}
+
+/*
+ * The config's path for reloads: absolute (a daemon's working directory
+ * is /) but not resolved, so that each reload opens the path as given
+ * again (a config managed by moving a symlink is read where it points
+ * then).
+ */
+static int config_path(struct options *o, const char *path)
+{
+	char cwd[PATH_MAX];
+	int n;
+
+	if (path[0] == '/')
+		n = snprintf(o->config, sizeof(o->config), "%s", path);
+	else if (getcwd(cwd, sizeof(cwd)))
+		n = snprintf(o->config, sizeof(o->config), "%s/%s", cwd, path);
+	else
+		n = -1;
+	if (n >= 0 && (size_t)n < sizeof(o->config))
+		return 0;
+	fprintf(stderr, "moverd: config %s: %s\n", path,
+		n < 0 ? strerror(errno) : "path too long");
+	return -1;
+}
+
+/* seen: the config's option lines as written (conf_seen). */
+static int parse_options(struct options *o, struct conf_opts *seen, int argc,
+			 char **argv)
+{
+	int c;
+
+	default_options(o);
+	/* the config file first, so that flags override it */
 	for (int i = 1; i < argc - 1; i++) {
 		if (strcmp(argv[i], "--config"))
 			continue;
-		if (read_config(o, argv[i + 1]))
+		if (read_config(o, argv[i + 1], stderr, seen) ||
+		    config_path(o, argv[i + 1]))
 			return 2;
-		if (!realpath(argv[i + 1], o->config)) {
-			fprintf(stderr, "moverd: config %s: %s\n", argv[i + 1],
-				strerror(errno));
-			return 2;
-		}
 	}
 	while ((c = getopt_long(argc, argv, "fh", long_opts, NULL)) != -1) {
 		switch (c) {
@@ -700,7 +761,7 @@ static int parse_options(struct options *o, int argc, char **argv)
 			usage(stderr);
 			return 2;
 		default:
-			if (set_option(o, c, optarg))
+			if (set_option(o, c, optarg, stderr))
 				return 2;
 		}
 	}
@@ -828,7 +889,8 @@ static void reload_notice(void *arg, bool begin)
 	notify_reloading(begin);
 }
 
-/* SIGHUP: the config's flow lines again (other options need a restart). */
+/* SIGHUP: the config's flow lines again (other options need a restart;
+ * they are checked: check_config). */
 static void reload_config(struct daemon *d)
 {
 	char text[4096], err[512];
@@ -1129,13 +1191,97 @@ static int read_declared(struct daemon *d)
 	return 0;
 }
 
+static const char *conf_val(const struct conf_opts *c, const char *name)
+{
+	for (unsigned i = 0; i < c->n; i++)
+		if (!strcmp(c->name[i], name))
+			return c->val[i];
+	return NULL;
+}
+
+/* An option line as the report shows it: its value, "set" (a flag), or
+ * "not set". */
+static const char *conf_shown(const char *v, char *buf, size_t cap)
+{
+	if (!v)
+		return "not set";
+	if (!*v)
+		return "set";
+	snprintf(buf, cap, "'%s'", v);
+	return buf;
+}
+
+/* The report's line for option name if its line changed since the start. */
+static void note_option(struct declared_report *r, const char *name,
+			const char *was, const char *is)
+{
+	char a[1040], b[1040];
+
+	if (was && is && !strcmp(was, is))
+		return;
+	declared_note(r, "option %s: %s in the file, %s at start: takes "
+		      "effect at restart", name, conf_shown(is, b, sizeof(b)),
+		      conf_shown(was, a, sizeof(a)));
+}
+
+/* The first line moverd wrote to msg, without "moverd: ", into err. */
+static void config_error(const char *text, char *err, size_t cap)
+{
+	const char *t = text ? text : "";
+
+	if (!strncmp(t, "moverd: ", 8))
+		t += 8;
+	snprintf(err, cap, "%.*s", (int)strcspn(t, "\n"), t);
+	if (!err[0])
+		snprintf(err, cap, "cannot read the options: out of memory");
+}
+
+/*
+ * A reload's check of the config's option lines (struct declared's
+ * check_options): read into scratch options as a start reads them, so a
+ * line the next start would refuse (an unknown option, a bad value) is
+ * refused now; the lines changed since the start are said, for options
+ * take effect at a restart (a reload applies the flow lines only).
+ */
+static int check_config(void *arg, const char *path,
+			struct declared_report *r, char *err, size_t cap)
+{
+	const struct conf_opts *was = arg;
+	struct conf_opts *is = calloc(1, sizeof(*is));
+	struct options scratch;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *msg = open_memstream(&text, &len);
+	int rc = -1;
+
+	if (is && msg) {
+		default_options(&scratch);
+		rc = read_config(&scratch, path, msg, is);
+	}
+	if (msg)
+		fclose(msg);
+	if (rc)
+		config_error(text, err, cap);
+	for (unsigned i = 0; !rc && i < was->n; i++)
+		note_option(r, was->name[i], was->val[i],
+			    conf_val(is, was->name[i]));
+	for (unsigned i = 0; !rc && i < is->n; i++)
+		if (!conf_val(was, is->name[i]))
+			note_option(r, is->name[i], NULL, is->val[i]);
+	free(text);
+	free(is);
+	return rc ? -1 : 0;
+}
+
 static void apply_declared(struct daemon *d)
 {
 	struct declared_report r = { 0 };
 
 	d->declared = (struct declared){ .uid = getuid(), .gid = getgid(),
 					 .flows = &d->flows, .peers = &d->peers,
-					 .ctl = &d->ctl };
+					 .ctl = &d->ctl,
+					 .check_options = check_config,
+					 .check_arg = &d->conf_at_start };
 	snprintf(d->declared.path, sizeof(d->declared.path), "%s",
 		 d->opt.config);
 	snprintf(d->declared.listen, sizeof(d->declared.listen), "%s",
@@ -1172,7 +1318,7 @@ int main(int argc, char **argv)
 	int rc, ready_fd = -1;
 
 	fmlt_init("moverd");
-	rc = parse_options(&d.opt, argc, argv);
+	rc = parse_options(&d.opt, &d.conf_at_start, argc, argv);
 	if (rc)
 		return rc;
 	if (pin_cpus(&d.opt))

@@ -42,6 +42,26 @@
  *      refuses it naming the uid, it is not shown as declared, root's
  *      flow create of it fails naming the owner; after the user destroys
  *      it the reload creates the declared one
+ *  10  a receiving end's allow-uid changed (1001 to 1002): the reload takes
+ *      1001 off the flow from the peer, grants 1002, keeps an id granted
+ *      by hand, and says so
+ *  11  a declaration changed to one that cannot be created (ring-size
+ *      above --max-ring-size): refused before anything is destroyed; the
+ *      flow stays as it was
+ *  12  a flow between hosts whose receiver holds records its consumer has
+ *      not read: a changed ring size is refused ("in use"), the
+ *      receiver's flow and records stay; once read, the change applies
+ *  13  a declaration taken out of the file while its flow is in use: the
+ *      flow is not destroyed, the reload says so (exit 1), the flow stays
+ *      undeclared; once idle, an operator destroys it by hand
+ *  14  a change refused half way (max-lag changed in place, the ids
+ *      refused: the allow list is full): the next reload compares with
+ *      what the flow has, so restoring the old file puts max-lag back
+ *  15  option lines at a reload: an unknown option or a bad value is
+ *      refused (exit 1, FILE:LINE, nothing applied), as the next start
+ *      would; a changed one is said to take effect at restart
+ *  16  a config given as a symlink is read where the link points at each
+ *      reload; a config others may write is refused at reload and start
  */
 #include "harness.h"
 
@@ -69,6 +89,7 @@ static void write_conf(const struct hd *d, const char *text)
 	CHECK(f);
 	CHECK(fputs(text, f) >= 0);
 	CHECK(fclose(f) == 0);
+	CHECK(chmod(tmp, 0644) == 0); /* moverd refuses others' writes */
 	CHECK(rename(tmp, path) == 0); /* a reload never sees half a file */
 }
 
@@ -738,6 +759,275 @@ static void case_squatted(void)
 	hd_stop(&d);
 }
 
+/* Is id in the flow's allow_uids (the `flow show --json` text)? */
+static bool allows_uid(const char *json, unsigned id)
+{
+	char list[256], want[16];
+	const char *a = strstr(json, "\"allow_uids\": [");
+	size_t n;
+
+	CHECK(a);
+	a += strlen("\"allow_uids\": [");
+	n = strcspn(a, "]");
+	CHECK(n + 3 < sizeof(list));
+	snprintf(list, sizeof(list), " %.*s,", (int)n, a);
+	snprintf(want, sizeof(want), " %u,", id);
+	return strstr(list, want) != NULL;
+}
+
+/* A (sender) and B (receiver) declare a flow; B's allow-uid changes. */
+static void case_receiver_ids(void)
+{
+	struct hd a, b;
+	char line[256], out[8192], json[8192];
+	int port = hd_free_port();
+
+	snprintf(line, sizeof(line), "log-level = debug\nflow = rx ring-size=64K "
+		 "peer=127.0.0.1:%d allow-uid=1001\n", port);
+	start_conf(&b, "cfg10b", port, line);
+	start_conf(&a, "cfg10a", 0, line);
+	CHECK(hd_wait_state(&b, moverctl_bin, "rx", "open", 10000, NULL, 0));
+	CHECK(hd_flow_json(&b, moverctl_bin, "rx", out, sizeof(out)));
+	CHECK(allows_uid(out, 1001));
+	CHECK_RC(ctl(&b, out, sizeof(out), "flow allow rx --uid 4001"), 0);
+	snprintf(line, sizeof(line), "log-level = debug\nflow = rx ring-size=64K "
+		 "peer=127.0.0.1:%d allow-uid=1002\n", port);
+	write_conf(&b, line);
+	CHECK_RC(ctl(&b, out, sizeof(out), "reload"), 0);
+	printf("%s", out);
+	CHECK(hd_flow_json(&b, moverctl_bin, "rx", json, sizeof(json)));
+	CHECK(!allows_uid(json, 1001));
+	CHECK(allows_uid(json, 1002));
+	CHECK(allows_uid(json, 4001)); /* granted by hand: stays */
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	expect_out(out, "flow rx (line 2): declared ids granted on the flow "
+		   "from peer");
+	expect_out(out, "taken off: uids 1001");
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+static void case_recreate_checked(void)
+{
+	struct hd d;
+	char out[4096];
+	uint64_t created;
+
+	start_conf(&d, "cfg11", 0, "flow = big ring-size=64K\n");
+	created = flow_u64(&d, "big", "created_unix_ms");
+	write_conf(&d, "flow = big ring-size=2G\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	printf("%s", out);
+	CHECK(flow_exists(&d, "big"));
+	CHECK(flow_u64(&d, "big", "ring_size") == 64 << 10);
+	CHECK(flow_u64(&d, "big", "created_unix_ms") == created);
+	expect_out(out, "flow big (line 1): declaration changed, ring-size");
+	expect_out(out, "cannot be created as declared: ring size 2147483648 "
+		   "exceeds this daemon's limit");
+	/* still declared, as before */
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow show big --json"), 0);
+	expect_out(out, "\"declared\": true");
+	write_conf(&d, "flow = big ring-size=128K\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	expect_out(out, "flow big (line 1): re-created");
+	CHECK(flow_u64(&d, "big", "ring_size") == 128 << 10);
+	hd_stop(&d);
+}
+
+static void case_remote_unread(void)
+{
+	struct hd a, b;
+	char line[256], out[8192];
+	int port = hd_free_port(), rc = 1;
+	uint64_t created;
+	pid_t prod, cons;
+
+	start_conf(&b, "cfg12b", port, "log-level = debug\n");
+	snprintf(line, sizeof(line), "log-level = debug\nflow = far "
+		 "ring-size=64K peer=127.0.0.1:%d\n", port);
+	start_conf(&a, "cfg12a", 0, line);
+	CHECK(hd_wait_state(&b, moverctl_bin, "far", "open", 10000, NULL, 0));
+	created = flow_u64(&b, "far", "created_unix_ms");
+	/* 50 records reach B; no consumer there reads them yet */
+	prod = fc(&a, 0, "produce", "far", 50);
+	fc_done(prod, "producer on A");
+	for (int i = 0; i < 1000 && flow_u64(&b, "far", "tail") == 0; i++)
+		usleep(10000);
+	CHECK(flow_u64(&b, "far", "tail") > 0);
+	CHECK(hd_wait_count(&a, moverctl_bin, "far", "producers+consumers", 0,
+			    90000));
+	snprintf(line, sizeof(line), "log-level = debug\nflow = far "
+		 "ring-size=128K peer=127.0.0.1:%d\n", port);
+	write_conf(&a, line);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 1);
+	printf("%s", out);
+	expect_out(out, "but the flow is in use");
+	expect_out(out, "not yet read on the peer host");
+	CHECK(flow_u64(&a, "far", "ring_size") == 64 << 10);
+	CHECK(flow_u64(&b, "far", "created_unix_ms") == created);
+	/* B's consumer reads them all; then the change applies (the acks
+	 * carry its position back to A) */
+	cons = fc(&b, 0, "consume", "far", 50);
+	fc_done(cons, "consumer on B (every record)");
+	for (int i = 0; i < 1000 && rc; i++) {
+		rc = ctl(&a, out, sizeof(out), "reload");
+		if (rc)
+			usleep(10000);
+	}
+	CHECK_RC(rc, 0);
+	expect_out(out, "flow far (line 2): re-created");
+	CHECK(flow_u64(&a, "far", "ring_size") == 128 << 10);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+static void case_removed_in_use(void)
+{
+	struct hd d;
+	char out[4096];
+	flowshm_t *p = NULL;
+
+	start_conf(&d, "cfg13", 0, "flow = held ring-size=64K\nflow = gone\n");
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("held", FLOWSHM_PRODUCER, NULL, &p), 0);
+	write_conf(&d, "# none\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	printf("%s", out);
+	expect_out(out, "flow held: no longer declared, but in use (1 "
+		   "producer(s)");
+	expect_out(out, "not destroyed; it stays, undeclared");
+	expect_out(out, "flow gone: no longer declared: destroyed");
+	expect_out(out, "0 added, 2 removed, 0 changed, 0 unchanged, 1 refused");
+	CHECK(!flow_exists(&d, "gone"));
+	CHECK(flow_u64(&d, "held", "producers") == 1);
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow show held --json"), 0);
+	expect_out(out, "\"declared\": false");
+	/* its own business now: a reload leaves it, its operator destroys */
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	CHECK(flow_exists(&d, "held"));
+	flowshm_detach(p);
+	CHECK_RC(ctl(&d, out, sizeof(out), "flow destroy held"), 0);
+	hd_stop(&d);
+}
+
+static void case_partial_change(void)
+{
+	static const char before[] =
+		"flow = lag ring-size=64K max-lag=16K allow-uid=4000\n";
+	struct hd d;
+	char out[4096], cmd[512];
+	size_t n;
+
+	start_conf(&d, "cfg14", 0, before);
+	/* 15 more ids by hand: the allow list is full */
+	n = (size_t)snprintf(cmd, sizeof(cmd), "flow allow lag");
+	for (unsigned u = 5001; u <= 5015; u++)
+		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, " --uid %u", u);
+	CHECK_RC(ctl(&d, out, sizeof(out), "%s", cmd), 0);
+	write_conf(&d, "flow = lag ring-size=64K max-lag=32K "
+		   "allow-uid=4000,4001\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	printf("%s", out);
+	expect_out(out, "max-lag changed in place (16384 to 32768");
+	expect_out(out, "cannot change its allowed ids");
+	CHECK(flow_u64(&d, "lag", "max_lag") == 32768);
+	/* the old file again: max-lag goes back */
+	write_conf(&d, before);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	printf("%s", out);
+	CHECK(flow_u64(&d, "lag", "max_lag") == 16384);
+	hd_stop(&d);
+}
+
+static void case_option_lines(void)
+{
+	struct hd d;
+	char out[4096];
+
+	start_conf(&d, "cfg15", 0, "log-level = debug\nflow = one\n");
+	write_conf(&d, "log-level = debug\nmax-flow = 10\nflow = one\n"
+		   "flow = two\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	printf("    %s", out);
+	expect_out(out, "moverd.conf:2: unknown option 'max-flow'");
+	CHECK(!flow_exists(&d, "two")); /* nothing applied */
+	write_conf(&d, "log-level = debug\nmax-flows = ten\nflow = one\n"
+		   "flow = two\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, "bad value 'ten' for --max-flows");
+	CHECK(!flow_exists(&d, "two"));
+	write_conf(&d, "log-level = info\nmax-flows = 100\nflow = one\n"
+		   "flow = two\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	printf("%s", out);
+	expect_out(out, "option log-level: 'info' in the file, 'debug' at "
+		   "start: takes effect at restart");
+	expect_out(out, "option max-flows: '100' in the file, not set at "
+		   "start: takes effect at restart");
+	expect_out(out, "1 added, 0 removed, 0 changed, 1 unchanged");
+	CHECK(flow_exists(&d, "two"));
+	hd_stop(&d);
+}
+
+/* A file of text at path, mode 0644. */
+static void put_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "we");
+
+	CHECK(f);
+	CHECK(fputs(text, f) >= 0);
+	CHECK(fclose(f) == 0);
+	CHECK(chmod(path, 0644) == 0);
+}
+
+static void case_config_file(void)
+{
+	static char link[160];
+	const char *extra[] = { "--config", link, NULL };
+	char a[160], b[170], tmp[170], out[4096], args[300];
+	struct hd d = { 0 };
+
+	snprintf(d.dir, sizeof(d.dir), "/tmp/fm-cfg16-%d", (int)getpid());
+	snprintf(d.sock, sizeof(d.sock), "%s/moverd.sock", d.dir);
+	snprintf(d.log, sizeof(d.log), "%s/moverd.log", d.dir);
+	CHECK(mkdir(d.dir, 0755) == 0 || errno == EEXIST);
+	snprintf(a, sizeof(a), "%s/a.conf", d.dir);
+	snprintf(b, sizeof(b), "%s/b.conf", d.dir);
+	snprintf(tmp, sizeof(tmp), "%s/link.new", d.dir);
+	snprintf(link, sizeof(link), "%s/moverd.conf", d.dir);
+	put_file(a, "flow = one\n");
+	put_file(b, "flow = two\n");
+	CHECK(symlink("a.conf", link) == 0);
+	hd_exec(&d, moverd_bin, extra);
+	CHECK(flow_exists(&d, "one"));
+	/* the link moves to b.conf: the reload reads b.conf */
+	CHECK(symlink("b.conf", tmp) == 0);
+	CHECK(rename(tmp, link) == 0);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	printf("%s", out);
+	CHECK(flow_exists(&d, "two"));
+	CHECK(!flow_exists(&d, "one"));
+	/* writable by others: refused, nothing changes */
+	put_file(b, "flow = three\n");
+	CHECK(chmod(b, 0666) == 0);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	printf("    %s", out);
+	expect_out(out, "may be written by others than root and moverd's user");
+	CHECK(!flow_exists(&d, "three"));
+	CHECK(flow_exists(&d, "two"));
+	CHECK(chmod(b, 0620) == 0); /* group-writable too */
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, "mode 0620");
+	hd_stop(&d);
+	/* and at start (hd_stop took the directory away) */
+	CHECK(mkdir(d.dir, 0755) == 0 || errno == EEXIST);
+	put_file(b, "flow = three\n");
+	CHECK(chmod(b, 0666) == 0);
+	snprintf(args, sizeof(args), "--config %s", b);
+	moverd_refuses(d.dir, args, 2, "may be written by others");
+	CHECK(unlink(b) == 0 && rmdir(d.dir) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -759,6 +1049,20 @@ int main(int argc, char **argv)
 		  "lists refused" },
 		{ 9, case_squatted, "a user's flow of a name declared later "
 		  "stays the user's: not declared, not 'exists' to root" },
+		{ 10, case_receiver_ids, "a receiving end's changed allow-uid "
+		  "takes the old id off" },
+		{ 11, case_recreate_checked, "a re-create that cannot succeed "
+		  "is refused before the destroy" },
+		{ 12, case_remote_unread, "records unread on the receiving "
+		  "host make a flow between hosts busy" },
+		{ 13, case_removed_in_use, "a removed declaration of a flow in "
+		  "use: not destroyed, said" },
+		{ 14, case_partial_change, "a change refused half way is "
+		  "recorded as applied" },
+		{ 15, case_option_lines, "option lines checked at a reload, "
+		  "changes said" },
+		{ 16, case_config_file, "the config's symlink followed at each "
+		  "reload; others' writable config refused" },
 	};
 
 	if (argc != 4) {
