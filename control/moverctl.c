@@ -340,39 +340,38 @@ static void say_error(const char *why)
 	fputc('\n', stderr);
 }
 
+/* fmt's text through put_text. */
+static void put_textv(const char *fmt, va_list ap)
+{
+	char *val = NULL;
+
+	if (vasprintf(&val, fmt, ap) < 0)
+		return;
+	put_text(val);
+	free(val);
+}
+
 /* A line of text some of which is moverd's: all of it through put_text. */
 static void text_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void text_line(const char *fmt, ...)
 {
-	char *val = NULL;
 	va_list ap;
-	int n;
 
 	va_start(ap, fmt);
-	n = vasprintf(&val, fmt, ap);
+	put_textv(fmt, ap);
 	va_end(ap);
-	if (n >= 0) {
-		put_text(val);
-		free(val);
-	}
 	putchar('\n');
 }
 
 static void kv(const char *key, const char *fmt, ...)
 {
-	char *val = NULL;
 	va_list ap;
-	int n;
 
 	printf("%s:%*s", key, (int)(14 - strlen(key)), "");
 	va_start(ap, fmt);
-	n = vasprintf(&val, fmt, ap);
+	put_textv(fmt, ap);
 	va_end(ap);
-	if (n >= 0) {
-		put_text(val);
-		free(val);
-	}
 	putchar('\n');
 }
 
