@@ -173,7 +173,13 @@ def test_transform_drops_records_that_are_not_frames(pair, tmp_path):
         src.send(hdr.pack(magic, 2, 4, 0, 4, 0) + samples)
         t = stage(cmd, b, log)
         procs.append(t)
-        assert next_result(t)[2] == 4
+        r = next_result(t)
+        # killed between its send of frame 3's result and its release of
+        # frame 3: the restarted one gets frame 3 again (at least once)
+        again = r[2] == 3
+        if again:
+            r = next_result(t)
+        assert r[2] == 4, r
         t.terminate()
         assert t.wait(15) == 0
     finally:
@@ -186,7 +192,8 @@ def test_transform_drops_records_that_are_not_frames(pair, tmp_path):
         res.close()
     printed = open(tmp_path / "transform.log").read()
     assert printed.count("dropping a record that is not a frame") == 3, printed
-    assert "transform: 1 frames\n" in printed, printed     # the restarted one
+    # the restarted one's count
+    assert f"transform: {1 + again} frames\n" in printed, printed
 
 
 def test_ingest_and_sink_refuse_what_cannot_work(pair, tmp_path):
