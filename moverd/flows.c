@@ -1939,25 +1939,50 @@ void flows_reap_remains(struct flow_table *t, uint64_t now)
  * moverd's private zeros.  The range stays guarded: a client that shrinks
  * the file again only trips the guard again.
  */
-static void remap_view(struct flow *f)
+static void remap_view(struct flow *f, flowshm_t *view, int fd)
 {
-	struct fr_ring *r = &f->view->ring;
+	struct fr_ring *r = &view->ring;
 
 	if (mmap(r->sh, r->map_bytes, PROT_READ | PROT_WRITE,
-		 MAP_FIXED | MAP_SHARED, f->ring_fd, 0) == MAP_FAILED)
+		 MAP_FIXED | MAP_SHARED, fd, 0) == MAP_FAILED)
 		log_warn("flow %s: cannot map the repaired ring file again "
 			 "(its clients will not see it failed): %s", f->name,
 			 strerror(errno));
 }
 
+/* Did moverd's view of f's ring fault, or the view a fan-out sibling has
+ * of it (map_sibling: its own mapping, its own guard)?  Each is asked,
+ * and those that faulted are marked for remap_view. */
+static bool views_tripped(struct flow *f)
+{
+	bool tripped = ring_guard_tripped(f->guard);
+
+	f->view_tripped = tripped;
+	for (struct flow *s = f->fanout; s; s = s->fanout_next) {
+		s->view_tripped = ring_guard_tripped(s->guard);
+		tripped |= s->view_tripped;
+	}
+	return tripped;
+}
+
+static void remap_tripped(struct flow *f)
+{
+	if (f->view_tripped && f->view)
+		remap_view(f, f->view, f->ring_fd);
+	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+		if (s->view_tripped && s->view)
+			remap_view(f, s->view, f->ring_fd);
+}
+
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 {
 	uint64_t want = fr_map_bytes(f->ring_bytes);
-	bool tripped = ring_guard_tripped(f->guard);
 	struct stat st;
+	bool tripped;
 
 	if (!f->path[0] || f->ring_fd < 0 || fstat(f->ring_fd, &st))
 		return false;
+	tripped = views_tripped(f);
 	/* blocks: a little slack for a disk filesystem's own metadata */
 	if (!tripped && (uint64_t)st.st_size == want &&
 	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
@@ -1975,7 +2000,7 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 		log_warn("flow %s: cannot repair the ring file: %s", f->name,
 			 strerror(errno));
 	else if (tripped)
-		remap_view(f);
+		remap_tripped(f);
 	return true;
 }
 

@@ -163,6 +163,7 @@ struct flow {
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
 	uint64_t guard;          /* ring file: moverd's mapping, guarded
 				  * against SIGBUS (ring_guard.h) */
+	bool view_tripped;       /* ... and it faulted (flows_ring_tampered) */
 	/* the ring's pages allocated off the loop, a chunk at a time
 	 * (flows.c, fill_kick); the fill holds a reference */
 	struct loop_op fill_op;

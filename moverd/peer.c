@@ -831,6 +831,17 @@ static void fail_tampered(struct flow *f, const char *why)
 	detach_flow(f); /* its DATA in flight is read and dropped */
 }
 
+/* The ring of first (a flow, not a fan-out sibling) was changed by a
+ * client: it fails, and so does every sibling, which reads the same ring
+ * (each peer host's receiver is told). */
+static void fail_ring(struct flow *first, const char *why)
+{
+	fail_tampered(first, why);
+	for (struct flow *s = first->fanout; s; s = s->fanout_next)
+		if (s->state != FLOW_FAILED)
+			fail_tampered(s, why);
+}
+
 /* How often one send may fault before its peer is failed: a client that
  * keeps shrinking the file could otherwise hold the link in a loop. */
 #define TX_FAULTS_MAX 4u
@@ -856,10 +867,12 @@ bool peer_tx_fault(struct peer *p)
 		return false;
 	for (unsigned i = 0; i < p->n_tx_flows; i++) {
 		struct flow *f = p->tx_flows[i];
+		/* a sibling reads its first flow's ring file */
+		struct flow *first = f->sibling_of ? f->sibling_of : f;
 
 		if (f->state == FLOW_OPEN &&
-		    flows_ring_tampered(f, why, sizeof(why)))
-			fail_tampered(f, why);
+		    flows_ring_tampered(first, why, sizeof(why)))
+			fail_ring(first, why);
 	}
 	return true;
 }
@@ -2352,7 +2365,7 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 		return; /* only moverd has written its ring and file */
 	} else if (flows_ring_tampered(f, why, sizeof(why)) ||
 		   ring_marked_failed(f, why, sizeof(why))) {
-		fail_tampered(f, why);
+		fail_ring(f, why);
 	} else {
 		/* after the ring's own checks: a slot a client scribbled
 		 * on is tampering, reported as such above */

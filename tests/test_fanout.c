@@ -36,6 +36,8 @@
  *  12. C's moverd killed -9 while A cuts C (--max-lag): C never heard of
  *      the cut; once back it takes A's rejoin as a new incarnation, and a
  *      consumer on C gets every later record once, in order; B gets all
+ *  13. a client truncates the flow's ring file on A: the flow fails there
+ *      and on both peer hosts, C's (a fan-out sibling's) too
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1232,6 +1234,45 @@ static void case_cut_stopped(void)
 	close(ready[1]);
 }
 
+/* 13. */
+static void case_truncated(void)
+{
+	struct three t;
+	char out[8192], why[256];
+	flowshm_t *p;
+	int sock, fd;
+
+	start_three(&t, "fo13");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	p = producer_on(&t.a, "x");
+	produce(p, 0, 40);
+	wait_acked(&t.a, t.caddr);
+	/* a co-client of the ring shrinks its file: one ring, two
+	 * subscriptions (B's is the flow's, C's a sibling's) */
+	fd = hd_attach_fd(&t.a, "x", FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(ftruncate(fd, 4096) == 0);
+	CHECK(hd_wait_state(&t.a, moverctl_bin, "x", "failed", 10000, why,
+			    sizeof(why)));
+	printf("  A: failed: %s\n", why);
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "failed", 10000, why,
+			    sizeof(why)));
+	printf("  B: failed: %s\n", why);
+	/* before, the sibling's receiver was never told: open for ever */
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "failed", 10000, why,
+			    sizeof(why)));
+	printf("  C: failed: %s\n", why);
+	CHECK(strstr(why, "ring file"));
+	close(fd);
+	close(sock);
+	flowshm_detach(p);
+	stop_three(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1264,6 +1305,8 @@ int main(int argc, char **argv)
 		{ 12, case_cut_while_down, "a peer host down while --max-lag "
 		  "cuts it takes the rejoin once back: its consumer gets every "
 		  "later record once, in order" },
+		{ 13, case_truncated, "a client truncates the ring file: the "
+		  "flow fails on A and on both peer hosts" },
 	};
 
 	if (argc != 3) {
