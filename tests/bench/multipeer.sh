@@ -3,8 +3,8 @@
 #
 # Three moverd on this machine: A sends to B and to C.  A's N flows to C are
 # filled while C has no consumer, so their windows are closed with records
-# left to send on A.  Printed: the CPU moverd A uses over 10 s at rest with
-# them, and the time one flow A -> B takes to move COUNT records of 32..64
+# left to send on A.  Printed: the CPU moverd A, and C, use over 10 s at
+# rest with them, and the time one flow A -> B takes to move COUNT records of 32..64
 # bytes (tests/flowcheck.c: each checked once, in order), first with no
 # flow to C, then with the N waiting (the ratio: their cost to the busy
 # flow).
@@ -101,13 +101,16 @@ waiting=$("$ctl" --socket "$dir/A/sock" --json flow list | python3 -c '
 import json, sys
 print(sum(1 for f in json.load(sys.stdin)
           if f["name"].startswith("w") and f["used"] > 0))')
-# what the waiting flows cost A at rest
-c0=$(cpu_ms "${pids[2]}")
+# what the waiting flows cost A at rest, and C, whose receivers owe
+# credit their consumers (none) may never take
+c0=$(cpu_ms "${pids[2]}") r0=$(cpu_ms "${pids[1]}")
 sleep 10
-c1=$(cpu_ms "${pids[2]}")
+c1=$(cpu_ms "${pids[2]}") r1=$(cpu_ms "${pids[1]}")
 with=$(run x1)
 echo "moverd: $moverd"
 echo "moverd A at rest with $waiting flows waiting: $((${c1%.*} - ${c0%.*})) ms" \
+     "of CPU in 10 s"
+echo "moverd C at rest with their receivers full: $((${r1%.*} - ${r0%.*})) ms" \
      "of CPU in 10 s"
 echo "$count records A -> B alone: $alone s; with $waiting flows A -> C" \
      "waiting on closed windows: $with s;" \
