@@ -4,10 +4,10 @@
 # Three moverd on this machine: A sends to B and to C.  A's N flows to C are
 # filled while C has no consumer, so their windows are closed with records
 # left to send on A.  Printed: the CPU moverd A, and C, use over 10 s at
-# rest with them, and the time one flow A -> B takes to move COUNT records of 32..64
-# bytes (tests/flowcheck.c: each checked once, in order), first with no
-# flow to C, then with the N waiting (the ratio: their cost to the busy
-# flow).
+# rest with them, and the time one flow A -> B takes to move COUNT
+# records of 32..64 bytes (tests/flowcheck.c: each checked once, in
+# order), first with no flow to C, then with the N waiting (the ratio:
+# their cost to the busy flow).
 #
 #   usage: multipeer.sh BUILD_DIR [N [COUNT [MOVERD]]]
 #   (MOVERD: another moverd binary to measure, e.g. an older build's)
