@@ -8,7 +8,6 @@
 #include "control.h"
 #include "log.h"
 #include "peer.h"
-#include "wire.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -890,65 +889,22 @@ static bool squatted(const struct declared *d, const struct flow *f)
 	return f->role != FLOW_RECEIVER && f->owner_uid != d->uid;
 }
 
-static int refuse(char *err, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int refuse(char *err, size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, cap, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-/* Printable ASCII without '=': what a flow's state file keeps (flows.c). */
-static bool keepable(const char *s)
-{
-	for (; *s; s++)
-		if (*s < 0x20 || *s > 0x7e || *s == '=')
-			return false;
-	return true;
-}
-
 /*
  * Would n's flow be created once the old one is gone?  flows_create's
- * checks, as far as they can be made before: sizes and this daemon's
- * limits, peer addresses; not the room in the state directory, nor what a
- * peer host answers.  (No quota: the config's flows are moverd's own
- * user's, the operator's, flows_is_operator.)  0, or -1 with why in err.
+ * checks of the spec alone (flows_check_spec): sizes and this daemon's
+ * limits, peer addresses, ids; not the room in the state directory, nor
+ * what a peer host answers.  (No quota: the config's flows are moverd's
+ * own user's, the operator's, flows_is_operator.)  0, or -1 with why in
+ * err.
  */
 static int would_create(const struct declared *d,
 			const struct declared_flow *n, char *err, size_t cap)
 {
-	const struct flow_limits *l = &d->flows->limits;
-	uint64_t ring = n->ring_size ? n->ring_size : l->default_ring_size;
-	uint64_t max = n->max_record ? n->max_record : l->default_max_record;
+	const char *more[FANOUT_MAX_PEERS];
+	struct flow_spec spec = spec_of(n, more);
+	struct flowshm_ring_params p;
 
-	if (!n->max_record && max > ring / 2)
-		max = ring / 2; /* as flows_create defaults it */
-	if (ring > l->max_ring_size)
-		return refuse(err, cap, "ring size %llu exceeds this daemon's "
-			      "limit of %llu bytes (--max-ring-size)",
-			      (unsigned long long)ring,
-			      (unsigned long long)l->max_ring_size);
-	if (ring < 4096 || (ring & (ring - 1)) || !max || max > ring / 2)
-		return refuse(err, cap, "invalid sizes: the ring must be a "
-			      "power of two >= 4096 bytes and the maximum "
-			      "record 1 byte to half the ring (got ring %llu, "
-			      "max record %llu)", (unsigned long long)ring,
-			      (unsigned long long)max);
-	if (n->peer[0] && fr_record_bytes(max) > WIRE_SPAN_MAX)
-		return refuse(err, cap, "max record %llu is too large for a "
-			      "flow between hosts", (unsigned long long)max);
-	if (!keepable(n->peer))
-		return refuse(err, cap, "peer '%s': use HOST:PORT", n->peer);
-	for (unsigned i = 0; i < n->n_more; i++)
-		if (!keepable(n->more[i]))
-			return refuse(err, cap, "peer '%s': use HOST:PORT",
-				      n->more[i]);
-	return 0;
+	return flows_check_spec(d->flows, &spec, &p, err, cap) ? -1 : 0;
 }
 
 /* Is any record of sender flow f (ring tail `tail`) not yet read by the

@@ -1407,9 +1407,8 @@ static int check_state_dir(const struct flow_table *t, uint64_t ring,
 	return -ENOSPC;
 }
 
-static int check_spec(const struct flow_table *t, const struct flow_spec *s,
-		      uid_t uid, struct flowshm_ring_params *p, char *err,
-		      size_t errlen)
+int flows_check_spec(const struct flow_table *t, const struct flow_spec *s,
+		     struct flowshm_ring_params *p, char *err, size_t errlen)
 {
 	*p = (struct flowshm_ring_params){
 		.ring_size = s->ring_size ? s->ring_size :
@@ -1472,6 +1471,14 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 		snprintf(err, errlen, "the peer's address cannot be kept");
 		return -EINVAL;
 	}
+	for (size_t i = 0; i < s->n_more_peers; i++) {
+		if (meta_value_ok(s->more_peers[i]))
+			continue;
+		snprintf(err, errlen, "peer address '%.80s' has a control "
+			 "character, a byte outside ASCII or an '=': use "
+			 "HOST:PORT", s->more_peers[i]);
+		return -EINVAL;
+	}
 	if (s->n_allow_uids > FLOW_ALLOW_MAX || s->n_allow_gids > FLOW_ALLOW_MAX) {
 		snprintf(err, errlen, "at most %d allowed uids and gids",
 			 FLOW_ALLOW_MAX);
@@ -1482,6 +1489,19 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 		snprintf(err, errlen, "uid and gid 4294967295 (-1) are not ids");
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* flows_check_spec, then what depends on the table now: the name free,
+ * room for one more flow, the uid's quota. */
+static int check_spec(const struct flow_table *t, const struct flow_spec *s,
+		      uid_t uid, struct flowshm_ring_params *p, char *err,
+		      size_t errlen)
+{
+	int rc = flows_check_spec(t, s, p, err, errlen);
+
+	if (rc)
+		return rc;
 	if (flows_find((struct flow_table *)t, s->name)) {
 		snprintf(err, errlen, "flow '%s' already exists", s->name);
 		return -EEXIST;

@@ -414,6 +414,17 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 uid_t uid, gid_t gid, struct flow **out, char *err,
 		 size_t errlen);
 
+/*
+ * The checks of a create that look at the spec alone (name, sizes with
+ * their defaults filled in p, this daemon's --max-ring-size, what a state
+ * file can keep, the allowed ids), not at what the table holds now (the
+ * name free, --max-flows, the uid's quota, the room on disk).  0, or a
+ * negative errno with why in err.  flows_create makes them first; a
+ * reload asks them before it destroys a flow to re-create it.
+ */
+int flows_check_spec(const struct flow_table *t, const struct flow_spec *s,
+		     struct flowshm_ring_params *p, char *err, size_t errlen);
+
 struct flow *flows_find(struct flow_table *t, const char *name);
 
 /* A zeroed flow, its first line on a cache line (struct flow); free()d. */
