@@ -300,6 +300,21 @@ static flowshm_t *producer_on(const struct hd *d, const char *name)
 	return p;
 }
 
+/* Flow x from A to B and C (create options opts), open on all three. */
+static void start_fanout(struct three *t, const char *tag, const char *opts)
+{
+	char out[8192];
+
+	start_three(t, tag);
+	CHECK(hd_ctl(&t->a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s %s", t->baddr, t->caddr, opts) == 0);
+	wait_open_count(&t->a, "x", 3); /* the flow, and both peers */
+	CHECK(hd_wait_state(&t->b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t->c, moverctl_bin, "x", "open", 10000, NULL, 0));
+}
+
+#define SIZES "--ring-size " RING " --max-record 1024"
+
 /* 1. */
 static void case_two_peers(void)
 {
@@ -310,11 +325,7 @@ static void case_two_peers(void)
 	pid_t c[3];
 	int ready[2];
 
-	start_three(&t, "fo1");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3); /* the flow, and both peers */
+	start_fanout(&t, "fo1", SIZES);
 	/* one flow, listed once, with both peers (JSON) or the first and
 	 * how many more (table) */
 	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list") == 0);
@@ -322,8 +333,6 @@ static void case_two_peers(void)
 	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow list --json")
 	      == 0);
 	CHECK(strstr(out, t.baddr) && strstr(out, t.caddr));
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
 	CHECK(pipe(ready) == 0);
 	c[0] = consumer(&t.b, "x", 0, n, ready[1]);
 	c[1] = consumer(&t.b, "x", 0, n, ready[1]);
@@ -623,16 +632,9 @@ static void case_max_lag(void)
 	pid_t cb;
 	int ready[2];
 
-	start_three(&t, "fo5");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hj_u64(out, "max_lag") == 16384 ||
-	      (hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)) &&
-	       hj_u64(out, "max_lag") == 16384));
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_fanout(&t, "fo5", SIZES " --max-lag 16K");
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(hj_u64(out, "max_lag") == 16384);
 	CHECK(pipe(ready) == 0);
 	/* B reads everything; a consumer attached on C reads nothing */
 	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
@@ -773,13 +775,7 @@ static void case_sender_restart(void)
 	pid_t cb, cc;
 	int ready[2];
 
-	start_three(&t, "fo6");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_fanout(&t, "fo6", SIZES);
 	CHECK(pipe(ready) == 0);
 	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
 	cc = consumer(&t.c, "x", 0, n1 + n2, ready[1]);
@@ -967,20 +963,6 @@ static void drain_c(flowshm_t *c, uint64_t *next, uint64_t upto,
 	CHECK_RC(drain(c, next, upto, floor), 0);
 }
 
-/* 10, 12: flow x from A to B and C, --max-lag 16K, open on all three. */
-static void start_lag_flow(struct three *t, const char *tag)
-{
-	char out[8192];
-
-	start_three(t, tag);
-	CHECK(hd_ctl(&t->a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024 --max-lag 16K", t->baddr, t->caddr) == 0);
-	wait_open_count(&t->a, "x", 3);
-	CHECK(hd_wait_state(&t->b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t->c, moverctl_bin, "x", "open", 10000, NULL, 0));
-}
-
 /* 10, 12: records from `from` on, 8 at a time, B keeping up, until A cuts
  * C (then stop: C rejoins a quiet flow); how many were produced. */
 static uint64_t produce_until_cut(const struct three *t, flowshm_t *p,
@@ -1033,7 +1015,7 @@ static void case_cut_rejoin(void)
 	pid_t cb;
 	int ready[2], rc;
 
-	start_lag_flow(&t, "fo10");
+	start_fanout(&t, "fo10", SIZES " --max-lag 16K");
 	CHECK(pipe(ready) == 0);
 	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
 	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
@@ -1102,7 +1084,7 @@ static void case_cut_while_down(void)
 	pid_t cb;
 	int ready[2];
 
-	start_lag_flow(&t, "fo12");
+	start_fanout(&t, "fo12", SIZES " --max-lag 16K");
 	CHECK(pipe(ready) == 0);
 	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
 	wait_ready(ready[0]);
@@ -1185,13 +1167,8 @@ static void case_cut_stopped(void)
 	pid_t cb, cc;
 	int ready[2];
 
-	start_three(&t, "fo11");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size 16M --max-record 1024 "
-		     "--max-lag 12M", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_fanout(&t, "fo11", "--ring-size 16M --max-record 1024 "
+		     "--max-lag 12M");
 	CHECK(pipe(ready) == 0);
 	cb = consumer(&t.b, "x", 0, n, ready[1]);
 	cc = cut_watcher(&t.c, n, ready[1]);
@@ -1238,17 +1215,11 @@ static void case_cut_stopped(void)
 static void case_truncated(void)
 {
 	struct three t;
-	char out[8192], why[256];
+	char why[256];
 	flowshm_t *p;
 	int sock, fd;
 
-	start_three(&t, "fo13");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_fanout(&t, "fo13", SIZES);
 	p = producer_on(&t.a, "x");
 	produce(p, 0, 40);
 	wait_acked(&t.a, t.caddr);
