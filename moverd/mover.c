@@ -1165,6 +1165,22 @@ static int arm_bell_thread(struct peer_mgr *m)
 	return 1000;
 }
 
+/*
+ * Behind the heavy fence: has f a record committed at its send position?
+ * The producer's half of the pairing is its seal (commit, light fence,
+ * read the arm), so that is what to look at, not the tail: a claim still
+ * open moves the tail past a seal not yet committed, and taking that for
+ * records made moverd wake every brief window, a heavy fence each (an IPI
+ * to every cpu running a flowshm client, any user's), for as long as the
+ * claim stayed open.  A claim whose producer died is the sweep's to notice
+ * (sweep_look, once a round).
+ */
+static void recheck_look(struct peer_mgr *m, struct flow *f)
+{
+	if (sweepable(f) && committed_bytes(f))
+		activate_first(m, f);
+}
+
 /* The heavy fence, then every listed flow (or every flow) looked at
  * again; true if one has records (it is active again). */
 static bool armed_recheck(struct peer_mgr *m)
@@ -1173,14 +1189,14 @@ static bool armed_recheck(struct peer_mgr *m)
 
 	for (unsigned i = 0; i < m->n_armed; i++) {
 		m->armed[i]->arm_listed = false;
-		sweep_look(m, m->armed[i]);
+		recheck_look(m, m->armed[i]);
 	}
 	m->n_armed = 0;
 	if (m->armed_all) {
 		for (struct flow *f = m->flows->head; f; f = f->next) {
-			sweep_look(m, f);
+			recheck_look(m, f);
 			for (struct flow *s = f->fanout; s; s = s->fanout_next)
-				sweep_look(m, s);
+				recheck_look(m, s);
 		}
 	}
 	m->armed_all = false;

@@ -43,6 +43,9 @@
  *      its own request's id (moverd served the status while a read was in
  *      flight into the bytes after it; the describe read into the moved
  *      buffer was parsed as a stale copy before the fix)
+ *  10  a producer holds a claim (reserve, no commit) on a flow to a peer:
+ *      moverd sleeps meanwhile (it woke every 2 ms with a membarrier
+ *      each before), and the record goes once committed
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1650,6 +1653,51 @@ static void case_pipelined_wait(void)
 	hd_stop(&d);
 }
 
+/*
+ * A producer holds a claim (flowshm_reserve, not yet committed): the tail
+ * is past the send position, the seal there not committed.  moverd's look
+ * behind its heavy fence took the tail for records, so it woke every 2 ms
+ * with a membarrier each, as long as the claim stayed open (~480 wakes a
+ * second, against ~14 at rest).  It must sleep, and the record must still
+ * go once committed.
+ */
+static void case_open_claim(void)
+{
+	static const char *const names[] = { "q", NULL };
+	char rec[64];
+	struct hd a, b;
+	flowshm_t *p, *c;
+	void *buf;
+	size_t len;
+	double cpu;
+	long sw;
+
+	two_daemons(&a, &b, "hostile10", names);
+	p = attach_raw(&a, "q", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "q", FLOWSHM_CONSUMER);
+	CHECK_RC(flowshm_send(p, "first", 5, 1000000000), 0);
+	CHECK_RC(flowshm_recv(c, rec, sizeof(rec), &len, 5000000000), 0);
+	CHECK(len == 5 && memcmp(rec, "first", 5) == 0);
+	CHECK_RC(flowshm_reserve(p, 32, &buf, 1000000000), 0);
+	memset(buf, 'c', 32);
+	/* a sweep round (1 s) finds the tail moved, then 2 s more */
+	sw = hd_status_num(&a, "voluntary_ctxt_switches");
+	cpu = hd_cpu_share(&a, 3000);
+	sw = hd_status_num(&a, "voluntary_ctxt_switches") - sw;
+	printf("  A with a claim open for 3 s: cpu %.3f, %ld sleeps\n", cpu,
+	       sw);
+	/* 64-95 here; 1374-1409 before the fix */
+	CHECK(sw < 400);
+	CHECK_RC(flowshm_commit(p), 0);
+	CHECK_RC(flowshm_recv(c, rec, sizeof(rec), &len, 5000000000), 0);
+	CHECK(len == 32 && rec[0] == 'c' && rec[31] == 'c');
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&a);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1682,6 +1730,8 @@ int main(int argc, char **argv)
 		  "thread" },
 		{ 9, case_pipelined_wait, "requests pipelined behind an "
 		  "attach that waits keep their framing" },
+		{ 10, case_open_claim, "a producer holds a claim open: moverd "
+		  "sleeps" },
 	};
 
 	if (argc != 4) {
