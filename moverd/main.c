@@ -709,27 +709,42 @@ static void default_options(struct options *o)
 }
 
 /*
- * The config's path for reloads: absolute (a daemon's working directory
- * is /) but not resolved, so that each reload opens the path as given
- * again (a config managed by moving a symlink is read where it points
- * then).
+ * path (of cap bytes) made absolute against the working directory, as
+ * given otherwise (not resolved): a daemon's working directory is /, and
+ * the paths moverd uses after it daemonized (the socket it binds, the
+ * state directory's statvfs, the config a reload reads) must name what
+ * was checked before.  0, or -1 with why on stderr.
+ */
+static int absolute(char *path, size_t cap, const char *what)
+{
+	char cwd[PATH_MAX], rel[PATH_MAX];
+	int n;
+
+	if (!path[0] || path[0] == '/')
+		return 0;
+	snprintf(rel, sizeof(rel), "%s", path);
+	n = getcwd(cwd, sizeof(cwd)) ? snprintf(path, cap, "%s/%s", cwd, rel)
+				     : -1;
+	if (n >= 0 && (size_t)n < cap)
+		return 0;
+	fprintf(stderr, "moverd: %s %s: %s\n", what, rel,
+		n < 0 ? strerror(errno) : "path too long");
+	return -1;
+}
+
+/*
+ * The config's path for reloads: absolute but not resolved, so that each
+ * reload opens the path as given again (a config managed by moving a
+ * symlink is read where it points then).
  */
 static int config_path(struct options *o, const char *path)
 {
-	char cwd[PATH_MAX];
-	int n;
-
-	if (path[0] == '/')
-		n = snprintf(o->config, sizeof(o->config), "%s", path);
-	else if (getcwd(cwd, sizeof(cwd)))
-		n = snprintf(o->config, sizeof(o->config), "%s/%s", cwd, path);
-	else
-		n = -1;
-	if (n >= 0 && (size_t)n < sizeof(o->config))
-		return 0;
-	fprintf(stderr, "moverd: config %s: %s\n", path,
-		n < 0 ? strerror(errno) : "path too long");
-	return -1;
+	if (strlen(path) >= sizeof(o->config)) {
+		fprintf(stderr, "moverd: config %s: path too long\n", path);
+		return -1;
+	}
+	snprintf(o->config, sizeof(o->config), "%s", path);
+	return absolute(o->config, sizeof(o->config), "config");
 }
 
 /* seen: the config's option lines as written (conf_seen). */
@@ -765,6 +780,10 @@ static int parse_options(struct options *o, struct conf_opts *seen, int argc,
 				return 2;
 		}
 	}
+	if (absolute(o->socket, sizeof(o->socket), "socket") ||
+	    absolute(o->state_dir, sizeof(o->state_dir), "state directory") ||
+	    absolute(o->peer_key, sizeof(o->peer_key), "peer key"))
+		return 2;
 	if (!o->state_dir[0]) {
 		const char *slash = strrchr(o->socket, '/');
 		int dir = slash ? (int)(slash - o->socket) : 0;

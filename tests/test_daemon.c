@@ -12,7 +12,8 @@
  * disconnect mid-request) and many clients at once, after which the daemon
  * still serves and holds no extra file descriptors; destroy while attached;
  * SIGTERM shutting down cleanly; its flows stay (issue 15: an attached
- * producer still sends, the next start re-adopts them, see test_life).
+ * producer still sends, the next start re-adopts them, see test_life);
+ * a daemonized moverd given a relative --socket binds it where it said.
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -454,6 +455,68 @@ static void test_sigterm(void)
 	attach("f1", FLOWSHM_PRODUCER, -ECONNREFUSED);
 }
 
+/* The pid in moverd's lock file SOCK.lock (0: none yet). */
+static pid_t lock_pid(const char *sock)
+{
+	char path[300], buf[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s.lock", sock);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return (pid_t)atoi(buf);
+}
+
+/*
+ * Daemonized (no --foreground) from a working directory, with a relative
+ * --socket: the daemon's working directory becomes /, so the socket was
+ * bound at /rel-sock/m.sock (outside the directory moverd had checked,
+ * where it made its lock file and rings; that bind failed here), and the
+ * parent exited 1.  Now the socket is where the path said when moverd
+ * started, beside its lock file.
+ */
+static void test_daemonized_relative(void)
+{
+	char dir[] = "/tmp/fm-rel-XXXXXX", sock[128], cmd[160], bin[PATH_MAX];
+	pid_t pid;
+	int st;
+
+	CHECK(mkdtemp(dir));
+	CHECK(realpath(moverd_bin, bin)); /* it may be relative to here */
+	snprintf(sock, sizeof(sock), "%s/rel-sock/m.sock", dir);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (chdir(dir))
+			_exit(126);
+		execl(bin, bin, "--socket", "rel-sock/m.sock",
+		      "--socket-mode", "0666", (char *)NULL);
+		_exit(127);
+	}
+	/* its parent exits 0 once the daemon is ready, 1 if it failed */
+	CHECK(waitpid(pid, &st, 0) == pid);
+	daemon_pid = lock_pid(sock);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(daemon_pid > 0);
+	st = ctl_connect(sock);
+	CHECK(st >= 0);
+	close(st);
+	CHECK(access("/rel-sock/m.sock", F_OK) == -1);
+	CHECK(kill(daemon_pid, SIGTERM) == 0);
+	for (int i = 0; i < 500 && kill(daemon_pid, 0) == 0; i++)
+		usleep(10000);
+	CHECK(kill(daemon_pid, 0) == -1);
+	daemon_pid = 0;
+	CHECK(access(sock, F_OK) == -1); /* it cleaned up where it bound */
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+}
+
 /* A failed CHECK exits: take the daemon with us, or it keeps ctest's
  * output pipe open and the run hangs until ctest's timeout. */
 static void kill_daemon(void)
@@ -487,5 +550,7 @@ int main(int argc, char **argv)
 	printf("ok 6 - destroy while attached\n");
 	test_sigterm();
 	printf("ok 7 - SIGTERM\n");
+	test_daemonized_relative();
+	printf("ok 8 - daemonized with a relative --socket\n");
 	return 0;
 }
