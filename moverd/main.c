@@ -64,7 +64,7 @@ struct options {
 	struct peer_reach reach;  /* --peer-reachable-at, n = 0: none */
 	bool insecure_peers;      /* --insecure-peers */
 	/* connection floods (docs/security-edges.md) */
-	unsigned peer_per_addr, peer_pending, peer_hello_s;
+	unsigned peer_per_addr, peer_pending, peer_inbound, peer_hello_s;
 	/* outbound peers (docs/security-quota.md) */
 	unsigned peer_hosts, peer_hosts_per_uid;
 	unsigned peer_connect_s;  /* --peer-connect-timeout */
@@ -81,6 +81,7 @@ struct options {
 enum {
 	OPT_PEER_PER_ADDR = 256,
 	OPT_PEER_PENDING,
+	OPT_PEER_INBOUND,
 	OPT_PEER_HELLO,
 	OPT_WINDOW_DELAY,
 	OPT_MAX_CLIENTS,
@@ -265,6 +266,8 @@ static void usage(FILE *out)
 "                           (default 8); more are closed at accept\n"
 "  --peer-max-pending N     inbound peer connections that have not said\n"
 "                           hello yet (default 64); more are closed at accept\n"
+"  --peer-max-inbound N     inbound peer connections in all (default 512);\n"
+"                           more are closed at accept\n"
 "  --peer-hello-timeout S   seconds an inbound peer has to say hello\n"
 "                           (default 10); heartbeats do not count\n"
 "  --peer-max-hosts N       peer daemons this one connects to, for its flows\n"
@@ -318,6 +321,7 @@ static const struct option long_opts[] = {
 	{ "max-clients-per-uid", required_argument, NULL, OPT_MAX_PER_UID },
 	{ "peer-max-conns-per-addr", required_argument, NULL, OPT_PEER_PER_ADDR },
 	{ "peer-max-pending", required_argument, NULL, OPT_PEER_PENDING },
+	{ "peer-max-inbound", required_argument, NULL, OPT_PEER_INBOUND },
 	{ "peer-hello-timeout", required_argument, NULL, OPT_PEER_HELLO },
 	{ "peer-max-hosts", required_argument, NULL, OPT_PEER_HOSTS },
 	{ "peer-max-hosts-per-uid", required_argument, NULL, OPT_PEER_HOSTS_UID },
@@ -571,6 +575,8 @@ static int set_option(struct options *o, int key, const char *val, FILE *msg)
 		return parse_count(val, 1, 1u << 20, &o->peer_per_addr) ? bad(msg, key, val) : 0;
 	case OPT_PEER_PENDING:
 		return parse_count(val, 1, 1u << 20, &o->peer_pending) ? bad(msg, key, val) : 0;
+	case OPT_PEER_INBOUND:
+		return parse_count(val, 1, 1u << 20, &o->peer_inbound) ? bad(msg, key, val) : 0;
 	case OPT_PEER_HOSTS:
 		return parse_count(val, 2, 1u << 20, &o->peer_hosts) ? bad(msg, key, val) : 0;
 	case OPT_PEER_HOSTS_UID:
@@ -695,6 +701,7 @@ static void default_options(struct options *o)
 			    .orphan_timeout_s = 6 * 3600 },
 		.peer_per_addr = PEER_DEFAULT_PER_ADDR,
 		.peer_pending = PEER_DEFAULT_PENDING,
+		.peer_inbound = PEER_DEFAULT_INBOUND,
 		.peer_hello_s = PEER_DEFAULT_HELLO_S,
 		.peer_connect_s = PEER_DEFAULT_CONNECT_S,
 		.peer_hosts = PEER_DEFAULT_HOSTS,
@@ -1354,6 +1361,7 @@ int main(int argc, char **argv)
 		.doorbell = d.opt.doorbell,
 		.max_conns_per_addr = d.opt.peer_per_addr,
 		.max_pending = d.opt.peer_pending,
+		.max_inbound = d.opt.peer_inbound,
 		.hello_timeout_s = d.opt.peer_hello_s,
 		.connect_timeout_s = d.opt.peer_connect_s,
 		.max_hosts = d.opt.peer_hosts,

@@ -72,12 +72,13 @@ static bool same_host(const char *addr, const char *host)
 
 const char *peer_admit(const struct peer_mgr *m, const char *host)
 {
-	unsigned same = 0, pending = 0;
+	unsigned same = 0, pending = 0, inbound = 0;
 
 	/* closing ones count too: they hold their fd until reaped */
 	for (const struct peer *p = m->peers; p; p = p->next) {
 		if (p->outbound)
 			continue;
+		inbound++;
 		same += same_host(p->addr, host);
 		pending += !p->hello_ok;
 	}
@@ -85,6 +86,9 @@ const char *peer_admit(const struct peer_mgr *m, const char *host)
 		return "too many connections from this address";
 	if (pending >= m->max_pending)
 		return "too many connections waiting for their hello";
+	if (inbound >= m->max_inbound)
+		return "too many inbound peer connections "
+		       "(--peer-max-inbound)";
 	return NULL;
 }
 
@@ -2720,6 +2724,8 @@ int peer_mgr_start(struct peer_mgr *m, struct loop *l, struct flow_table *t,
 				      o->max_conns_per_addr : PEER_DEFAULT_PER_ADDR,
 		.max_pending = o->max_pending ? o->max_pending :
 						PEER_DEFAULT_PENDING,
+		.max_inbound = o->max_inbound ? o->max_inbound :
+						PEER_DEFAULT_INBOUND,
 		.hello_timeout_ns = (o->hello_timeout_s ? o->hello_timeout_s :
 				     PEER_DEFAULT_HELLO_S) * 1000000000ull,
 		.connect_timeout_s = o->connect_timeout_s ?

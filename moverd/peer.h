@@ -123,7 +123,7 @@ struct peer_mgr {
 	/* peers' host names, looked up off the loop (tcp.c, peer_address) */
 	struct resolver resolver;
 	/* inbound connections (see peer_opts) */
-	unsigned max_conns_per_addr, max_pending;
+	unsigned max_conns_per_addr, max_pending, max_inbound;
 	uint64_t hello_timeout_ns;
 	/* a TCP connect of ours that has not completed by then is given up
 	 * (tcp.c, tcp_connect) */
@@ -160,6 +160,10 @@ struct peer_opts {
 	 * accept); seconds a connection has to say hello */
 	unsigned max_conns_per_addr;  /* 0: PEER_DEFAULT_PER_ADDR */
 	unsigned max_pending;         /* 0: PEER_DEFAULT_PENDING */
+	/* inbound peers in all, said hello or not (over it: closed at
+	 * accept): each is a struct, buffers, an fd, and a place in every
+	 * walk of the peers; one without flows is never closed by us */
+	unsigned max_inbound;         /* 0: PEER_DEFAULT_INBOUND */
 	unsigned hello_timeout_s;     /* 0: PEER_DEFAULT_HELLO_S */
 	/* outbound peers: seconds a TCP connect may take (a host that drops
 	 * our SYNs would hold it for the kernel's ~2 min) */
@@ -185,6 +189,9 @@ struct peer_opts {
 
 #define PEER_DEFAULT_PER_ADDR 8u
 #define PEER_DEFAULT_PENDING  64u
+/* twice the hosts we dial: a peer host needs one connection, two while
+ * a reconnect overlaps a dying link */
+#define PEER_DEFAULT_INBOUND  512u
 #define PEER_DEFAULT_HELLO_S  10u
 #define PEER_DEFAULT_CONNECT_S 10u
 /* 256: the counters file's peer records (FMC_PEER_RECS), and far more

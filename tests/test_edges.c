@@ -533,10 +533,12 @@ static void case_hello(void)
 	hd_stop(&d);
 }
 
-/* 4d: at most 8 connections per source address, 64 (here 4) pending. */
+/* 4d: at most 8 connections per source address, 64 (here 4) pending,
+ * 512 (here 5) in all. */
 static void case_per_addr(void)
 {
 	const char *const opts[] = { "--peer-max-pending", "4", NULL };
+	const char *const total[] = { "--peer-max-inbound", "5", NULL };
 	struct hd d, d2;
 	struct checked c;
 	int fds[9], base, extra;
@@ -592,6 +594,36 @@ static void case_per_addr(void)
 	printf("  4 pending held, the 5th closed, room after a hello\n");
 	close(extra);
 	for (int i = 0; i < 5; i++)
+		close(fds[i]);
+	hd_wait_fds(&d, base);
+	hd_stop(&d);
+
+	/* in all, said hello or not: at most --peer-max-inbound (a
+	 * connection without flows is never closed by moverd) */
+	hd_start(&d, moverd_bin, "edges4d4", true, total);
+	base = hd_fds(&d);
+	for (int i = 0; i < 6; i++) {
+		char src[16];
+
+		snprintf(src, sizeof(src), "127.0.0.%d", 30 + i);
+		fds[i] = connect_from(src, d.port);
+		CHECK(fds[i] >= 0);
+		blocking(fds[i]);
+		CHECK(hp_hello(fds[i], "many") || i == 5);
+		usleep(50000);
+	}
+	CHECK(closed_within(fds[5], 2000));
+	for (int i = 0; i < 5; i++)
+		CHECK(!closed_within(fds[i], 100));
+	CHECK(status_counter(&d, "peers_refused") == 1);
+	close(fds[0]);
+	close(fds[5]);
+	extra = connect_kept("127.0.0.40", d.port);
+	CHECK(extra >= 0);
+	printf("  5 from 5 addresses held, the 6th closed, room after one "
+	       "went\n");
+	close(extra);
+	for (int i = 1; i < 5; i++)
 		close(fds[i]);
 	hd_wait_fds(&d, base);
 	hd_stop(&d);
@@ -758,7 +790,7 @@ int main(int argc, char **argv)
 		{ 4, case_flood_peers, "4a: more idle peer connections than fds" },
 		{ 4, case_flood_clients, "4b: one uid takes every control slot" },
 		{ 4, case_hello, "4c: hello deadline, nothing before hello" },
-		{ 4, case_per_addr, "4d: connections per address and pending" },
+		{ 4, case_per_addr, "4d: connections per address, pending and in all" },
 		{ 12, case_log_text, "12: outside text in log lines" },
 	};
 
