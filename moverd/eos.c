@@ -9,6 +9,18 @@
 /* Flows whose END waits for room (a hint: eos_retry recounts). */
 static unsigned ends_pending;
 
+/*
+ * When the next retry is due, and the gap after it.  A consumer's progress
+ * rings no bell, so a full ring is tried again on a timer: every 20 ms at
+ * first, the gap doubling to RETRY_MAX_NS while the ring stays full (an
+ * END on a ring whose consumer stopped, which any producer can leave,
+ * kept an idle moverd waking 50 times a second and walking every flow).
+ * A consumer that frees room gets the END within RETRY_MAX_NS.
+ */
+#define RETRY_MIN_NS 20000000ull
+#define RETRY_MAX_NS 320000000ull
+static uint64_t retry_at_ns, retry_gap_ns;
+
 static void write_end(struct flow *f)
 {
 	int rc;
@@ -17,6 +29,10 @@ static void write_end(struct flow *f)
 		return;
 	rc = fr_write_end(&f->view->ring);
 	if (rc == -EAGAIN) {
+		if (!ends_pending) {
+			retry_gap_ns = RETRY_MIN_NS;
+			retry_at_ns = fr_now_ns() + retry_gap_ns;
+		}
 		if (!f->end_pending)
 			ends_pending++;
 		f->end_pending = true;
@@ -60,11 +76,11 @@ void eos_force(struct flow *f)
 		write_end(f);
 }
 
-void eos_retry(struct flow_table *t)
+void eos_retry(struct flow_table *t, uint64_t now)
 {
 	unsigned still = 0;
 
-	if (!ends_pending)
+	if (!ends_pending || now < retry_at_ns)
 		return;
 	for (struct flow *f = t->head; f; f = f->next) {
 		if (!f->end_pending)
@@ -73,9 +89,12 @@ void eos_retry(struct flow_table *t)
 		still += f->end_pending;
 	}
 	ends_pending = still;
+	if (retry_gap_ns < RETRY_MAX_NS)
+		retry_gap_ns *= 2;
+	retry_at_ns = now + retry_gap_ns;
 }
 
-bool eos_waiting(void)
+uint64_t eos_due(void)
 {
-	return ends_pending != 0;
+	return ends_pending ? retry_at_ns : UINT64_MAX;
 }

@@ -7,7 +7,8 @@
  * `producers_ended` those of them that said flowshm_end.  A producer whose
  * control connection closes leaves both counts (it is gone, not ended).
  * The END is due when at least one producer ever ended and no attached
- * producer has not.  A full ring delays it: the tick retries.
+ * producer has not.  A full ring delays it: the timer retries, less often
+ * the longer the ring stays full (eos.c).
  */
 #ifndef MOVERD_EOS_H
 #define MOVERD_EOS_H
@@ -20,9 +21,9 @@ void eos_update(struct flow *f);
 /* The owner ends f's stream now, whoever is attached. */
 void eos_force(struct flow *f);
 
-/* Each tick: write the END records a full ring delayed. */
-void eos_retry(struct flow_table *t);
-/* Are END records waiting for room (the timer ticks while they do)? */
-bool eos_waiting(void);
+/* On the timer: write the END records a full ring delayed, once due. */
+void eos_retry(struct flow_table *t, uint64_t now);
+/* When eos_retry is next due (UINT64_MAX: no END waits). */
+uint64_t eos_due(void);
 
 #endif

@@ -2615,10 +2615,11 @@ static uint64_t timer_due(const struct peer_mgr *m, uint64_t now)
 
 	for (const struct peer *p = m->peers; p; p = p->next)
 		due = earlier(due, peer_due(m, p));
-	/* device checks (rdma_tick) and an END waiting for room: the old
-	 * period; neither is the common idle state */
-	if (m->rdma || eos_waiting())
+	/* device checks (rdma_tick): the old period, not the common idle
+	 * state; an END waiting for room: its own backed-off retry */
+	if (m->rdma)
 		due = earlier(due, now + TICK_MS * 1000000ull);
+	due = earlier(due, eos_due());
 	/* flows in the middle of something: a consumer's progress rings no
 	 * bell, so receiver flows that owe credit are looked at every
 	 * TICK_MS, and so are sender flows still on the active list (a
@@ -2680,7 +2681,7 @@ void peer_timer(struct peer_mgr *m, uint64_t now)
 	}
 	if (m->rdma)
 		rdma_tick(m, now);
-	eos_retry(m->flows);
+	eos_retry(m->flows, now);
 	if (slice) {
 		m->police_ns = now;
 		sweep_all(m, now);

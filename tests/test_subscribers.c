@@ -9,7 +9,8 @@
  * version named; a live producer's headerless claim never padded, and a
  * killed producer's slot given back by moverd; without moverd, a killed
  * consumer's slot given back by the producer it holds back, and by a new
- * consumer that finds no free slot.
+ * consumer that finds no free slot; an END that waits for room in a full
+ * ring, moverd at rest meanwhile.
  *
  * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
  */
@@ -602,6 +603,57 @@ static void case_v1_ring_file(void)
 	hd_stop(&d);
 }
 
+/*
+ * Through a real moverd: a producer ends its stream on a full ring (its
+ * consumer attached, not reading).  The END waits for room, retried on a
+ * timer: moverd woke 50 times a second for it, walking every flow, for as
+ * long as the consumer did not read; the retries now back off.  The
+ * consumer then reads every record, and the END.
+ */
+static void case_end_full_ring(void)
+{
+	unsigned char buf[REC_MAX];
+	flowshm_t *p = NULL, *c = NULL;
+	uint64_t n = 0;
+	char out[4096];
+	struct hd d;
+	size_t len;
+	long sw;
+	int rc;
+
+	hd_start(&d, moverd_bin, "subs11", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create f "
+		     "--ring-size 64K --max-record 1024") == 0);
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("f", FLOWSHM_CONSUMER, NULL, &c), 0);
+	CHECK_RC(flowshm_attach("f", FLOWSHM_PRODUCER, NULL, &p), 0);
+	for (;;) {
+		size_t l = tu_rec_len(0, n, 16, REC_MAX);
+
+		tu_fill(buf, 0, n, l);
+		rc = flowshm_send(p, buf, l, 0);
+		if (rc == -EAGAIN)
+			break;
+		CHECK_RC(rc, 0);
+		n++;
+	}
+	CHECK_RC(flowshm_end(p, WAIT_NS), 0);
+	usleep(300000);
+	sw = hd_status_num(&d, "voluntary_ctxt_switches");
+	usleep(3000000);
+	sw = hd_status_num(&d, "voluntary_ctxt_switches") - sw;
+	printf("  %llu records fill the ring, the END waits: moverd slept "
+	       "%ld times in 3 s\n", (unsigned long long)n, sw);
+	/* 50 a second for the retries alone before */
+	CHECK(sw < 100);
+	consume_all(c, 1, n);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, WAIT_NS), -ENODATA);
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&d);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -624,6 +676,8 @@ int main(int argc, char **argv)
 		  "claim is never padded; killed -9, its slot goes back" },
 		{ 10, case_killed_consumer_no_moverd, "no moverd: a consumer "
 		  "killed -9 releases the producer; nothing unread is lost" },
+		{ 11, case_end_full_ring, "moverd: an END on a full ring waits, "
+		  "moverd at rest; then every record and the END" },
 	};
 
 	if (argc != 3) {
