@@ -32,7 +32,9 @@
  * shared by the clients of that uid, so a hostile client can set bits of
  * its page (moverd visits flows with nothing to do: bounded, wasted work)
  * or clear them and `sleeping` (its own uid's rings are lost), never
- * another user's.  moverd therefore never relies on the bits alone: a
+ * another user's own page; on the page the uids past the 63rd share, the
+ * other sharing uids' rings too.  moverd therefore never relies on the
+ * bits alone: a
  * sweep on its timer re-checks every armed flow, so a cleared bit delays
  * that flow by at most the sweep period and corrupts nothing.  Bits a
  * client reads or writes are never trusted as indexes by moverd beyond
