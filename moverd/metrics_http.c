@@ -8,6 +8,14 @@
  * keeps every byte of a scrape off the mover's cpu time and latency.  The
  * thread touches nothing but the read-only view of the counters file
  * (fmc_read's sequence lock), the same as any outside reader.
+ *
+ * Why one shared body per format: rendering thousands of flows costs
+ * tenths of a second and tens of MB, and the port is open to anyone who
+ * reaches it.  A scrape gets the last body rendered (a refcounted
+ * MHD_Response: each connection sending it holds a reference) unless the
+ * sampler has written since and the body is older than a period, so
+ * scrapers in a loop cost one render per period, and sixteen connections
+ * one body, not sixteen.
  */
 #include "metrics_http.h"
 #include "log.h"
@@ -17,62 +25,129 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+/* A render may be reused for this many times what it cost: rendering
+ * takes at most a tenth of the thread, however large the file. */
+#define RENDER_SHARE 10u
+
+/* The last body of one format and what it was made from. */
+struct shared {
+	struct MHD_Response *r;   /* our reference; NULL: none yet */
+	uint64_t seq;             /* the sampler's pass it read */
+	uint64_t at_ns, cost_ns;  /* when it was rendered, in how long */
+};
+
+/* shared[] is only touched by serve(), which MHD calls from its one
+ * polling thread (MHD_USE_INTERNAL_POLLING_THREAD, no thread pool nor
+ * thread per connection): it needs no lock.  With more threads it would. */
 struct metrics_http {
 	struct MHD_Daemon *d;
 	const struct fmc_header *h;
+	struct shared shared[2];  /* [0] Prometheus text, [1] OpenMetrics */
+};
+
+static const char *const types[2] = {
+	"text/plain; version=0.0.4; charset=utf-8",
+	"application/openmetrics-text; version=1.0.0; charset=utf-8",
 };
 
 /* ---- HTTP --------------------------------------------------------------------- */
 
+/* A short answer that is not the metrics (an error, a refusal). */
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
-			     const char *type, char *body, size_t len,
-			     enum MHD_ResponseMemoryMode mode)
+			     const char *text)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, body,
-								 mode);
+	struct MHD_Response *r = MHD_create_response_from_buffer(
+		strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
 	enum MHD_Result rc;
 
 	if (!r)
 		return MHD_NO;
-	MHD_add_response_header(r, "Content-Type", type);
+	MHD_add_response_header(r, "Content-Type", "text/plain");
 	rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return rc;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* How long a body stays good once the sampler has moved on: a sampler
+ * period (fresher figures do not exist), or longer if rendering is dear. */
+static uint64_t good_ns(const struct metrics_http *m, const struct shared *s)
+{
+	uint64_t period = (uint64_t)m->h->period_ms * 1000000ull;
+
+	return s->cost_ns * RENDER_SHARE > period ? s->cost_ns * RENDER_SHARE :
+						      period;
+}
+
+/* The body of format om to queue: the shared one, rendered again first
+ * if it is stale.  NULL: out of memory. */
+static struct MHD_Response *shared_body(struct metrics_http *m, bool om)
+{
+	struct shared *s = &m->shared[om];
+	/* acquire: the records are at least as new as this pass */
+	uint64_t seq = atomic_load_explicit(
+		&((struct fmc_header *)m->h)->sample_seq, memory_order_acquire);
+	uint64_t now = mono_ns();
+	struct MHD_Response *r;
+	size_t len;
+	char *text;
+
+	if (s->r && (seq == s->seq || now - s->at_ns < good_ns(m, s)))
+		return s->r;
+	text = metrics_render(m->h, om, &len);
+	if (!text)
+		return NULL;
+	r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(text);
+		return NULL;
+	}
+	MHD_add_response_header(r, "Content-Type", types[om]);
+	/* connections still sending the old body hold their own reference */
+	if (s->r)
+		MHD_destroy_response(s->r);
+	*s = (struct shared){ .r = r, .seq = seq, .at_ns = now,
+			      .cost_ns = mono_ns() - now };
+	return r;
+}
+
+/* HEAD is answered from the same body: MHD sends its headers (the
+ * length GET would get) and no bytes of it. */
 static enum MHD_Result serve(void *cls, struct MHD_Connection *c,
 			     const char *url, const char *method,
 			     const char *version, const char *upload,
 			     size_t *upload_size, void **state)
 {
 	struct metrics_http *m = cls;
+	struct MHD_Response *r;
 	const char *accept;
 	bool om;
-	char *body;
-	size_t len;
 
 	(void)version;
 	(void)upload;
 	(void)upload_size;
 	(void)state;
 	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
-			     "GET /metrics\n", 13, MHD_RESPMEM_PERSISTENT);
+		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET /metrics\n");
 	if (strcmp(url, "/metrics"))
-		return reply(c, MHD_HTTP_NOT_FOUND, "text/plain",
-			     "GET /metrics\n", 13, MHD_RESPMEM_PERSISTENT);
+		return reply(c, MHD_HTTP_NOT_FOUND, "GET /metrics\n");
 	accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 					     MHD_HTTP_HEADER_ACCEPT);
 	om = accept && strstr(accept, "application/openmetrics-text");
-	body = metrics_render(m->h, om, &len);
-	if (!body)
-		return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain",
-			     "out of memory\n", 14, MHD_RESPMEM_PERSISTENT);
-	return reply(c, MHD_HTTP_OK, om ?
-		     "application/openmetrics-text; version=1.0.0; charset=utf-8" :
-		     "text/plain; version=0.0.4; charset=utf-8",
-		     body, len, MHD_RESPMEM_MUST_FREE);
+	r = shared_body(m, om);
+	if (!r)
+		return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+			     "out of memory\n");
+	return MHD_queue_response(c, MHD_HTTP_OK, r);
 }
 
 struct metrics_http *metrics_http_start(const char *addr,
@@ -118,5 +193,8 @@ void metrics_http_stop(struct metrics_http *m)
 	if (!m)
 		return;
 	MHD_stop_daemon(m->d);
+	for (unsigned i = 0; i < 2; i++)
+		if (m->shared[i].r)
+			MHD_destroy_response(m->shared[i].r);
 	free(m);
 }

@@ -23,6 +23,26 @@ struct buf {
 static void put(struct buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Room for need more bytes and the NUL after them (false: out of
+ * memory, noted in b). */
+static bool grow(struct buf *b, size_t need)
+{
+	size_t cap;
+	char *p;
+
+	if (need < b->cap - b->len)
+		return true;
+	cap = b->cap * 2 + need;
+	p = realloc(b->p, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
+
 static void put(struct buf *b, const char *fmt, ...)
 {
 	va_list ap;
@@ -42,33 +62,42 @@ static void put(struct buf *b, const char *fmt, ...)
 			b->len += (size_t)n;
 			return;
 		}
-		size_t cap = b->cap * 2 + (size_t)n;
-		char *p = realloc(b->p, cap);
-
-		if (!p) {
-			b->oom = true;
+		if (!grow(b, (size_t)n))
 			return;
-		}
-		b->p = p;
-		b->cap = cap;
 	}
 }
 
+/* n bytes as they are: no format to parse (label values are most of a
+ * scrape's bytes).  The text stays NUL-terminated, as put leaves it. */
+static void put_bytes(struct buf *b, const char *s, size_t n)
+{
+	if (b->oom || !grow(b, n))
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
 /* A label value: backslash, double quote and newline escaped (the text
- * format's rule); texts in the file are printable already. */
+ * format's rule); texts in the file are printable already.  The runs
+ * between those bytes are copied whole: one call per run, not per byte. */
 static void put_label(struct buf *b, const char *name, const char *v,
 		      bool last)
 {
-	put(b, "%s=\"", name);
-	for (; *v; v++) {
-		if (*v == '\\' || *v == '"')
-			put(b, "\\%c", *v);
-		else if (*v == '\n')
-			put(b, "\\n");
-		else
-			put(b, "%c", *v);
+	put_bytes(b, name, strlen(name));
+	put_bytes(b, "=\"", 2);
+	for (;;) {
+		size_t run = strcspn(v, "\\\"\n");
+
+		put_bytes(b, v, run);
+		v += run;
+		if (!*v)
+			break;
+		put_bytes(b, *v == '\n' ? "\\n" : *v == '"' ? "\\\"" : "\\\\",
+			  2);
+		v++;
 	}
-	put(b, "\"%s", last ? "" : ",");
+	put_bytes(b, "\",", last ? 1 : 2);
 }
 
 struct family {

@@ -83,6 +83,13 @@
  *      running top (bigger counts, another record offset): it keeps what
  *      it checked; a killed moverd: top --once exits 3, daemon_gone and
  *      sample_age_ms in its JSON
+ *  20  the endpoint (metrics_http.c in this process, on a counters file
+ *      made here): GET answers exactly metrics_render's text, label values
+ *      with quotes, backslashes and newlines first, last and doubled come
+ *      out escaped; a counter moved without a sampler pass: the next GET
+ *      is the same body (shared, not rendered again); HEAD: the length,
+ *      no body; OpenMetrics to a scraper that asks; after a pass the new
+ *      value comes; 404, 405; no counters file: no endpoint
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -2147,6 +2154,182 @@ static void case_top_file(void)
 	printf("  a killed moverd: top --once exits 3, daemon_gone in JSON\n");
 }
 
+/* ---- 20: the endpoint ------------------------------------------------------- */
+
+struct http_answer {
+	int status;
+	char head[2048];
+	char *body;             /* malloc'd, NUL-terminated */
+	size_t len;
+};
+
+/* One request on a connection of its own (HTTP/1.0: read to the end). */
+static struct http_answer http_ask(int port, const char *method,
+				   const char *path, const char *accept)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct http_answer ans = { 0 };
+	char req[512], *all = NULL, *end;
+	size_t len = 0, cap = 0;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), n;
+	ssize_t got;
+
+	CHECK(fd >= 0);
+	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\n%s%s%s\r\n", method,
+		     path, accept ? "Accept: " : "", accept ? accept : "",
+		     accept ? "\r\n" : "");
+	CHECK(write(fd, req, (size_t)n) == n);
+	do {
+		if (len + 65536 > cap) {
+			cap = cap * 2 + 65536;
+			all = realloc(all, cap + 1);
+			CHECK(all);
+		}
+		got = read(fd, all + len, cap - len);
+		CHECK(got >= 0);
+		len += (size_t)got;
+	} while (got > 0);
+	close(fd);
+	all[len] = 0;
+	end = strstr(all, "\r\n\r\n");
+	CHECK(end && (size_t)(end - all) < sizeof(ans.head));
+	memcpy(ans.head, all, (size_t)(end - all));
+	CHECK(sscanf(all, "HTTP/1.%*d %d", &ans.status) == 1);
+	ans.len = len - (size_t)(end + 4 - all);
+	ans.body = malloc(ans.len + 1);
+	CHECK(ans.body);
+	memcpy(ans.body, end + 4, ans.len + 1);
+	free(all);
+	return ans;
+}
+
+/* The header line line is in head, whole. */
+static bool has_header(const char *head, const char *line)
+{
+	const char *p = strstr(head, line);
+
+	return p && (p[strlen(line)] == '\r' || !p[strlen(line)]);
+}
+
+/* The answer is exactly text (the whole body, byte for byte). */
+static bool same_body(const struct http_answer *ans, const char *text,
+		      size_t len)
+{
+	return ans->len == len && !memcmp(ans->body, text, len);
+}
+
+static void case_endpoint(void)
+{
+	size_t bytes = fmc_file_bytes(4, 2), len, olen;
+	struct fmc_header *h = calloc(1, bytes);
+	struct http_answer ans, again;
+	struct metrics_http *m;
+	struct fmc_record *r;
+	char addr[32], *text, *old;
+	int port = hd_free_port();
+
+	CHECK(h != NULL);
+	*h = (struct fmc_header){ .magic = FMC_MAGIC, .version = FMC_VERSION,
+		.hdr_bytes = FMC_HDR_BYTES, .rec_bytes = FMC_REC_BYTES,
+		.n_flow = 4, .n_peer = 2, .pid = 1, .values = FMC_VALUES,
+		.period_ms = FMC_DEFAULT_PERIOD_MS,
+		.start_unix_ns = 1700000000ull * SEC };
+	atomic_store(&h->sample_seq, 1);
+	CHECK(fmc_valid(h, bytes));
+	/* peer addresses carry what flow names may not: every escaped byte
+	 * first, last, doubled, and bytes that need none */
+	put_rec(h, fmc_first_flow(h), FMC_FLOW, "plain", "\"[::1]:7400\\");
+	put_rec(h, fmc_first_flow(h) + 1, FMC_FLOW, "x", "\\\\a\"\"b\n\n");
+	put_rec(h, fmc_first_flow(h) + 2, FMC_FLOW, "y", "\n={},'`\n");
+	put_rec(h, fmc_first_peer(h), FMC_PEER, "p\\\"q\nr", "");
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	CHECK(metrics_http_start(addr, NULL) == NULL);
+	m = metrics_http_start(addr, h);
+	CHECK(m != NULL);
+
+	/* GET: metrics_render's text, its label values escaped */
+	old = metrics_render(h, false, &olen);
+	CHECK(old);
+	ans = http_ask(port, "GET", "/metrics", NULL);
+	CHECK(ans.status == 200);
+	CHECK(has_header(ans.head, "Content-Type: text/plain; version=0.0.4; "
+			 "charset=utf-8"));
+	CHECK(same_body(&ans, old, olen));
+	CHECK(strstr(ans.body, "flowmover_flow_bytes_committed_total{flow=\"plain\","
+		     "role=\"local\",peer=\"\\\"[::1]:7400\\\\\"} 0\n"));
+	CHECK(strstr(ans.body, "{flow=\"x\",role=\"local\",peer=\"\\\\\\\\a"
+		     "\\\"\\\"b\\n\\n\"}"));
+	CHECK(strstr(ans.body, "{flow=\"y\",role=\"local\",peer=\"\\n={},'`"
+		     "\\n\"}"));
+	CHECK(strstr(ans.body, "flowmover_peer_up{peer=\"p\\\\\\\"q\\nr\","
+		     "transport=\"tcp\"} 0\n"));
+
+	/* a counter moved, no sampler pass: the body already rendered */
+	r = fmc_record(h, fmc_first_flow(h));
+	fmc_begin(r);
+	fmc_set(r, FMC_F_BYTES_COMMITTED, 4242);
+	fmc_end(r);
+	again = http_ask(port, "GET", "/metrics", NULL);
+	CHECK(again.status == 200 && same_body(&again, old, olen));
+	free(again.body);
+
+	/* HEAD: the length of that body, none of its bytes */
+	again = http_ask(port, "HEAD", "/metrics", NULL);
+	CHECK(again.status == 200 && again.len == 0);
+	snprintf(addr, sizeof(addr), "Content-Length: %zu", olen);
+	CHECK(has_header(again.head, addr));
+	free(again.body);
+
+	/* OpenMetrics, rendered for its first asker */
+	text = metrics_render(h, true, &len);
+	CHECK(text && strstr(text, " 4242\n"));
+	again = http_ask(port, "GET", "/metrics",
+			 "application/openmetrics-text;version=1.0.0,"
+			 "text/plain;version=0.0.4;q=0.5");
+	CHECK(again.status == 200);
+	CHECK(has_header(again.head, "Content-Type: application/openmetrics-"
+			 "text; version=1.0.0; charset=utf-8"));
+	CHECK(same_body(&again, text, len));
+	CHECK(!strcmp(again.body + again.len - 6, "# EOF\n"));
+	free(again.body);
+	free(text);
+
+	/* a sampler pass: the new value comes (within a period or a few) */
+	atomic_store(&h->sample_seq, 2);
+	text = metrics_render(h, false, &len);
+	CHECK(text);
+	for (int i = 0; i < 100; i++) {
+		again = http_ask(port, "GET", "/metrics", NULL);
+		CHECK(again.status == 200);
+		if (!same_body(&again, old, olen))
+			break;
+		free(again.body);
+		again.body = NULL;
+		usleep(50000);
+	}
+	CHECK(again.body && same_body(&again, text, len));
+	free(again.body);
+	free(text);
+
+	/* what is not /metrics */
+	again = http_ask(port, "GET", "/other", NULL);
+	CHECK(again.status == 404 && !strcmp(again.body, "GET /metrics\n"));
+	CHECK(has_header(again.head, "Content-Type: text/plain"));
+	free(again.body);
+	again = http_ask(port, "POST", "/metrics", NULL);
+	CHECK(again.status == 405 && !strcmp(again.body, "GET /metrics\n"));
+	free(again.body);
+
+	metrics_http_stop(m);
+	free(ans.body);
+	free(old);
+	free(h);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2177,6 +2360,8 @@ int main(int argc, char **argv)
 		  "errors, the largest timeout" },
 		{ 19, case_top_file, "moverctl top: unrecorded flows, rows "
 		  "that do not fit, a header rewritten, a killed moverd" },
+		{ 20, case_endpoint, "the endpoint: one shared body, HEAD, "
+		  "OpenMetrics, 404, 405" },
 	};
 
 	if (argc != 4) {
