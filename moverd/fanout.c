@@ -172,6 +172,7 @@ int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
 	/* it joined at the slowest subscriber's position: the peer gets
 	 * everything from there (the receiver's resume says where it is) */
 	s->sent = s->acked = s->remote_head = s->view->ring.head;
+	s->wire_max = s->sent;
 	link_sibling(f, s);
 	rc = peer_add_sender(m, s);
 	if (!rc && save && (rc = flows_save(f->table, f)))
@@ -230,19 +231,48 @@ void fanout_let_go(struct peer_mgr *m, struct flow *f)
 	}
 }
 
+/* Is addr one of the comma-separated list's? */
+static bool listed(const char *list, const char *addr)
+{
+	size_t n = strlen(addr);
+
+	for (const char *a = list;; a++) {
+		if (!strncmp(a, addr, n) && (a[n] == ',' || !a[n]))
+			return true;
+		a = strchr(a, ',');
+		if (!a)
+			return false;
+	}
+}
+
+/* The subscriptions the state file says were cut and not answered since:
+ * their opens say after_cut (the peer may have missed the cut while we
+ * were down, and would refuse a resume from the new slot as data lost). */
+static void restore_cuts(struct flow *f)
+{
+	char *list = f->cut_saved;
+
+	if (!list)
+		return;
+	f->cut_saved = NULL;
+	for (struct flow *s = f; s; s = s == f ? f->fanout : s->fanout_next)
+		if (listed(list, s->peer_addr))
+			s->rejoining = true;
+	free(list);
+}
+
 void fanout_restore(struct peer_mgr *m, struct flow *f)
 {
 	char *list = f->fanout_saved, *save = NULL, err[200];
 
-	if (!list)
-		return;
 	f->fanout_saved = NULL;
-	for (char *a = strtok_r(list, ",", &save); a;
+	for (char *a = list ? strtok_r(list, ",", &save) : NULL; a;
 	     a = strtok_r(NULL, ",", &save))
 		if (fanout_add(m, f, a, false, err, sizeof(err)))
 			log_warn("flow %s: peer %s not restored: %s", f->name,
 				 a, err);
 	free(list);
+	restore_cuts(f);
 }
 
 /* Does subscription s go to the same run of moverd as p? */
@@ -347,6 +377,19 @@ static void cut_if_over_lag(struct flow *f)
 		fr_sub_cut_held(ring_of(f));
 }
 
+/* f was cut: its next opens say so (after_cut) until one is answered,
+ * also after a restart of ours (the state file's cut=). */
+static void mark_cut(struct flow *f)
+{
+	struct flow *first = f->sibling_of ? f->sibling_of : f;
+
+	f->rejoining = true;
+	if (flows_save(first->table, first))
+		log_warn("flow %s: the cut of peer %s is not kept in its "
+			 "state file: a restart before it rejoins refuses it "
+			 "there", f->name, f->peer_addr);
+}
+
 /* f's slot was cut (max_lag): f's peer fell too far behind.  True if it
  * was (its subscription is over now). */
 static bool police_one(struct flow *f, uint64_t now)
@@ -363,6 +406,7 @@ static bool police_one(struct flow *f, uint64_t now)
 	lag = atomic_load_explicit(&ring_of(f)->sh->max_lag,
 				   memory_order_relaxed);
 	schedule_rejoin(f, now);
+	mark_cut(f);
 	snprintf(why, sizeof(why), "cut off: more than max_lag %llu bytes "
 		 "behind the producers (cut %u times; rejoins in %llu s)",
 		 (unsigned long long)lag, f->cuts,
@@ -422,9 +466,10 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	}
 	f->rejoin_at_ns = 0;
 	f->sub_dropped = false;
-	f->rejoining = true; /* its peer may never have heard of the cut */
+	f->rejoining = true; /* (mark_cut did) its peer may never have heard */
 	skip_sent(r, f->sent);
 	f->sent = f->acked = f->remote_head = r->head;
+	f->wire_max = f->sent; /* a new incarnation on the peer */
 	flows_set_state(f, FLOW_CONNECTING, "rejoining");
 	if (peer_add_sender(m, f)) {
 		fanout_lost(f, "cannot rejoin after a cut: out of memory",

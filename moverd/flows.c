@@ -175,6 +175,24 @@ static void write_fanout(FILE *f, const struct flow *fl)
 	fputc('\n', f);
 }
 
+/* cut=B:PORT,...: the subscriptions cut and not answered since (struct
+ * flow's `rejoining`); no line when there are none, as an older moverd
+ * reads the file */
+static void write_cuts(FILE *f, const struct flow *fl)
+{
+	bool any = false;
+
+	for (const struct flow *s = fl; s; s = s == fl ? fl->fanout :
+						       s->fanout_next) {
+		if (!s->rejoining)
+			continue;
+		fprintf(f, "%s%s", any ? "," : "cut=", s->peer_addr);
+		any = true;
+	}
+	if (any)
+		fputc('\n', f);
+}
+
 /* A new file name.flow.tmp, never through a link; -errno. */
 static int open_tmp(const struct flow_table *t, const char *tmp, FILE **out)
 {
@@ -222,6 +240,7 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
 	write_fanout(f, fl);
+	write_cuts(f, fl);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
 		rc = -errno;
 		unlinkat(t->state_fd, tmp, 0);
@@ -281,16 +300,16 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_CREATED, K_FANOUT, K_HOST, K_COUNT };
+		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
-	"allow_gids", "origin", "created_ms", "fanout", "origin_host",
+	"allow_gids", "origin", "created_ms", "fanout", "origin_host", "cut",
 };
 /* keys a file written before they existed may lack (fanout: only a
  * flow to several peers has it) */
 #define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT) | \
-		       (1u << K_HOST))
+		       (1u << K_HOST) | (1u << K_CUT))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -344,6 +363,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 			return false;
 		fl->fanout_saved = strdup(v);
 		return fl->fanout_saved != NULL;
+	case K_CUT: /* only compared with the peers' addresses */
+		if (!meta_value_ok(v) || fl->cut_saved)
+			return false;
+		fl->cut_saved = strdup(v);
+		return fl->cut_saved != NULL;
 	default:
 		return false;
 	}
@@ -935,6 +959,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	 * acknowledged by the peer */
 	fl->sent = fl->acked = fl->remote_head = in.head;
 	fl->reported_head = in.head;
+	fl->wire_max = UINT64_MAX; /* what the last run sent is not known */
 	if (n_dead)
 		log_info("flow %s: %u subscriber or producer slot(s) of dead "
 			 "processes given back", name, n_dead);
@@ -953,6 +978,7 @@ refuse:
 	log_error("flow %s: refusing to re-adopt %s/%s: %s", name,
 		  t->state_dir, file, why);
 	free(fl->fanout_saved);
+	free(fl->cut_saved);
 	free(fl);
 	return NULL;
 }
@@ -1591,6 +1617,8 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		f->allow_gids[i] = spec->allow_gids[i];
 	f->created_unix_ms = flows_unix_ms();
 	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
+	f->wire_max = spec->start;
+	f->rx_pos_known = true;
 	f->state = spec->role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_OPEN;
 	if (f->path[0] && (rc = write_meta(t, f))) {
 		snprintf(err, errlen, "cannot write the flow's state file in "
@@ -1654,6 +1682,7 @@ void flow_put(struct flow *f)
 		return;
 	}
 	free(f->fanout_saved);
+	free(f->cut_saved);
 	/* no I/O refers to the ring any more: its pages go (now, or once
 	 * its consumer drained it: release_pages), unless it is kept */
 	if (f->kept)

@@ -176,6 +176,11 @@ struct flow {
 	/* sender: positions in the producer ring */
 	uint64_t sent;           /* everything before it is on the wire */
 	uint64_t acked;          /* ... and published in the peer's ring */
+	/* the furthest position this run put on the wire for the peer's
+	 * incarnation of the flow (UINT64_MAX: not known, re-adopted and
+	 * not yet answered): a resume beyond it is the peer's consumers'
+	 * doing (they can write `published`), never records it received */
+	uint64_t wire_max;
 	uint64_t remote_head;    /* the peer consumer's position (window) */
 	uint64_t deficit;        /* deficit round robin: bytes it may send */
 	unsigned bell_index;     /* its bit in the doorbell page + 1, 0: none */
@@ -188,6 +193,10 @@ struct flow {
 
 	/* receiver */
 	uint64_t reported_head;  /* the consumer position last sent back */
+	/* `sent` is what moverd published in this run (created, or opened
+	 * once since re-adoption): the ring's `published` must still say
+	 * so at a re-open, or a client moved it */
+	bool rx_pos_known;
 	uint64_t quiet_head;     /* the consumer position seen last ... */
 	uint64_t quiet_since_ns; /* ... and since when (mover.c build_acks) */
 	uint64_t ack_owed_ns;    /* credit waits since (0: none; mover.c
@@ -232,13 +241,17 @@ struct flow {
 	bool sub_dropped;         /* its subscription is over (cut by
 				   * max_lag, or its peer failed it): its
 				   * slot is given back, others go on */
-	bool rejoining;           /* taken again after a cut: its OPENs say
-				   * after_cut until one is answered */
+	bool rejoining;           /* cut, and not yet answered since: its
+				   * OPENs say after_cut until one is (its
+				   * peer may never have heard of the cut);
+				   * kept in the state file (cut=), so a
+				   * restart of ours does not lose it */
 	bool sub_leave_owed;      /* ... once its sends in flight complete
 				   * (fanout_sends_done): until then
 				   * producers may not write over what they
 				   * read */
 	char *fanout_saved;       /* re-adopted: the state file's peers */
+	char *cut_saved;          /* ... and those whose cut it kept (cut=) */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a
 	 * backoff that doubles with each cut soon after the last */

@@ -369,6 +369,8 @@ static void add_data(struct peer *p, struct flow *f, uint64_t len,
 		tx_add(p, r->data, len - first);
 	}
 	f->sent += len;
+	if (f->sent > f->wire_max) /* (UINT64_MAX, not known, stays) */
+		f->wire_max = f->sent;
 	p->unacked += len;
 	f->bytes_sent += len;
 	f->st.records_sent += records;

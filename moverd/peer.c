@@ -972,12 +972,23 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		fail_receiver(NULL, f, err);
 		return -EPROTO;
 	}
+	if (f->rx_pos_known && pub != f->sent) {
+		/* moverd alone publishes; a consumer moved it (forward, the
+		 * sender would skip records it never sent; back, it would
+		 * send them again) */
+		snprintf(err, cap, "the consumer ring of '%s' is corrupt "
+			 "(published %llu, moverd published %llu)", f->name,
+			 (unsigned long long)pub, (unsigned long long)f->sent);
+		fail_receiver(NULL, f, err);
+		return -EPROTO;
+	}
 	if (pub < op->start) {
 		snprintf(err, cap, "the consumer ring of '%s' lost data the "
 			 "sender had acknowledged", f->name);
 		return -EPROTO;
 	}
 	detach_flow(f);
+	f->rx_pos_known = true;
 	f->sent = pub;
 	f->reported_head = head;
 	f->st.resumes++;
@@ -1409,6 +1420,26 @@ static void cuts_record(struct peer *p, struct flow *f, const char *what,
 	fail_sender(f, why);
 }
 
+/*
+ * The peer refused f's open (error, its words made safe in msg), or its
+ * answer cannot be taken.  One peer of several: only its subscription
+ * ends (its receiving ring's trouble is not the producer ring's).  The
+ * receiver's consumer ring is corrupt (-EPROTO, -EIO): the flow is over,
+ * and its producers are told (-EPROTO) rather than left waiting for space
+ * that never comes; another refusal leaves the ring as it is.
+ */
+static void open_refused(struct flow *f, int error, const char *msg)
+{
+	if (fanout_member(f)) {
+		fanout_lost(f, msg, false);
+		return;
+	}
+	if (error == -EPROTO || error == -EIO)
+		flows_fail(f, msg);
+	else
+		flows_set_state(f, FLOW_FAILED, msg);
+}
+
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
 	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
@@ -1442,20 +1473,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 		/* the peer's words: logged and shown in `flow show` */
 		log_safe(op->message, msg, sizeof(msg));
-		/* one peer of several: only its subscription ends (its
-		 * receiving ring's trouble is not the producer ring's) */
-		if (fanout_member(f)) {
-			fanout_lost(f, msg, false);
-			return;
-		}
-		/* the receiver failed its flow for its consumer ring's words
-		 * (or file): the flow is over, and its producers are told
-		 * (-EPROTO) rather than left waiting for space that never
-		 * comes; a refusal leaves the ring as it is */
-		if (op->error == -EPROTO || op->error == -EIO)
-			flows_fail(f, msg);
-		else
-			flows_set_state(f, FLOW_FAILED, msg);
+		open_refused(f, op->error, msg);
 		return;
 	}
 	r = ring_of(f);
@@ -1469,6 +1487,18 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			  (unsigned long long)op->resume,
 			  (unsigned long long)op->head,
 			  (unsigned long long)f->acked);
+		return;
+	}
+	if (op->resume > f->wire_max) {
+		char why[200];
+
+		/* the peer's ring says it holds records we never sent: its
+		 * consumers wrote its `published` (docs/security.md) */
+		snprintf(why, sizeof(why), "the peer's resume position %llu "
+			 "is beyond what was sent to it (%llu): its consumer "
+			 "ring is corrupt", (unsigned long long)op->resume,
+			 (unsigned long long)f->wire_max);
+		open_refused(f, -EPROTO, why);
 		return;
 	}
 	/* then the producers' word: a tail behind what the peer holds is
@@ -1490,13 +1520,20 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		return;
 	}
 	f->sent = f->acked = op->resume;
+	if (f->wire_max == UINT64_MAX) /* known from now on */
+		f->wire_max = op->resume;
 	f->remote_head = op->head;
 	f->raddr = op->raddr;
 	f->rkey = op->rkey;
 	fr_release(r, f->acked); /* delivered before the link broke */
 	fr_sub_publish(r);
 	f->st.resumes += f->state == FLOW_RECONNECTING;
-	f->rejoining = false; /* a later open resumes this incarnation */
+	if (f->rejoining) { /* a later open resumes this incarnation */
+		const struct flow *first = f->sibling_of ? f->sibling_of : f;
+
+		f->rejoining = false;
+		flows_save(f->table, first);
+	}
 	flows_set_state(f, FLOW_OPEN, "");
 	mover_wake_flow(p->m, f);
 }

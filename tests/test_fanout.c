@@ -38,6 +38,9 @@
  *      consumer on C gets every later record once, in order; B gets all
  *  13. a client truncates the flow's ring file on A: the flow fails there
  *      and on both peer hosts, C's (a fan-out sibling's) too
+ *  14. as 12, and A is stopped and started again before C is back: the
+ *      cut is kept in A's state file, C rejoins as in 12 (it refused the
+ *      rejoin before, "lost data the sender had acknowledged", for good)
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1073,7 +1076,7 @@ static void case_cut_rejoin(void)
  * the OPEN ("lost data the sender had acknowledged"), A took that as the
  * end of C's subscription, and C never got a record again.
  */
-static void case_cut_while_down(void)
+static void cut_while_down(const char *tag, bool restart_a)
 {
 	const uint64_t n1 = 1600, n2 = 800;
 	const char *const xport[] = { "--transport", hd_transport(), NULL };
@@ -1084,7 +1087,7 @@ static void case_cut_while_down(void)
 	pid_t cb;
 	int ready[2];
 
-	start_fanout(&t, "fo12", SIZES " --max-lag 16K");
+	start_fanout(&t, tag, SIZES " --max-lag 16K");
 	CHECK(pipe(ready) == 0);
 	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
 	wait_ready(ready[0]);
@@ -1092,6 +1095,14 @@ static void case_cut_while_down(void)
 	produce(p, 0, 8);
 	hd_kill(&t.c);
 	produced = produce_until_cut(&t, p, 8, n1);
+	if (restart_a) {
+		/* before C is back: A's restart must not forget the cut
+		 * (its open then says after_cut; without, C refused the
+		 * rejoin as "lost data the sender had acknowledged") */
+		hd_term(&t.a);
+		hd_restart(&t.a, moverd_bin, xport);
+		wait_open_count(&t.a, "x", 2); /* the flow and B */
+	}
 	hd_restart(&t.c, moverd_bin, xport);
 	/* A's rejoin (1 s after the cut, doubling if cut again meanwhile)
 	 * opens C's flow again once C is back */
@@ -1110,15 +1121,28 @@ static void case_cut_while_down(void)
 	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
 	rest_once(&t, p, onc, produced, n1 + n2, 0);
 	CHECK(wait_child(cb) == 0);
-	printf("  C cut while down (%llu records produced by then), back: "
+	printf("  C cut while down (%llu records produced by then)%s, back: "
 	       "it rejoined, its consumer got every later record once, in "
 	       "order; B got all %llu\n", (unsigned long long)produced,
+	       restart_a ? ", A restarted" : "",
 	       (unsigned long long)(n1 + n2));
 	flowshm_detach(onc);
 	flowshm_detach(p);
 	stop_three(&t);
 	close(ready[0]);
 	close(ready[1]);
+}
+
+/* 12. */
+static void case_cut_while_down(void)
+{
+	cut_while_down("fo12", false);
+}
+
+/* 14. */
+static void case_cut_then_restart(void)
+{
+	cut_while_down("fo14", true);
 }
 
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
@@ -1278,6 +1302,8 @@ int main(int argc, char **argv)
 		  "later record once, in order" },
 		{ 13, case_truncated, "a client truncates the ring file: the "
 		  "flow fails on A and on both peer hosts" },
+		{ 14, case_cut_then_restart, "C cut while down, A restarted "
+		  "before C is back: C rejoins" },
 	};
 
 	if (argc != 3) {

@@ -46,6 +46,11 @@
  *  10  a producer holds a claim (reserve, no commit) on a flow to a peer:
  *      moverd sleeps meanwhile (it woke every 2 ms with a membarrier
  *      each before), and the record goes once committed
+ *  11  a consumer on the receiving host moves its ring's `published` ten
+ *      records forward while (a) its moverd or (b) the sender's is down:
+ *      the resume is refused (a: by A, which knows what it sent; b: by B,
+ *      which knows what it published) and the flow fails with the reason;
+ *      before, A skipped ten records it had never sent
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1698,6 +1703,81 @@ static void case_open_claim(void)
 	hd_stop(&b);
 }
 
+/*
+ * 11: a consumer on B moves its ring's `published` ten records forward
+ * while (a) B or (b) A is down.  The resume answered from it made A skip
+ * ten records it never sent, released from its ring for good, and B's
+ * other consumers read garbage there.  Now (a) A refuses a resume beyond
+ * what it sent, (b) B, which knows what it published, refuses the open:
+ * the flow fails on A (and B) with the reason, no record skipped.
+ */
+static void bumped_published(bool receiver_down)
+{
+	static const char *const names[] = { "r", NULL };
+	static const char *const tcp[] = { "--transport", "tcp", NULL };
+	const uint64_t rec = fr_record_bytes(64);
+	unsigned char buf[64];
+	struct hd a, b;
+	flowshm_t *p, *c;
+	uint64_t pub;
+	size_t len;
+
+	two_daemons(&a, &b, receiver_down ? "hostile11a" : "hostile11b",
+		    names);
+	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "r", FLOWSHM_CONSUMER);
+	memset(buf, 0x11, sizeof(buf));
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000),
+			 0);
+	hd_kill(receiver_down ? &b : &a);
+	/* A knows the link is gone before the records below: none of them
+	 * is put on the wire (what A sent into a dying connection is what
+	 * it cannot tell from what B got; only B can, see security.md) */
+	if (receiver_down)
+		CHECK(hd_wait_state(&a, moverctl_bin, "r", "reconnecting",
+				    10000, NULL, 0));
+	/* acquire/release: as moverd's own publish */
+	pub = atomic_load_explicit(&c->ring.sh->published,
+				   memory_order_acquire);
+	atomic_store_explicit(&c->ring.sh->published, pub + 10 * rec,
+			      memory_order_release);
+	printf("  B's published moved %llu -> %llu while %s is down\n",
+	       (unsigned long long)pub, (unsigned long long)(pub + 10 * rec),
+	       receiver_down ? "B" : "A");
+	/* more records: A's tail past the forged position (a producer
+	 * writes its ring with A down too) */
+	for (int i = 0; i < 50; i++)
+		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	if (receiver_down)
+		hd_restart(&b, moverd_bin, NULL);
+	else
+		hd_restart(&a, moverd_bin, tcp);
+	expect_failed(&a, "A", "r");
+	if (!receiver_down)
+		expect_failed(&b, "B", "r");
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&a);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+static void case_published_receiver_down(void)
+{
+	if (variant("a"))
+		bumped_published(true);
+}
+
+static void case_published_sender_down(void)
+{
+	if (variant("b"))
+		bumped_published(false);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1732,6 +1812,10 @@ int main(int argc, char **argv)
 		  "attach that waits keep their framing" },
 		{ 10, case_open_claim, "a producer holds a claim open: moverd "
 		  "sleeps" },
+		{ 11, case_published_receiver_down, "11a: a consumer moves "
+		  "published forward while B is down: A refuses the resume" },
+		{ 11, case_published_sender_down, "11b: ... while A is down: B "
+		  "refuses the open" },
 	};
 
 	if (argc != 4) {

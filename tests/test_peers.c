@@ -211,25 +211,34 @@ static bool send_opened(int fd, uint32_t id, int error, const char *why,
 /* A receiver the test plays for a new flow of d's (name): moverd's
  * connection accepted, hellos said, its OPEN read (the flow's id in
  * *id).  The connection; the listening socket in *lfd. */
-static int fake_receiver(const struct hd *d, const char *name, int *lfd,
-			 uint32_t *id)
+/* The next connection moverd makes to lfd, past the hellos and its OPEN
+ * (the flow's id in *id). */
+static int fake_accept(int lfd, uint32_t *id)
 {
 	struct hp_hello_in hello;
 	Flowmover__PeerMsg *m;
-	char out[4096];
-	int lport, fd;
+	int fd;
 
-	*lfd = hp_listen(&lport);
-	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
-		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
-		     name, lport) == 0);
-	CHECK((fd = hp_accept(*lfd, 10000)) >= 0);
+	CHECK((fd = hp_accept(lfd, 20000)) >= 0);
 	CHECK(hp_read_hello(fd, 10000, &hello) == 0);
 	CHECK(hp_hello(fd, "fake-receiver"));
 	CHECK((m = hp_wait_msg(fd, 10000, is_open_msg, 0)));
 	*id = m->open->flow_id;
 	flowmover__peer_msg__free_unpacked(m, NULL);
 	return fd;
+}
+
+static int fake_receiver(const struct hd *d, const char *name, int *lfd,
+			 uint32_t *id)
+{
+	char out[4096];
+	int lport;
+
+	*lfd = hp_listen(&lport);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     name, lport) == 0);
+	return fake_accept(*lfd, id);
 }
 
 static void case_opened_failed(void)
@@ -529,11 +538,20 @@ static void case_inside_record(void)
 			  10000));
 	fake_end(prod, fd, lfd);
 
-	/* (c) a resume inside a record written before the answer */
-	fd = fake_receiver(&a, "k5c", &lfd, &id);
-	prod = produce(&a, "k5c", 3);
+	/* (c) a resume inside a record it was sent before the link went */
+	fd = received_three(&a, "k5c", &lfd, &id, &prod);
+	close(fd);
+	fd = fake_accept(lfd, &id);
 	CHECK(send_opened(fd, id, 0, "", 16, 0));
 	CHECK(fails_for(&a, "k5c", "resume position 16 is inside a record"));
+	fake_end(prod, fd, lfd);
+
+	/* (d) a resume past what it was ever sent (its consumers can write
+	 * the `published` it answers from): nothing of it is taken */
+	fd = fake_receiver(&a, "k5d", &lfd, &id);
+	prod = produce(&a, "k5d", 3);
+	CHECK(send_opened(fd, id, 0, "", 80, 0));
+	CHECK(fails_for(&a, "k5d", "beyond what was sent to it"));
 	fake_end(prod, fd, lfd);
 	hd_alive(&a);
 	hd_stop(&a);
