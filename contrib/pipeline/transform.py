@@ -107,11 +107,10 @@ def main():
                 # of the record in it, is gone before the release)
                 if result is not None:
                     dst.send(result)      # 1. the result is in RESULTS
-                rec.release()             # 2. only then the frame goes
-                if result is not None:
-                    done += 1
-                else:
+                    done += 1             # (counted before the release:
+                else:                     # a frame seen released is counted)
                     bad += 1
+                rec.release()             # 2. only then the frame goes
             if mon and time.monotonic() >= next_tick:
                 next_tick += 0.1
                 try:
