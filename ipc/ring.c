@@ -157,6 +157,45 @@ static void wake_all(_Atomic uint32_t *word)
 	fm_futex_wake(word);
 }
 
+/*
+ * How many times a loop retries a compare-and-swap on a shared word.  A
+ * client that keeps changing the word (the tail, the floor) must not hold
+ * moverd's event loop, or another client, for ever; honest contenders (at
+ * most FR_MAX_PRODS producers) never come near it.
+ */
+#define CAS_TRIES_MAX (1u << 16)
+
+/*
+ * A leave of a slot (ring.h, Sleeping and waking: sleepers that die
+ * asleep): take the slot's whole sleep mark and lower the count by it,
+ * never below zero nor into the flag bit `high` (a mark a client
+ * scribbled).  Then wake that side: a holder that was alive after all
+ * wakes and counts itself again.  True if the mark held any.
+ */
+static bool sleepers_reclaim(_Atomic uint32_t *count, _Atomic uint32_t *mark,
+			     uint32_t high, _Atomic uint32_t *word)
+{
+	/* acquire: pairs with fr_sleeper_in's release add, so each unit's
+	 * raise of the count comes before our lowering of it */
+	uint32_t m = atomic_exchange_explicit(mark, 0, memory_order_acquire);
+	uint32_t c, d;
+
+	if (!m)
+		return false;
+	/* relaxed: the count only tells wakers whether to wake; the CAS
+	 * keeps the clamp exact against raises and lowerings meanwhile */
+	c = atomic_load_explicit(count, memory_order_relaxed);
+	for (unsigned tries = 0; tries < CAS_TRIES_MAX; tries++) {
+		d = (c & ~high) < m ? c & ~high : m;
+		if (atomic_compare_exchange_weak_explicit(count, &c, c - d,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			break;
+	}
+	wake_all(word);
+	return true;
+}
+
 static void close_with(struct fr_ring *r, uint32_t flags)
 {
 	/* seq_cst RMW: ordered before our reads of the sleeper flags */
@@ -298,14 +337,6 @@ uint64_t fr_min_pos(const struct fr_ring *r)
 	/* acquire: the last leaver's position and its reads */
 	return atomic_load_explicit(&r->sh->floor, memory_order_acquire);
 }
-
-/*
- * How many times a loop retries a compare-and-swap on a shared word.  A
- * client that keeps changing the word (the tail, the floor) must not hold
- * moverd's event loop, or another client, for ever; honest contenders (at
- * most FR_MAX_PRODS producers) never come near it.
- */
-#define CAS_TRIES_MAX (1u << 16)
 
 static void fetch_max(_Atomic uint64_t *w, uint64_t v)
 {
@@ -1316,6 +1347,9 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 	 * CAS wins; the losers do nothing */
 	if (!atomic_compare_exchange_strong(&s->gen, &g, gen + 1))
 		return;
+	/* a holder killed asleep: its count goes with its slot */
+	sleepers_reclaim(&r->sh->consumers_waiting, &s->asleep,
+			 FR_WAITING_MOVERD, &r->sh->data_futex);
 	before = bound_pos(r);
 	pos = atomic_load_explicit(&s->pos, memory_order_acquire);
 	/* seq_cst: against a joiner's bit and the producers' re-read */
@@ -1414,6 +1448,9 @@ void fr_prod_leave(struct fr_ring *r, unsigned slot, uint32_t gen)
 	 * a leave after the slot was taken again) one CAS wins */
 	if (!atomic_compare_exchange_strong(&p->gen, &g, gen + 1))
 		return;
+	/* a holder killed asleep for space: its count goes with its slot */
+	sleepers_reclaim(&r->sh->producers_waiting, &r->sh->prod_asleep[slot],
+			 FR_SPACE_WANTED, &r->sh->space_futex);
 	/* a holder that died mid-claim: its gap is nobody's now */
 	atomic_store_explicit(&p->claim, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->sh->prod_tags[slot], 0, memory_order_relaxed);
@@ -2153,6 +2190,56 @@ static bool space_ready(struct fr_ring *r, uint64_t seen)
 	return ending(r) || room_ready(r, seen);
 }
 
+_Atomic uint32_t *fr_data_mark(const struct fr_ring *r)
+{
+	return r->sub < FR_MAX_SUBS ? &r->sh->subs[r->sub].asleep : NULL;
+}
+
+/* A producer's mark: its slot's, NULL without one. */
+static _Atomic uint32_t *space_mark(const struct fr_ring *r)
+{
+	return r->prod < FR_MAX_PRODS ? &r->sh->prod_asleep[r->prod] : NULL;
+}
+
+void fr_sleeper_in(_Atomic uint32_t *count, _Atomic uint32_t *mark)
+{
+	/* seq_cst: the raise the Dekker pairing needs, before the caller's
+	 * full fence and re-check (pairs with the waker's fence and its
+	 * read of the count) */
+	atomic_fetch_add_explicit(count, 1, memory_order_seq_cst);
+	/* release: a leave that takes this unit (acquire) lowers the count
+	 * after our raise.  Killed between the two, the raise leaks (ring.h:
+	 * the one window left) */
+	if (mark)
+		atomic_fetch_add_explicit(mark, 1, memory_order_release);
+}
+
+/* Take one unit back from a sleep mark: false if none is left (a leave
+ * of the slot took them all). */
+static bool mark_take_one(_Atomic uint32_t *mark)
+{
+	/* relaxed: the unit we take back is one this thread added after its
+	 * raise (or the set's helper thread, handed it under the set's
+	 * mutex), so it orders nothing more */
+	uint32_t m = atomic_load_explicit(mark, memory_order_relaxed);
+
+	do {
+		if (!m)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(mark, &m, m - 1,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	return true;
+}
+
+void fr_sleeper_out(_Atomic uint32_t *count, _Atomic uint32_t *mark)
+{
+	if (mark && !mark_take_one(mark))
+		return; /* a leave of the slot lowered the count for us */
+	/* relaxed: the count only tells wakers whether to wake */
+	atomic_fetch_sub_explicit(count, 1, memory_order_relaxed);
+}
+
 int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 {
 	struct fr_shared *sh = r->sh;
@@ -2160,13 +2247,13 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 	 * changes it and FUTEX_WAIT returns at once */
 	uint32_t v = atomic_load_explicit(&sh->data_futex, memory_order_acquire);
 	uint64_t until = recovery_deadline(r, deadline_ns);
+	_Atomic uint32_t *mark = fr_data_mark(r);
 	int rc = 0;
 
 	/* producers must not wait for us while we sleep */
 	if (r->sub < FR_MAX_SUBS && r->head != r->head_pub)
 		publish_pos(r);
-	atomic_fetch_add_explicit(&sh->consumers_waiting, 1,
-				  memory_order_relaxed);
+	fr_sleeper_in(&sh->consumers_waiting, mark);
 	/* full fence: count before the re-check (pairs with wake_consumer) */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (!data_maybe_ready(r)) {
@@ -2175,8 +2262,7 @@ int fr_wait_data(struct fr_ring *r, uint64_t deadline_ns)
 				     data_ready_arg, 0);
 		fmlt_mark(LT_CONS_WOKE, 0);
 	}
-	atomic_fetch_sub_explicit(&sh->consumers_waiting, 1,
-				  memory_order_relaxed);
+	fr_sleeper_out(&sh->consumers_waiting, mark);
 	if (rc == -ETIMEDOUT && until != deadline_ns)
 		rc = 0;
 	return rc;
@@ -2229,10 +2315,11 @@ static int wait_space(struct fr_ring *r, uint64_t deadline_ns,
 	struct fr_shared *sh = r->sh;
 	uint32_t v = atomic_load_explicit(&sh->space_futex, memory_order_acquire);
 	uint64_t seen = r->head_cache, t0 = fr_now_ns();
+	_Atomic uint32_t *mark = space_mark(r);
 	int rc = 0;
 
 	fr_count_flush(r);
-	atomic_fetch_add_explicit(&sh->producers_waiting, 1, memory_order_relaxed);
+	fr_sleeper_in(&sh->producers_waiting, mark);
 	/* full fence: count before the re-check (pairs with wake_producers
 	 * and with fr_release's read of the count) */
 	atomic_thread_fence(memory_order_seq_cst);
@@ -2240,8 +2327,7 @@ static int wait_space(struct fr_ring *r, uint64_t deadline_ns,
 	leave_dead_blockers(r);
 	if (!ready(r, seen))
 		rc = sleep_for_room(r, v, seen, deadline_ns, ready);
-	atomic_fetch_sub_explicit(&sh->producers_waiting, 1,
-				  memory_order_relaxed);
+	fr_sleeper_out(&sh->producers_waiting, mark);
 	fr_note_full(r, t0);
 	return rc;
 }

@@ -44,7 +44,10 @@
  *   line 36     when a producer last judged the subscribers holding it
  *               back (Subscribers: dead subscribers; a compatible
  *               addition to format 4): written at most every 10 ms
- *   lines 37-63 unused (zero)
+ *   lines 37-38 producer slot sleep marks (Sleeping and waking:
+ *               sleepers that die asleep; a compatible addition to
+ *               format 4): written when a producer sleeps for space
+ *   lines 39-63 unused (zero)
  *
  * ---------------------------------------------------------------------------
  * Subscribers (format 2): several consumers, each at its own position
@@ -350,6 +353,39 @@
  * re-checks only that the subscribers moved, so it goes on at the quarter
  * or after its brief sleep (FM_BRIEF_SLEEP_NS) if they had moved by then,
  * and otherwise sleeps until the quarter or its deadline.
+ *
+ * Sleepers that die asleep (a compatible addition to format 4).  The
+ * counts of sleepers (consumers_waiting, producers_waiting) are raised
+ * before a sleep and lowered after it, so a sleeper killed asleep
+ * (SIGKILL, the OOM killer) would leave its count raised for good, and
+ * every commit or release after it would make a futex wake (28 times
+ * the cost of a 32 B record).  So a sleeper with a slot also marks
+ * itself in its slot: a consumer in its subscriber slot's `asleep`, a
+ * producer in `prod_asleep[slot]`.  It raises the count, then adds one
+ * to its mark (release: who takes the mark sees the raise before it);
+ * once awake it takes one back from its mark, and lowers the count only
+ * if there was one to take.  Whoever gives a slot back (its holder
+ * detaching, moverd for a client whose control connection closed, a
+ * judge of dead holders: every way goes through fr_sub_leave or
+ * fr_prod_leave) takes the whole mark (exchange, acquire) and lowers the
+ * count by it, then wakes that side's futex: a holder alive after all
+ * (a handle closed while another thread of it slept) wakes and counts
+ * itself anew.  Each unit of a mark is thus taken once, by the sleeper
+ * or by the one leave of its slot, and lowers the count once; the count
+ * is never below the sum of the marks, and a leave never lowers it below
+ * zero (nor into its flag bit) whatever a client scribbled in a mark.
+ * A mark is a count, not a flag: one handle may sleep twice at once on
+ * its slot (a flowshm_set's helper thread armed, and the application's
+ * own flowshm_set_poll with a timeout).  Limits: a sleeper killed between
+ * its raise and its mark (a few instructions) still leaks its count, as
+ * does one that sleeps without a slot (a reader that holds none) and one
+ * of a library built before the marks; a leave by such a library
+ * leaves the mark on the free slot, and the next leave of that slot
+ * takes it (the count it lowers is still the dead sleeper's raise).  A
+ * slot given back while its holder is alive and asleep on it, then taken
+ * by another that sleeps on it too, may have its new holder's unit taken
+ * by the old one: the count then misses one sleeper until it wakes on
+ * its own (a misuse: a handle used by two threads at once).
  */
 #ifndef FLOWMOVER_IPC_RING_H
 #define FLOWMOVER_IPC_RING_H
@@ -476,6 +512,10 @@ struct fr_sub {
 	_Atomic uint64_t gen;      /* bumped at each take: who holds it now */
 	_Atomic uint64_t tag;      /* the holder's tag (Liveness): start
 				      time << 32 | time namespace */
+	_Atomic uint32_t asleep;   /* the holder's sleepers counted in
+				      consumers_waiting (Sleeping and waking:
+				      sleepers that die asleep); zero in a
+				      ring older than the marks */
 };
 
 /* One producer's slot (lines 24-31, Producer slots). */
@@ -532,6 +572,9 @@ struct fr_shared {
 	/* when a producer held back last judged the subscribers that hold
 	 * it back (Subscribers: dead subscribers), its CLOCK_MONOTONIC ns */
 	_Alignas(FR_LINE) _Atomic uint64_t judged_ns;
+	/* prod_asleep[i]: slot i's holder's sleepers counted in
+	 * producers_waiting, as fr_sub.asleep */
+	_Alignas(FR_LINE) _Atomic uint32_t prod_asleep[FR_MAX_PRODS];
 };
 
 _Static_assert(sizeof(struct fr_shared) <= FR_CTRL_BYTES, "control page");
@@ -543,6 +586,11 @@ _Static_assert(offsetof(struct fr_shared, prod_tags) == 32 * FR_LINE,
 	       "producer slot tags");
 _Static_assert(offsetof(struct fr_shared, judged_ns) == 36 * FR_LINE,
 	       "the last judgement of dead subscribers");
+/* the sleep marks sit where rings made before them have zeros */
+_Static_assert(offsetof(struct fr_sub, asleep) == 40 &&
+	       sizeof(struct fr_sub) == FR_LINE, "subscriber sleep mark");
+_Static_assert(offsetof(struct fr_shared, prod_asleep) == 37 * FR_LINE,
+	       "producer slot sleep marks");
 
 /* Parameters of a new ring. */
 struct fr_params {
@@ -939,6 +987,20 @@ int fr_check_stuck(struct fr_ring *r, uint64_t pos);
 int fr_recover_slowest(struct fr_ring *r, uint64_t *pos);
 
 /* --- waiting (ring.c) ---------------------------------------------------- */
+
+/* Sleeping and waking: sleepers that die asleep.  A consumer's mark: its
+ * subscriber slot's, NULL without a slot. */
+_Atomic uint32_t *fr_data_mark(const struct fr_ring *r);
+
+/* Count a sleeper in *count (seq_cst, as every raise of a sleeper count
+ * was) and then in its mark (NULL: the count only).  The caller's full
+ * fence and re-check follow, as before any sleep. */
+void fr_sleeper_in(_Atomic uint32_t *count, _Atomic uint32_t *mark);
+
+/* The sleeper is awake: take its unit back from its mark, and lower the
+ * count only if it was still there (a leave of the slot took it and
+ * lowered the count itself).  Without a mark, lower the count. */
+void fr_sleeper_out(_Atomic uint32_t *count, _Atomic uint32_t *mark);
 
 /* Sleep until data may be there, closed, or deadline (CLOCK_MONOTONIC ns;
  * UINT64_MAX = forever).  Returns 0 or -ETIMEDOUT; callers re-check. */

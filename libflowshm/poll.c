@@ -9,6 +9,9 @@
  * and only then futex_waitv(2) over all the words.  A producer that
  * commits after our re-check sees our count (the Dekker pair of fences)
  * and bumps the word, so the wait returns.  One system call for n flows.
+ * As fr_wait_data, we count ourselves in our subscriber slot's sleep mark
+ * too, so that a leave of the slot lowers the count of a consumer killed
+ * here asleep (ring.h, Sleeping and waking: sleepers that die asleep).
  */
 #include "flowshm_internal.h"
 #include "barrier.h"
@@ -42,9 +45,12 @@ static _Thread_local unsigned poll_turn;
 /*
  * Count ourselves as a sleeping consumer on each ring and take each wake
  * word's value into w (read BEFORE the re-check, so a wake in between
- * changes the word and the wait returns at once).
+ * changes the word and the wait returns at once), and the sleep mark we
+ * counted ourselves in too into marks (the disarm's, whatever happens to
+ * the handles meanwhile).
  */
-static void arm(flowshm_t *const *flows, unsigned n, struct futex_waitv *w)
+static void arm(flowshm_t *const *flows, unsigned n, struct futex_waitv *w,
+		_Atomic uint32_t **marks)
 {
 	for (unsigned i = 0; i < n; i++) {
 		struct fr_ring *r = &flows[i]->ring;
@@ -59,28 +65,30 @@ static void arm(flowshm_t *const *flows, unsigned n, struct futex_waitv *w)
 			.uaddr = (uintptr_t)&r->sh->data_futex,
 			.flags = FUTEX_32,
 		};
-		/* seq_cst: our count must be visible before we re-check the
-		 * ring; pairs with the producer's fence after its commit */
-		atomic_fetch_add_explicit(&r->sh->consumers_waiting, 1,
-					  memory_order_seq_cst);
+		/* seq_cst (fr_sleeper_in): our count must be visible before
+		 * we re-check the ring; pairs with the producer's fence after
+		 * its commit.  Then our slot's mark. */
+		marks[i] = fr_data_mark(r);
+		fr_sleeper_in(&r->sh->consumers_waiting, marks[i]);
 	}
 	/* the Dekker fence: count stores before re-check loads */
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
-static void disarm_shared(struct fr_shared *const *sh, unsigned n)
+/* The helper thread's disarm: the shared words the caller armed, never
+ * the handles (marks[i] is NULL for a ring read without a slot). */
+static void disarm_shared(struct fr_shared *const *sh,
+			  _Atomic uint32_t *const *marks, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		/* relaxed: the count only tells producers whether to wake */
-		atomic_fetch_sub_explicit(&sh[i]->consumers_waiting, 1,
-					  memory_order_relaxed);
+		fr_sleeper_out(&sh[i]->consumers_waiting, marks[i]);
 }
 
-static void disarm(flowshm_t *const *flows, unsigned n)
+static void disarm(flowshm_t *const *flows, unsigned n,
+		   _Atomic uint32_t *const *marks)
 {
 	for (unsigned i = 0; i < n; i++)
-		atomic_fetch_sub_explicit(&flows[i]->ring.sh->consumers_waiting,
-					  1, memory_order_relaxed);
+		fr_sleeper_out(&flows[i]->ring.sh->consumers_waiting, marks[i]);
 }
 
 /* futex_waitv until deadline (CLOCK_MONOTONIC ns, UINT64_MAX forever):
@@ -209,16 +217,17 @@ static int wait_two_phase(flowshm_t *const *flows, unsigned n,
 static void sleep_on(flowshm_t *const *flows, unsigned n, uint64_t deadline)
 {
 	struct futex_waitv w[FUTEX_WAITV_MAX];
+	_Atomic uint32_t *marks[FUTEX_WAITV_MAX];
 	uint64_t now;
 	int rc;
 
 	if (n <= FUTEX_WAITV_MAX &&
 	    !atomic_load_explicit(&no_waitv, memory_order_relaxed)) {
-		arm(flows, n, w);
+		arm(flows, n, w, marks);
 		rc = any_ready(flows, n) ? 0 :
 			wait_two_phase(flows, n, w,
 				       recovery_cap(flows, n, deadline));
-		disarm(flows, n);
+		disarm(flows, n, marks);
 		if (rc != -ENOSYS)
 			return;
 		atomic_store_explicit(&no_waitv, true, memory_order_relaxed);
@@ -317,6 +326,8 @@ struct flowshm_set {
 	unsigned armed_n;
 	uint64_t armed_until;     /* wake then even if no word moved */
 	struct fr_shared *armed_sh[FLOWSHM_SET_MAX];
+	/* each ring's sleep mark we counted ourselves in (our slot's) */
+	_Atomic uint32_t *armed_mark[FLOWSHM_SET_MAX];
 	/* what the helper re-checks after its heavy fence: each ring (its
 	 * shared page and geometry only) and the consumer's position then */
 	const struct fr_ring *armed_ring[FLOWSHM_SET_MAX];
@@ -409,7 +420,7 @@ static void *helper(void *arg)
 		/* a timeout (recovery) also makes the caller poll again */
 		helper_wait(s, w, n, until);
 		pthread_mutex_lock(&s->mu);
-		disarm_shared(s->armed_sh, n);
+		disarm_shared(s->armed_sh, s->armed_mark, n);
 		s->armed = false;
 		/* also when called back (add, remove): the caller's arming
 		 * is gone, so it must poll again to arm anew */
@@ -580,10 +591,10 @@ static unsigned arm_helper(flowshm_set_t *s, unsigned start, unsigned *idx)
 {
 	unsigned k;
 
-	arm(s->flows, s->n, s->w);
+	arm(s->flows, s->n, s->w, s->armed_mark);
 	k = scan(s->flows, s->n, start, idx);
 	if (k) {
-		disarm(s->flows, s->n);
+		disarm(s->flows, s->n, s->armed_mark);
 		return k;
 	}
 	for (unsigned i = 0; i < s->n; i++) {

@@ -12,7 +12,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <signal.h>
 
 typedef void (*test_fn)(void);
 
@@ -877,6 +879,291 @@ static void test_dead_subscribers(void)
 	close(fd);
 }
 
+/*
+ * Sleepers that die asleep (ring.h, Sleeping and waking): a child sleeps
+ * (a consumer in flowshm_recv, flowshm_poll or a set's helper thread, a
+ * producer for space), is SIGKILLed asleep, and its slot is given back
+ * as it is for a dead client: the sleeper count is back to 0, so no
+ * commit or release makes a futex wake for it any more.
+ */
+enum sleep_how { SLEEP_RECV, SLEEP_POLL, SLEEP_SET, SLEEP_SEND };
+
+/* Is pid (the main thread of our child) asleep, its state in
+ * /proc/PID/stat 'S'? */
+static bool child_sleeps(pid_t pid)
+{
+	char path[64], buf[512], *paren;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	paren = strrchr(buf, ')');
+	return paren && paren[1] == ' ' && paren[2] == 'S';
+}
+
+/* The sleepers counted on a side, without the flag bit. */
+static uint32_t sleepers(_Atomic uint32_t *count, uint32_t flag)
+{
+	return atomic_load(count) & ~flag;
+}
+
+/* Wait (30 s at most: a hang guard, not a timing) until the child is
+ * counted asleep on that side and in its sleep (so past its mark too:
+ * nothing between the count and the futex wait blocks). */
+static void wait_asleep(pid_t pid, _Atomic uint32_t *count, uint32_t flag)
+{
+	uint64_t t0 = tu_now_ns();
+
+	while (sleepers(count, flag) != 1 || !child_sleeps(pid)) {
+		CHECK(tu_now_ns() - t0 < 30000000000ull);
+		usleep(1000);
+	}
+}
+
+/* The child's sleep that never ends: a consumer waits for a record that
+ * never comes, a producer (behind the parent's consumer that reads
+ * nothing) for room.  It returns only on a failure. */
+static void sleep_forever(int fd, enum sleep_how how)
+{
+	flowshm_t *f = tu_open(fd, how == SLEEP_SEND ? FLOWSHM_PRODUCER :
+						      FLOWSHM_CONSUMER, 0);
+	flowshm_set_t *set = NULL;
+	flowshm_t *ready[1];
+	char buf[64] = "x";
+	unsigned idx, n;
+	size_t len;
+
+	switch (how) {
+	case SLEEP_RECV:
+		flowshm_recv(f, buf, sizeof(buf), &len, -1);
+		break;
+	case SLEEP_POLL:
+		flowshm_poll(&f, 1, &idx, &n, -1);
+		break;
+	case SLEEP_SET: /* the helper thread holds the count */
+		if (flowshm_set_create(&set) || flowshm_set_add(set, f) ||
+		    flowshm_set_fd(set) < 0 ||
+		    flowshm_set_poll(set, ready, 1, &n, 0) != -EAGAIN)
+			break;
+		pause();
+		break;
+	case SLEEP_SEND:
+		while (flowshm_send(f, buf, 48, 0) == 0)
+			;
+		flowshm_send(f, buf, 48, -1);
+		break;
+	}
+}
+
+static pid_t fork_sleeper(int fd, enum sleep_how how)
+{
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (!pid) {
+		/* not left asleep for ever by a parent that failed */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		sleep_forever(fd, how);
+		_exit(1);
+	}
+	return pid;
+}
+
+static void kill_and_reap(pid_t pid)
+{
+	int st;
+
+	CHECK(kill(pid, SIGKILL) == 0);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+/* The subscriber slot pid holds; its gen in *gen. */
+static unsigned sub_of(struct fr_ring *r, pid_t pid, uint64_t *gen)
+{
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		if (atomic_load(&r->sh->subs[i].pid) ==
+		    ((uint32_t)pid & FR_INFO_PID)) {
+			*gen = atomic_load(&r->sh->subs[i].gen);
+			return i;
+		}
+	}
+	CHECK(!"no slot of the child");
+	return FR_MAX_SUBS;
+}
+
+/* A consumer killed asleep in `how`; its slot is given back by a producer
+ * it holds back (RECV), by moverd's leave when a client's control
+ * connection closes (POLL), by moverd's judge of dead holders (SET). */
+static void consumer_killed_asleep(enum sleep_how how)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &p->ring;
+	_Atomic uint32_t *count = &r->sh->consumers_waiting;
+	const char rec[48] = "x";
+	pid_t pid = fork_sleeper(fd, how);
+	uint64_t gen;
+	unsigned s;
+
+	wait_asleep(pid, count, FR_WAITING_MOVERD);
+	s = sub_of(r, pid, &gen);
+	kill_and_reap(pid);
+	CHECK(sleepers(count, FR_WAITING_MOVERD) == 1); /* nobody lowered it */
+	switch (how) {
+	case SLEEP_RECV:
+		fill_and_drain(p, c);
+		CHECK_RC(flowshm_send(p, rec, sizeof(rec), 1000000000), 0);
+		break;
+	case SLEEP_POLL:
+		fr_sub_leave(r, s, gen);
+		break;
+	default:
+		CHECK(fr_sub_leave_dead(r, 1u << s) == 1);
+		break;
+	}
+	CHECK(atomic_load(&r->sh->subs[s].state) == FR_SUB_FREE);
+	CHECK(sleepers(count, FR_WAITING_MOVERD) == 0);
+	CHECK(atomic_load(&r->sh->subs[s].asleep) == 0);
+	/* a second leave of the same slot lowers nothing */
+	fr_sub_leave(r, s, gen);
+	CHECK(atomic_load(count) == 0);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
+/* The producer slot pid holds; its gen in *gen. */
+static unsigned prod_of(struct fr_ring *r, pid_t pid, uint32_t *gen)
+{
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++) {
+		if (atomic_load(&fr_prod_at(r, i)->pid) ==
+		    ((uint32_t)pid & FR_INFO_PID)) {
+			*gen = atomic_load(&fr_prod_at(r, i)->gen);
+			return i;
+		}
+	}
+	CHECK(!"no slot of the child");
+	return FR_MAX_PRODS;
+}
+
+/* A producer killed asleep for space; its slot is given back by moverd's
+ * judge of dead holders (also a new producer's when none is free), or by
+ * moverd's leave when its control connection closes. */
+static void producer_killed_asleep(bool judged)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &c->ring;
+	_Atomic uint32_t *count = &r->sh->producers_waiting;
+	pid_t pid = fork_sleeper(fd, SLEEP_SEND);
+	uint32_t gen;
+	unsigned s;
+
+	wait_asleep(pid, count, FR_SPACE_WANTED);
+	s = prod_of(r, pid, &gen);
+	kill_and_reap(pid);
+	CHECK(sleepers(count, FR_SPACE_WANTED) == 1);
+	if (judged)
+		CHECK(fr_prod_leave_dead(r) == 1);
+	else
+		fr_prod_leave(r, s, gen);
+	CHECK(atomic_load(&fr_prod_at(r, s)->pid) == 0);
+	CHECK(sleepers(count, FR_SPACE_WANTED) == 0);
+	CHECK(atomic_load(&r->sh->prod_asleep[s]) == 0);
+	fr_prod_leave(r, s, gen);
+	CHECK(sleepers(count, FR_SPACE_WANTED) == 0);
+	flowshm_close(c);
+	close(fd);
+}
+
+static void test_killed_asleep(void)
+{
+	consumer_killed_asleep(SLEEP_RECV);
+	consumer_killed_asleep(SLEEP_POLL);
+	consumer_killed_asleep(SLEEP_SET);
+	producer_killed_asleep(true);
+	producer_killed_asleep(false);
+}
+
+/* A sleep ended by a wake-up: the count and the sleeper's mark are back
+ * to 0, with the slot still held (the child checks before it exits). */
+static void woken_consumer(enum sleep_how how)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	_Atomic uint32_t *count = &p->ring.sh->consumers_waiting;
+	pid_t pid = fork();
+	int st;
+
+	CHECK(pid >= 0);
+	if (!pid) {
+		flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+		unsigned idx, n;
+		char buf[64];
+		size_t len;
+
+		if (how == SLEEP_POLL &&
+		    flowshm_poll(&c, 1, &idx, &n, -1) != 0)
+			_exit(2);
+		if (flowshm_recv(c, buf, sizeof(buf), &len, -1) != 0)
+			_exit(3);
+		_exit(atomic_load(count) != 0 ? 4 :
+		      atomic_load(&c->ring.sh->subs[c->ring.sub].asleep) ? 5 :
+									  0);
+	}
+	wait_asleep(pid, count, 0);
+	CHECK_RC(flowshm_send(p, "wake", 4, 0), 0);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(atomic_load(count) == 0);
+	flowshm_close(p);
+	close(fd);
+}
+
+static void test_woken_sleepers(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	_Atomic uint32_t *count = &c->ring.sh->producers_waiting;
+	char buf[64];
+	size_t len;
+	pid_t pid;
+	int st;
+
+	woken_consumer(SLEEP_RECV);
+	woken_consumer(SLEEP_POLL);
+	/* a producer asleep for space, woken by the reads that free it */
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+		const char rec[48] = "x";
+
+		while (flowshm_send(p, rec, sizeof(rec), 0) == 0)
+			;
+		if (flowshm_send(p, rec, sizeof(rec), -1) != 0)
+			_exit(2);
+		_exit(sleepers(count, FR_SPACE_WANTED) ? 3 :
+		      atomic_load(&p->ring.sh->prod_asleep[p->ring.prod]) ? 4 :
+									    0);
+	}
+	wait_asleep(pid, count, FR_SPACE_WANTED);
+	while (!waitpid(pid, &st, WNOHANG))
+		flowshm_recv(c, buf, sizeof(buf), &len, 1000000);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(sleepers(count, FR_SPACE_WANTED) == 0);
+	flowshm_close(c);
+	close(fd);
+}
+
 /* One judgement of the subscribers holding producers back per ring per
  * FR_ROOM_LOOK_NS, whoever waits: a producer that finds another's fresh
  * stamp does not judge; a stamp from the future (scribbled, or of another
@@ -1195,6 +1482,8 @@ int main(void)
 		{ "recovery_in_steps", test_recovery_in_steps },
 		{ "reused_pid", test_reused_pid },
 		{ "dead_subscribers", test_dead_subscribers },
+		{ "killed_asleep", test_killed_asleep },
+		{ "woken_sleepers", test_woken_sleepers },
 		{ "judgement_pace", test_judgement_pace },
 		{ "judgement_per_pid", test_judgement_per_pid },
 		{ "skip_lag_bounded", test_skip_lag_bounded },
