@@ -533,6 +533,31 @@ static void case_hello(void)
 	hd_stop(&d);
 }
 
+/*
+ * n connections (in fds) to d from 127.0.0.first, or from first, first + 1
+ * ... (spread), each saying hello unless hello is NULL: the last must be
+ * closed by moverd, the others held.
+ */
+static void crowd(const struct hd *d, int first, bool spread, int n,
+		  const char *hello, int *fds)
+{
+	for (int i = 0; i < n; i++) {
+		char src[16];
+
+		snprintf(src, sizeof(src), "127.0.0.%d", first + (spread ? i : 0));
+		fds[i] = connect_from(src, d->port);
+		CHECK(fds[i] >= 0);
+		blocking(fds[i]);
+		/* (the last may be closed before its hello goes) */
+		CHECK(!hello || hp_hello(fds[i], hello) || i == n - 1);
+		if (spread)
+			usleep(50000);
+	}
+	CHECK(closed_within(fds[n - 1], 2000));
+	for (int i = 0; i < n - 1; i++)
+		CHECK(!closed_within(fds[i], 100));
+}
+
 /* 4d: at most 8 connections per source address, 64 (here 4) pending,
  * 512 (here 5) in all. */
 static void case_per_addr(void)
@@ -547,15 +572,7 @@ static void case_per_addr(void)
 	hd_start(&d2, moverd_bin, "edges4d2", false, NULL);
 	base = hd_fds(&d);
 	checked_start(&c, &d2, &d, "good", 20000);
-	for (int i = 0; i < 9; i++) {
-		fds[i] = connect_from("127.0.0.2", d.port);
-		CHECK(fds[i] >= 0);
-		blocking(fds[i]);
-		CHECK(hp_hello(fds[i], "crowd") || i == 8);
-	}
-	CHECK(closed_within(fds[8], 2000));
-	for (int i = 0; i < 8; i++)
-		CHECK(!closed_within(fds[i], 100));
+	crowd(&d, 2, false, 9, "crowd", fds);
 	printf("  8 connections from 127.0.0.2 held, the 9th closed\n");
 	CHECK(status_counter(&d, "peers_refused") == 1);
 	/* one goes: room for one more */
@@ -575,18 +592,7 @@ static void case_per_addr(void)
 	/* connections that have not said hello: at most --peer-max-pending */
 	hd_start(&d, moverd_bin, "edges4d3", true, opts);
 	base = hd_fds(&d);
-	for (int i = 0; i < 5; i++) {
-		char src[16];
-
-		snprintf(src, sizeof(src), "127.0.0.%d", 10 + i);
-		fds[i] = connect_from(src, d.port);
-		CHECK(fds[i] >= 0);
-		blocking(fds[i]);
-		usleep(50000);
-	}
-	CHECK(closed_within(fds[4], 2000));
-	for (int i = 0; i < 4; i++)
-		CHECK(!closed_within(fds[i], 100));
+	crowd(&d, 10, true, 5, NULL, fds);
 	/* one says hello: no longer pending, room for another */
 	CHECK(hp_hello(fds[0], "late"));
 	extra = connect_kept("127.0.0.20", d.port);
@@ -602,19 +608,7 @@ static void case_per_addr(void)
 	 * connection without flows is never closed by moverd) */
 	hd_start(&d, moverd_bin, "edges4d4", true, total);
 	base = hd_fds(&d);
-	for (int i = 0; i < 6; i++) {
-		char src[16];
-
-		snprintf(src, sizeof(src), "127.0.0.%d", 30 + i);
-		fds[i] = connect_from(src, d.port);
-		CHECK(fds[i] >= 0);
-		blocking(fds[i]);
-		CHECK(hp_hello(fds[i], "many") || i == 5);
-		usleep(50000);
-	}
-	CHECK(closed_within(fds[5], 2000));
-	for (int i = 0; i < 5; i++)
-		CHECK(!closed_within(fds[i], 100));
+	crowd(&d, 30, true, 6, "many", fds);
 	CHECK(status_counter(&d, "peers_refused") == 1);
 	close(fds[0]);
 	close(fds[5]);
