@@ -172,7 +172,10 @@ int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
 	/* it joined at the slowest subscriber's position: the peer gets
 	 * everything from there (the receiver's resume says where it is) */
 	s->sent = s->acked = s->remote_head = s->view->ring.head;
-	s->wire_max = s->sent;
+	/* what it was sent before is not known (restored after our restart,
+	 * or added again): its peer may hold more, from a run or an add
+	 * before; the peer's resume says, as for a re-adopted flow */
+	s->wire_max = UINT64_MAX;
 	link_sibling(f, s);
 	rc = peer_add_sender(m, s);
 	if (!rc && save && (rc = flows_save(f->table, f)))

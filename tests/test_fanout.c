@@ -41,6 +41,9 @@
  *  14. as 12, and A is stopped and started again before C is back: the
  *      cut is kept in A's state file, C rejoins as in 12 (it refused the
  *      rejoin before, "lost data the sender had acknowledged", for good)
+ *  15. A killed -9 while C is ahead of B (B's consumer not yet there):
+ *      C's subscription comes back at B's position, C's resume is ahead
+ *      of it and is taken; every record once on both
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -806,6 +809,48 @@ static void case_sender_restart(void)
 	close(ready[1]);
 }
 
+/* 15. */
+static void case_restart_ahead(void)
+{
+	const char *const xport[] = { "--transport", hd_transport(),
+				      NULL };
+	const uint64_t n1 = 160, n2 = 400; /* n1: B's ring full, C all */
+	struct fo_pos pb, pc;
+	struct three t;
+	flowshm_t *p;
+	pid_t cb, cc;
+	int ready[2];
+
+	start_fanout(&t, "fo15", SIZES);
+	CHECK(pipe(ready) == 0);
+	cc = consumer(&t.c, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	produce(p, 0, n1);
+	wait_acked(&t.a, t.caddr);
+	pb = flow_pos(&t.a, t.baddr);
+	pc = flow_pos(&t.a, t.caddr);
+	printf("  B (no consumer) acknowledged %llu, C %llu\n",
+	       (unsigned long long)pb.acked, (unsigned long long)pc.acked);
+	CHECK(pc.acked > pb.acked);
+	/* A restarts: C's subscription joins at B's position, behind what C
+	 * holds; C's resume (ahead of it) must be taken */
+	hd_kill(&t.a);
+	hd_restart(&t.a, moverd_bin, xport);
+	wait_open_count(&t.a, "x", 3);
+	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
+	wait_ready(ready[0]);
+	produce(p, n1, n2);
+	CHECK(wait_child(cb) == 0);
+	CHECK(wait_child(cc) == 0);
+	printf("  A killed -9 with C ahead of B, restarted: all %llu records "
+	       "once on B and C\n", (unsigned long long)(n1 + n2));
+	flowshm_detach(p);
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 /* 7. A took B up again after at least min_cuts cuts: B's subscription is
  * open on A, and has been for 2 s with no new cut (A may cut it again a
  * moment after a rejoin: its once-a-second check), and B's flow is open.
@@ -1304,6 +1349,8 @@ int main(int argc, char **argv)
 		  "flow fails on A and on both peer hosts" },
 		{ 14, case_cut_then_restart, "C cut while down, A restarted "
 		  "before C is back: C rejoins" },
+		{ 15, case_restart_ahead, "A restarted while C is ahead of B: "
+		  "C resumes ahead of A's new slot" },
 	};
 
 	if (argc != 3) {
