@@ -469,7 +469,7 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	}
 	f->rejoin_at_ns = 0;
 	f->sub_dropped = false;
-	f->rejoining = true; /* (mark_cut did) its peer may never have heard */
+	mark_cut(f); /* its peer may never have heard of the cut, or twin */
 	skip_sent(r, f->sent);
 	f->sent = f->acked = f->remote_head = r->head;
 	f->wire_max = f->sent; /* a new incarnation on the peer */

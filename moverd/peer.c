@@ -1440,6 +1440,23 @@ static void open_refused(struct flow *f, int error, const char *msg)
 		flows_set_state(f, FLOW_FAILED, msg);
 }
 
+/*
+ * The furthest position this run put on the wire for f's peers: f's, or
+ * any subscription's of its fan-out flow (one ring: two addresses of the
+ * same daemon are two subscriptions whose peer holds one flow, fed by
+ * either in turn).  UINT64_MAX: one of them does not know.
+ */
+static uint64_t sent_max(const struct flow *f)
+{
+	const struct flow *first = f->sibling_of ? f->sibling_of : f;
+	uint64_t max = first->wire_max;
+
+	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+		if (s->wire_max > max)
+			max = s->wire_max;
+	return max;
+}
+
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
 	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
@@ -1489,7 +1506,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			  (unsigned long long)f->acked);
 		return;
 	}
-	if (op->resume > f->wire_max) {
+	if (op->resume > sent_max(f)) {
 		char why[200];
 
 		/* the peer's ring says it holds records we never sent: its
@@ -1497,7 +1514,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		snprintf(why, sizeof(why), "the peer's resume position %llu "
 			 "is beyond what was sent to it (%llu): its consumer "
 			 "ring is corrupt", (unsigned long long)op->resume,
-			 (unsigned long long)f->wire_max);
+			 (unsigned long long)sent_max(f));
 		open_refused(f, -EPROTO, why);
 		return;
 	}
@@ -1532,7 +1549,11 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		const struct flow *first = f->sibling_of ? f->sibling_of : f;
 
 		f->rejoining = false;
-		flows_save(f->table, first);
+		if (flows_save(f->table, first))
+			log_warn("flow %s: its state file still says peer %s "
+				 "was cut: a restart of ours before it is "
+				 "written makes that peer start the flow anew",
+				 f->name, f->peer_addr);
 	}
 	flows_set_state(f, FLOW_OPEN, "");
 	mover_wake_flow(p->m, f);
