@@ -719,7 +719,11 @@ static void case_lookups(void)
 	printf("# (b) a user's 64 flows to such names: %u refused a lookup "
 	       "(the rest kept for root); root's flow r2 is being resolved\n",
 	       refused_user);
-	CHECK(refused_user >= 8);
+	/* 8 when the 64 creates take less than one lookup (5 s); on a slow
+	 * host (7 under ASan in one CI run) a lookup ended meanwhile and its
+	 * slot was the user's again: some refused, and root's r2 queued, is
+	 * what the reserve guarantees */
+	CHECK(refused_user >= 1);
 	hd_alive(&a);
 	hd_stop(&a);
 }
