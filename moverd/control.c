@@ -378,7 +378,7 @@ static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
 	if (f->role != FLOW_SENDER || !f->fanout || !fo)
 		return;
 	for (const struct flow *s = f; s && n < FANOUT_MAX_PEERS;
-	     s = s == f ? f->fanout : s->fanout_next, n++) {
+	     s = flow_next_sub(f, s), n++) {
 		Flowmover__FanoutPeer *p = &fo->peers[n];
 
 		flowmover__fanout_peer__init(p);
@@ -1271,8 +1271,7 @@ static unsigned visible_peers(const struct ctl_client *c,
 		if (!may_see(c, f))
 			continue;
 		/* its own peer, and its fan-out peers' (siblings) */
-		for (const struct flow *s = f; s;
-		     s = s == f ? f->fanout : s->fanout_next)
+		for (const struct flow *s = f; s; s = flow_next_sub(f, s))
 			for (unsigned i = 0; s->peer && i < n; i++)
 				seen[i] |= ps[i].peer == s->peer;
 	}

@@ -258,7 +258,7 @@ static void restore_cuts(struct flow *f)
 	if (!list)
 		return;
 	f->cut_saved = NULL;
-	for (struct flow *s = f; s; s = s == f ? f->fanout : s->fanout_next)
+	for (struct flow *s = f; s; s = flow_next_sub(f, s))
 		if (listed(list, s->peer_addr))
 			s->rejoining = true;
 	free(list);
@@ -289,13 +289,11 @@ static bool same_daemon(const struct flow *s, const struct peer *p)
 
 const struct flow *fanout_twin(const struct flow *f, const struct peer *p)
 {
-	const struct flow *first = f->sibling_of ? f->sibling_of : f;
+	const struct flow *first = flow_first(f);
 
 	if (!p->instance || !fanout_member(f))
 		return NULL;
-	if (first != f && same_daemon(first, p))
-		return first;
-	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+	for (const struct flow *s = first; s; s = flow_next_sub(first, s))
 		if (s != f && same_daemon(s, p))
 			return s;
 	return NULL;
@@ -380,17 +378,31 @@ static void cut_if_over_lag(struct flow *f)
 		fr_sub_cut_held(ring_of(f));
 }
 
+void fanout_save_cuts(struct flow *f)
+{
+	struct flow *first = flow_first(f);
+	int rc = flows_save(first->table, first);
+
+	if (rc && !first->cuts_unsaved)
+		log_warn("flow %s: which of its peers were cut is not written "
+			 "to its state file (%s); trying again each second: "
+			 "a restart of ours before then reads the old list",
+			 first->name, strerror(-rc));
+	else if (!rc && first->cuts_unsaved)
+		log_info("flow %s: which of its peers were cut is written to "
+			 "its state file now", first->name);
+	first->cuts_unsaved = rc != 0;
+}
+
 /* f was cut: its next opens say so (after_cut) until one is answered,
- * also after a restart of ours (the state file's cut=). */
+ * also after a restart of ours (the state file's cut=).  Already so
+ * (max_lag cut it, and now it rejoins): nothing to write. */
 static void mark_cut(struct flow *f)
 {
-	struct flow *first = f->sibling_of ? f->sibling_of : f;
-
+	if (f->rejoining)
+		return;
 	f->rejoining = true;
-	if (flows_save(first->table, first))
-		log_warn("flow %s: the cut of peer %s is not kept in its "
-			 "state file: a restart before it rejoins refuses it "
-			 "there", f->name, f->peer_addr);
+	fanout_save_cuts(f);
 }
 
 /* f's slot was cut (max_lag): f's peer fell too far behind.  True if it
@@ -493,9 +505,7 @@ static bool holds_subscription(const struct flow *s)
 /* Does member id of first's flow hold its subscription? */
 static bool member_subscribed(const struct flow *first, uint32_t id)
 {
-	if (first->id == id)
-		return holds_subscription(first);
-	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+	for (const struct flow *s = first; s; s = flow_next_sub(first, s))
 		if (s->id == id)
 			return holds_subscription(s);
 	return false;
@@ -516,8 +526,7 @@ static void rejoin_if_twin_gone(struct peer_mgr *m, const struct flow *first,
 /* Members of first's flow that ended as twins of one now gone rejoin. */
 static void rejoin_twins(struct peer_mgr *m, struct flow *first, uint64_t now)
 {
-	rejoin_if_twin_gone(m, first, first, now);
-	for (struct flow *s = first->fanout; s; s = s->fanout_next)
+	for (struct flow *s = first; s; s = flow_next_sub(first, s))
 		rejoin_if_twin_gone(m, first, s, now);
 }
 
@@ -530,11 +539,11 @@ void fanout_police(struct peer_mgr *m, struct flow *f)
 	if (f->role != FLOW_SENDER ||
 	    (f->state == FLOW_FAILED && !f->sub_dropped))
 		return;
+	if (f->cuts_unsaved)
+		fanout_save_cuts(f);
 	rejoin_twins(m, f, now);
-	rejoin_one(m, f, now);
-	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+	for (struct flow *s = f; s; s = flow_next_sub(f, s))
 		rejoin_one(m, s, now);
-	police_one(f, now);
-	for (struct flow *s = f->fanout; s; s = s->fanout_next)
+	for (struct flow *s = f; s; s = flow_next_sub(f, s))
 		police_one(s, now);
 }

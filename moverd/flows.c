@@ -182,8 +182,7 @@ static void write_cuts(FILE *f, const struct flow *fl)
 {
 	bool any = false;
 
-	for (const struct flow *s = fl; s; s = s == fl ? fl->fanout :
-						       s->fanout_next) {
+	for (const struct flow *s = fl; s; s = flow_next_sub(fl, s)) {
 		if (!s->rejoining)
 			continue;
 		fprintf(f, "%s%s", any ? "," : "cut=", s->peer_addr);

@@ -246,6 +246,10 @@ struct flow {
 				   * peer may never have heard of the cut);
 				   * kept in the state file (cut=), so a
 				   * restart of ours does not lose it */
+	bool cuts_unsaved;        /* a first flow's: its state file's cut=
+				   * is not what its members' rejoining say
+				   * (a save failed); fanout_police saves
+				   * it again until it is */
 	bool sub_leave_owed;      /* ... once its sends in flight complete
 				   * (fanout_sends_done): until then
 				   * producers may not write over what they
@@ -459,6 +463,21 @@ static inline bool flow_cut_off(const struct flow *f)
  * and in t->exposed while listed. */
 void flows_expose(struct flow *f);
 
+/* The flow that owns f's ring and state file: f's first flow if f is a
+ * fan-out sibling, else f.  (Not const: as strchr, for either caller.) */
+static inline struct flow *flow_first(const struct flow *f)
+{
+	return (struct flow *)(f->sibling_of ? f->sibling_of : f);
+}
+
+/* The subscriptions of a flow in turn, first then its siblings:
+ * for (s = first; s; s = flow_next_sub(first, s)).  NULL after the last. */
+static inline struct flow *flow_next_sub(const struct flow *first,
+					 const struct flow *s)
+{
+	return s == first ? first->fanout : s->fanout_next;
+}
+
 /*
  * Could anyone but moverd have written f's ring or changed its file?  Only
  * once a client was handed the ring's fd (control.c, respond) or if the
@@ -471,7 +490,7 @@ void flows_expose(struct flow *f);
  */
 static inline bool flow_exposed(const struct flow *f)
 {
-	return (f->sibling_of ? f->sibling_of : f)->exposed;
+	return flow_first(f)->exposed;
 }
 
 /* Take a reference for an asynchronous operation (see struct flow). */

@@ -872,7 +872,7 @@ bool peer_tx_fault(struct peer *p)
 	for (unsigned i = 0; i < p->n_tx_flows; i++) {
 		struct flow *f = p->tx_flows[i];
 		/* a sibling reads its first flow's ring file */
-		struct flow *first = f->sibling_of ? f->sibling_of : f;
+		struct flow *first = flow_first(f);
 
 		if (f->state == FLOW_OPEN &&
 		    flows_ring_tampered(first, why, sizeof(why)))
@@ -1448,10 +1448,10 @@ static void open_refused(struct flow *f, int error, const char *msg)
  */
 static uint64_t sent_max(const struct flow *f)
 {
-	const struct flow *first = f->sibling_of ? f->sibling_of : f;
-	uint64_t max = first->wire_max;
+	const struct flow *first = flow_first(f);
+	uint64_t max = 0;
 
-	for (const struct flow *s = first->fanout; s; s = s->fanout_next)
+	for (const struct flow *s = first; s; s = flow_next_sub(first, s))
 		if (s->wire_max > max)
 			max = s->wire_max;
 	return max;
@@ -1546,14 +1546,8 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	fr_sub_publish(r);
 	f->st.resumes += f->state == FLOW_RECONNECTING;
 	if (f->rejoining) { /* a later open resumes this incarnation */
-		const struct flow *first = f->sibling_of ? f->sibling_of : f;
-
 		f->rejoining = false;
-		if (flows_save(f->table, first))
-			log_warn("flow %s: its state file still says peer %s "
-				 "was cut: a restart of ours before it is "
-				 "written makes that peer start the flow anew",
-				 f->name, f->peer_addr);
+		fanout_save_cuts(f);
 	}
 	flows_set_state(f, FLOW_OPEN, "");
 	mover_wake_flow(p->m, f);

@@ -44,6 +44,10 @@
  *  15. A killed -9 while C is ahead of B (B's consumer not yet there):
  *      C's subscription comes back at B's position, C's resume is ahead
  *      of it and is taken; every record once on both
+ *  16. as 14, and A cannot write the flow's state file when it cuts C (a
+ *      directory in the way of its temporary file): once it can, the cut
+ *      is written within seconds (A tries again), and C rejoins after A's
+ *      restart as in 14 (before, the cut was never written)
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1121,7 +1125,68 @@ static void case_cut_rejoin(void)
  * the OPEN ("lost data the sender had acknowledged"), A took that as the
  * end of C's subscription, and C never got a record again.
  */
-static void cut_while_down(const char *tag, bool restart_a)
+/* How cut_while_down's A lives through the cut. */
+enum cut_a {
+	A_STAYS,        /* 12 */
+	A_RESTARTS,     /* 14: before C is back */
+	A_UNSAVED,      /* 16: as 14, its state file unwritable at the cut */
+};
+
+/* A's state file of flow x (in its state directory, rings/): in buf, ""
+ * if there is none. */
+static const char *a_flow_file(const struct three *t, char *buf, size_t cap)
+{
+	char path[160];
+	FILE *f;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "%s/rings/x.flow", t->a.dir);
+	f = fopen(path, "r");
+	if (f) {
+		n = fread(buf, 1, cap - 1, f);
+		fclose(f);
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/* 16: a directory where A writes x.flow's temporary file, with a file in
+ * it, so that no save of x.flow can go through (plug), and away (!plug). */
+static void plug_state_file(const struct three *t, bool plug)
+{
+	char dir[160], file[200];
+
+	snprintf(dir, sizeof(dir), "%s/rings/x.flow.tmp", t->a.dir);
+	snprintf(file, sizeof(file), "%s/plug", dir);
+	if (plug) {
+		CHECK(mkdir(dir, 0700) == 0);
+		CHECK(close(open(file, O_WRONLY | O_CREAT, 0600)) == 0);
+	} else {
+		CHECK(unlink(file) == 0 && rmdir(dir) == 0);
+	}
+}
+
+/* 16: the cut is not in A's state file while it is plugged, and is
+ * written within 5 s of the plug's removal (A's retry, once a second). */
+static void cut_saved_late(const struct three *t)
+{
+	char buf[4096];
+	bool saved = false;
+
+	a_flow_file(t, buf, sizeof(buf));
+	CHECK(strstr(buf, "role=sender") && !strstr(buf, "cut="));
+	plug_state_file(t, false);
+	for (int i = 0; i < 500 && !saved; i++) {
+		saved = strstr(a_flow_file(t, buf, sizeof(buf)), "cut=") != NULL;
+		if (!saved)
+			usleep(10000);
+	}
+	if (!saved)
+		fprintf(stderr, "A's x.flow after the plug went:\n%s", buf);
+	CHECK(saved);
+}
+
+static void cut_while_down(const char *tag, enum cut_a how)
 {
 	const uint64_t n1 = 1600, n2 = 800;
 	const char *const xport[] = { "--transport", hd_transport(), NULL };
@@ -1138,9 +1203,13 @@ static void cut_while_down(const char *tag, bool restart_a)
 	wait_ready(ready[0]);
 	p = producer_on(&t.a, "x");
 	produce(p, 0, 8);
+	if (how == A_UNSAVED)
+		plug_state_file(&t, true);
 	hd_kill(&t.c);
 	produced = produce_until_cut(&t, p, 8, n1);
-	if (restart_a) {
+	if (how == A_UNSAVED)
+		cut_saved_late(&t);
+	if (how != A_STAYS) {
 		/* before C is back: A's restart must not forget the cut
 		 * (its open then says after_cut; without, C refused the
 		 * rejoin as "lost data the sender had acknowledged") */
@@ -1169,7 +1238,8 @@ static void cut_while_down(const char *tag, bool restart_a)
 	printf("  C cut while down (%llu records produced by then)%s, back: "
 	       "it rejoined, its consumer got every later record once, in "
 	       "order; B got all %llu\n", (unsigned long long)produced,
-	       restart_a ? ", A restarted" : "",
+	       how == A_UNSAVED ? ", A restarted (the cut saved late)" :
+	       how == A_RESTARTS ? ", A restarted" : "",
 	       (unsigned long long)(n1 + n2));
 	flowshm_detach(onc);
 	flowshm_detach(p);
@@ -1181,13 +1251,19 @@ static void cut_while_down(const char *tag, bool restart_a)
 /* 12. */
 static void case_cut_while_down(void)
 {
-	cut_while_down("fo12", false);
+	cut_while_down("fo12", A_STAYS);
 }
 
 /* 14. */
 static void case_cut_then_restart(void)
 {
-	cut_while_down("fo14", true);
+	cut_while_down("fo14", A_RESTARTS);
+}
+
+/* 16. */
+static void case_cut_unsaved(void)
+{
+	cut_while_down("fo16", A_UNSAVED);
 }
 
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
@@ -1351,6 +1427,9 @@ int main(int argc, char **argv)
 		  "before C is back: C rejoins" },
 		{ 15, case_restart_ahead, "A restarted while C is ahead of B: "
 		  "C resumes ahead of A's new slot" },
+		{ 16, case_cut_unsaved, "A's state file unwritable at C's cut: "
+		  "the cut is written once it can be; C rejoins after A's "
+		  "restart" },
 	};
 
 	if (argc != 3) {
