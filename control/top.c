@@ -1024,11 +1024,31 @@ static void restore_terminal(void)
 	tio_saved = false;
 }
 
+/* SIGINT, SIGTERM: the terminal back as it was, and out.  Only calls that
+ * are async-signal-safe (tcsetattr, write, _exit): the signal may come in
+ * the middle of a printf, whose buffer is then dropped with the process. */
 static void on_signal(int sig)
 {
+	static const char cursor_back[] = "\x1b[?25h\r\n";
+	ssize_t ignored; /* a failed write: nothing else to do here */
+
 	(void)sig;
-	restore_terminal();
+	if (tio_saved) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+		ignored = write(STDOUT_FILENO, cursor_back,
+				sizeof(cursor_back) - 1);
+		(void)ignored;
+	}
 	_exit(0);
+}
+
+static void catch_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
 }
 
 /* Keys come one at a time, unechoed; the screen is cleared once. */
@@ -1046,8 +1066,7 @@ static void raw_terminal(void)
 		return;
 	tio_saved = true;
 	atexit(restore_terminal);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	catch_signals();
 	printf("\x1b[?25l\x1b[H\x1b[2J");
 }
 

@@ -24,7 +24,8 @@
  *      reconnects and resumes counted on the flow and the peer
  *   5  moverctl top in an 80x24 tmux during a transfer: the flow with
  *      non-zero rates (records/s, bytes in and out), the sort keys, q
- *      quits
+ *      quits; a top stopped by SIGTERM exits 0 with the terminal back in
+ *      line mode with echo
  *   6  a real Prometheus scraping both daemons every second during a
  *      paced transfer: rate(flowmover_flow_bytes_received_total) matches
  *      what the consumer measured over the same window within 10%
@@ -714,6 +715,33 @@ static void screen_with(const char *sess, char *screen, size_t cap,
 	}
 }
 
+/* 5: top stopped by a signal (SIGTERM, the handler ^C runs too) gives
+ * the terminal back: line mode and echo on, exit 0. */
+static void top_interrupted(const char *first, const char *moverctl,
+			    const char *sock)
+{
+	char screen[8192], sess[80];
+
+	/* a server of its own: the first one may still be going away */
+	snprintf(sess, sizeof(sess), "%s-sig", first);
+
+	CHECK(sh(NULL, 0, "tmux -L %s new-session -d -s %s -x 80 -y 24 "
+		 "'%s --socket %s top; echo TOP-EXITED $?; "
+		 "stty -a | grep -q -- -icanon && echo RAW || echo LINE-MODE; "
+		 "stty -a | grep -qE -- \"(^| )-echo( |$)\" && echo NO-ECHO || "
+		 "echo ECHO-ON; sleep 30'", sess, sess, moverctl, sock) == 0);
+	screen_with(sess, screen, sizeof(screen), "sort: rate", 5000);
+	CHECK(strstr(screen, "sort: rate"));
+	/* top is the child of the pane's shell */
+	CHECK(sh(NULL, 0, "pkill -TERM -x -P \"$(tmux -L %s list-panes -t %s "
+		 "-F '#{pane_pid}')\" moverctl", sess, sess) == 0);
+	screen_with(sess, screen, sizeof(screen), "ECHO", 5000);
+	printf("--- after SIGTERM to moverctl top ---\n%s------\n", screen);
+	CHECK(strstr(screen, "TOP-EXITED 0"));
+	CHECK(strstr(screen, "LINE-MODE") && strstr(screen, "ECHO-ON"));
+	sh(NULL, 0, "tmux -L %s kill-server", sess);
+}
+
 static void case_tmux(void)
 {
 	struct hd d;
@@ -767,6 +795,7 @@ static void case_tmux(void)
 	screen_with(sess, screen, sizeof(screen), "TOP-EXITED 0", 5000);
 	CHECK(strstr(screen, "TOP-EXITED 0"));
 	sh(NULL, 0, "tmux -L %s kill-server", sess);
+	top_interrupted(sess, moverctl, d.sock);
 	wait_ok(p, 60000, "producer");
 	wait_ok(c, 60000, "consumer");
 	hd_stop(&d);
