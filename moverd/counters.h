@@ -53,7 +53,8 @@ struct counters {
 /*
  * Create dir/name (an earlier file is replaced: readers holding it see it
  * closed) for up to max_flows flow records.  0, or -1 after logging why;
- * moverd runs on without counters then.
+ * moverd runs on without counters then, unless --metrics asks to serve
+ * them (metrics_http_start refuses: the start fails, saying so).
  */
 int counters_open(struct counters *c, int dirfd, const char *name,
 		  unsigned max_flows);

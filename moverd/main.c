@@ -1144,7 +1144,8 @@ static unsigned flows_adopt_timed(struct flow_table *t)
 }
 
 /* SOCKET.counters beside the socket (ipc/counters.h); moverd runs on
- * without it if it cannot be made (logged) */
+ * without it if it cannot be made (logged), unless --metrics would serve
+ * it (the start fails then) */
 static void open_counters(struct daemon *d)
 {
 	char name[PATH_MAX + 16];
