@@ -951,6 +951,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	/* (a dead producer's slot would be taken back when needed anyway;
 	 * its gap, if any, is recovered either way) */
 	n_dead += fr_prod_leave_dead(&fl->view->ring);
+	/* again: our slot and the dead ones given back moved the head */
 	flowshm_info(fl->view, &in);
 	fl->ring_bytes = in.ring_size;
 	/* sender: everything before our slot's position (joined at the
