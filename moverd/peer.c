@@ -933,6 +933,25 @@ bool consumer_head(struct peer *p, struct flow *f, uint64_t *head)
 /* ---- receiving ----------------------------------------------------------- */
 
 /*
+ * Do committed records run from head exactly up to pub?  Asked at a
+ * re-adopted receiver's first open, where `published` is the ring's word
+ * alone (what this run published is known only after): a consumer that
+ * moved it while moverd was down (past what was deposited, or off the
+ * record grid) would have the sender skip records it never sent.  Records
+ * forged along with it pass: the trust a ring's consumers have in each
+ * other (docs/security.md).  One walk of the unread part of the ring, at
+ * most its size, once per restart.
+ */
+static bool records_reach(const struct fr_ring *r, uint64_t head,
+			  uint64_t pub)
+{
+	uint64_t end;
+	bool stuck;
+
+	return !fr_scan(r, head, pub, &end, &stuck) && end == pub;
+}
+
+/*
  * A peer opens a receiver flow that exists here (the sender reconnected,
  * or moverd restarted and re-adopted it).  The flow moves to connection p.
  * A receive of another connection may still be in flight into its ring:
@@ -979,6 +998,14 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		snprintf(err, cap, "the consumer ring of '%s' is corrupt "
 			 "(published %llu, moverd published %llu)", f->name,
 			 (unsigned long long)pub, (unsigned long long)f->sent);
+		fail_receiver(NULL, f, err);
+		return -EPROTO;
+	}
+	if (!f->rx_pos_known && !records_reach(r, head, pub)) {
+		snprintf(err, cap, "the consumer ring of '%s' is corrupt (its "
+			 "records from %llu do not end at published %llu)",
+			 f->name, (unsigned long long)head,
+			 (unsigned long long)pub);
 		fail_receiver(NULL, f, err);
 		return -EPROTO;
 	}

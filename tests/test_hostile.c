@@ -47,10 +47,12 @@
  *      moverd sleeps meanwhile (it woke every 2 ms with a membarrier
  *      each before), and the record goes once committed
  *  11  a consumer on the receiving host moves its ring's `published` ten
- *      records forward while (a) its moverd or (b) the sender's is down:
- *      the resume is refused (a: by A, which knows what it sent; b: by B,
- *      which knows what it published) and the flow fails with the reason;
- *      before, A skipped ten records it had never sent
+ *      records forward while (a) its moverd or (b) the sender's is down,
+ *      or (c) both are: the resume is refused (a: by A, which knows what
+ *      it sent; b: by B, which knows what it published; c: by B, whose
+ *      records from the consumers' position do not end there) and the flow
+ *      fails with the reason; before, A skipped ten records it had never
+ *      sent
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1703,16 +1705,46 @@ static void case_open_claim(void)
 	hd_stop(&b);
 }
 
+/* 11: n committed records of len bytes from pos in consumer c's deposit
+ * ring, sealed as moverd's would be (any consumer holds the key). */
+static void forge_records(flowshm_t *c, uint64_t pos, unsigned n,
+			  uint32_t len)
+{
+	struct fr_ring *r = &c->ring;
+
+	for (unsigned i = 0; i < n; i++, pos += fr_record_bytes(len)) {
+		struct fr_rec *h = fr_rec_at(r, pos);
+
+		memset(h + 1, 0x66, len);
+		atomic_store_explicit(&h->len, len, memory_order_relaxed);
+		atomic_store_explicit(&h->info, 0, memory_order_relaxed);
+		/* release: header and payload before the seal, as a
+		 * producer commits */
+		atomic_store_explicit(&h->seal, fr_seal(r, pos,
+							FR_SEAL_COMMITTED),
+				      memory_order_release);
+	}
+}
+
+/* 11: who is down while B's `published` is moved. */
+enum down { DOWN_B, DOWN_A, DOWN_BOTH };
+
 /*
  * 11: a consumer on B moves its ring's `published` ten records forward
- * while (a) B or (b) A is down.  The resume answered from it made A skip
- * ten records it never sent, released from its ring for good, and B's
- * other consumers read garbage there.  Now (a) A refuses a resume beyond
- * what it sent, (b) B, which knows what it published, refuses the open:
- * the flow fails on A (and B) with the reason, no record skipped.
+ * while (a) B, (b) A or (c) both are down.  The resume answered from it
+ * made A skip ten records it never sent, released from its ring for good,
+ * and B's other consumers read garbage there.  Now (a) A refuses a resume
+ * beyond what it sent, (b) B, which knows what it published, refuses the
+ * open, (c) B, whose records from its consumers' position end short of
+ * `published`, refuses it: the flow fails on A (and B) with the reason, no
+ * record skipped.
  */
-static void bumped_published(bool receiver_down)
+static void bumped_published(enum down down)
 {
+	static const char *const tags[] = { "hostile11a", "hostile11b",
+					    "hostile11c" };
+	static const char *const downs[] = { "B is", "A is", "A and B are" };
+	bool receiver_down = down == DOWN_B;
 	static const char *const names[] = { "r", NULL };
 	static const char *const tcp[] = { "--transport", "tcp", NULL };
 	const uint64_t rec = fr_record_bytes(64);
@@ -1722,8 +1754,7 @@ static void bumped_published(bool receiver_down)
 	uint64_t pub;
 	size_t len;
 
-	two_daemons(&a, &b, receiver_down ? "hostile11a" : "hostile11b",
-		    names);
+	two_daemons(&a, &b, tags[down], names);
 	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
 	c = attach_raw(&b, "r", FLOWSHM_CONSUMER);
 	memset(buf, 0x11, sizeof(buf));
@@ -1732,7 +1763,10 @@ static void bumped_published(bool receiver_down)
 	for (int i = 0; i < 100; i++)
 		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000),
 			 0);
-	hd_kill(receiver_down ? &b : &a);
+	if (down != DOWN_A)
+		hd_kill(&b);
+	if (down != DOWN_B)
+		hd_kill(&a);
 	/* A knows the link is gone before the records below: none of them
 	 * is put on the wire (what A sent into a dying connection is what
 	 * it cannot tell from what B got; only B can, see security.md) */
@@ -1744,16 +1778,21 @@ static void bumped_published(bool receiver_down)
 				   memory_order_acquire);
 	atomic_store_explicit(&c->ring.sh->published, pub + 10 * rec,
 			      memory_order_release);
-	printf("  B's published moved %llu -> %llu while %s is down\n",
+	/* (a) and (b) with the ten records forged too, as a consumer can
+	 * (it holds the seal key): B's walk of its records at its first
+	 * open passes, A's or B's own check must refuse */
+	if (down != DOWN_BOTH)
+		forge_records(c, pub, 10, 64);
+	printf("  B's published moved %llu -> %llu while %s down\n",
 	       (unsigned long long)pub, (unsigned long long)(pub + 10 * rec),
-	       receiver_down ? "B" : "A");
+	       downs[down]);
 	/* more records: A's tail past the forged position (a producer
 	 * writes its ring with A down too) */
 	for (int i = 0; i < 50; i++)
 		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
-	if (receiver_down)
+	if (down != DOWN_A)
 		hd_restart(&b, moverd_bin, NULL);
-	else
+	if (down != DOWN_B)
 		hd_restart(&a, moverd_bin, tcp);
 	expect_failed(&a, "A", "r");
 	if (!receiver_down)
@@ -1769,13 +1808,19 @@ static void bumped_published(bool receiver_down)
 static void case_published_receiver_down(void)
 {
 	if (variant("a"))
-		bumped_published(true);
+		bumped_published(DOWN_B);
 }
 
 static void case_published_sender_down(void)
 {
 	if (variant("b"))
-		bumped_published(false);
+		bumped_published(DOWN_A);
+}
+
+static void case_published_both_down(void)
+{
+	if (variant("c"))
+		bumped_published(DOWN_BOTH);
 }
 
 int main(int argc, char **argv)
@@ -1816,6 +1861,8 @@ int main(int argc, char **argv)
 		  "published forward while B is down: A refuses the resume" },
 		{ 11, case_published_sender_down, "11b: ... while A is down: B "
 		  "refuses the open" },
+		{ 11, case_published_both_down, "11c: ... while both are down: "
+		  "B refuses the open (its records end short of published)" },
 	};
 
 	if (argc != 4) {
