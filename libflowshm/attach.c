@@ -7,12 +7,81 @@
 #include "ctl_client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 static _Thread_local char attach_err[CTL_ERR_MAX + 128];
+
+/*
+ * Handles attached through moverd, for fork.  A child of fork inherits
+ * the control connections, and moverd takes a client for attached as long
+ * as its connection is open anywhere: a parent's detach (or death) gave
+ * its slot back only once every child that never exec'd had exited too,
+ * and meanwhile a consumer's slot held the producers back.  In the child
+ * every listed handle's connection is closed and the handle marked forked:
+ * its detach there frees the child's copy and gives back no slot (the
+ * slots are the parent's).  The lock is held across fork (prepare, then
+ * parent and child), so the child sees a whole list.
+ */
+static pthread_mutex_t attached_lock = PTHREAD_MUTEX_INITIALIZER;
+static flowshm_t *attached;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&attached_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&attached_lock);
+}
+
+static void fork_child(void)
+{
+	for (flowshm_t *f = attached; f; f = f->attached_next) {
+		close(f->ctl_fd);
+		f->ctl_fd = -1;
+		f->forked = true;
+	}
+	pthread_mutex_unlock(&attached_lock);
+}
+
+static void register_atfork(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void fsi_attached_add(flowshm_t *f)
+{
+	pthread_once(&atfork_once, register_atfork);
+	pthread_mutex_lock(&attached_lock);
+	f->attached_prev = NULL;
+	f->attached_next = attached;
+	if (attached)
+		attached->attached_prev = f;
+	attached = f;
+	f->listed = true;
+	pthread_mutex_unlock(&attached_lock);
+}
+
+void fsi_attached_remove(flowshm_t *f)
+{
+	if (!f->listed)
+		return;
+	pthread_mutex_lock(&attached_lock);
+	if (f->attached_prev)
+		f->attached_prev->attached_next = f->attached_next;
+	else
+		attached = f->attached_next;
+	if (f->attached_next)
+		f->attached_next->attached_prev = f->attached_prev;
+	f->listed = false;
+	pthread_mutex_unlock(&attached_lock);
+}
 
 const char *flowshm_attach_error(void)
 {
@@ -155,6 +224,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 		goto out;
 	}
 	(*out)->ctl_fd = sock; /* held until detach: our liveness */
+	fsi_attached_add(*out);
 	snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
 	/* the moverd start that owns the ring now (flowshm_state) */
 	(*out)->epoch = fsi_epoch(*out);

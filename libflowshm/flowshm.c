@@ -380,6 +380,11 @@ void flowshm_close(flowshm_t *f)
 {
 	if (!f)
 		return;
+	fsi_attached_remove(f);
+	if (f->forked) { /* a child's copy: the slots are the parent's */
+		unmap(f);
+		return;
+	}
 	/* our slot goes back (the last reads published first); moverd's
 	 * own leave at our disconnect is then a no-op (same gen) */
 	if (f->ring.sub < FR_MAX_SUBS)

@@ -43,9 +43,12 @@
  * Timeouts are in nanoseconds: 0 = try once, negative = wait forever.
  *
  * A handle belongs to one thread at a time and must not be used across
- * fork(); open a new one in the child.  The same for a set: in the child,
- * flowshm_set_destroy only frees it (its helper thread stayed in the
- * parent).
+ * fork(); open a new one in the child.  In the child, a handle attached
+ * through moverd has its control connection closed at the fork (moverd
+ * sees the parent alone: its detach gives its slot back while children
+ * live on), and flowshm_detach only frees the child's copy (the slots are
+ * the parent's).  The same for a set: in the child, flowshm_set_destroy
+ * only frees it (its helper thread stayed in the parent).
  */
 #ifndef FLOWSHM_H
 #define FLOWSHM_H

@@ -24,6 +24,10 @@ struct flowshm {
 	unsigned batch_n;       /* records of a held peek_batch, 0 if none */
 	uint64_t batch_end;     /* ... the position after them */
 	enum flowshm_wait wait; /* flowshm_set_wait: sleep, yield or spin */
+	/* attached via moverd: on the list fork's child handler walks */
+	bool listed;
+	flowshm_t *attached_prev, *attached_next;
+	bool forked;            /* a copy in a child of fork (fsi_forget) */
 };
 
 /* For the library's own modules (not exported: the map exports flowshm_*
@@ -38,6 +42,13 @@ static inline void fsi_cpu_relax(void)
 	__asm__ __volatile__("yield");
 #endif
 }
+
+/* f now holds a control connection to moverd (attach.c): its copy in a
+ * child of fork is forgotten there (below). */
+void fsi_attached_add(flowshm_t *f);
+
+/* f's control connection is about to close (flowshm_close). */
+void fsi_attached_remove(flowshm_t *f);
 
 /* Does the consumer f have something for a read call (a record, or an
  * end or error)?  Runs fr_peek: the caller owns f (its thread). */

@@ -46,6 +46,12 @@
  *  13  flow ids wrap: a sending moverd restarted with a flow whose state
  *      file says id 2^32-1 gives new flows ids no flow has (not 0, not a
  *      living flow's), and each flow's records reach its own consumer once
+ *  14  a child of fork (no exec) holds copies of a consumer's and a
+ *      producer's handles: its detach leaves the parent's slot alone (the
+ *      parent reads on), and while a child lives on the parent's detach
+ *      is seen by moverd at once (before, the child's copy of the control
+ *      connection kept the consumer attached until the child exited, its
+ *      slot holding the producers back)
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -876,6 +882,68 @@ static void case_id_wrap(void)
 	hd_stop(&b);
 }
 
+/* ---- case 14: a child of fork ----------------------------------------------- */
+
+/* Is consumer c's subscriber slot still its own (active, same gen)? */
+static bool slot_held(const flowshm_t *c)
+{
+	const struct fr_sub *s = &c->ring.sh->subs[c->ring.sub];
+
+	return atomic_load(&s->state) == FR_SUB_ACTIVE &&
+	       atomic_load(&s->gen) == c->ring.sub_gen;
+}
+
+static void case_fork_child(void)
+{
+	struct hd d;
+	char out[4096], rec[64] = "after the child";
+	size_t len;
+	flowshm_t *c, *p;
+	pid_t child;
+	int go[2];
+
+	hd_start(&d, moverd_bin, "life14", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create fk "
+		     "--ring-size 64K --max-record 1K") == 0);
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("fk", FLOWSHM_CONSUMER, NULL, &c), 0);
+	CHECK_RC(flowshm_attach("fk", FLOWSHM_PRODUCER, NULL, &p), 0);
+	CHECK(hd_wait_count(&d, moverctl_bin, "fk", "consumers", 1, 5000));
+	/* a child detaches its copies and exits */
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		flowshm_detach(c);
+		flowshm_detach(p);
+		_exit(0);
+	}
+	CHECK(hx_wait(child, 10000) == 0);
+	CHECK(slot_held(c));
+	CHECK_RC(flowshm_send(p, rec, sizeof(rec), 1000000000), 0);
+	CHECK_RC(flowshm_recv(c, rec, sizeof(rec), &len, 1000000000), 0);
+	CHECK(len == sizeof(rec) && !strcmp(rec, "after the child"));
+	/* a child that lives on while the parent detaches */
+	CHECK(pipe(go) == 0);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		char b;
+
+		close(go[1]);
+		_exit(read(go[0], &b, 1) == 0 ? 0 : 1); /* the parent's close */
+	}
+	close(go[0]);
+	flowshm_detach(c);
+	CHECK(hd_wait_count(&d, moverctl_bin, "fk", "consumers", 0, 5000));
+	close(go[1]);
+	CHECK(hx_wait(child, 10000) == 0);
+	flowshm_detach(p);
+	printf("  a child's detach left the parent's slot alone; the parent's "
+	       "detach was seen while a child lived\n");
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -900,6 +968,8 @@ int main(int argc, char **argv)
 		{ 12, case_inherited_slot, "a consumer that outlived moverd dies "
 		  "later" },
 		{ 13, case_id_wrap, "flow ids wrap" },
+		{ 14, case_fork_child, "a child of fork holds copies of "
+		  "attached handles" },
 	};
 
 	if (argc != 4) {
