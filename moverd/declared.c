@@ -186,21 +186,81 @@ static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 static const struct declared_flow *find(const struct declared_set *s,
 					const char *name)
 {
-	for (unsigned i = 0; i < s->n; i++)
-		if (!strcmp(s->v[i].name, name))
-			return &s->v[i];
+	unsigned lo = 0, hi = s->n;
+
+	if (!s->by_name) { /* the index could not be made */
+		for (unsigned i = 0; i < s->n; i++)
+			if (!strcmp(s->v[i].name, name))
+				return &s->v[i];
+		return NULL;
+	}
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+		const struct declared_flow *df = &s->v[s->by_name[mid]];
+		int c = strcmp(df->name, name);
+
+		if (!c)
+			return df;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return NULL;
+}
+
+/* Names, then the order in the file (a name declared twice). */
+static int by_name(const void *a, const void *b, void *v)
+{
+	const struct declared_flow *df = v;
+	unsigned i = *(const unsigned *)a, j = *(const unsigned *)b;
+	int c = strcmp(df[i].name, df[j].name);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/* (Re)make s's index by name (a set of DECLARED_MAX flows was looked up
+ * by a walk per flow, in each reload and `flow list`: O(n^2)).  Without
+ * memory, find walks v. */
+static void index_set(struct declared_set *s)
+{
+	free(s->by_name);
+	s->by_name = s->n ? malloc(s->n * sizeof(*s->by_name)) : NULL;
+	if (!s->by_name)
+		return;
+	for (unsigned i = 0; i < s->n; i++)
+		s->by_name[i] = i;
+	qsort_r(s->by_name, s->n, sizeof(*s->by_name), by_name, s->v);
+}
+
+/* A name declared twice in the set just read (indexed): the first such
+ * line of the file, as a reader going down it would find. */
+static int check_twice(struct parse *p, const struct declared_set *s)
+{
+	const struct declared_flow *first = NULL, *again = NULL;
+
+	for (unsigned i = 1; s->by_name && i < s->n; i++) {
+		const struct declared_flow *a = &s->v[s->by_name[i - 1]];
+		const struct declared_flow *b = &s->v[s->by_name[i]];
+
+		if (!strcmp(a->name, b->name) &&
+		    (!again || b->line < again->line)) {
+			first = a; /* equal names are in file order */
+			again = b;
+		}
+	}
+	if (!again)
+		return 0;
+	p->line = again->line;
+	return fail(p, "flow %s is declared twice (first on line %d)",
+		    again->name, first->line);
 }
 
 static int add(struct parse *p, struct declared_set *s,
 	       const struct declared_flow *df)
 {
-	const struct declared_flow *dup = find(s, df->name);
 	struct declared_flow *v;
 
-	if (dup)
-		return fail(p, "flow %s is declared twice (first on line %d)",
-			    df->name, dup->line);
 	if (s->n >= DECLARED_MAX)
 		return fail(p, "more than %d flows declared", DECLARED_MAX);
 	v = realloc(s->v, (s->n + 1) * sizeof(*v));
@@ -305,6 +365,10 @@ int declared_read(const char *path, const char *listen,
 			rc = parse_flow(&p, rest, listen, out);
 	}
 	fclose(f);
+	if (!rc) {
+		index_set(out);
+		rc = check_twice(&p, out);
+	}
 	if (rc)
 		declared_set_free(out);
 	return rc;
@@ -313,6 +377,7 @@ int declared_read(const char *path, const char *listen,
 void declared_set_free(struct declared_set *s)
 {
 	free(s->v);
+	free(s->by_name);
 	*s = (struct declared_set){ 0 };
 }
 
@@ -1106,6 +1171,7 @@ void declared_apply(struct declared *d, struct declared_set *next,
 			next->v[kept++] = *in_force;
 	}
 	next->n = kept;
+	index_set(next); /* its names moved */
 	declared_set_free(&d->cur);
 	d->cur = *next;
 	*next = (struct declared_set){ 0 };

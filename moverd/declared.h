@@ -60,6 +60,8 @@ struct declared_flow {
 struct declared_set {
 	struct declared_flow *v;
 	unsigned n;
+	unsigned *by_name; /* v's indexes in name order (NULL: look through
+			    * v); `flow list` asks once per flow */
 };
 
 struct declared {

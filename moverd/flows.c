@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdio.h>
@@ -20,12 +21,42 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The table's index by name: enough buckets for --max-flows. */
+static void names_init(struct flow_table *t)
+{
+	uint32_t n = 64;
+
+	while (n < t->limits.max_flows && n < (1u << 20))
+		n <<= 1;
+	t->names = calloc(n, sizeof(*t->names));
+	if (!t->names) {
+		log_warn("no memory for the index of flow names: each lookup "
+			 "walks every flow");
+		return;
+	}
+	t->names_mask = n - 1;
+	if (getrandom(&t->names_seed, sizeof(t->names_seed), 0) !=
+	    sizeof(t->names_seed))
+		t->names_seed = (uint32_t)fr_now_ns();
+}
+
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
 		const char *state_dir, int state_fd)
 {
 	*t = (struct flow_table){ .limits = *limits, .next_id = 1,
 				  .state_fd = state_fd };
 	snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir);
+	names_init(t);
+}
+
+/* FNV-1a of name, from the table's seed. */
+static struct flow **name_bucket(const struct flow_table *t, const char *name)
+{
+	uint32_t h = 2166136261u ^ t->names_seed;
+
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = (h ^ *c) * 16777619u;
+	return &t->names[h & t->names_mask];
 }
 
 void flows_use_loop(struct flow_table *t, struct loop *l)
@@ -482,8 +513,18 @@ uint32_t flows_new_id(struct flow_table *t)
 
 static void link_flow(struct flow_table *t, struct flow *f)
 {
+	f->prev = NULL;
 	f->next = t->head;
+	if (t->head)
+		t->head->prev = f;
 	t->head = f;
+	if (t->names) {
+		struct flow **b = name_bucket(t, f->name);
+
+		f->name_next = *b;
+		*b = f;
+	}
+	f->listed = true;
 	t->count++;
 	if (f->id >= t->next_id)
 		t->next_id = (uint64_t)f->id + 1;
@@ -1096,6 +1137,13 @@ struct flow *flows_alloc(void)
 
 struct flow *flows_find(struct flow_table *t, const char *name)
 {
+	if (t->names) {
+		for (struct flow *f = *name_bucket(t, name); f;
+		     f = f->name_next)
+			if (!strcmp(f->name, name))
+				return f;
+		return NULL;
+	}
 	for (struct flow *f = t->head; f; f = f->next)
 		if (strcmp(f->name, name) == 0)
 			return f;
@@ -1733,17 +1781,27 @@ static void unlist_exposed(struct flow_table *t, struct flow *f)
 
 static void unlist(struct flow_table *t, struct flow *f)
 {
+	if (!f->listed)
+		return;
 	if (f->exposed)
 		unlist_exposed(t, f);
-	for (struct flow **pp = &t->head; *pp; pp = &(*pp)->next) {
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		t->head = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	for (struct flow **pp = t->names ? name_bucket(t, f->name) : NULL;
+	     pp && *pp; pp = &(*pp)->name_next) {
 		if (*pp == f) {
-			*pp = f->next;
-			t->count--;
-			if (t->cursor == f)
-				t->cursor = f->next;
-			return;
+			*pp = f->name_next;
+			break;
 		}
 	}
+	f->listed = false;
+	t->count--;
+	if (t->cursor == f)
+		t->cursor = f->next;
 }
 
 void flows_let_go(struct flow_table *t, struct flow *f)

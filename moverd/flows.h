@@ -119,6 +119,9 @@ struct flow {
 
 	struct flow *exp_next;    /* listed and exposed: flow_table.exposed */
 	char name[FLOW_NAME_MAX + 1];
+	struct flow *prev;        /* listed: the one before it (head: NULL) */
+	struct flow *name_next;   /* listed: the next in its name's bucket */
+	bool listed;              /* in the table (link_flow .. unlist) */
 	bool kept;               /* let go at an orderly stop: the last put
 				  * unmaps, the ring and its files stay */
 	/* re-adopted with subscriber slots of clients of an earlier start
@@ -302,6 +305,12 @@ struct rate_party;
 struct flow_table {
 	struct flow *head;
 	unsigned count;
+	/* the listed flows by name (flows_find): buckets of name_next
+	 * chains, a power of two at least --max-flows (NULL if it could not
+	 * be had: flows_find walks the list), hashed with a seed of this
+	 * start's so that no client can aim its names at one bucket */
+	struct flow **names;
+	uint32_t names_mask, names_seed;
 	/* the next flow of the flow checks' round (peer.c, police_slice);
 	 * unlisting its flow moves it on */
 	struct flow *cursor;

@@ -454,6 +454,12 @@ static void case_malformed(void)
 	write_conf(&d, "flow = a\nflow = a\n");
 	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
 	expect_out(out, ":2: flow a is declared twice (first on line 1)");
+	/* the first repeat down the file is named, with its first line
+	 * (names are checked in name order since 2026-11-30) */
+	write_conf(&d, "flow = b1\nflow = a\nflow = b1\nflow = a\n"
+		   "flow = b1\n");
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 1);
+	expect_out(out, ":3: flow b1 is declared twice (first on line 1)");
 	hd_stop(&d);
 }
 
