@@ -29,11 +29,23 @@ static bool has_more(const struct declared_flow *df, const char *addr)
 	return false;
 }
 
+/* A name looked up once per read of the file (parse_id). */
+struct id_memo {
+	char name[64];
+	bool group;
+	int rc;
+	uint32_t id;
+};
+
+#define ID_MEMO_MAX 64
+
 struct parse {
 	const char *path;
 	int line;
 	char *err;
 	size_t cap;
+	struct id_memo memo[ID_MEMO_MAX];
+	unsigned n_memo;
 };
 
 static int fail(struct parse *p, const char *fmt, ...)
@@ -83,8 +95,9 @@ static int parse_size(const char *s, uint64_t *out)
 
 /*
  * A user or group: a number, or a name looked up in the passwd / group
- * database.  At start and at a reload, both asked for by root: a slow
- * name service delays that reload, never a flow's data.
+ * database.  At start and at a reload, on moverd's loop: a slow name
+ * service holds the loop as long, once per name and read of the file
+ * (lookup_id: 4096 flows allowed to one user make one lookup, not 4096).
  */
 static int parse_id(const char *s, bool group, uint32_t *out)
 {
@@ -109,6 +122,29 @@ static int parse_id(const char *s, bool group, uint32_t *out)
 	return pw ? 0 : -1;
 }
 
+/* parse_id, a name answered from this read's memo if it was asked. */
+static int lookup_id(struct parse *p, const char *s, bool group,
+		     uint32_t *out)
+{
+	struct id_memo *m;
+
+	for (unsigned i = 0; i < p->n_memo; i++) {
+		m = &p->memo[i];
+		if (m->group == group && !strcmp(m->name, s)) {
+			*out = m->id;
+			return m->rc;
+		}
+	}
+	if (p->n_memo == ID_MEMO_MAX || strlen(s) >= sizeof(m->name))
+		return parse_id(s, group, out);
+	m = &p->memo[p->n_memo++];
+	snprintf(m->name, sizeof(m->name), "%s", s);
+	m->group = group;
+	m->rc = parse_id(s, group, &m->id);
+	*out = m->id;
+	return m->rc;
+}
+
 static int parse_ids(struct parse *p, const char *key, char *val, bool group,
 		     uint32_t *ids, unsigned *n)
 {
@@ -117,7 +153,7 @@ static int parse_ids(struct parse *p, const char *key, char *val, bool group,
 	for (char *t = strtok_r(val, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		if (*n >= FLOW_ALLOW_MAX)
 			return fail(p, "%s: at most %d ids", key, FLOW_ALLOW_MAX);
-		if (parse_id(t, group, &ids[*n]))
+		if (lookup_id(p, t, group, &ids[*n]))
 			return fail(p, "%s '%s': no such %s", key, t,
 				    group ? "group" : "user");
 		(*n)++;

@@ -236,6 +236,36 @@ static inline void hd_start(struct hd *d, const char *moverd, const char *tag,
 	hd_exec(d, moverd, extra);
 }
 
+/* The ASAN_OPTIONS of the test, while hd_preload is in force. */
+static char hd_asan_saved[512];
+static bool hd_asan_was_set;
+
+/*
+ * The daemons started from here to hd_preload_end run with the shim so in
+ * LD_PRELOAD (an ASan build accepts it first in the link order).
+ */
+static inline void hd_preload(const char *so)
+{
+	const char *old = getenv("ASAN_OPTIONS");
+	char asan[sizeof(hd_asan_saved) + 64];
+
+	hd_asan_was_set = old != NULL;
+	snprintf(hd_asan_saved, sizeof(hd_asan_saved), "%s", old ? old : "");
+	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0",
+		 hd_asan_saved, old ? ":" : "");
+	setenv("ASAN_OPTIONS", asan, 1);
+	setenv("LD_PRELOAD", so, 1);
+}
+
+static inline void hd_preload_end(void)
+{
+	unsetenv("LD_PRELOAD");
+	if (hd_asan_was_set)
+		setenv("ASAN_OPTIONS", hd_asan_saved, 1);
+	else
+		unsetenv("ASAN_OPTIONS");
+}
+
 /* The daemon must still be running (no crash, no sanitizer exit). */
 static inline void hd_alive(const struct hd *d)
 {

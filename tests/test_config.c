@@ -62,6 +62,10 @@
  *      would; a changed one is said to take effect at restart
  *  16  a config given as a symlink is read where the link points at each
  *      reload; a config others may write is refused at reload and start
+ *  17  a name in allow-uid / allow-gid is looked up once per read of the
+ *      file, whatever the number of flows naming it (an LD_PRELOAD shim
+ *      counts getpwnam and getgrnam): 40 flows allowed to user nobody and
+ *      group nogroup, two lookups per reload (80 before), the ids right
  */
 #include "harness.h"
 
@@ -69,7 +73,7 @@
 
 #define NOBODY 65534u
 
-static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
+static const char *moverd_bin, *moverctl_bin, *flowcheck_bin, *count_nss_so;
 
 /* ---- a moverd with a config file of the test's own ------------------------ */
 
@@ -1034,6 +1038,49 @@ static void case_config_file(void)
 	CHECK(unlink(b) == 0 && rmdir(d.dir) == 0);
 }
 
+/* ---- 17: name lookups ------------------------------------------------------- */
+
+/* The lookups the shim counted in path so far. */
+static long lookups(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? 0 : (long)st.st_size;
+}
+
+static void case_name_lookups(void)
+{
+	char text[4096] = "", out[4096], counted[160];
+	size_t used = 0;
+	long before;
+	struct hd d;
+
+	for (int i = 0; i < 40; i++)
+		used += (size_t)snprintf(text + used, sizeof(text) - used,
+					 "flow = n%d allow-uid=nobody,0 "
+					 "allow-gid=nogroup\n", i);
+	CHECK(used < sizeof(text));
+	snprintf(counted, sizeof(counted), "/tmp/fm-nss-%d", (int)getpid());
+	unlink(counted);
+	setenv("FM_NSS_COUNT", counted, 1);
+	hd_preload(count_nss_so);
+	start_conf(&d, "cfg17", 0, text);
+	hd_preload_end();
+	unsetenv("FM_NSS_COUNT");
+	CHECK(flow_exists(&d, "n39"));
+	before = lookups(counted);
+	CHECK_RC(ctl(&d, out, sizeof(out), "reload"), 0);
+	printf("  %ld name lookups at start, %ld at a reload, for 40 flows\n",
+	       before, lookups(counted) - before);
+	CHECK(before == 2);
+	CHECK(lookups(counted) - before == 2);
+	/* the ids are the names' */
+	CHECK(hd_flow_json(&d, moverctl_bin, "n17", out, sizeof(out)));
+	CHECK(strstr(out, "65534"));
+	hd_stop(&d);
+	unlink(counted);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1069,16 +1116,20 @@ int main(int argc, char **argv)
 		  "changes said" },
 		{ 16, case_config_file, "the config's symlink followed at each "
 		  "reload; others' writable config refused" },
+		{ 17, case_name_lookups, "a user or group name is looked up "
+		  "once per read of the file" },
 	};
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK\n", argv[0]);
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s MOVERD MOVERCTL FLOWCHECK "
+			"COUNT_NSS_SO\n", argv[0]);
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	moverd_bin = argv[1];
 	moverctl_bin = argv[2];
 	flowcheck_bin = argv[3];
+	count_nss_so = argv[4];
 	return hc_run(cases, sizeof(cases) / sizeof(cases[0]),
 		      "FM_CONFIG_CASES");
 }

@@ -609,9 +609,8 @@ static void *watch_mode(void *arg)
 static void case_socket_mode(void)
 {
 	const char *extra[] = { "--socket-mode", "0600", NULL };
-	char asan[512], sock[160];
+	char sock[160];
 	struct mode_watch w = { .path = sock };
-	const char *old = getenv("ASAN_OPTIONS");
 	pthread_t th;
 	struct stat st;
 	struct hd d;
@@ -620,16 +619,9 @@ static void case_socket_mode(void)
 		 (int)getpid());
 	CHECK(pthread_create(&th, NULL, watch_mode, &w) == 0);
 	/* the shim holds every AF_UNIX bind() 300 ms before it returns */
-	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0",
-		 old ? old : "", old ? ":" : "");
-	setenv("ASAN_OPTIONS", asan, 1);
-	setenv("LD_PRELOAD", slow_bind_so, 1);
+	hd_preload(slow_bind_so);
 	hd_start(&d, moverd_bin, "files11g", false, extra);
-	unsetenv("LD_PRELOAD");
-	if (old)
-		setenv("ASAN_OPTIONS", old, 1);
-	else
-		unsetenv("ASAN_OPTIONS");
+	hd_preload_end();
 	w.stop = 1;
 	pthread_join(th, NULL);
 	CHECK(lstat(sock, &st) == 0);

@@ -647,19 +647,9 @@ static void case_busy_words(void)
 static void start_slow_dns(struct hd *a, const char *tag,
 			   const char *const *extra)
 {
-	const char *old = getenv("ASAN_OPTIONS");
-	char asan[512];
-
-	snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0",
-		 old ? old : "", old ? ":" : "");
-	setenv("ASAN_OPTIONS", asan, 1);
-	setenv("LD_PRELOAD", slow_gai_so, 1);
+	hd_preload(slow_gai_so);
 	hd_start(a, moverd_bin, tag, false, extra);
-	unsetenv("LD_PRELOAD");
-	if (old)
-		setenv("ASAN_OPTIONS", old, 1);
-	else
-		unsetenv("ASAN_OPTIONS");
+	hd_preload_end();
 }
 
 /*
