@@ -686,6 +686,13 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c)
 	wake_consumer(r);
 }
 
+void fr_cancel(struct fr_ring *r, const struct fr_claim *c)
+{
+	pad_at(r, c->pos, c->end - c->pos);
+	r->uncounted -= c->n < r->uncounted ? c->n : r->uncounted;
+	wake_consumer(r);
+}
+
 void fr_producer_number(struct fr_ring *r)
 {
 	/* relaxed: the number only has to differ between attaches */
@@ -2107,14 +2114,21 @@ int fr_recover_slowest(struct fr_ring *r, uint64_t *pos)
 
 bool fr_data_at(const struct fr_ring *r, uint64_t pos)
 {
-	if (fr_closed(r))
-		return true;
 	if (r->mode == FR_MODE_DEPOSIT)
-		return atomic_load_explicit(&r->sh->published,
+		return fr_closed(r) ||
+		       atomic_load_explicit(&r->sh->published,
 					    memory_order_acquire) != pos;
-	return atomic_load_explicit(&fr_rec_at(r, pos)->seal,
-				    memory_order_acquire) ==
-	       fr_seal(r, pos, FR_SEAL_COMMITTED);
+	if (atomic_load_explicit(&fr_rec_at(r, pos)->seal,
+				 memory_order_acquire) ==
+	    fr_seal(r, pos, FR_SEAL_COMMITTED))
+		return true;
+	/* closed and drained: the reader's -EPIPE.  Closed with a claim
+	 * still open at pos is not news: the reader sleeps until its commit
+	 * or its recovery, as on an open ring (taking "closed" for ready
+	 * made every wait spin a core meanwhile).  acquire: as fr_peek's
+	 * look at the tail */
+	return fr_closed(r) &&
+	       atomic_load_explicit(&r->sh->tail, memory_order_acquire) == pos;
 }
 
 static bool data_maybe_ready(struct fr_ring *r)

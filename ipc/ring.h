@@ -739,6 +739,13 @@ int fr_claim(struct fr_ring *r, const uint32_t *lens, unsigned n,
 /* Commit every record of a claim, then wake the consumer if it sleeps. */
 void fr_commit(struct fr_ring *r, const struct fr_claim *c);
 
+/* Give a claim up: its space becomes committed padding (readers pass it
+ * as nothing), and its records leave the count.  For a producer that goes
+ * with a reservation pending: left claimed, it would hold every reader
+ * for as long as any other producer slot of its pid lives (recovery
+ * judges a claim by its pid). */
+void fr_cancel(struct fr_ring *r, const struct fr_claim *c);
+
 /*
  * How many claimed records a producer handle keeps to itself before it adds
  * them to the shared `records` count: one locked add per claim was 12% of
@@ -824,6 +831,12 @@ static inline uint32_t fr_rec_producer(const struct fr_rec *h)
  * it does not fit yet, -EPIPE if closed, 0 if written or already ended. */
 int fr_write_end(struct fr_ring *r);
 
+/* Is there news for a consumer at pos: a committed record, or the ring
+ * closed and drained there (a claim still open on a closed ring is not
+ * news: its commit or its recovery is)?  Reads the shared page and the
+ * handle's geometry only. */
+bool fr_data_at(const struct fr_ring *r, uint64_t pos);
+
 /*
  * The sleeper's half of the wake-up protocol, once it read the futex word
  * (v), counted itself, fenced fully and found nothing: sleep on word until
@@ -833,10 +846,6 @@ int fr_write_end(struct fr_ring *r);
  * (woken, or membarrier is missing and the caller sleeps briefly again);
  * -ETIMEDOUT at `until`.
  */
-/* Is there data (or the ring closed) at pos for a consumer there?  Reads
- * the shared page and the handle's geometry only. */
-bool fr_data_at(const struct fr_ring *r, uint64_t pos);
-
 int fr_sleep_two_phase(struct fr_ring *r, _Atomic uint32_t *word,
 		       uint32_t v, uint64_t until,
 		       bool (*ready)(struct fr_ring *, uint64_t), uint64_t arg);

@@ -391,6 +391,8 @@ void flowshm_close(flowshm_t *f)
 		unmap(f);
 		return;
 	}
+	if (f->reserved) /* never committed: nothing, not a stuck claim */
+		fr_cancel(&f->ring, &f->claim);
 	/* our slot goes back (the last reads published first); moverd's
 	 * own leave at our disconnect is then a no-op (same gen) */
 	if (f->ring.sub < FR_MAX_SUBS)
@@ -482,9 +484,11 @@ static int claim(flowshm_t *f, const uint32_t *lens, unsigned n,
 {
 	int rc = claim_wait(f, lens, n, c, w);
 
-	/* a polling wait is back-pressure as much as a sleep is */
+	/* a polling wait is back-pressure as much as a sleep is; noted
+	 * once (a batch's next chunk claims with the same waiter) */
 	if (w->full_since_ns)
 		fr_note_full(&f->ring, w->full_since_ns);
+	w->full_since_ns = 0;
 	return rc;
 }
 
@@ -592,8 +596,6 @@ static int next_record(flowshm_t *f, const struct fr_rec **rec, uint32_t *len,
 	for (;;) {
 		int rc = fr_peek(&f->ring, rec, len);
 
-		if (rc == 0)
-			f->last_producer = fr_rec_producer(*rec);
 		if (rc != -EAGAIN)
 			return rc;
 		rc = backoff(f, w, WAIT_DATA);
@@ -610,7 +612,9 @@ int flowshm_recv(flowshm_t *f, void *buf, size_t cap, size_t *len,
 	uint32_t l;
 	int rc;
 
-	if (!len || (!buf && cap))
+	/* a peeked record is the caller's until its release: copying it
+	 * out here too released it twice (the next record skipped) */
+	if (!len || (!buf && cap) || (f && f->peeked))
 		return -EINVAL;
 	rc = next_record(f, &rec, &l, &w);
 	if (rc)
@@ -622,6 +626,7 @@ int flowshm_recv(flowshm_t *f, void *buf, size_t cap, size_t *len,
 	/* cut off (max_lag) while copying: what we copied may be torn */
 	if (fr_sub_lost(&f->ring))
 		return -ESTALE;
+	f->last_producer = fr_rec_producer(rec);
 	f->ring.records++;
 	fr_release(&f->ring, f->ring.head + fr_record_bytes(l));
 	return 0;
@@ -637,7 +642,7 @@ int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
 	unsigned n = 0;
 	int rc = 0;
 
-	if (!buf || !recs || !got || max == 0)
+	if (!buf || !recs || !got || max == 0 || (f && f->peeked))
 		return -EINVAL;
 	while (n < max) {
 		const struct fr_rec *rec;
@@ -654,6 +659,7 @@ int flowshm_recv_batch(flowshm_t *f, void *buf, size_t cap,
 			break;
 		}
 		memcpy(out + used, rec + 1, l);
+		f->last_producer = fr_rec_producer(rec);
 		recs[n++] = (struct iovec){ .iov_base = out + used, .iov_len = l };
 		used += (l + 7u) & ~(size_t)7u;
 		if (used > cap)
@@ -684,6 +690,7 @@ int flowshm_peek(flowshm_t *f, const void **buf, size_t *len,
 	rc = next_record(f, &rec, &l, &w);
 	if (rc)
 		return rc;
+	f->last_producer = fr_rec_producer(rec);
 	f->peeked = l;
 	*buf = rec + 1;
 	*len = l;

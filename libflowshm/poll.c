@@ -635,6 +635,12 @@ int flowshm_set_poll(flowshm_set_t *s, flowshm_t **ready, unsigned max,
 	if (timeout_ns != 0) {
 		/* our own wait; the helper's counts (if armed) do no harm */
 		rc = poll_flows(s->flows, s->n, start, idx, &k, timeout_ns);
+		/* none came: the descriptor, drained above, is armed as a
+		 * try-once poll arms it (else it never became readable
+		 * again after a timed poll) */
+		if (!k && s->efd >= 0 && !s->armed && (k = arm_helper(s, start,
+								      idx)))
+			rc = 0;
 	} else if (s->efd >= 0 && !s->armed) {
 		k = arm_helper(s, start, idx);
 		rc = k ? 0 : -EAGAIN;

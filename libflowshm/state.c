@@ -217,8 +217,10 @@ static int end_via_moverd(flowshm_t *f)
 
 int flowshm_end(flowshm_t *f, int64_t timeout_ns)
 {
+	/* forked: a copy in a child of fork, whose connection is closed
+	 * (attach.c): ending alone would write END past moverd */
 	if (!f || f->role != FLOWSHM_PRODUCER || f->reserved ||
-	    f->ring.mode == FR_MODE_DEPOSIT)
+	    f->ring.mode == FR_MODE_DEPOSIT || f->forked)
 		return -EINVAL;
 	fr_count_flush(&f->ring); /* the count is exact once a stream ends */
 	if (f->ctl_fd >= 0)

@@ -6,8 +6,14 @@
  *
  *   usage: test_lib MOVERD MOVERCTL        (FM_LIB_CASES=1,3 for some)
  *
- * Cases 1-7 use rings from flowshm_open_fd and child processes; 10-16
- * start real moverd daemons on private sockets.
+ * Cases 1-7 and 18 use rings from flowshm_open_fd and child processes;
+ * 10-17 start real moverd daemons on private sockets.  18: the contract
+ * at its edges (a review's findings of 2026-11-30, each failed before):
+ * recv after peek is misuse, not a second release; the last producer of
+ * a recv_batch is its last record's; a producer closed with a reservation
+ * pending leaves padding, not a claim that holds the flow; a closed ring
+ * with a claim open is slept on, not spun on; a timed set poll that found
+ * nothing leaves the set's descriptor armed.
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -15,6 +21,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #define MS 1000000ll
 #define SEC 1000000000ll
@@ -888,6 +895,190 @@ static void case_restarted(void)
 	hd_stop(&b);
 }
 
+/* ---- case 18: the contract at its edges ------------------------------------- */
+
+static void send_str(flowshm_t *p, const char *s)
+{
+	CHECK_RC(flowshm_send(p, s, strlen(s), SEC), 0);
+}
+
+static void recv_str(flowshm_t *c, const char *want, int64_t timeout_ns)
+{
+	char buf[256];
+	size_t len;
+
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf) - 1, &len, timeout_ns), 0);
+	buf[len] = 0;
+	if (strcmp(buf, want))
+		fprintf(stderr, "got '%s', want '%s'\n", buf, want);
+	CHECK(!strcmp(buf, want));
+}
+
+/* This thread's cpu time, in ns. */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* recv after peek: -EINVAL; the peeked record is released once, the next
+ * one comes next (before: released twice, the next one skipped). */
+static void peek_then_recv(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[64];
+	struct iovec recs[4];
+	const void *at;
+	unsigned got;
+	size_t len;
+
+	send_str(p, "AAAA");
+	send_str(p, "BBBB");
+	send_str(p, "CCCC");
+	CHECK_RC(flowshm_peek(c, &at, &len, 0), 0);
+	CHECK(len == 4 && !memcmp(at, "AAAA", 4));
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EINVAL);
+	CHECK_RC(flowshm_recv_batch(c, buf, sizeof(buf), recs, 4, &got, 0),
+		 -EINVAL);
+	CHECK_RC(flowshm_release(c), 0);
+	recv_str(c, "BBBB", 0);
+	recv_str(c, "CCCC", 0);
+	flowshm_close(c);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* recv_batch stops before a record too big for the buffer: the last
+ * producer is the one of the last record it returned. */
+static void batch_last_producer(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *pa = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *pb = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[64], big[200] = { 1 }, bigbuf[256];
+	struct iovec recs[4];
+	uint32_t batch_last;
+	unsigned got;
+	size_t len;
+
+	send_str(pa, "small");
+	CHECK_RC(flowshm_send(pb, big, sizeof(big), SEC), 0);
+	send_str(pa, "again");
+	CHECK_RC(flowshm_recv_batch(c, buf, sizeof(buf), recs, 4, &got, 0), 0);
+	CHECK(got == 1);
+	batch_last = flowshm_last_producer(c);
+	CHECK_RC(flowshm_recv(c, bigbuf, sizeof(bigbuf), &len, 0), 0);
+	CHECK(len == sizeof(big) && flowshm_last_producer(c) != batch_last);
+	recv_str(c, "again", 0);
+	CHECK(flowshm_last_producer(c) == batch_last);
+	flowshm_close(c);
+	flowshm_close(pb);
+	flowshm_close(pa);
+	close(fd);
+}
+
+/* A producer closed with a reservation pending, another producer handle
+ * of the same process alive: the next record still comes (before: the
+ * claim, its pid alive, was never recovered and held the flow). */
+static void closed_reserved(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *pa = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *pb = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 100 * MS);
+	void *room;
+
+	CHECK_RC(flowshm_reserve(pa, 8, &room, 0), 0);
+	flowshm_close(pa);
+	send_str(pb, "after");
+	recv_str(c, "after", 3 * SEC);
+	flowshm_close(c);
+	flowshm_close(pb);
+	close(fd);
+}
+
+/* A closed ring with a claim open at the consumer's position: a recv
+ * waits its timeout asleep (before: it spun a cpu for all of it). */
+static void closed_claimed(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	unsigned char buf[64];
+	uint64_t cpu, wall;
+	void *room;
+	size_t len;
+
+	CHECK_RC(flowshm_reserve(p, 8, &room, 0), 0);
+	flowshm_shutdown(c);
+	cpu = thread_cpu_ns();
+	wall = tu_now_ns();
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 300 * MS),
+		 -ETIMEDOUT);
+	cpu = thread_cpu_ns() - cpu;
+	wall = tu_now_ns() - wall;
+	printf("  a 300 ms recv on a closed ring with a claim open: %.1f ms "
+	       "of cpu in %.1f ms\n", cpu / 1e6, wall / 1e6);
+	/* asleep, not spinning: a spin takes all of it */
+	CHECK(cpu < wall / 3);
+	memcpy(room, "late rec", 8);
+	CHECK_RC(flowshm_commit(p), 0);
+	recv_str(c, "late rec", 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EPIPE);
+	flowshm_close(c);
+	flowshm_close(p);
+	close(fd);
+}
+
+/* A set poll with a timeout that finds nothing leaves the descriptor
+ * armed: a record sent then makes it readable (before: never again). */
+static void timed_set_poll(void)
+{
+	int fd = tu_ring(4096, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct epoll_event ev = { .events = EPOLLIN }, out;
+	flowshm_t *ready[1];
+	flowshm_set_t *s;
+	unsigned n;
+	int ep, sfd;
+
+	CHECK_RC(flowshm_set_create(&s), 0);
+	CHECK_RC(flowshm_set_add(s, c), 0);
+	sfd = flowshm_set_fd(s);
+	CHECK(sfd >= 0);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	CHECK(ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev) == 0);
+	CHECK_RC(flowshm_set_poll(s, ready, 1, &n, 1 * MS), -ETIMEDOUT);
+	CHECK(epoll_wait(ep, &out, 1, 100) == 0);
+	send_str(p, "wake");
+	CHECK(epoll_wait(ep, &out, 1, 5000) == 1);
+	CHECK_RC(flowshm_set_poll(s, ready, 1, &n, 0), 0);
+	CHECK(n == 1 && ready[0] == c);
+	flowshm_set_destroy(s);
+	close(ep);
+	flowshm_close(c);
+	flowshm_close(p);
+	close(fd);
+}
+
+static void case_edges(void)
+{
+	peek_then_recv();
+	batch_last_producer();
+	closed_reserved();
+	closed_claimed();
+	timed_set_poll();
+	printf("  peek then recv refused; a batch's last producer; a "
+	       "closed reservation; a closed ring's open claim; a timed "
+	       "set poll: as the header says\n");
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -912,6 +1103,9 @@ int main(int argc, char **argv)
 		{ 16, case_end_remote_restart, "... with B killed and "
 		  "restarted mid-stream" },
 		{ 17, case_restarted, "state: moverd down, then restarted" },
+		{ 18, case_edges, "the contract at its edges: peek then recv, "
+		  "a batch's last producer, a closed reservation, a closed "
+		  "ring's open claim, a timed set poll" },
 	};
 
 	if (argc < 3) {
