@@ -166,6 +166,7 @@ static void file_name(const char *name, const char *ext, char *out, size_t cap)
 }
 
 #define FILE_NAME_MAX (FLOW_NAME_MAX + 16)
+#define NOT_ADOPTED_RETRY_MS 10000u
 
 static void remove_files(const struct flow_table *t, const char *name)
 {
@@ -797,8 +798,16 @@ int flows_open_view(int ring_fd, bool guarded, flowshm_t **view,
 	if (rc) { /* unmapped already */
 		ring_guard_remove(*guard);
 		*guard = 0;
+		return rc;
 	}
-	return rc;
+	if (guarded && !*guard) {
+		/* no memory for the guard: unguarded, a client shrinking the
+		 * file would kill moverd (SIGBUS) with every flow in it */
+		flowshm_close(*view);
+		*view = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 /* Every subscriber slot of f's ring but moverd's own. */
@@ -933,8 +942,11 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	FILE *f;
 	int fd, rc;
 
-	if (!fl)
+	if (!fl) {
+		log_error("flow %s: cannot re-adopt it: out of memory (its "
+			  "files stay for the next start)", name);
 		return NULL;
+	}
 	snprintf(fl->name, sizeof(fl->name), "%s", name);
 	fl->refs = 1; /* the table's */
 	fl->table = t;
@@ -1080,6 +1092,11 @@ unsigned flows_adopt(struct flow_table *t)
 	unsigned n = 0;
 
 	if (!d) {
+		if (t->state_fd >= 0)
+			log_error("cannot read the state directory %s to "
+				  "re-adopt its flows: %s (their files stay "
+				  "for the next start)", t->state_dir,
+				  strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return 0;
@@ -1588,6 +1605,30 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 	return check_quota(t, s, uid, p->ring_size, err, errlen);
 }
 
+/*
+ * A flow of this name has a state file that this start did not re-adopt
+ * (adopt_one logged why: a ring above --max-ring-size, no memory or fds at
+ * the time...): its ring still holds what was accepted into it.  A create
+ * of the name would unlink that ring: refused, -EAGAIN (a sender asks
+ * again, retry_ms), until a restart adopts it or an operator removes it.
+ */
+static int not_adopted(const struct flow_table *t,
+		       const struct flow_spec *spec, char *err, size_t errlen)
+{
+	char file[FILE_NAME_MAX];
+
+	file_name(spec->name, "flow", file, sizeof(file));
+	if (faccessat(t->state_fd, file, F_OK, AT_SYMLINK_NOFOLLOW))
+		return 0;
+	snprintf(err, errlen, "flow '%s' has files in %s that this start of "
+		 "moverd did not re-adopt (its log says why): restart moverd "
+		 "once that is mended, or remove %s/%s.* to start the flow "
+		 "anew", spec->name, t->state_dir, t->state_dir, spec->name);
+	if (spec->retry_ms)
+		*spec->retry_ms = NOT_ADOPTED_RETRY_MS;
+	return -EAGAIN;
+}
+
 int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		 uid_t uid, gid_t gid, struct flow **out, char *err,
 		 size_t errlen)
@@ -1625,9 +1666,13 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		free(f);
 		return rc;
 	}
+	if (t->state_fd >= 0 && (rc = not_adopted(t, spec, err, errlen))) {
+		free(f);
+		return rc;
+	}
 	flow_file(t, spec->name, "ring", f->path, sizeof(f->path));
 	file_name(spec->name, "ring", file, sizeof(file));
-	unlinkat(t->state_fd, file, 0);
+	unlinkat(t->state_fd, file, 0); /* no state file: never a flow */
 	rc = flowshm_ring_create_at(&p, t->state_fd, file, spec->seal_key,
 				    spec->start, &f->ring_fd);
 	if (!rc)
@@ -1641,8 +1686,11 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (rc) {
 		snprintf(err, errlen, "cannot create the ring: %s",
 			 flowshm_strerror(rc));
-		if (f->ring_fd > 0)
+		if (f->ring_fd > 0) {
 			close(f->ring_fd);
+			/* ours: made above (no state file names it) */
+			unlinkat(t->state_fd, file, 0);
+		}
 		free(f);
 		return rc;
 	}

@@ -410,6 +410,11 @@ static int tx_build(struct peer *p, bool flush)
 			  "%zu bytes queued)", p->ctrlq_frames, p->ctrlq_bytes);
 		return 1;
 	}
+	if (p->ctrlq_nomem) { /* a frame lost would leave a flow waiting */
+		peer_fail(p, "out of memory for a control frame: the link "
+			  "starts over");
+		return 1;
+	}
 	build_ctrl(p);
 	work = (int)p->tx_niov + build_acks(p, flush) + build_data(p);
 	if (!p->tx_niov && fr_now_ns() - p->last_tx_ns > HEARTBEAT_NS) {

@@ -269,8 +269,10 @@ static int queue_ctrl(struct peer *p, Flowmover__PeerMsg *msg)
 		return -ENOBUFS;
 	}
 	fr = malloc(sizeof(*fr) + WIRE_HDR + body);
-	if (!fr)
+	if (!fr) { /* callers go on: the link is dropped at the next send */
+		p->ctrlq_nomem = true;
 		return -ENOMEM;
+	}
 	fr->next = NULL;
 	fr->len = WIRE_HDR + body;
 	wire_put(fr->buf, WIRE_CTRL, 0, (uint32_t)body, 0, 0);
@@ -670,7 +672,7 @@ static void peer_closed(struct peer *p)
 	ctrlq_clear(p);
 	free_frames(p->tx_ctrl);
 	p->tx_ctrl = NULL;
-	p->ctrlq_overflow = false;
+	p->ctrlq_overflow = p->ctrlq_nomem = false;
 	p->tx_niov = p->tx_first = p->tx_nhdr = 0;
 	p->hdr_have = p->body_have = 0;
 	p->in_body = false;
@@ -1455,16 +1457,26 @@ static void cuts_record(struct peer *p, struct flow *f, const char *what,
  * and its producers are told (-EPROTO) rather than left waiting for space
  * that never comes; another refusal leaves the ring as it is.
  */
-static void open_refused(struct flow *f, int error, const char *msg)
+/* A refusal of the receiver's that says it is short of something that
+ * comes back (a full state directory, memory, fds, a quota of flows as
+ * others go): not the flow's fault, so not for good.  An older receiver
+ * says these without a retry_ms; the reopen backs off as for -EAGAIN. */
+static bool short_of(int error)
+{
+	return error == -ENOSPC || error == -EDQUOT || error == -ENOMEM ||
+	       error == -EMFILE || error == -ENFILE;
+}
+
+/* The receiver refused the flow for good: it fails here too, and its
+ * producers are told (-EPROTO): a flow failed with its ring still open
+ * held them for ever once the ring was full. */
+static void open_refused(struct flow *f, const char *msg)
 {
 	if (fanout_member(f)) {
 		fanout_lost(f, msg, false);
 		return;
 	}
-	if (error == -EPROTO || error == -EIO)
-		flows_fail(f, msg);
-	else
-		flows_set_state(f, FLOW_FAILED, msg);
+	flows_fail(f, msg);
 }
 
 /*
@@ -1500,13 +1512,15 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			    f->name, flows_state_name(f->state));
 		return;
 	}
-	if (op->error == -EAGAIN) {
+	if (op->error == -EAGAIN || short_of(op->error)) {
 		char msg[LOG_SAFE_BUF];
 
 		/* the receiver is still reaping an older connection's I/O
-		 * into the flow, or its ring-rate budget is spent: ask again
-		 * when it said (peer_timer).  Its words, made safe: `flow
-		 * show` prints them on an operator's terminal */
+		 * into the flow, its ring-rate budget is spent, it has files
+		 * of the flow it did not re-adopt, or it is short of room,
+		 * memory or fds: ask again when it said (peer_timer).  Its
+		 * words, made safe: `flow show` prints them on an operator's
+		 * terminal */
 		log_safe(op->message, msg, sizeof(msg));
 		flows_set_state(f, FLOW_RECONNECTING, msg);
 		peer_reopen_at(p->m, f, fr_now_ns() + reopen_wait_ns(op));
@@ -1517,7 +1531,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 		/* the peer's words: logged and shown in `flow show` */
 		log_safe(op->message, msg, sizeof(msg));
-		open_refused(f, op->error, msg);
+		open_refused(f, msg);
 		return;
 	}
 	r = ring_of(f);
@@ -1542,7 +1556,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 "is beyond what was sent to it (%llu): its consumer "
 			 "ring is corrupt", (unsigned long long)op->resume,
 			 (unsigned long long)sent_max(f));
-		open_refused(f, -EPROTO, why);
+		open_refused(f, why);
 		return;
 	}
 	/* then the producers' word: a tail behind what the peer holds is

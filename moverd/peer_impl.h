@@ -196,6 +196,9 @@ struct peer {
 	size_t ctrlq_bytes;
 	unsigned ctrlq_frames;
 	bool ctrlq_overflow;      /* a reply was refused: drop the peer */
+	bool ctrlq_nomem;         /* a control frame could not be had: the
+				   * link starts over (its flows reopen and
+				   * resume) rather than lose the frame */
 	uint8_t tx_hdr[TX_MAX_IOV][WIRE_HDR];
 	struct iovec tx_iov[TX_MAX_IOV];
 	unsigned tx_niov, tx_first, tx_nhdr;

@@ -52,6 +52,15 @@
  *      is seen by moverd at once (before, the child's copy of the control
  *      connection kept the consumer attached until the child exited, its
  *      slot holding the producers back)
+ *  15  a flow between hosts whose receiving end is not re-adopted (its
+ *      state file writable by others): neither its sender's reopen nor a
+ *      local create of the name makes it anew (which unlinked the ring
+ *      and lost its records); both are told why, the sender keeps asking;
+ *      once the file is mended and B restarted, every record arrives
+ *  16  the receiving host is short of room (--max-flows 1, taken): the
+ *      sender's open is refused for now, not for good (the flow stayed
+ *      failed, its producers held for ever); once the room is there the
+ *      flow opens and every record arrives
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -944,6 +953,118 @@ static void case_fork_child(void)
 	hd_stop(&d);
 }
 
+/* ---- case 15: a receiving end not re-adopted keeps its records ------------ */
+
+static void case_not_adopted(void)
+{
+	char out[4096], reason[512], path[256];
+	struct hd a, b;
+	pid_t prod, cons;
+
+	two_daemons(&a, &b, "life15", "na", "--ring-size 64K --max-record 1K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "na", "open", 10000, NULL, 0));
+	prod = fc_produce(&a, "na", 1, 100, 200);
+	fc_done(prod, "producer", 60000);
+	wait_tail(&b, "na", flow_u64(&a, "na", "tail") - 1); /* all of it */
+	hd_term(&b);
+	/* a state file others may write is not re-adopted (private_dir) */
+	snprintf(path, sizeof(path), "%s/rings/na.flow", b.dir);
+	CHECK(chmod(path, 0666) == 0);
+	restart(&b, NULL);
+	CHECK(hd_log_count(&b, "refusing to re-adopt") == 1);
+	CHECK(hd_wait_state(&a, moverctl_bin, "na", "reconnecting", 10000,
+			    reason, sizeof(reason)));
+	for (int i = 0; i < 500 && !strstr(reason, "did not re-adopt"); i++) {
+		usleep(10000);
+		hd_wait_state(&a, moverctl_bin, "na", "reconnecting", 1000,
+			      reason, sizeof(reason));
+	}
+	printf("  A: reconnecting: %s\n", reason);
+	CHECK(strstr(reason, "did not re-adopt"));
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create na "
+		     "--ring-size 64K") != 0);
+	CHECK(strstr(out, "did not re-adopt"));
+	hd_term(&b);
+	CHECK(chmod(path, 0600) == 0);
+	restart(&b, NULL);
+	CHECK(hd_wait_state(&a, moverctl_bin, "na", "open", 30000, NULL, 0));
+	cons = fc_consume(&b, "na", 1, 100, 200, 0);
+	fc_done(cons, "consumer", 60000);
+	printf("  B not re-adopting the flow kept its records; restarted, "
+	       "it gave all 100\n");
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 16: the receiving host short of room ------------------------------ */
+
+/* 16: an open B refuses for good (a local flow of the name there): A's
+ * flow fails, and its producers are told so (before: the flow failed with
+ * its ring open, and a producer filled it and waited for ever). */
+static void refused_for_good(struct hd *a, struct hd *b)
+{
+	unsigned char rec[64] = { 0 };
+	char out[4096];
+	flowshm_t *p = NULL;
+	int rc = 0;
+
+	CHECK(hd_ctl(b, moverctl_bin, out, sizeof(out), "flow destroy sr") ==
+	      0);
+	CHECK(hd_ctl(b, moverctl_bin, out, sizeof(out), "flow create clash "
+		     "--ring-size 64K") == 0);
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create clash "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1K",
+		     b->port) == 0);
+	CHECK(hd_wait_state(a, moverctl_bin, "clash", "failed", 10000, NULL,
+			    0));
+	setenv("FLOWMOVER_SOCKET", a->sock, 1);
+	rc = flowshm_attach("clash", FLOWSHM_PRODUCER, NULL, &p);
+	for (int i = 0; !rc && i < 2000; i++)
+		rc = flowshm_send(p, rec, sizeof(rec), 200 * 1000000ll);
+	printf("  refused for good: a producer of the failed flow got %s\n",
+	       flowshm_strerror(rc));
+	CHECK(rc == -EPROTO);
+	flowshm_detach(p);
+}
+
+static void case_short_of_room(void)
+{
+	char out[4096], reason[512];
+	struct hd a, b;
+	pid_t prod, cons;
+
+	hd_start(&b, moverd_bin, "life16-B", true,
+		 (const char *const[]){ "--max-flows", "1", NULL });
+	hd_start(&a, moverd_bin, "life16-A", false, tcp_only);
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create filler "
+		     "--ring-size 64K") == 0);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create sr "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1K",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "sr", "reconnecting", 10000,
+			    reason, sizeof(reason)));
+	for (int i = 0; i < 500 && !strstr(reason, "too many flows"); i++) {
+		usleep(10000);
+		hd_wait_state(&a, moverctl_bin, "sr", "reconnecting", 1000,
+			      reason, sizeof(reason));
+	}
+	printf("  A: reconnecting: %s\n", reason);
+	CHECK(strstr(reason, "too many flows"));
+	prod = fc_produce(&a, "sr", 1, 100, 200);
+	usleep(300000); /* a few of A's reopens, all refused */
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow destroy "
+		     "filler") == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "sr", "open", 30000, NULL, 0));
+	cons = fc_consume(&b, "sr", 1, 100, 200, 5000);
+	fc_done(prod, "producer", 60000);
+	fc_done(cons, "consumer", 60000);
+	printf("  B short of room refused the open for now; with room, all "
+	       "100 records came\n");
+	refused_for_good(&a, &b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -970,6 +1091,10 @@ int main(int argc, char **argv)
 		{ 13, case_id_wrap, "flow ids wrap" },
 		{ 14, case_fork_child, "a child of fork holds copies of "
 		  "attached handles" },
+		{ 15, case_not_adopted, "a receiving end not re-adopted keeps "
+		  "its records" },
+		{ 16, case_short_of_room, "the receiving host short of room: "
+		  "refused for now, not for good" },
 	};
 
 	if (argc != 4) {
