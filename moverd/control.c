@@ -1609,6 +1609,9 @@ static void accept_done(struct loop_op *op, int res)
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
+		log_limited(&refused_lim, LOG_LVL_WARN, "refusing a control "
+			    "client (uid %u, pid %d): out of memory",
+			    (unsigned)cred.uid, (int)cred.pid);
 		close(res);
 		return;
 	}

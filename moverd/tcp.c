@@ -401,7 +401,8 @@ static void tcp_connect(struct peer *p)
 	if (peer_address(p))
 		return;
 	p->fd = socket(p->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (p->fd < 0) {
+	if (p->fd < 0) { /* no fd (EMFILE): said as a failed connect */
+		connect_failed(p, -errno);
 		p->retry_at_ns = fr_now_ns() + 1000000000ull;
 		return;
 	}
@@ -487,6 +488,8 @@ static void accept_done(struct loop_op *op, int res)
 	snprintf(addr, sizeof(addr), "%s:%s", host, serv);
 	p = peer_new(m, addr, false, &tcp_transport);
 	if (!p) {
+		log_limited(&refused_lim, LOG_LVL_WARN, "refusing a peer "
+			    "connection from %s: out of memory", host);
 		close(res);
 		return;
 	}
