@@ -23,11 +23,20 @@ static _Thread_local char attach_err[CTL_ERR_MAX + 128];
  * and meanwhile a consumer's slot held the producers back.  In the child
  * every listed handle's connection is closed and the handle marked forked:
  * its detach there frees the child's copy and gives back no slot (the
- * slots are the parent's).  The lock is held across fork (prepare, then
- * parent and child), so the child sees a whole list.
+ * slots are the parent's).  A connection is listed from its connect (an
+ * attach under way, as `pending`, its node on the attaching thread's
+ * stack) to its close (fsi_attached_close), each change under the lock,
+ * which is held across fork (prepare, then parent and child): the child
+ * sees a whole list.
  */
+struct pending_sock {
+	int fd;
+	struct pending_sock *next;
+};
+
 static pthread_mutex_t attached_lock = PTHREAD_MUTEX_INITIALIZER;
 static flowshm_t *attached;
+static struct pending_sock *pending;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void fork_prepare(void)
@@ -47,6 +56,10 @@ static void fork_child(void)
 		f->ctl_fd = -1;
 		f->forked = true;
 	}
+	/* attaches under way in the parent's other threads: not here */
+	for (struct pending_sock *p = pending; p; p = p->next)
+		close(p->fd);
+	pending = NULL;
 	pthread_mutex_unlock(&attached_lock);
 }
 
@@ -55,10 +68,48 @@ static void register_atfork(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-void fsi_attached_add(flowshm_t *f)
+/* A control connection for an attach, listed once connected (not
+ * across the connect: it may wait up to CTL_DEFAULT_TIMEOUT_MS for a
+ * stalled moverd, and a fork would wait as long; a fork in the few
+ * instructions between is the one it misses). */
+static int connect_listed(const char *path, struct pending_sock *p)
 {
 	pthread_once(&atfork_once, register_atfork);
+	p->fd = ctl_connect(path);
+	if (p->fd < 0)
+		return p->fd;
 	pthread_mutex_lock(&attached_lock);
+	p->next = pending;
+	pending = p;
+	pthread_mutex_unlock(&attached_lock);
+	return p->fd;
+}
+
+static void unlist_pending(struct pending_sock *p)
+{
+	for (struct pending_sock **pp = &pending; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			return;
+		}
+	}
+}
+
+/* The attach failed: its connection closes, off the list. */
+static void close_pending(struct pending_sock *p)
+{
+	pthread_mutex_lock(&attached_lock);
+	unlist_pending(p);
+	close(p->fd);
+	pthread_mutex_unlock(&attached_lock);
+}
+
+/* The attach made f: its connection, pending until now, is f's. */
+static void attached_add(flowshm_t *f, struct pending_sock *p)
+{
+	pthread_mutex_lock(&attached_lock);
+	unlist_pending(p);
+	f->ctl_fd = p->fd; /* held until detach: our liveness */
 	f->attached_prev = NULL;
 	f->attached_next = attached;
 	if (attached)
@@ -68,18 +119,23 @@ void fsi_attached_add(flowshm_t *f)
 	pthread_mutex_unlock(&attached_lock);
 }
 
-void fsi_attached_remove(flowshm_t *f)
+void fsi_attached_close(flowshm_t *f)
 {
-	if (!f->listed)
+	if (!f->listed && f->ctl_fd < 0)
 		return;
 	pthread_mutex_lock(&attached_lock);
-	if (f->attached_prev)
-		f->attached_prev->attached_next = f->attached_next;
-	else
-		attached = f->attached_next;
-	if (f->attached_next)
-		f->attached_next->attached_prev = f->attached_prev;
-	f->listed = false;
+	if (f->listed) {
+		if (f->attached_prev)
+			f->attached_prev->attached_next = f->attached_next;
+		else
+			attached = f->attached_next;
+		if (f->attached_next)
+			f->attached_next->attached_prev = f->attached_prev;
+		f->listed = false;
+	}
+	if (f->ctl_fd >= 0)
+		close(f->ctl_fd);
+	f->ctl_fd = -1;
 	pthread_mutex_unlock(&attached_lock);
 }
 
@@ -150,6 +206,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 	Flowmover__Response *resp = NULL;
 	struct fsi_pid_view view;
 	const char *path;
+	struct pending_sock pend;
 	int sock, fds[2] = { -1, -1 }, rc;
 
 	attach_err[0] = '\0';
@@ -165,7 +222,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 		return -EINVAL;
 	}
 	path = ctl_socket_path(NULL);
-	sock = ctl_connect(path);
+	sock = connect_listed(path, &pend);
 	if (sock < 0) {
 		snprintf(attach_err, sizeof(attach_err), "%s",
 			 ctl_last_error());
@@ -223,8 +280,7 @@ static int attach_waiting(const char *flow_name, enum flowshm_role role,
 		*out = NULL;
 		goto out;
 	}
-	(*out)->ctl_fd = sock; /* held until detach: our liveness */
-	fsi_attached_add(*out);
+	attached_add(*out, &pend);
 	snprintf((*out)->name, sizeof((*out)->name), "%s", flow_name);
 	/* the moverd start that owns the ring now (flowshm_state) */
 	(*out)->epoch = fsi_epoch(*out);
@@ -234,7 +290,7 @@ out:
 		if (fds[i] >= 0)
 			close(fds[i]);
 	if (rc)
-		close(sock);
+		close_pending(&pend);
 	return rc;
 }
 

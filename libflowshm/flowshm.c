@@ -386,8 +386,8 @@ void flowshm_close(flowshm_t *f)
 {
 	if (!f)
 		return;
-	fsi_attached_remove(f);
 	if (f->forked) { /* a child's copy: the slots are the parent's */
+		fsi_attached_close(f);
 		unmap(f);
 		return;
 	}
@@ -400,8 +400,7 @@ void flowshm_close(flowshm_t *f)
 	if (f->ring.prod < FR_MAX_PRODS)
 		fr_prod_leave(&f->ring, f->ring.prod, f->ring.prod_gen);
 	fr_count_flush(&f->ring); /* our claims, before moverd sees us go */
-	if (f->ctl_fd >= 0)
-		close(f->ctl_fd);
+	fsi_attached_close(f);
 	unmap(f);
 }
 

@@ -43,12 +43,9 @@ static inline void fsi_cpu_relax(void)
 #endif
 }
 
-/* f now holds a control connection to moverd (attach.c): its copy in a
- * child of fork is forgotten there (below). */
-void fsi_attached_add(flowshm_t *f);
-
-/* f's control connection is about to close (flowshm_close). */
-void fsi_attached_remove(flowshm_t *f);
+/* f's control connection to moverd (attach.c) closes, off the list that
+ * fork's child handler walks (nothing if it has none). */
+void fsi_attached_close(flowshm_t *f);
 
 /* Does the consumer f have something for a read call (a record, or an
  * end or error)?  Runs fr_peek: the caller owns f (its thread). */

@@ -168,13 +168,16 @@ static void file_name(const char *name, const char *ext, char *out, size_t cap)
 #define FILE_NAME_MAX (FLOW_NAME_MAX + 16)
 #define NOT_ADOPTED_RETRY_MS 10000u
 
+/* The state file first: a ring left without one (moverd killed between
+ * the two) is no flow, and a create unlinks it; a state file left alone
+ * would make every create of the name refused (not_adopted). */
 static void remove_files(const struct flow_table *t, const char *name)
 {
 	char file[FILE_NAME_MAX];
 
-	file_name(name, "ring", file, sizeof(file));
-	unlinkat(t->state_fd, file, 0);
 	file_name(name, "flow", file, sizeof(file));
+	unlinkat(t->state_fd, file, 0);
+	file_name(name, "ring", file, sizeof(file));
 	unlinkat(t->state_fd, file, 0);
 }
 
@@ -1264,6 +1267,15 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 			 max_flows);
 		return -EDQUOT;
 	}
+	if (ring > max_bytes) { /* not now, not ever: for good */
+		snprintf(err, errlen, "quota exceeded: a ring of %llu bytes "
+			 "is above the limit (%s) of %llu for %s",
+			 (unsigned long long)ring,
+			 peer ? "--peer-max-ring-bytes" :
+				"--max-ring-bytes-per-uid",
+			 (unsigned long long)max_bytes, who);
+		return -EFBIG;
+	}
 	if (u.bytes + ring > max_bytes || u.bytes + ring < ring) {
 		snprintf(err, errlen, "quota exceeded: %s has rings of %llu "
 			 "bytes here; %llu more would pass the limit (%s) of "
@@ -1489,6 +1501,15 @@ static int check_state_dir(const struct flow_table *t, uint64_t ring,
 	keep = total / 100 * t->limits.state_dir_reserve;
 	if (avail >= need && avail - need >= keep)
 		return 0;
+	if (need > total - keep) { /* not now, not ever: for good */
+		snprintf(err, errlen, "a ring of %llu bytes is larger than "
+			 "the state directory %s can ever hold (%llu bytes, "
+			 "%u%% kept free: --state-dir-reserve)",
+			 (unsigned long long)need, t->state_dir,
+			 (unsigned long long)total,
+			 t->limits.state_dir_reserve);
+		return -EFBIG;
+	}
 	snprintf(err, errlen, "no room: a ring of %llu bytes would leave the "
 		 "state directory %s with less than %u%% free "
 		 "(--state-dir-reserve; %llu of %llu bytes free)",
@@ -1659,14 +1680,12 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	/* every flow is a file (local ones too, issue 15), so that a
 	 * restarted moverd re-adopts it; a stale one goes first, anything
 	 * else there fails O_EXCL */
-	rc = check_state_dir(t, p.ring_size, err, errlen);
+	rc = t->state_fd >= 0 ? not_adopted(t, spec, err, errlen) : 0;
+	if (!rc)
+		rc = check_state_dir(t, p.ring_size, err, errlen);
 	if (!rc) /* last: a create refused for another reason costs nothing */
 		rc = check_rate(t, spec, uid, p.ring_size, err, errlen);
 	if (rc) {
-		free(f);
-		return rc;
-	}
-	if (t->state_fd >= 0 && (rc = not_adopted(t, spec, err, errlen))) {
 		free(f);
 		return rc;
 	}

@@ -267,6 +267,10 @@ struct flow {
 	uint64_t cut_ns;          /* the last cut (fr_now_ns) */
 	uint64_t rejoin_at_ns;    /* 0: no rejoin due */
 	uint64_t rejoin_backoff_ns;
+	/* sender: the wait before asking again a receiver short of room
+	 * (peer.c, short_of): REOPEN_NS doubling to SHORT_MAX_NS, from 0
+	 * again once the flow is open */
+	uint64_t short_backoff_ns;
 	/* its subscription ended because member twin_id of the same flow
 	 * leads to the same daemon (fanout_twin): it rejoins once that
 	 * one is gone (fanout.c, rejoin_twins); 0: none */

@@ -941,16 +941,29 @@ bool consumer_head(struct peer *p, struct flow *f, uint64_t *head)
  * moved it while moverd was down (past what was deposited, or off the
  * record grid) would have the sender skip records it never sent.  Records
  * forged along with it pass: the trust a ring's consumers have in each
- * other (docs/security.md).  One walk of the unread part of the ring, at
- * most its size, once per restart.
+ * other (docs/security.md).  One walk of the unread part of the ring, once
+ * per restart, on the loop: of at most REACH_WALK_MAX records (a ring of
+ * small records unread would otherwise hold every flow's data for the
+ * walk of tens of millions of headers); past them `published` is taken
+ * unchecked if the records go on.
  */
+#define REACH_WALK_MAX (1u << 20)
+
 static bool records_reach(const struct fr_ring *r, uint64_t head,
 			  uint64_t pub)
 {
-	uint64_t end;
+	uint64_t end, more, n = 0;
 	bool stuck;
 
-	return !fr_scan(r, head, pub, &end, &stuck) && end == pub;
+	if (fr_scan_records_max(r, head, pub, REACH_WALK_MAX, &end, &stuck,
+				&n) || stuck)
+		return false;
+	if (end == pub)
+		return true;
+	/* short of pub without an error: the walk's bound, if a record
+	 * goes on from there within pub; else one that crosses pub */
+	return !fr_scan_records_max(r, end, pub, 1, &more, &stuck, &n) &&
+	       more > end;
 }
 
 /*
@@ -1459,12 +1472,28 @@ static void cuts_record(struct peer *p, struct flow *f, const char *what,
  */
 /* A refusal of the receiver's that says it is short of something that
  * comes back (a full state directory, memory, fds, a quota of flows as
- * others go): not the flow's fault, so not for good.  An older receiver
- * says these without a retry_ms; the reopen backs off as for -EAGAIN. */
+ * others go): not the flow's fault, so not for good; asked again with a
+ * backoff (short_wait_ns).  What can never fit there (a ring above its
+ * limits or its filesystem alone) it says as -EFBIG: for good. */
 static bool short_of(int error)
 {
 	return error == -ENOSPC || error == -EDQUOT || error == -ENOMEM ||
 	       error == -EMFILE || error == -ENFILE;
+}
+
+/* The wait before asking a receiver short of room again: what it said,
+ * and at least a backoff that doubles with each such refusal in a row
+ * (a shortage can last: a quota held by others' flows, a disk full). */
+static uint64_t short_wait_ns(struct flow *f,
+			      const Flowmover__PeerFlowOpened *op)
+{
+	uint64_t said = reopen_wait_ns(op);
+
+	f->short_backoff_ns = f->short_backoff_ns ?
+				      2 * f->short_backoff_ns : REOPEN_NS;
+	if (f->short_backoff_ns > SHORT_MAX_NS)
+		f->short_backoff_ns = SHORT_MAX_NS;
+	return said > f->short_backoff_ns ? said : f->short_backoff_ns;
 }
 
 /* The receiver refused the flow for good: it fails here too, and its
@@ -1523,7 +1552,9 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		 * terminal */
 		log_safe(op->message, msg, sizeof(msg));
 		flows_set_state(f, FLOW_RECONNECTING, msg);
-		peer_reopen_at(p->m, f, fr_now_ns() + reopen_wait_ns(op));
+		peer_reopen_at(p->m, f, fr_now_ns() + (short_of(op->error) ?
+						       short_wait_ns(f, op) :
+						       reopen_wait_ns(op)));
 		return;
 	}
 	if (op->error) {
@@ -1586,6 +1617,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	fr_release(r, f->acked); /* delivered before the link broke */
 	fr_sub_publish(r);
 	f->st.resumes += f->state == FLOW_RECONNECTING;
+	f->short_backoff_ns = 0;
 	if (f->rejoining) { /* a later open resumes this incarnation */
 		f->rejoining = false;
 		fanout_save_cuts(f);

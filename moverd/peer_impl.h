@@ -51,6 +51,8 @@
 #define SEND_DEADLINE_NS 10000000000ull /* a send in flight this long */
 #define REOPEN_NS      100000000ull /* retry an open answered -EAGAIN */
 #define REOPEN_MAX_NS  60000000000ull /* ... at most this long after */
+#define SHORT_MAX_NS   5000000000ull /* ... a receiver short of room:
+					 * backoff from REOPEN_NS up to this */
 /* A byte-stream receive between bodies reads up to this much: a header
  * with a small record's body and the acknowledgements behind it come in
  * one system call; of a large body at most this much is copied, and the

@@ -51,7 +51,8 @@
  *      parent reads on), and while a child lives on the parent's detach
  *      is seen by moverd at once (before, the child's copy of the control
  *      connection kept the consumer attached until the child exited, its
- *      slot holding the producers back)
+ *      slot holding the producers back); the same for a child forked
+ *      while another thread's attach waits for its flow
  *  15  a flow between hosts whose receiving end is not re-adopted (its
  *      state file writable by others): neither its sender's reopen nor a
  *      local create of the name makes it anew (which unlinked the ring
@@ -60,7 +61,9 @@
  *  16  the receiving host is short of room (--max-flows 1, taken): the
  *      sender's open is refused for now, not for good (the flow stayed
  *      failed, its producers held for ever); once the room is there the
- *      flow opens and every record arrives
+ *      flow opens and every record arrives; refused for good (a name
+ *      taken there), the sender's producers get -EPROTO; a ring above
+ *      the receiver's --peer-max-ring-bytes alone fails for good
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -68,6 +71,7 @@
 #include "ring.h"
 
 #include <limits.h>
+#include <pthread.h>
 
 static const char *moverd_bin, *moverctl_bin, *flowcheck_bin;
 
@@ -893,6 +897,50 @@ static void case_id_wrap(void)
 
 /* ---- case 14: a child of fork ----------------------------------------------- */
 
+/* 14: a consumer attach of flow "fw" that waits for the flow. */
+static void *attach_waiting(void *arg)
+{
+	flowshm_t **c = arg;
+
+	CHECK_RC(flowshm_attach_wait("fw", FLOWSHM_CONSUMER, NULL,
+				     20 * 1000000000ll, c), 0);
+	return NULL;
+}
+
+/* 14: a child forked while another thread's attach waits for its flow:
+ * the connection it copied is closed there too, so the parent's detach
+ * is seen while the child lives. */
+static void fork_during_attach(const struct hd *d)
+{
+	char out[4096];
+	flowshm_t *c = NULL;
+	pthread_t th;
+	pid_t child;
+	int go[2];
+
+	CHECK(pthread_create(&th, NULL, attach_waiting, &c) == 0);
+	usleep(200000); /* its connection made, its wait under way */
+	CHECK(pipe(go) == 0);
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		char b;
+
+		close(go[1]);
+		_exit(read(go[0], &b, 1) == 0 ? 0 : 1);
+	}
+	close(go[0]);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create fw "
+		     "--ring-size 64K --max-record 1K") == 0);
+	CHECK(pthread_join(th, NULL) == 0 && c);
+	CHECK(hd_wait_count(d, moverctl_bin, "fw", "consumers", 1, 5000));
+	flowshm_detach(c);
+	CHECK(hd_wait_count(d, moverctl_bin, "fw", "consumers", 0, 5000));
+	close(go[1]);
+	CHECK(hx_wait(child, 10000) == 0);
+}
+
 /* Is consumer c's subscriber slot still its own (active, same gen)? */
 static bool slot_held(const flowshm_t *c)
 {
@@ -948,8 +996,10 @@ static void case_fork_child(void)
 	close(go[1]);
 	CHECK(hx_wait(child, 10000) == 0);
 	flowshm_detach(p);
+	fork_during_attach(&d);
 	printf("  a child's detach left the parent's slot alone; the parent's "
-	       "detach was seen while a child lived\n");
+	       "detach was seen while a child lived, also one forked while "
+	       "the attach waited\n");
 	hd_stop(&d);
 }
 
@@ -1025,6 +1075,17 @@ static void refused_for_good(struct hd *a, struct hd *b)
 	       flowshm_strerror(rc));
 	CHECK(rc == -EPROTO);
 	flowshm_detach(p);
+	/* a ring above B's --peer-max-ring-bytes alone: never, so for good
+	 * (not asked again for ever as a quota that may free up) */
+	CHECK(hd_ctl(b, moverctl_bin, out, sizeof(out), "flow destroy clash") ==
+	      0);
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create huge "
+		     "--peer 127.0.0.1:%d --ring-size 256K --max-record 1K",
+		     b->port) == 0);
+	CHECK(hd_wait_state(a, moverctl_bin, "huge", "failed", 10000, out,
+			    sizeof(out)));
+	printf("  a ring above the receiver's limit: failed: %s\n", out);
+	CHECK(strstr(out, "--peer-max-ring-bytes"));
 }
 
 static void case_short_of_room(void)
@@ -1034,7 +1095,9 @@ static void case_short_of_room(void)
 	pid_t prod, cons;
 
 	hd_start(&b, moverd_bin, "life16-B", true,
-		 (const char *const[]){ "--max-flows", "1", NULL });
+		 (const char *const[]){ "--max-flows", "1",
+					"--peer-max-ring-bytes", "128K",
+					NULL });
 	hd_start(&a, moverd_bin, "life16-A", false, tcp_only);
 	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create filler "
 		     "--ring-size 64K") == 0);
