@@ -1005,9 +1005,27 @@ static void case_fork_child(void)
 
 /* ---- case 15: a receiving end not re-adopted keeps its records ------------ */
 
+/* 15, 16: flow name on d reconnecting, its reason saying why (the
+ * receiver's refusal, once its answer came). */
+static void wait_reconnecting(const struct hd *d, const char *name,
+			      const char *why)
+{
+	char reason[512] = "";
+
+	CHECK(hd_wait_state(d, moverctl_bin, name, "reconnecting", 10000,
+			    reason, sizeof(reason)));
+	for (int i = 0; i < 500 && !strstr(reason, why); i++) {
+		usleep(10000);
+		hd_wait_state(d, moverctl_bin, name, "reconnecting", 1000,
+			      reason, sizeof(reason));
+	}
+	printf("  %s: reconnecting: %s\n", name, reason);
+	CHECK(strstr(reason, why));
+}
+
 static void case_not_adopted(void)
 {
-	char out[4096], reason[512], path[256];
+	char out[4096], path[256];
 	struct hd a, b;
 	pid_t prod, cons;
 
@@ -1022,15 +1040,7 @@ static void case_not_adopted(void)
 	CHECK(chmod(path, 0666) == 0);
 	restart(&b, NULL);
 	CHECK(hd_log_count(&b, "refusing to re-adopt") == 1);
-	CHECK(hd_wait_state(&a, moverctl_bin, "na", "reconnecting", 10000,
-			    reason, sizeof(reason)));
-	for (int i = 0; i < 500 && !strstr(reason, "did not re-adopt"); i++) {
-		usleep(10000);
-		hd_wait_state(&a, moverctl_bin, "na", "reconnecting", 1000,
-			      reason, sizeof(reason));
-	}
-	printf("  A: reconnecting: %s\n", reason);
-	CHECK(strstr(reason, "did not re-adopt"));
+	wait_reconnecting(&a, "na", "did not re-adopt");
 	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow create na "
 		     "--ring-size 64K") != 0);
 	CHECK(strstr(out, "did not re-adopt"));
@@ -1090,7 +1100,7 @@ static void refused_for_good(struct hd *a, struct hd *b)
 
 static void case_short_of_room(void)
 {
-	char out[4096], reason[512];
+	char out[4096];
 	struct hd a, b;
 	pid_t prod, cons;
 
@@ -1104,15 +1114,7 @@ static void case_short_of_room(void)
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create sr "
 		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1K",
 		     b.port) == 0);
-	CHECK(hd_wait_state(&a, moverctl_bin, "sr", "reconnecting", 10000,
-			    reason, sizeof(reason)));
-	for (int i = 0; i < 500 && !strstr(reason, "too many flows"); i++) {
-		usleep(10000);
-		hd_wait_state(&a, moverctl_bin, "sr", "reconnecting", 1000,
-			      reason, sizeof(reason));
-	}
-	printf("  A: reconnecting: %s\n", reason);
-	CHECK(strstr(reason, "too many flows"));
+	wait_reconnecting(&a, "sr", "too many flows");
 	prod = fc_produce(&a, "sr", 1, 100, 200);
 	usleep(300000); /* a few of A's reopens, all refused */
 	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "flow destroy "
