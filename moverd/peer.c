@@ -1462,14 +1462,6 @@ static void cuts_record(struct peer *p, struct flow *f, const char *what,
 	fail_sender(f, why);
 }
 
-/*
- * The peer refused f's open (error, its words made safe in msg), or its
- * answer cannot be taken.  One peer of several: only its subscription
- * ends (its receiving ring's trouble is not the producer ring's).  The
- * receiver's consumer ring is corrupt (-EPROTO, -EIO): the flow is over,
- * and its producers are told (-EPROTO) rather than left waiting for space
- * that never comes; another refusal leaves the ring as it is.
- */
 /* A refusal of the receiver's that says it is short of something that
  * comes back (a full state directory, memory, fds, a quota of flows as
  * others go): not the flow's fault, so not for good; asked again with a
@@ -1496,9 +1488,14 @@ static uint64_t short_wait_ns(struct flow *f,
 	return said > f->short_backoff_ns ? said : f->short_backoff_ns;
 }
 
-/* The receiver refused the flow for good: it fails here too, and its
- * producers are told (-EPROTO): a flow failed with its ring still open
- * held them for ever once the ring was full. */
+/*
+ * The peer refused f's open for good (its words made safe in msg), or its
+ * answer cannot be taken.  One peer of several: only its subscription
+ * ends (its receiving ring's trouble is not the producer ring's).  Else
+ * the flow is over here too, and its producers are told (-EPROTO) rather
+ * than left waiting for space that never comes (before, only a corrupt
+ * receiving ring, -EPROTO or -EIO, told them).
+ */
 static void open_refused(struct flow *f, const char *msg)
 {
 	if (fanout_member(f)) {
