@@ -1642,9 +1642,10 @@ static int not_adopted(const struct flow_table *t,
 	if (faccessat(t->state_fd, file, F_OK, AT_SYMLINK_NOFOLLOW))
 		return 0;
 	snprintf(err, errlen, "flow '%s' has files in %s that this start of "
-		 "moverd did not re-adopt (its log says why): restart moverd "
-		 "once that is mended, or remove %s/%s.* to start the flow "
-		 "anew", spec->name, t->state_dir, t->state_dir, spec->name);
+		 "moverd did not re-adopt (its log says why, unless another "
+		 "moverd uses that directory too): restart moverd once that "
+		 "is mended, or remove %s/%s.* to start the flow anew",
+		 spec->name, t->state_dir, t->state_dir, spec->name);
 	if (spec->retry_ms)
 		*spec->retry_ms = NOT_ADOPTED_RETRY_MS;
 	return -EAGAIN;

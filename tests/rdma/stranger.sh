@@ -29,7 +29,11 @@ moverd=$build/moverd/moverd
 ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
 pinned_kib() { awk '/^VmPin:/ { print $2 }' "/proc/$1/status"; }
 "$build/control/moverctl" keygen "$run/peer.key" >/dev/null
-"$moverd" -f --socket "$run/b.s" --listen "$ip:$port" --transport rdma \
+# each daemon a state directory of its own (with both sockets in $run,
+# both defaulted to $run/rings: B took A's state file of flow r for a flow
+# of its own it had not re-adopted, and refused the open)
+"$moverd" -f --socket "$run/b.s" --state-dir "$run/b.rings" \
+    --listen "$ip:$port" --transport rdma \
     --peer-key "$run/peer.key" --peer-hello-timeout 60 >"$run/b.log" 2>&1 &
 b=$!
 pids+=("$b")
@@ -86,8 +90,8 @@ kill -0 "$mc" || fail "moverd C died"
 echo "stranger.sh: a connection that never came up dropped after 2 s; a connect to a deaf listener timed out after 2 s"
 
 # a real peer beside them: every buffer once authenticated
-"$moverd" -f --socket "$run/a.s" --transport rdma --peer-key "$run/peer.key" \
-    >"$run/a.log" 2>&1 &
+"$moverd" -f --socket "$run/a.s" --state-dir "$run/a.rings" --transport rdma \
+    --peer-key "$run/peer.key" >"$run/a.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do ctl a status >/dev/null 2>&1 && break; sleep 0.05; done
 ctl a flow create r --ring-size 1M --max-record 4K --peer "$ip:$port" >/dev/null
