@@ -3,9 +3,10 @@
  * resource; applications and moverctl talk to it over the control socket.
  *
  * Start-up order: options (config file, then command line), daemonize
- * unless --foreground, take the daemon lock (one moverd per socket), open
- * the control socket, run the io_uring loop until SIGTERM/SIGINT, then close
- * every flow (clients see -EPIPE), every client and the socket.
+ * unless --foreground, take the daemon locks (one moverd per socket and per
+ * state directory), open the control socket, run the io_uring loop until
+ * SIGTERM/SIGINT, then close every flow (clients see -EPIPE), every client
+ * and the socket.
  */
 #include "auth.h"
 #include "control.h"
@@ -124,7 +125,8 @@ struct daemon {
 	struct loop_op sig_op;
 	int sig_fd;
 	struct signalfd_siginfo si;
-	int lock_fd;
+	int lock_fd;              /* SOCKET.lock */
+	int state_lock_fd;        /* STATE_DIR/moverd.lock */
 	int run_fd;               /* the socket's directory */
 	int state_fd;             /* --state-dir */
 	struct auth_key key;      /* loaded from opt.peer_key */
@@ -848,17 +850,20 @@ static int open_dirs(struct daemon *d)
 	return 0;
 }
 
-/* One moverd per socket: an exclusive flock on SOCKET.lock. */
-static int take_lock(struct daemon *d)
+/*
+ * An exclusive flock on NAME in the directory DIR_FD (PATH for messages),
+ * holding our pid and socket for the next one that tries: the lock fd, or
+ * -1 (logged).  WHAT the lock guards and WHY_ONE, for the refusal.
+ */
+static int lock_file(const struct daemon *d, int dir_fd, const char *name,
+		     const char *path, const char *what, const char *why_one)
 {
-	char path[PATH_MAX + 8], name[PATH_MAX + 8], pid[32], why[200];
+	char owner[PATH_MAX + 32], why[200];
 	int fd, n;
 
-	snprintf(path, sizeof(path), "%s.lock", d->opt.socket);
-	snprintf(name, sizeof(name), "%s.lock", socket_name(d->opt.socket));
 	/* in our own directory, and never through a link; O_NONBLOCK: a
 	 * FIFO planted there must not hang us (no effect on a file) */
-	fd = openat(d->run_fd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+	fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 		    O_CLOEXEC, 0644);
 	if (fd < 0) {
 		log_error("cannot open %s: %s", path, strerror(errno));
@@ -870,19 +875,51 @@ static int take_lock(struct daemon *d)
 		return -1;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		n = (int)pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = 0;
-		pid[strcspn(pid, "\n")] = 0;
-		log_error("another moverd (pid %s) is already running on %s",
-			  pid[0] ? pid : "?", d->opt.socket);
+		char *sock;
+
+		n = (int)pread(fd, owner, sizeof(owner) - 1, 0);
+		owner[n > 0 ? n : 0] = 0;
+		sock = owner + strcspn(owner, "\n");
+		if (*sock)
+			*sock++ = 0;
+		sock[strcspn(sock, "\n")] = 0;
+		log_error("another moverd (pid %s%s%s) is already running "
+			  "on %s (%s): %s", owner[0] ? owner : "?",
+			  *sock ? ", socket " : "", sock, what, path, why_one);
 		close(fd);
 		return -1;
 	}
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n)
+	n = snprintf(owner, sizeof(owner), "%d\n%s\n", (int)getpid(),
+		     d->opt.socket);
+	if (n >= (int)sizeof(owner) || ftruncate(fd, 0) ||
+	    pwrite(fd, owner, (size_t)n, 0) != n)
 		log_warn("cannot write pid to %s", path);
-	d->lock_fd = fd;
-	return 0;
+	return fd;
+}
+
+/*
+ * One moverd per socket (SOCKET.lock) and one per state directory
+ * (STATE_DIR/moverd.lock; no flow's file ends in .lock): two daemons
+ * sharing rings would unlink and write over each other's files.  Both
+ * default to the socket's directory, so two sockets side by side need a
+ * --state-dir each.  Held until exit, by the daemonized child.
+ */
+static int take_locks(struct daemon *d)
+{
+	char path[PATH_MAX + 16], name[PATH_MAX + 8];
+
+	snprintf(path, sizeof(path), "%s.lock", d->opt.socket);
+	snprintf(name, sizeof(name), "%s.lock", socket_name(d->opt.socket));
+	d->lock_fd = lock_file(d, d->run_fd, name, path, d->opt.socket,
+			       "one moverd per socket");
+	if (d->lock_fd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/moverd.lock", d->opt.state_dir);
+	d->state_lock_fd = lock_file(d, d->state_fd, "moverd.lock", path,
+				     d->opt.state_dir, "one moverd per state "
+				     "directory; give each a --state-dir of "
+				     "its own");
+	return d->state_lock_fd < 0 ? -1 : 0;
 }
 
 /*
@@ -1379,7 +1416,7 @@ int main(int argc, char **argv)
 	}
 	log_setup(d.opt.level, d.opt.use_syslog || !d.opt.foreground);
 	log_peer_security(&d);
-	if (take_lock(&d))
+	if (take_locks(&d))
 		return 1;
 	open_counters(&d);
 	close(d.run_fd); /* the lock and the counters were its only files;

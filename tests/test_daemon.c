@@ -4,7 +4,8 @@
  *
  *   usage: test_daemon MOVERD MOVERCTL
  *
- * Covers: status; refusing a second daemon on the same socket; flow
+ * Covers: status; refusing a second daemon on the same socket or state
+ * directory; flow
  * create/list/show/destroy with moverctl (human and --json); producers and a
  * consumer attached by name moving records; attach counts following client
  * death; -ENOENT, -EBUSY (a 17th consumer), -ECONNREFUSED, -EACCES (another uid); bad frames
@@ -171,6 +172,23 @@ static void status_request(int fd)
 
 /* ---- tests -------------------------------------------------------------- */
 
+/* The pid in moverd's lock file SOCK.lock (0: none yet). */
+static pid_t lock_pid(const char *sock)
+{
+	char path[300], buf[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s.lock", sock);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return (pid_t)atoi(buf);
+}
+
+
 static void test_status_and_single_instance(void)
 {
 	char out[8192];
@@ -189,6 +207,39 @@ static void test_status_and_single_instance(void)
 		CHECK(system(cmd) == 0);
 	}
 	CHECK(ctl(out, sizeof(out), "status") == 0); /* first one unharmed */
+	/* a second socket beside ours defaults to the same state directory:
+	 * refused (it would re-adopt our flows and unlink our rings), and
+	 * started with a --state-dir of its own */
+	{
+		char cmd[1024], sock2[128], dir[128];
+		pid_t pid2;
+
+		CHECK(ctl(out, sizeof(out), "flow create sd") == 0);
+		snprintf(sock2, sizeof(sock2), "%s.2", sock_path);
+		snprintf(cmd, sizeof(cmd), "timeout 10 %s --foreground --socket "
+			 "%s >%s.log 2>&1; test $? = 1 && grep 'already running' "
+			 "%s.log | grep -q 'rings/moverd.lock): one moverd per "
+			 "state directory'", moverd_bin, sock2, sock2, sock2);
+		CHECK(system(cmd) == 0);
+		CHECK(ctl(out, sizeof(out), "flow show sd") == 0);
+		snprintf(dir, sizeof(dir), "%s.2-rings", sock_path);
+		snprintf(cmd, sizeof(cmd), "%s --socket %s --state-dir %s "
+			 "--socket-mode 0600", moverd_bin, sock2, dir);
+		CHECK(system(cmd) == 0); /* daemonized: 0 once ready */
+		pid2 = lock_pid(sock2);
+		CHECK(pid2 > 0);
+		snprintf(cmd, sizeof(cmd), "%s --socket %s flow list | "
+			 "grep -q sd", moverctl_bin, sock2);
+		st = system(cmd);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* not ours */
+		CHECK(kill(pid2, SIGTERM) == 0);
+		for (int i = 0; i < 500 && kill(pid2, 0) == 0; i++)
+			usleep(10000);
+		CHECK(kill(pid2, 0) == -1);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		CHECK(system(cmd) == 0);
+		CHECK(ctl(out, sizeof(out), "flow destroy sd") == 0);
+	}
 	/* no daemon there */
 	{
 		char cmd[512];
@@ -453,22 +504,6 @@ static void test_sigterm(void)
 	CHECK(access(sock_path, F_OK) == -1);
 	flowshm_detach(p);
 	attach("f1", FLOWSHM_PRODUCER, -ECONNREFUSED);
-}
-
-/* The pid in moverd's lock file SOCK.lock (0: none yet). */
-static pid_t lock_pid(const char *sock)
-{
-	char path[300], buf[32] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s.lock", sock);
-	f = fopen(path, "r");
-	if (!f)
-		return 0;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return (pid_t)atoi(buf);
 }
 
 /*
