@@ -1014,31 +1014,35 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 static struct termios saved_tio;
 static bool tio_saved;
 
-static void restore_terminal(void)
-{
-	if (!tio_saved)
-		return;
-	tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
-	printf("\x1b[?25h\r\n");  /* the cursor back */
-	fflush(stdout);
-	tio_saved = false;
-}
-
-/* SIGINT, SIGTERM: the terminal back as it was, and out.  Only calls that
- * are async-signal-safe (tcsetattr, write, _exit): the signal may come in
- * the middle of a printf, whose buffer is then dropped with the process. */
-static void on_signal(int sig)
+/* The terminal's modes and cursor back.  Only calls that are
+ * async-signal-safe (tcsetattr, write): on_signal calls it too. */
+static void tty_back(void)
 {
 	static const char cursor_back[] = "\x1b[?25h\r\n";
 	ssize_t ignored; /* a failed write: nothing else to do here */
 
+	tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+	ignored = write(STDOUT_FILENO, cursor_back, sizeof(cursor_back) - 1);
+	(void)ignored;
+}
+
+static void restore_terminal(void)
+{
+	if (!tio_saved)
+		return;
+	fflush(stdout); /* what printf buffered goes before the cursor */
+	tty_back();
+	tio_saved = false;
+}
+
+/* SIGINT, SIGTERM: the terminal back as it was, and out.  The signal may
+ * come in the middle of a printf, whose buffer is then dropped with the
+ * process. */
+static void on_signal(int sig)
+{
 	(void)sig;
-	if (tio_saved) {
-		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
-		ignored = write(STDOUT_FILENO, cursor_back,
-				sizeof(cursor_back) - 1);
-		(void)ignored;
-	}
+	if (tio_saved)
+		tty_back();
 	_exit(0);
 }
 

@@ -1525,6 +1525,7 @@ static uint64_t sent_max(const struct flow *f)
 static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 {
 	struct flow *f = peer_flow_by_id(p, op->flow_id, FLOW_SENDER);
+	bool wanting = short_of(op->error);
 	struct fr_ring *r;
 	uint64_t tail;
 
@@ -1538,7 +1539,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			    f->name, flows_state_name(f->state));
 		return;
 	}
-	if (op->error == -EAGAIN || short_of(op->error)) {
+	if (op->error == -EAGAIN || wanting) {
 		char msg[LOG_SAFE_BUF];
 
 		/* the receiver is still reaping an older connection's I/O
@@ -1549,7 +1550,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		 * terminal */
 		log_safe(op->message, msg, sizeof(msg));
 		flows_set_state(f, FLOW_RECONNECTING, msg);
-		peer_reopen_at(p->m, f, fr_now_ns() + (short_of(op->error) ?
+		peer_reopen_at(p->m, f, fr_now_ns() + (wanting ?
 						       short_wait_ns(f, op) :
 						       reopen_wait_ns(op)));
 		return;
