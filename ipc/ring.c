@@ -689,7 +689,17 @@ void fr_commit(struct fr_ring *r, const struct fr_claim *c)
 void fr_cancel(struct fr_ring *r, const struct fr_claim *c)
 {
 	pad_at(r, c->pos, c->end - c->pos);
-	r->uncounted -= c->n < r->uncounted ? c->n : r->uncounted;
+	if (c->n <= r->uncounted) {
+		r->uncounted -= c->n;
+	} else {
+		/* the claim's own count took the handle to FR_COUNT_EVERY
+		 * and was added to the shared word: take the rest back from
+		 * there (relaxed, as fr_count_flush: a count for operators) */
+		atomic_fetch_sub_explicit(&r->sh->records,
+					  c->n - r->uncounted,
+					  memory_order_relaxed);
+		r->uncounted = 0;
+	}
 	wake_consumer(r);
 }
 

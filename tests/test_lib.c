@@ -984,7 +984,8 @@ static void batch_last_producer(void)
 
 /* A producer closed with a reservation pending, another producer handle
  * of the same process alive: the next record still comes (before: the
- * claim, its pid alive, was never recovered and held the flow). */
+ * claim, its pid alive, was never recovered and held the flow), and the
+ * ring's count of records leaves the cancelled one out. */
 static void closed_reserved(void)
 {
 	int fd = tu_ring(4096, 1024, 0);
@@ -993,8 +994,15 @@ static void closed_reserved(void)
 	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 100 * MS);
 	void *room;
 
+	/* the reservation is the 64th claim: it adds the handle's 64 to the
+	 * shared count, its cancel must take its own back (before: 64) */
+	for (unsigned i = 0; i < FR_COUNT_EVERY - 1; i++)
+		send_str(pa, "x");
 	CHECK_RC(flowshm_reserve(pa, 8, &room, 0), 0);
 	flowshm_close(pa);
+	CHECK_RC(atomic_load(&pb->ring.sh->records), FR_COUNT_EVERY - 1);
+	for (unsigned i = 0; i < FR_COUNT_EVERY - 1; i++)
+		recv_str(c, "x", 0);
 	send_str(pb, "after");
 	recv_str(c, "after", 3 * SEC);
 	flowshm_close(c);
