@@ -43,7 +43,7 @@ int fr_params_check(const struct fr_params *p)
 		return -EINVAL;
 	if (p->mode != FR_MODE_LOCAL && p->mode != FR_MODE_DEPOSIT)
 		return -EINVAL;
-	if (p->start % FR_ALIGN)
+	if (p->start % FR_ALIGN || p->start > FR_START_MAX)
 		return -EINVAL;
 	return 0;
 }

@@ -231,7 +231,9 @@
 
  * Positions are 64-bit byte counts that only grow ("free running"); the
  * offset of a position in the data area is pos & (ring_bytes - 1).  A
- * position never wraps in practice (2^64 bytes), so no ABA on positions.
+ * position never wraps in practice (2^64 bytes), so no ABA on positions:
+ * a ring starts at most at FR_START_MAX (a peer names a receiver's start),
+ * 2^63 bytes before any wrap (29 years at 10 GB/s).
  *
  * ---------------------------------------------------------------------------
  * Records
@@ -412,6 +414,7 @@ struct fr_bell; /* ipc/bell.h */
 #define FR_REC_HDR       16u
 #define FR_MIN_RING      4096ull
 #define FR_MAX_RING      (1ull << 34) /* 16 GiB */
+#define FR_START_MAX     (1ull << 63) /* the furthest first position */
 #define FR_MAX_SUBS      16u
 #define FR_MAX_PRODS     64u
 #define FR_CLAIM_BUSY    1ull /* in fr_prod.claim: a claim at or above
@@ -598,8 +601,9 @@ struct fr_params {
 	uint32_t max_record; /* 1..ring_bytes/2 payload bytes */
 	uint32_t mode;       /* enum fr_mode */
 	uint64_t seal_key;   /* 0 = pick a random key */
-	uint64_t start;      /* first position (FR_ALIGN-aligned): a deposit
-				ring resumes where its producer ring stands */
+	uint64_t start;      /* first position (FR_ALIGN-aligned, at most
+				FR_START_MAX): a deposit ring resumes
+				where its producer ring stands */
 };
 
 /*

@@ -1557,6 +1557,14 @@ int flows_check_spec(const struct flow_table *t, const struct flow_spec *s,
 			 (unsigned long long)p->ring_size, p->max_record);
 		return -EINVAL;
 	}
+	if (s->start % FR_ALIGN || s->start > FR_START_MAX) {
+		/* a peer's word: past 2^63 its positions could reach 2^64,
+		 * where they wrap and every comparison of them lies */
+		snprintf(err, errlen, "invalid start position %llu: a "
+			 "multiple of %u, at most 2^63",
+			 (unsigned long long)s->start, FR_ALIGN);
+		return -EINVAL;
+	}
 	if ((s->peer || s->origin) && !fits_one_frame(p->max_record)) {
 		snprintf(err, errlen, "max record %u is too large for a flow "
 			 "between hosts: at most %u bytes (one DATA frame, one "

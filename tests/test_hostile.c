@@ -1568,6 +1568,55 @@ static void case_smoke(void)
 	hd_stop(&d);
 }
 
+/* ---- case 12: a start position near 2^64 -------------------------------- */
+
+/* Open flow name at start: the receiver's answer (error), its message in
+ * msg. */
+static int open_at(int fd, const char *name, uint32_t id, uint64_t start,
+		   char *msg, size_t cap)
+{
+	struct hp_open o = { name, id, 1 << 16, 1024, 0x1234567800ull, start };
+	Flowmover__PeerFlowOpened *op = NULL;
+	int err;
+
+	CHECK(hp_open(fd, &o));
+	CHECK(hp_wait_opened(fd, id, 5000, &op) == 0);
+	err = op->error;
+	snprintf(msg, cap, "%s", op->message ? op->message : "");
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	return err;
+}
+
+/*
+ * A peer names a receiver flow's first position.  Near 2^64 its positions
+ * wrap within the ring's first lap, and every comparison of them (head
+ * against published, a DATA's position against the window) lies: refused
+ * past 2^63, with the why; 2^63 itself is taken.
+ */
+static void case_start_near_wrap(void)
+{
+	char msg[512], out[4096];
+	struct hd d;
+	int fd;
+
+	hd_start(&d, moverd_bin, "hostile12", true, NULL);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "wrap-peer"));
+	CHECK_RC(open_at(fd, "w1", 1, UINT64_MAX - 4095, msg, sizeof(msg)),
+		 -EINVAL);
+	printf("  start 2^64 - 4096: %s\n", msg);
+	CHECK(strstr(msg, "invalid start position"));
+	CHECK_RC(open_at(fd, "w2", 2, (1ull << 63) + 16, msg, sizeof(msg)),
+		 -EINVAL);
+	CHECK_RC(open_at(fd, "w3", 3, 8, msg, sizeof(msg)), -EINVAL);
+	CHECK(strstr(msg, "invalid start position"));
+	CHECK_RC(open_at(fd, "w4", 4, 1ull << 63, msg, sizeof(msg)), 0);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
+	CHECK(strstr(out, "w4") && !strstr(out, "w1") && !strstr(out, "w2"));
+	close(fd);
+	hd_stop(&d);
+}
+
 /* ---- case 9: requests pipelined behind an attach that waits ---------------- */
 
 /* Send one request frame of body `which` (id): 'a' attach of name waiting
@@ -1863,6 +1912,8 @@ int main(int argc, char **argv)
 		  "refuses the open" },
 		{ 11, case_published_both_down, "11c: ... while both are down: "
 		  "B refuses the open (its records end short of published)" },
+		{ 12, case_start_near_wrap, "a peer opens a flow at a start "
+		  "near 2^64" },
 	};
 
 	if (argc != 4) {
