@@ -200,6 +200,11 @@ struct flow {
 	 * once since re-adoption): the ring's `published` must still say
 	 * so at a re-open, or a client moved it */
 	bool rx_pos_known;
+	/* it leaves its connection after its sender was told it is gone or
+	 * failed here (a REFUSED): WRITEs the sender posted before it heard
+	 * may still land, so RDMA keeps the ring registered until the
+	 * sender's CLOSE (rdma.c, rdma_forget_flow) */
+	bool rx_refused;
 	uint64_t quiet_head;     /* the consumer position seen last ... */
 	uint64_t quiet_since_ns; /* ... and since when (mover.c build_acks) */
 	uint64_t ack_owed_ns;    /* credit waits since (0: none; mover.c
@@ -271,6 +276,10 @@ struct flow {
 	 * (peer.c, short_of): REOPEN_NS doubling to SHORT_MAX_NS, from 0
 	 * again once the flow is open */
 	uint64_t short_backoff_ns;
+	/* sender: the wait before opening again a flow whose ring could not
+	 * be registered on its connection (peer_sender_wait): REOPEN_NS
+	 * doubling to SHORT_MAX_NS, from 0 again once one is registered */
+	uint64_t wait_backoff_ns;
 	/* its subscription ended because member twin_id of the same flow
 	 * leads to the same daemon (fanout_twin): it rejoins once that
 	 * one is gone (fanout.c, rejoin_twins); 0: none */

@@ -817,6 +817,7 @@ void fail_sender(struct flow *f, const char *why)
 	if (!f->peer || f->peer->state != PEER_UP)
 		return;
 	cl.name = f->name;
+	cl.flow_id = f->id;
 	cl.failed = f->reason;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_CLOSE;
 	msg.close = &cl;
@@ -834,6 +835,7 @@ static void fail_tampered(struct flow *f, const char *why)
 	if (f->role != FLOW_RECEIVER || !f->peer)
 		return;
 	queue_refused(f->peer, f->id, -EIO, why, 0);
+	f->rx_refused = true;
 	detach_flow(f); /* its DATA in flight is read and dropped */
 }
 
@@ -1030,6 +1032,7 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		return -EPROTO;
 	}
 	detach_flow(f);
+	f->rx_refused = false; /* on p now: told nothing there yet */
 	f->rx_pos_known = true;
 	f->sent = pub;
 	f->reported_head = head;
@@ -1488,13 +1491,35 @@ static uint64_t short_wait_ns(struct flow *f,
 	return said > f->short_backoff_ns ? said : f->short_backoff_ns;
 }
 
+void peer_sender_wait(struct flow *f, const char *why)
+{
+	char msg[sizeof(f->reason)];
+
+	if (!f->peer)
+		return;
+	f->wait_backoff_ns = f->wait_backoff_ns ? 2 * f->wait_backoff_ns :
+						  REOPEN_NS;
+	if (f->wait_backoff_ns > SHORT_MAX_NS)
+		f->wait_backoff_ns = SHORT_MAX_NS;
+	snprintf(msg, sizeof(msg), "%s; again in %.1f s", why,
+		 (double)f->wait_backoff_ns / 1e9);
+	/* off the mover (it sends only open flows), nothing in flight: the
+	 * open that follows resumes from what was acknowledged */
+	flows_set_state(f, FLOW_RECONNECTING, msg);
+	peer_reopen_at(f->peer->m, f, fr_now_ns() + f->wait_backoff_ns);
+}
+
 /*
  * The peer refused f's open for good (its words made safe in msg), or its
  * answer cannot be taken.  One peer of several: only its subscription
  * ends (its receiving ring's trouble is not the producer ring's).  Else
  * the flow is over here too, and its producers are told (-EPROTO) rather
  * than left waiting for space that never comes (before, only a corrupt
- * receiving ring, -EPROTO or -EIO, told them).
+ * receiving ring, -EPROTO or -EIO, told them).  An open flow (the peer
+ * destroyed or failed it mid-stream) fails with a CLOSE to the peer, as a
+ * subscription that ends does: a receiver keeps its ring registered for
+ * the WRITEs sent before the refusal was heard until then (rdma.c,
+ * rdma_flow_closed).
  */
 static void open_refused(struct flow *f, const char *msg)
 {
@@ -1502,7 +1527,10 @@ static void open_refused(struct flow *f, const char *msg)
 		fanout_lost(f, msg, false);
 		return;
 	}
-	flows_fail(f, msg);
+	if (f->state == FLOW_OPEN)
+		fail_sender(f, msg);
+	else
+		flows_fail(f, msg);
 }
 
 /*
@@ -1673,6 +1701,9 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 	struct flow *f = flows_find(p->m->flows, cl->name ? cl->name : "");
 	char why[LOG_SAFE_BUF], msg[LOG_SAFE_BUF];
 
+	/* also for a flow gone here (its sender's answer to the refusal) */
+	if (p->tp->flow_closed)
+		p->tp->flow_closed(p, cl->flow_id);
 	if (!f || f->role != FLOW_RECEIVER || !closes_on(p, f, cl->flow_id))
 		return;
 	if (!cl->failed || !cl->failed[0]) {
@@ -1683,7 +1714,13 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 	/* the sender failed it: so does this host (its consumer gets
 	 * -EPROTO once it read what arrived), and it stays for `flow show`
 	 * until destroyed here (it counts against its peer's quota: a peer
-	 * failing flows only spends its own); DATA in flight is dropped */
+	 * failing flows only spends its own); DATA in flight is dropped.
+	 * Failed here first (the sender's answer to fail_receiver): it
+	 * keeps its own reason */
+	if (f->state == FLOW_FAILED) {
+		detach_flow(f);
+		return;
+	}
 	if (cl->cut) {
 		cut_receiver(f, log_safe(cl->failed, msg, sizeof(msg)));
 		return;
@@ -3136,6 +3173,7 @@ static void forget_flow(struct flow *f, const char *why)
 		queue_ctrl(p, &msg);
 	} else if (f->role == FLOW_RECEIVER && why && p->state == PEER_UP) {
 		queue_refused(p, f->id, -ENOENT, why, 0);
+		f->rx_refused = true;
 	}
 	detach_flow(f);
 }

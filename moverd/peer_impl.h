@@ -273,7 +273,13 @@ struct transport {
 	 * false: not yet (RDMA: its ring is being registered; the mover is
 	 * woken for f once it is, mover_wake_flow) */
 	bool (*flow_ready)(struct peer *p, struct flow *f);
+	/* f leaves p (destroyed, failed, or moved to another connection);
+	 * a receiver's f->rx_refused: its sender was told so on p and may
+	 * still write what it sent before it heard */
 	void (*forget_flow)(struct peer *p, struct flow *f);
+	/* optional: the sender closed its flow flow_id on p (a CLOSE): what
+	 * it wrote for it before has landed */
+	void (*flow_closed)(struct peer *p, uint32_t flow_id);
 	/* ring memory registered with the device (count, bytes) */
 	void (*registered)(const struct peer *p, uint32_t *n, uint64_t *bytes);
 	/* optional: p's hello authenticated it (what a stranger may not have
@@ -355,6 +361,10 @@ void peer_rx_body(struct peer *p);
  * flow went meanwhile).  The OPEN that waited for it is answered: opened,
  * or refused.  Called while p's connection is open, never after. */
 void peer_flow_prepared(struct peer *p, struct flow *f, int err);
+/* Sender flow f cannot send on its connection for now (RDMA: its ring
+ * could not be registered there): f alone waits, then opens again (why:
+ * for `flow show`); the connection and its other flows go on. */
+void peer_sender_wait(struct flow *f, const char *why);
 /* A receive of a DATA body into its ring failed with EFAULT (a client
  * shrank the ring file): fail that flow only and read the rest of the
  * body into nowhere; false if the receive was not into a ring. */

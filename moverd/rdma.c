@@ -99,12 +99,21 @@ struct rdma_shared {
 
 /* A registration holds a reference to its flow (struct flow), so the
  * pages it pins are the ring's until it is deregistered.  flow is NULL
- * once the flow is forgotten (orphan) until the batch in flight ends. */
+ * once the flow is forgotten (orphan): a producer ring's until the batch
+ * in flight ends; a consumer ring's whose sender was refused (kept) until
+ * that sender's CLOSE of sender_id, or the connection's end. */
 struct flow_mr {
 	struct flow *flow;
 	struct flow *ref;
 	struct ibv_mr *mr;
+	bool kept;
+	uint32_t sender_id;
 };
+
+/* Consumer rings kept registered for their refused senders, at most, per
+ * connection: past them the oldest goes (a WRITE of its sender still on
+ * the way then fails the connection, as before they were kept). */
+#define KEPT_MAX 16u
 
 /*
  * A registration in flight on the registration thread.  Until the loop
@@ -306,13 +315,40 @@ static bool rdma_flow_ready(struct peer *p, struct flow *f)
 	return false;
 }
 
+/* Keep consumer ring registration i for its refused sender (f's peer
+ * flow id); past KEPT_MAX kept, another kept one goes (any: the table is
+ * unordered). */
+static void keep_mr(struct rdma_conn *c, unsigned i, struct flow *f)
+{
+	unsigned kept = 0, other = c->n_mrs;
+
+	forget_cached(c, f);
+	c->mrs[i] = (struct flow_mr){ .ref = c->mrs[i].ref,
+				      .mr = c->mrs[i].mr, .kept = true,
+				      .sender_id = f->id };
+	for (unsigned j = 0; j < c->n_mrs; j++) {
+		if (c->mrs[j].kept && j != i) {
+			kept++;
+			other = j;
+		}
+	}
+	if (kept >= KEPT_MAX)
+		drop_mr(c, other); /* may move entry i: not used after */
+}
+
 /*
- * The flow leaves this connection (destroyed, or moved to another one).
- * A consumer ring's registration goes at once: from then on the peer's
- * WRITEs with its rkey fail instead of landing in a ring this connection
- * no longer feeds.  A producer ring's may still be read by the batch in
+ * The flow leaves this connection (destroyed, failed, or moved to another
+ * one).  A producer ring's registration may still be read by the batch in
  * flight, so it is orphaned (no flow: it never matches again) and dropped
  * when that batch completes; its reference keeps the pages until then.
+ * A consumer ring's whose sender was told the flow is gone or failed here
+ * (f->rx_refused) is kept until that sender's CLOSE (rdma_flow_closed):
+ * its WRITEs sent before it heard land in pages nobody reads, where
+ * dropping the registration failed them, and with them the connection and
+ * every flow on it (and the refusal, lost with it: the sender opened the
+ * flow again and this host made it anew).  Any other consumer ring's goes
+ * at once: a flow moved to another connection, whose WRITEs from this
+ * one must fail rather than land in a ring this one no longer feeds.
  */
 static void rdma_forget_flow(struct peer *p, struct flow *f)
 {
@@ -329,10 +365,27 @@ static void rdma_forget_flow(struct peer *p, struct flow *f)
 		if (p->wr_op.busy && f->role == FLOW_SENDER) {
 			forget_cached(c, f);
 			c->mrs[i].flow = NULL;
+		} else if (f->role == FLOW_RECEIVER && f->rx_refused) {
+			keep_mr(c, i, f);
 		} else {
 			drop_mr(c, i);
 		}
 		return;
+	}
+}
+
+/* The sender closed its flow sender_id: what it wrote has landed. */
+static void rdma_flow_closed(struct peer *p, uint32_t sender_id)
+{
+	struct rdma_conn *c = conn(p);
+
+	if (!c)
+		return;
+	for (unsigned i = 0; i < c->n_mrs; i++) {
+		if (c->mrs[i].kept && c->mrs[i].sender_id == sender_id) {
+			drop_mr(c, i);
+			return;
+		}
 	}
 }
 
@@ -347,11 +400,12 @@ static void rdma_registered(const struct peer *p, uint32_t *n,
 		*bytes += c->mrs[i].mr->length;
 }
 
-/* The batch in flight completed: drop what rdma_forget_flow orphaned. */
+/* The batch in flight completed: drop the producer rings rdma_forget_flow
+ * orphaned. */
 static void drop_orphans(struct rdma_conn *c)
 {
 	for (unsigned i = 0; i < c->n_mrs;)
-		if (!c->mrs[i].flow)
+		if (!c->mrs[i].flow && !c->mrs[i].kept)
 			drop_mr(c, i);
 		else
 			i++;
@@ -389,17 +443,23 @@ static void reg_discard(struct pending_reg *pr)
 		conn_free(c); /* closed, and this was its last */
 }
 
-/* A sender's producer ring could not be registered: its connection
- * fails, as a failed send does.  A receiver's OPEN is refused instead
- * (peer_flow_prepared). */
+/* A sender's producer ring could not be registered: that flow waits and
+ * opens again (peer_sender_wait; before, the connection failed, and with
+ * it every flow on it, again at every reconnect).  A receiver's OPEN is
+ * refused instead (peer_flow_prepared), which its sender also waits out
+ * (peer.c, short_of). */
 static void reg_failed(struct rdma_conn *c, struct flow *f, int err)
 {
+	char why[sizeof(f->reason)];
+
 	log_reg_error(f, err);
-	if (f->role == FLOW_RECEIVER)
+	if (f->role == FLOW_RECEIVER) {
 		peer_flow_prepared(c->p, f, err);
-	else
-		peer_fail(c->p, "flow %s: cannot register its ring: %s%s",
-			  f->name, strerror(err), reg_hint(err));
+		return;
+	}
+	snprintf(why, sizeof(why), "cannot register its ring: %s%s",
+		 strerror(err), reg_hint(err));
+	peer_sender_wait(f, why);
 }
 
 /* Nobody's registration (its flow or connection went) is undone; a
@@ -446,14 +506,17 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 		return;
 	}
 	/* the request's flow reference goes to the table */
-	c->mrs[c->n_mrs++] = (struct flow_mr){ f, pr->ref, mr };
+	c->mrs[c->n_mrs++] = (struct flow_mr){ .flow = f, .ref = pr->ref,
+					       .mr = mr };
 	f->mr = mr;
 	f->mr_conn = c;
 	free(pr);
-	if (f->role == FLOW_RECEIVER)
+	if (f->role == FLOW_RECEIVER) {
 		peer_flow_prepared(c->p, f, 0); /* its OPEN is answered */
-	else
+	} else {
+		f->wait_backoff_ns = 0;
 		mover_wake_flow(c->p->m, f); /* skipped until now */
+	}
 }
 
 static void arm_fd(struct peer_mgr *m, struct loop_op *op, int fd,
@@ -1418,6 +1481,7 @@ const struct transport rdma_transport = {
 	.open_flow = rdma_open_flow,
 	.flow_ready = rdma_flow_ready,
 	.forget_flow = rdma_forget_flow,
+	.flow_closed = rdma_flow_closed,
 	.registered = rdma_registered,
 	.authenticated = rdma_authenticated,
 	.local_addr = rdma_local_addr,
