@@ -126,6 +126,24 @@ static int params_to_fr(const struct flowshm_ring_params *p,
 	return fr_params_check(out);
 }
 
+/* len bytes of buf at the start of fd: 0 or -errno. */
+static int write_at_start(int fd, const void *buf, size_t len)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
+				   (off_t)done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 /*
  * fallocate the whole ring.  On tmpfs it is interruptible, and pending
  * io_uring task work (moverd) counts as a signal: retry, and if it keeps
@@ -151,6 +169,7 @@ static int ring_init(int fd, const struct fr_params *pp, uint32_t flags,
 	struct fr_params p = *pp;
 	size_t bytes = fr_map_bytes(p.ring_bytes);
 	void *map;
+	int rc;
 
 	if (ftruncate(fd, (off_t)bytes))
 		return -errno;
@@ -163,17 +182,21 @@ static int ring_init(int fd, const struct fr_params *pp, uint32_t flags,
 	 */
 	if (!(flags & FLOWSHM_RING_LAZY) && preallocate(fd, bytes))
 		return -errno;
-	/* the control pages alone: fr_format writes nothing else, and a
-	 * fault with readahead on a file on disk read (zeroed) the whole
-	 * ring's pages in the caller's time (75% of moverd's time creating
-	 * 4 MiB rings in an ext4 state directory) */
-	map = mmap(NULL, FR_CTRL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		   0);
-	if (map == MAP_FAILED)
-		return -errno;
-	madvise(map, FR_CTRL_BYTES, MADV_RANDOM); /* no readahead: a hint */
+	/* the control pages alone (fr_format writes nothing else), built
+	 * in memory and written: a store through a mapping of a lazy ring
+	 * whose filesystem filled meanwhile was SIGBUS in the caller (in
+	 * moverd, outside its ring guard); a write is -ENOSPC.  Not mapped
+	 * either: a fault with readahead on a file on disk read (zeroed)
+	 * the whole ring's pages in the caller's time (75% of moverd's time
+	 * creating 4 MiB rings in an ext4 state directory) */
+	map = calloc(1, FR_CTRL_BYTES);
+	if (!map)
+		return -ENOMEM;
 	fr_format(map, &p);
-	munmap(map, FR_CTRL_BYTES);
+	rc = write_at_start(fd, map, FR_CTRL_BYTES);
+	free(map);
+	if (rc)
+		return rc;
 	/* A sealed size: no holder of the fd can truncate it under another
 	 * process's mapping (which would turn its next access into SIGBUS). */
 	if (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |

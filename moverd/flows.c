@@ -2157,6 +2157,26 @@ static void remap_tripped(struct flow *f)
 			remap_view(f, s->view, f->ring_fd);
 }
 
+/* moverd's view of f's ring faulted, its file at its size: a page the
+ * filesystem could not allocate (a lazy ring's fill behind a deposit, on
+ * a full tmpfs), or a client that cut the file and grew it back.  Before,
+ * the first was blamed on a client too. */
+static void faulted_at_size(const struct flow *f, char *why, size_t cap)
+{
+	struct statvfs sv;
+
+	if (!f->table || statvfs(f->table->state_dir, &sv)) {
+		snprintf(why, cap, "moverd's view of the ring faulted, the "
+			 "file at its size: a page of it could not be "
+			 "allocated, or a client cut the file");
+		return;
+	}
+	snprintf(why, cap, "moverd's view of the ring faulted, the file at "
+		 "its size: a page of it could not be allocated (%s has %llu "
+		 "bytes free), or a client cut the file", f->table->state_dir,
+		 (unsigned long long)sv.f_bavail * sv.f_frsize);
+}
+
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 {
 	uint64_t want = fr_map_bytes(f->ring_bytes);
@@ -2170,11 +2190,14 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 	if (!tripped && (uint64_t)st.st_size == want &&
 	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
 		return false;
-	snprintf(why, cap, "a client changed the ring file's size (%lld "
-		 "bytes, %lld allocated; the ring has %llu)%s",
-		 (long long)st.st_size, (long long)st.st_blocks * 512,
-		 (unsigned long long)want,
-		 tripped ? "; moverd's view of it faulted" : "");
+	if (tripped && (uint64_t)st.st_size == want)
+		faulted_at_size(f, why, cap);
+	else
+		snprintf(why, cap, "a client changed the ring file's size "
+			 "(%lld bytes, %lld allocated; the ring has %llu)%s",
+			 (long long)st.st_size, (long long)st.st_blocks * 512,
+			 (unsigned long long)want,
+			 tripped ? "; moverd's view of it faulted" : "");
 	/* back to its size (a shrunk file regains zero pages), nothing
 	 * allocated beyond it */
 	if (ftruncate(f->ring_fd, (off_t)want) ||

@@ -18,6 +18,7 @@
  * connection with a logged reason; other peers and flows go on.
  */
 #include "peer_impl.h"
+#include "ring_guard.h"
 #include "lattrace.h"
 #include "bell_thread.h"
 #include "eos.h"
@@ -2190,6 +2191,16 @@ static int start_data(struct peer *p, const struct wire_hdr *h)
 	struct fr_ring *r;
 	uint64_t head, off, first;
 
+	if (f && f->state == FLOW_FAILED) {
+		/* failed here, perhaps without its sender told (its ring's
+		 * pages could not be allocated: flows.c, fill_done), which
+		 * would wait for ever for an acknowledgement: told now,
+		 * once (off the connection, what follows is dropped) */
+		queue_refused(p, f->id, -EIO, f->reason, 0);
+		f->rx_refused = true;
+		detach_flow(f);
+		return discard_data(p, h);
+	}
 	if (!f || f->state != FLOW_OPEN || !consumer_head(p, f, &head))
 		return discard_data(p, h);
 	r = ring_of(f);
@@ -2237,7 +2248,15 @@ static void count_deposited(struct flow *f, uint64_t from, uint64_t to)
 static void finish_data(struct peer *p)
 {
 	struct flow *f = p->rx_flow;
+	char why[200];
 
+	/* a deposit that faulted went into the ring guard's zero pages, not
+	 * the ring (a page its filesystem could not allocate, or a client
+	 * cut the file): neither published nor acknowledged, the flow fails
+	 * and its sender hears why.  One load while no guard tripped */
+	if (f && !f->dead && f->peer == p && f->state == FLOW_OPEN &&
+	    ring_guard_any() && flows_ring_tampered(f, why, sizeof(why)))
+		fail_tampered(f, why);
 	/* destroyed, failed or moved meanwhile: the bytes landed in a ring
 	 * nobody will read from this position; publish nothing */
 	if (f && !f->dead && f->peer == p && f->state == FLOW_OPEN) {

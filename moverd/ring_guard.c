@@ -139,3 +139,8 @@ bool ring_guard_tripped(uint64_t id)
 	n_tripped = n_tripped - 1;
 	return true;
 }
+
+bool ring_guard_any(void)
+{
+	return n_tripped != 0;
+}

@@ -34,5 +34,7 @@ uint64_t ring_guard_add(void *addr, size_t len);
 void ring_guard_remove(uint64_t id);
 /* Did that mapping fault (and get replaced) since last asked? */
 bool ring_guard_tripped(uint64_t id);
+/* Has any guard tripped that was not asked about yet?  One load. */
+bool ring_guard_any(void);
 
 #endif

@@ -19,7 +19,9 @@
 #include "flowshm_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
+#include <sys/mount.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
@@ -1043,6 +1045,53 @@ static void closed_claimed(void)
 	close(fd);
 }
 
+/*
+ * A lazy ring (pages allocated later: moverd's rings between hosts)
+ * created on a filesystem with no room left: -ENOSPC.  Before, its
+ * control page was formatted through a mapping, and the store's fault
+ * killed the caller with SIGBUS (moverd, outside its ring guard).  In a
+ * child with a mount namespace of its own and a 64 KiB tmpfs, filled.
+ */
+static void case_full_fs(void)
+{
+	struct flowshm_ring_params rp = { .ring_size = 1 << 16,
+					  .max_record = 1024,
+					  .flags = FLOWSHM_RING_LAZY };
+	char dir[64], path[96];
+	pid_t pid;
+	int st;
+
+	snprintf(dir, sizeof(dir), "/tmp/fm-lib19-%d", (int)getpid());
+	CHECK(mkdir(dir, 0700) == 0);
+	fflush(NULL);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		static const char page[4096];
+		int fd, rc;
+
+		if (unshare(CLONE_NEWNS) ||
+		    mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"))
+			_exit(2);
+		snprintf(path, sizeof(path), "%s/fill", dir);
+		fd = open(path, O_WRONLY | O_CREAT, 0600);
+		while (fd >= 0 && write(fd, page, sizeof(page)) > 0)
+			;
+		snprintf(path, sizeof(path), "%s/r.ring", dir);
+		rc = flowshm_ring_create(&rp, path, &fd);
+		printf("  a lazy ring on a full tmpfs: %s\n",
+		       flowshm_strerror(rc));
+		fflush(stdout);
+		_exit(rc == -ENOSPC ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (WIFSIGNALED(st))
+		fprintf(stderr, "the create died of signal %d\n", WTERMSIG(st));
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(rmdir(dir) == 0);
+}
+
 /* A set poll with a timeout that finds nothing leaves the descriptor
  * armed: a record sent then makes it readable (before: never again). */
 static void timed_set_poll(void)
@@ -1114,6 +1163,8 @@ int main(int argc, char **argv)
 		{ 18, case_edges, "the contract at its edges: peek then recv, "
 		  "a batch's last producer, a closed reservation, a closed "
 		  "ring's open claim, a timed set poll" },
+		{ 19, case_full_fs, "a lazy ring created on a full "
+		  "filesystem: -ENOSPC, not SIGBUS" },
 	};
 
 	if (argc < 3) {

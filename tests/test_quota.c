@@ -980,6 +980,69 @@ static void case_fill(void)
 	rmdir(DIR15);
 }
 
+/* ---- 18: a deposit into a page the filesystem cannot allocate -------- */
+
+/*
+ * A receiver flow whose ring lacks pages (its fill behind, here punched
+ * out again) on a full tmpfs, no consumer attached: a peer's DATA faults
+ * into the ring guard's zero pages.  Before, moverd acknowledged those
+ * bytes (lost) and the flow stayed open (the checks skip a ring no client
+ * was handed); the first consumer then found it failed, blaming a client
+ * for resizing the file.  Now the deposit is neither published nor
+ * acknowledged: the flow fails there and then, and the sender hears why.
+ */
+static void case_deposit_fault(void)
+{
+	static const char *const opts[] = { "--state-dir", DIR15,
+					    "--state-dir-reserve", "0", NULL };
+	static const char page[4096];
+	struct hp_open o = { "d18", 18, 16 << 20, 256, 0x18180000ull, 0 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	char out[4096], reason[256] = "";
+	int fd, ring, fill;
+	struct hd d;
+
+	small_tmpfs(DIR15, "24M");
+	hd_start(&d, moverd_bin, "quota18", true, opts);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "depositor"));
+	CHECK(hp_open(fd, &o));
+	CHECK(hp_wait_opened(fd, o.flow_id, 10000, &op) == 0);
+	CHECK_RC(op->error, 0);
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	CHECK(wait_allocated("d18", 16 << 20) >= FR_CTRL_BYTES + (16 << 20));
+	/* the data pages out again (a fill not there yet), then no room */
+	ring = open(DIR15 "/d18.ring", O_RDWR | O_CLOEXEC);
+	CHECK(ring >= 0);
+	CHECK(fallocate(ring, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			FR_CTRL_BYTES, 16 << 20) == 0);
+	close(ring);
+	fill = open(DIR15 "/filler", O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(fill >= 0);
+	while (write(fill, page, sizeof(page)) > 0)
+		;
+	close(fill);
+	CHECK(hp_send_hdr(fd, WIRE_DATA, o.flow_id, 256, 0, 0));
+	CHECK(hp_send_all(fd, page, 256));
+	/* the answer: refused, why; no acknowledgement of the bytes */
+	CHECK(hp_wait_opened(fd, o.flow_id, 5000, &op) == 0);
+	printf("# the sender hears: %d %s\n", op->error, op->message);
+	CHECK(op->error == -EIO);
+	CHECK(strstr(op->message, "could not be allocated"));
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	CHECK(hd_wait_state(&d, moverctl_bin, "d18", "failed", 5000, reason,
+			    sizeof(reason)));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+		     "--json flow show d18") == 0);
+	/* nothing published: "tail" is the ring's published word */
+	CHECK(strstr(out, "\"bytes_sent\": 0,") && strstr(out, "\"tail\": 0,"));
+	hd_alive(&d);
+	close(fd);
+	hd_stop(&d);
+	umount2(DIR15, MNT_DETACH);
+	rmdir(DIR15);
+}
+
 /* ---- 16: a sender told when to retry an open waits that long ---------- */
 
 static void case_retry_after(void)
@@ -1065,6 +1128,9 @@ int main(int argc, char **argv)
 		  "waits that long" },
 		{ 17, case_span_max, "a record larger than one frame is "
 		  "refused for a flow between hosts" },
+		{ 18, case_deposit_fault, "a deposit into a page its "
+		  "filesystem cannot allocate: not acknowledged, the flow "
+		  "fails, the sender hears why" },
 	};
 
 	if (argc != 3) {
