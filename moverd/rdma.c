@@ -660,12 +660,40 @@ static void rdma_authenticated(struct peer *p)
  * wait for it), the peer's WRITEs land in a consumer ring.  So no
  * registration goes before, nor the flow reference that keeps its pages.
  */
+/*
+ * c closes: its registrations not started yet are not wanted any more.
+ * Before, each was pinned and then undone on the loop, and a peer that
+ * reconnected while they queued (slow registrations of a large ring)
+ * queued one more per connection.
+ */
+static void cancel_queued(struct peer *p, struct rdma_conn *c)
+{
+	struct rdma_shared *s = shared(p->m);
+	struct pending_reg **pp = &c->pending;
+
+	if (!s->reg) /* stopped: rdma_stop took every request back */
+		return;
+	while (*pp) {
+		struct pending_reg *pr = *pp;
+
+		if (!reg_thread_cancel(s->reg, &pr->req)) {
+			pp = &pr->next; /* under way: taken back later */
+			continue;
+		}
+		*pp = pr->next;
+		s->n_inflight--;
+		flow_put(pr->ref); /* never registered: no DMA to its pages */
+		free(pr);
+	}
+}
+
 static void rdma_close(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
 
 	if (!c)
 		return;
+	cancel_queued(p, c);
 	if (c->id && c->id->qp)
 		rdma_destroy_qp(c->id);
 	while (c->n_mrs)

@@ -128,6 +128,24 @@ void reg_thread_submit(struct reg_thread *rt, struct reg_req *r)
 	pthread_mutex_unlock(&rt->lock);
 }
 
+bool reg_thread_cancel(struct reg_thread *rt, struct reg_req *r)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&rt->lock);
+	for (struct reg_req **pp = &rt->todo; *pp; pp = &(*pp)->next) {
+		if (*pp != r)
+			continue;
+		*pp = r->next;
+		if (rt->todo_tail == &r->next)
+			rt->todo_tail = pp;
+		found = true;
+		break;
+	}
+	pthread_mutex_unlock(&rt->lock);
+	return found;
+}
+
 struct reg_req *reg_thread_take(struct reg_thread *rt)
 {
 	struct reg_req *r;

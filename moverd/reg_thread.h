@@ -23,6 +23,7 @@
 #ifndef MOVERD_REG_THREAD_H
 #define MOVERD_REG_THREAD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,11 @@ int reg_thread_fd(const struct reg_thread *rt);
 
 /* Queue r (its `in` part filled); it is the thread's until taken back. */
 void reg_thread_submit(struct reg_thread *rt, struct reg_req *r);
+
+/* Take r back if the thread has not started it (true: it is the
+ * caller's again, unregistered, and never comes back from
+ * reg_thread_take); false: it is under way or ended, and comes back. */
+bool reg_thread_cancel(struct reg_thread *rt, struct reg_req *r);
 
 /* The requests that ended, in no particular order (NULL: none). */
 struct reg_req *reg_thread_take(struct reg_thread *rt);

@@ -19,6 +19,13 @@
 #      invalid rkey and the connection failed ("remote access error"),
 #      losing the refusal: the sender opened the flow again and the
 #      receiver made it anew.
+#   3. A sender killed and restarted four times while the receiver's
+#      registration of a 64 MiB ring is held (FLOWMOVER_TEST_REG_HOLD):
+#      the closed connections' queued registrations are dropped, not
+#      pinned once the hold ends (before: five pins for five connections;
+#      now the one under way at the hold and the live one's).
+#
+# Under the ASan build each daemon must stop with exit 0 and no report.
 set -euo pipefail
 build=${1:?usage: flow-alone.sh BUILD_DIR}
 ip=${FM_RDMA_ADDR:-10.77.0.1}
@@ -146,3 +153,33 @@ n=$(registered b2)
 stops_clean a2 "$a2"
 stops_clean b2 "$b2"
 say "phase 2: PASS (x1-x3 destroyed mid-stream on b2 and gone, y 0 reconnects, z moved 2000 records, 2 rings registered on b2)"
+
+# ---- 3: a sender reconnecting while the receiver's registration is held ----------
+# Each connection's OPEN queued one more registration of the same ring, and
+# the closed connections' were pinned all the same once the hold ended.
+hold=$run/hold
+touch "$hold"
+FLOWMOVER_TEST_REG_HOLD=$hold start_daemon b3 --transport rdma --log-level debug \
+    --listen "$ip:$((port + 2))"
+b3=$pid
+start_daemon a3 --transport rdma --log-level info
+a3=$pid
+ctl a3 flow create big --peer "$ip:$((port + 2))" --ring-size 64M >/dev/null
+for i in 1 2 3 4; do
+    within 60 eval '[ "$(grep -c "flow big: registering its ring" "$run/b3.log")" -ge "$i" ]' ||
+        fail "b3 did not start registration $i of big"
+    kill -9 "$a3"
+    wait "$a3" 2>/dev/null || true
+    start_daemon a3 --transport rdma --log-level info
+    a3=$pid
+done
+within 60 eval '[ "$(grep -c "flow big: registering its ring" "$run/b3.log")" -ge 5 ]' ||
+    fail "b3 did not start registration 5 of big"
+rm -f "$hold"
+wait_flow a3 big 'state: *open'
+move a3 b3 big 2000 4096
+n=$(grep -c "flow big: ring registration of .* (registered)" "$run/b3.log" || true)
+[ "$n" -le 2 ] || fail "b3 pinned big's ring $n times for 5 connections (want the live one's, and at most the one under way)"
+stops_clean a3 "$a3"
+stops_clean b3 "$b3"
+say "phase 3: PASS (5 connections, big's ring pinned $n time(s) on b3, 2000 records)"
