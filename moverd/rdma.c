@@ -554,19 +554,24 @@ static int post_recv(struct rdma_conn *c, unsigned i)
 }
 
 /* Register the first `recvs` receive buffers and `stage` bytes of the
- * staging buffer (the handshake's part, or all of them); 0 or -1. */
+ * staging buffer (the handshake's part, or all of them); 0 or -errno
+ * (logged, at most once a second: a peer may connect at will). */
 static int register_bufs(struct peer *p, unsigned recvs, size_t stage)
 {
+	static struct log_limit lim;
 	struct rdma_conn *c = conn(p);
+	int err;
 
 	c->recv_mr = ibv_reg_mr(c->pd, c->recv_bufs,
 				(size_t)recvs * RECV_BYTES,
 				IBV_ACCESS_LOCAL_WRITE);
 	c->stage_mr = c->recv_mr ? ibv_reg_mr(c->pd, c->stage, stage, 0) : NULL;
 	if (!c->recv_mr || !c->stage_mr) {
-		log_error("peer %s: registering buffers: %s%s", p->addr,
-			  strerror(errno), " (check RLIMIT_MEMLOCK: ulimit -l)");
-		return -1;
+		err = errno ? errno : ENOMEM;
+		log_limited(&lim, LOG_LVL_ERROR, "peer %s: registering "
+			    "buffers: %s%s", p->addr, strerror(err),
+			    reg_hint(err));
+		return -err;
 	}
 	c->stage_len = stage;
 	return 0;
@@ -590,6 +595,7 @@ static int setup_qp(struct peer *p, struct rdma_cm_id *id)
 			 .max_send_sge = 1, .max_recv_sge = 1,
 			 .max_inline_data = INLINE_WANT },
 	};
+	int rc;
 
 	if (id->verbs != s->verbs) {
 		log_error("peer %s: RDMA device differs from the first one",
@@ -612,11 +618,12 @@ static int setup_qp(struct peer *p, struct rdma_cm_id *id)
 	c->stage = page_alloc(STAGE_BYTES);
 	if (!c->recv_bufs || !c->stage)
 		return -ENOMEM;
-	if (register_bufs(p, PREAUTH_RECVS, PREAUTH_STAGE))
-		return -ENOMEM;
+	rc = register_bufs(p, PREAUTH_RECVS, PREAUTH_STAGE);
+	if (rc)
+		return rc;
 	for (unsigned i = 0; i < PREAUTH_RECVS; i++)
-		if (post_recv(c, i))
-			return -EIO;
+		if ((rc = post_recv(c, i)))
+			return -rc; /* ibv_post_recv: a positive errno */
 	c->qp_ready = true;
 	return 0;
 }
@@ -1063,6 +1070,7 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	char addr[80], host[64] = "?";
 	struct sockaddr *sa = rdma_get_peer_addr(id);
 	struct peer *p;
+	int rc;
 
 	getnameinfo(sa, sizeof(struct sockaddr_storage), host, sizeof(host),
 		    NULL, 0, NI_NUMERICHOST);
@@ -1091,8 +1099,12 @@ static void accept_request(struct peer_mgr *m, struct rdma_cm_id *id)
 	id->context = p;
 	p->state = PEER_CONNECTING;
 	conn(p)->begun_ns = fr_now_ns();
-	if (setup_qp(p, id) || rdma_accept(id, &cp)) {
-		log_warn("peer %s: cannot accept an RDMA connection", addr);
+	if ((rc = setup_qp(p, id)) || (rc = rdma_accept(id, &cp) ? -errno : 0)) {
+		static struct log_limit lim; /* a peer may connect at will */
+
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot accept an "
+			    "RDMA connection: %s%s", addr, strerror(-rc),
+			    reg_hint(-rc));
 		conn(p)->id = id;
 		p->state = PEER_CLOSING; /* reap_peers frees it */
 	}
@@ -1127,8 +1139,7 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 		rc = setup_qp(p, ev->id);
 		if (rc || (rc = rdma_connect(ev->id, &cp) ? -errno : 0))
 			peer_fail(p, "cannot set up the queue pair: %s%s",
-				  strerror(-rc), rc == -ENOMEM ?
-				  " (raise RLIMIT_MEMLOCK: ulimit -l)" : "");
+				  strerror(-rc), reg_hint(-rc));
 		return;
 	case RDMA_CM_EVENT_ESTABLISHED:
 		/* not a peer failed meanwhile (its device went): it closes */
@@ -1344,8 +1355,12 @@ static void rdma_connect_peer(struct peer *p)
 		return;
 	}
 	/* a host name is looked up off the loop: its answer calls us again */
-	if (peer_address(p) || (!p->tp_data && new_conn(p)))
+	if (peer_address(p))
 		return;
+	if (!p->tp_data && new_conn(p)) {
+		log_warn("peer %s: no memory to connect", p->addr);
+		return;
+	}
 	if (rdma_create_id(s->ec, &id, p, RDMA_PS_TCP)) {
 		log_warn("peer %s: rdma_create_id: %s", p->addr, strerror(errno));
 		return;
