@@ -87,6 +87,7 @@ struct rdma_shared {
 	char dev_name[IBV_SYSFS_NAME_MAX];
 	struct rdma_cm_id *listen_id;
 	struct loop_op ec_op, cc_op;
+	struct loop_op async_op;     /* the device's asynchronous events */
 	short ec_events, cc_events;
 	bool cq_armed;
 	enum dev_state dev;
@@ -1028,6 +1029,45 @@ static void cc_done(struct loop_op *op, int res)
 	s->cq_armed = false;
 }
 
+/*
+ * The device's asynchronous events (a port down or up, a QP or CQ in
+ * error, the device fatal): logged, at most once a second, and
+ * acknowledged; what they mean for a connection its completions or
+ * rdma_cm say too.  Not read, they would queue in the kernel for as long
+ * as moverd runs (a port flapping adds two each time).
+ */
+static void async_done(struct loop_op *op, int res)
+{
+	static struct log_limit lim; /* a flapping port: at will */
+	struct rdma_shared *s = CONTAINER(op, struct rdma_shared, async_op);
+	struct ibv_async_event ev;
+
+	/* cancelled (the device goes: release_device), or the poll failed:
+	 * rdma_tick arms it again, once a second, while the device is ok */
+	if (res < 0 || s->dev != DEV_OK)
+		return;
+	while (ibv_get_async_event(s->verbs, &ev) == 0) {
+		bool port = ev.event_type == IBV_EVENT_PORT_ACTIVE ||
+			    ev.event_type == IBV_EVENT_PORT_ERR ||
+			    ev.event_type == IBV_EVENT_LID_CHANGE ||
+			    ev.event_type == IBV_EVENT_GID_CHANGE ||
+			    ev.event_type == IBV_EVENT_PKEY_CHANGE ||
+			    ev.event_type == IBV_EVENT_SM_CHANGE ||
+			    ev.event_type == IBV_EVENT_CLIENT_REREGISTER;
+
+		if (port)
+			log_limited(&lim, LOG_LVL_WARN, "RDMA device %s port "
+				    "%d: %s", s->dev_name, ev.element.port_num,
+				    ibv_event_type_str(ev.event_type));
+		else
+			log_limited(&lim, LOG_LVL_WARN, "RDMA device %s: %s",
+				    s->dev_name,
+				    ibv_event_type_str(ev.event_type));
+		ibv_ack_async_event(&ev);
+	}
+	arm_fd(s->m, &s->async_op, s->verbs->async_fd, async_done);
+}
+
 /* Before sleeping: request notification, then look once more. */
 static bool rdma_arm(struct peer_mgr *m)
 {
@@ -1240,8 +1280,10 @@ static void release_device(struct peer_mgr *m)
 	}
 	if (s->n_inflight)
 		return; /* a registration holds a closed connection's PD */
-	/* a pending poll holds the channel's file open: cancel it */
+	/* a pending poll holds the channel's file open: cancel it (and the
+	 * context's, closed by forget_device) */
 	loop_cancel(m->loop, &s->cc_op);
+	loop_cancel(m->loop, &s->async_op);
 	if (s->listen_id) {
 		rdma_destroy_id(s->listen_id);
 		s->listen_id = NULL;
@@ -1323,6 +1365,8 @@ void rdma_tick(struct peer_mgr *m, uint64_t now)
 		arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
 	if (s->reg)
 		arm_fd(m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
+	if (s->dev == DEV_OK)
+		arm_fd(m, &s->async_op, s->verbs->async_fd, async_done);
 	if (s->dev == DEV_OK && !device_listed(s->dev_name))
 		device_removed(m);
 }
@@ -1454,8 +1498,10 @@ bool rdma_available(struct peer_mgr *m)
 	}
 	set_nonblocking(s->ec->fd);
 	set_nonblocking(s->cc->fd);
+	set_nonblocking(s->verbs->async_fd);
 	m->rdma = s;
 	arm_fd(m, &s->ec_op, s->ec->fd, ec_done);
+	arm_fd(m, &s->async_op, s->verbs->async_fd, async_done);
 	arm_fd(m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
 	log_info("RDMA device %s", s->dev_name);
 	return true;

@@ -24,6 +24,9 @@
 #      the closed connections' queued registrations are dropped, not
 #      pinned once the hold ends (before: five pins for five connections;
 #      now the one under way at the hold and the live one's).
+#   4. rxe0's network device down and up: moverd reads the device's
+#      asynchronous events and logs the port's error and its return
+#      (before, nothing read them).
 #
 # Under the ASan build each daemon must stop with exit 0 and no report.
 set -euo pipefail
@@ -183,3 +186,21 @@ n=$(grep -c "flow big: ring registration of .* (registered)" "$run/b3.log" || tr
 stops_clean a3 "$a3"
 stops_clean b3 "$b3"
 say "phase 3: PASS (5 connections, big's ring pinned $n time(s) on b3, 2000 records)"
+
+# ---- 4: the device's asynchronous events are read ------------------------------
+# rxe0's network device down and up: moverd logs the port's events (before,
+# nothing read them: they queued in the kernel for moverd's life).
+netdev=$(rdma link show rxe0/1 | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
+[ -n "$netdev" ] || fail "no netdev for rxe0: $(rdma link show)"
+start_daemon e --transport rdma --log-level info
+e=$pid
+ip link set "$netdev" down
+within 30 grep -q "RDMA device rxe0 port 1: port error" "$run/e.log" ||
+    { ip link set "$netdev" up; fail "no port error logged with $netdev down"; }
+ip link set "$netdev" up
+sleep 1.1 # past the log's once-a-second limit
+within 30 grep -q "RDMA device rxe0 port 1: port active" "$run/e.log" ||
+    fail "no port active logged with $netdev up"
+ctl e status >/dev/null || fail "moverd e stopped answering"
+stops_clean e "$e"
+say "phase 4: PASS ($netdev down and up: $(grep -c 'RDMA device rxe0 port' "$run/e.log") port events logged)"
