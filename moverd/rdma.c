@@ -690,6 +690,9 @@ static void cancel_queued(struct peer *p, struct rdma_conn *c)
 		}
 		*pp = pr->next;
 		s->n_inflight--;
+		log_debug("flow %s: ring registration of %llu bytes dropped "
+			  "before it began (its connection closed)",
+			  pr->ref->name, (unsigned long long)pr->req.len);
 		flow_put(pr->ref); /* never registered: no DMA to its pages */
 		free(pr);
 	}
