@@ -112,8 +112,8 @@ struct flow_mr {
 };
 
 /* Consumer rings kept registered for their refused senders, at most, per
- * connection: past them the oldest goes (a WRITE of its sender still on
- * the way then fails the connection, as before they were kept). */
+ * connection: past them another kept one goes (a WRITE of its sender
+ * still on the way then fails the connection, as before they were kept). */
 #define KEPT_MAX 16u
 
 /*
@@ -661,14 +661,6 @@ static void rdma_authenticated(struct peer *p)
 }
 
 /*
- * In the order of rdma-core's examples (rping, rdma_server): the queue
- * pair first, then the memory its work requests use, the CQ, the id, the
- * PD last.  Until the QP is destroyed the device may still DMA: a WRITE
- * of the batch in flight reads a producer ring (rdma_shutdown does not
- * wait for it), the peer's WRITEs land in a consumer ring.  So no
- * registration goes before, nor the flow reference that keeps its pages.
- */
-/*
  * c closes: its registrations not started yet are not wanted any more.
  * Before, each was pinned and then undone on the loop, and a peer that
  * reconnected while they queued (slow registrations of a large ring)
@@ -698,6 +690,14 @@ static void cancel_queued(struct peer *p, struct rdma_conn *c)
 	}
 }
 
+/*
+ * In the order of rdma-core's examples (rping, rdma_server): the queue
+ * pair first, then the memory its work requests use, the CQ, the id, the
+ * PD last.  Until the QP is destroyed the device may still DMA: a WRITE
+ * of the batch in flight reads a producer ring (rdma_shutdown does not
+ * wait for it), the peer's WRITEs land in a consumer ring.  So no
+ * registration goes before, nor the flow reference that keeps its pages.
+ */
 static void rdma_close(struct peer *p)
 {
 	struct rdma_conn *c = conn(p);
