@@ -678,6 +678,22 @@ static inline int hp_wait_opened(int fd, uint32_t flow_id, int timeout_ms,
 	return 0;
 }
 
+/* Open o on fd and wait (5 s) for the answer: its error (0: opened), its
+ * message in msg. */
+static inline int hp_open_answer(int fd, const struct hp_open *o, char *msg,
+				 size_t cap)
+{
+	Flowmover__PeerFlowOpened *op = NULL;
+	int err;
+
+	CHECK(hp_open(fd, o));
+	CHECK(hp_wait_opened(fd, o->flow_id, 5000, &op) == 0);
+	err = op->error;
+	snprintf(msg, cap, "%s", op->message ? op->message : "");
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	return err;
+}
+
 /* ---- moverctl JSON ------------------------------------------------------- */
 
 /* The value of "key" in moverctl's JSON (first occurrence), as text. */

@@ -926,15 +926,8 @@ static int open_as(int fd, const char *name, uint32_t id, char *msg,
 		   size_t cap)
 {
 	const struct hp_open o = { name, id, 1 << 16, 1024, 0x12340000ull, 0 };
-	Flowmover__PeerFlowOpened *op = NULL;
-	int err;
 
-	CHECK(hp_open(fd, &o));
-	CHECK(hp_wait_opened(fd, id, 5000, &op) == 0);
-	err = op->error;
-	snprintf(msg, cap, "%s", op->message ? op->message : "");
-	flowmover__peer_flow_opened__free_unpacked(op, NULL);
-	return err;
+	return hp_open_answer(fd, &o, msg, cap);
 }
 
 /* As node from src, open name: the error (the connection is closed). */

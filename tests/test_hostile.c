@@ -1575,16 +1575,10 @@ static void case_smoke(void)
 static int open_at(int fd, const char *name, uint32_t id, uint64_t start,
 		   char *msg, size_t cap)
 {
-	struct hp_open o = { name, id, 1 << 16, 1024, 0x1234567800ull, start };
-	Flowmover__PeerFlowOpened *op = NULL;
-	int err;
+	const struct hp_open o = { name, id, 1 << 16, 1024, 0x1234567800ull,
+				   start };
 
-	CHECK(hp_open(fd, &o));
-	CHECK(hp_wait_opened(fd, id, 5000, &op) == 0);
-	err = op->error;
-	snprintf(msg, cap, "%s", op->message ? op->message : "");
-	flowmover__peer_flow_opened__free_unpacked(op, NULL);
-	return err;
+	return hp_open_answer(fd, &o, msg, cap);
 }
 
 /*
