@@ -1715,15 +1715,15 @@ static void handle_close(struct peer *p, const Flowmover__PeerFlowClose *cl)
 	/* the sender failed it: so does this host (its consumer gets
 	 * -EPROTO once it read what arrived), and it stays for `flow show`
 	 * until destroyed here (it counts against its peer's quota: a peer
-	 * failing flows only spends its own); DATA in flight is dropped.
-	 * Failed here first (the sender's answer to fail_receiver): it
-	 * keeps its own reason */
-	if (f->state == FLOW_FAILED) {
-		detach_flow(f);
-		return;
-	}
+	 * failing flows only spends its own); DATA in flight is dropped */
 	if (cl->cut) {
 		cut_receiver(f, log_safe(cl->failed, msg, sizeof(msg)));
+		return;
+	}
+	if (f->state == FLOW_FAILED) {
+		/* failed here first (the sender's answer to fail_receiver):
+		 * it keeps its own reason */
+		detach_flow(f);
 		return;
 	}
 	snprintf(why, sizeof(why), "the sender failed the flow: %s",
