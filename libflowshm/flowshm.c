@@ -884,7 +884,8 @@ const char *flowshm_strerror(int rc)
 	case -ECONNREFUSED: return "moverd is not running";
 	case -EBUSY: return "every subscriber slot of the flow is taken";
 	case -ENOSPC: return "a limit of moverd's is reached (flows, "
-			     "attachments or memory for rings)";
+			     "attachments or memory for rings), or no space "
+			     "is left for the ring's file";
 	case -EDQUOT: return "over your quota of flows or ring bytes";
 	case -ENOMEM: return "out of memory";
 	case -EEXIST: return "a flow of that name exists (or the handle is "
