@@ -1375,6 +1375,25 @@ static int pin_cpus(const struct options *o)
 	return -1;
 }
 
+/* Re-adopted sender flows back on their peers' connections (and their
+ * fan-out subscriptions); one that cannot be (no memory for its
+ * connection) is said and stays failed rather than silently unattached. */
+static void adopt_senders(struct daemon *d)
+{
+	for (struct flow *f = d->flows.head; f; f = f->next) {
+		if (f->role != FLOW_SENDER)
+			continue;
+		if (!peer_add_sender(&d->peers, f)) {
+			fanout_restore(&d->peers, f);
+			continue;
+		}
+		log_error("flow %s: no memory for a connection to its peer %s",
+			  f->name, f->peer_addr);
+		flows_fail(f, "no memory for a connection to its peer at "
+			   "start: restart moverd");
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static struct daemon d;
@@ -1451,10 +1470,7 @@ int main(int argc, char **argv)
 		return 1;
 	flows_count_start(&d.flows);
 	if (flows_adopt_timed(&d.flows))
-		for (struct flow *f = d.flows.head; f; f = f->next)
-			if (f->role == FLOW_SENDER &&
-			    !peer_add_sender(&d.peers, f))
-				fanout_restore(&d.peers, f);
+		adopt_senders(&d);
 	apply_declared(&d);
 	notify_init();
 	log_info("moverd %s ready (pid %d)", FLOWSHM_VERSION, (int)getpid());
