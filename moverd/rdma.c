@@ -113,7 +113,8 @@ struct flow_mr {
 
 /* Consumer rings kept registered for their refused senders, at most, per
  * connection: past them another kept one goes (a WRITE of its sender
- * still on the way then fails the connection, as before they were kept). */
+ * still on the way once it is deregistered then fails the connection, as
+ * before they were kept). */
 #define KEPT_MAX 16u
 
 /*
@@ -132,7 +133,21 @@ struct pending_reg {
 	struct flow *ref;
 };
 
+/*
+ * A deregistration in flight on the same thread (dereg_later): the loop
+ * no longer waits for ibv_dereg_mr (~18 ms per GiB in the guest, for
+ * every ring of a connection that closes).  It owns the flow reference
+ * that keeps the pages until the device lets go of them, and holds its
+ * connection's PD as a registration does (n_deregs).
+ */
+struct pending_dereg {
+	struct reg_req req;
+	struct rdma_conn *c;
+	struct flow *ref;
+};
+
 struct rdma_conn {
+	struct rdma_shared *s;
 	struct peer *p;              /* NULL once closed */
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
@@ -145,6 +160,7 @@ struct rdma_conn {
 	unsigned max_inline;
 	bool qp_ready;
 	bool hung_up;   /* the peer disconnected: take what came, post nothing */
+	bool shut;      /* rdma_shutdown: its QP may hold WRs until close */
 	uint64_t begun_ns; /* the connect request came, or ours began: the
 			    * deadline of its coming up (connect_deadlines) */
 	/* every ring registered on this connection, grown as flows come:
@@ -152,9 +168,10 @@ struct rdma_conn {
 	 * ours), and those orphaned until the batch in flight completes */
 	struct flow_mr *mrs;
 	unsigned n_mrs, cap_mrs;
-	/* its registrations in flight: a closed connection is freed when
-	 * the last one is taken back */
+	/* its registrations and deregistrations in flight: a closed
+	 * connection is freed when the last one is taken back */
 	struct pending_reg *pending;
+	unsigned n_deregs;
 	struct ibv_send_wr wr[SQ_DEPTH];
 	struct ibv_sge sge[SQ_DEPTH];
 	/* the wr_id of the signalled last WR of the batch in flight (valid
@@ -268,14 +285,73 @@ static void forget_cached(struct rdma_conn *c, struct flow *f)
 	}
 }
 
+/* ibv_dereg_mr failed: the device may still use the pages, so ref (the
+ * flow reference that keeps them) is never put. */
+static void dereg_failed(struct flow *ref, int err)
+{
+	log_error("flow %s: ibv_dereg_mr: %s (its ring's pages are kept)",
+		  ref->name, strerror(err));
+}
+
+/* Deregister mr now, on the loop; then ref goes. */
+static void dereg_now(struct ibv_mr *mr, struct flow *ref)
+{
+	int err = ibv_dereg_mr(mr);
+
+	if (err) {
+		dereg_failed(ref, err);
+		return;
+	}
+	flow_put(ref); /* after the deregistration: no DMA to its pages */
+}
+
+/* Deregister mr (in c's PD) on the registration thread; ref, the flow
+ * reference that keeps its pages, goes when it has ended (dereg_reaped).
+ * Stopped, or no memory for the request: now, on the loop. */
+static void dereg_later(struct rdma_conn *c, struct ibv_mr *mr,
+			struct flow *ref)
+{
+	struct rdma_shared *s = c->s;
+	struct pending_dereg *pd = s->reg ? calloc(1, sizeof(*pd)) : NULL;
+
+	if (!pd) {
+		dereg_now(mr, ref);
+		return;
+	}
+	pd->req = (struct reg_req){ .op = REG_OP_DEREGISTER, .mr = mr,
+				    .len = mr->length };
+	pd->c = c;
+	pd->ref = ref;
+	c->n_deregs++;
+	s->n_inflight++;
+	reg_thread_submit(s->reg, &pd->req);
+}
+
+/* Take registration i out of c's table. */
+static struct flow_mr take_mr(struct rdma_conn *c, unsigned i)
+{
+	struct flow_mr m = c->mrs[i];
+
+	forget_cached(c, m.flow);
+	c->mrs[i] = c->mrs[--c->n_mrs];
+	return m;
+}
+
+/* Drop registration i, deregistered off the loop: for a ring no remote
+ * WRITE may reach any more, or one whose WRITEs may land (kept). */
 static void drop_mr(struct rdma_conn *c, unsigned i)
 {
-	struct flow *ref = c->mrs[i].ref;
+	struct flow_mr m = take_mr(c, i);
 
-	forget_cached(c, c->mrs[i].flow);
-	ibv_dereg_mr(c->mrs[i].mr);
-	c->mrs[i] = c->mrs[--c->n_mrs];
-	flow_put(ref); /* after the deregistration: no DMA to its pages */
+	dereg_later(c, m.mr, m.ref);
+}
+
+/* Drop registration i now: its rkey is invalid on return. */
+static void drop_mr_now(struct rdma_conn *c, unsigned i)
+{
+	struct flow_mr m = take_mr(c, i);
+
+	dereg_now(m.mr, m.ref);
 }
 
 static int rdma_open_flow(struct peer *p, struct flow *f, uint64_t *raddr,
@@ -340,16 +416,18 @@ static void keep_mr(struct rdma_conn *c, unsigned i, struct flow *f)
 /*
  * The flow leaves this connection (destroyed, failed, or moved to another
  * one).  A producer ring's registration may still be read by the batch in
- * flight, so it is orphaned (no flow: it never matches again) and dropped
- * when that batch completes; its reference keeps the pages until then.
+ * flight, or by WRs a shut queue pair holds until it is destroyed, so it
+ * is orphaned (no flow: it never matches again) and dropped when that
+ * batch completes, or at close; its reference keeps the pages until then.
  * A consumer ring's whose sender was told the flow is gone or failed here
  * (f->rx_refused) is kept until that sender's CLOSE (rdma_flow_closed):
  * its WRITEs sent before it heard land in pages nobody reads, where
  * dropping the registration failed them, and with them the connection and
  * every flow on it (and the refusal, lost with it: the sender opened the
  * flow again and this host made it anew).  Any other consumer ring's goes
- * at once: a flow moved to another connection, whose WRITEs from this
- * one must fail rather than land in a ring this one no longer feeds.
+ * at once, on the loop: a flow moved to another connection, whose WRITEs
+ * from this one must fail rather than land in a ring this one no longer
+ * feeds (a deregistration on the thread may wait behind a registration).
  */
 static void rdma_forget_flow(struct peer *p, struct flow *f)
 {
@@ -363,13 +441,15 @@ static void rdma_forget_flow(struct peer *p, struct flow *f)
 	for (unsigned i = 0; i < c->n_mrs; i++) {
 		if (c->mrs[i].flow != f)
 			continue;
-		if (p->wr_op.busy && f->role == FLOW_SENDER) {
+		if (f->role == FLOW_SENDER && (p->wr_op.busy || c->shut)) {
 			forget_cached(c, f);
 			c->mrs[i].flow = NULL;
-		} else if (f->role == FLOW_RECEIVER && f->rx_refused) {
+		} else if (f->role == FLOW_SENDER) {
+			drop_mr(c, i);
+		} else if (f->rx_refused) {
 			keep_mr(c, i, f);
 		} else {
-			drop_mr(c, i);
+			drop_mr_now(c, i);
 		}
 		return;
 	}
@@ -421,6 +501,13 @@ static void conn_free(struct rdma_conn *c)
 	free(c);
 }
 
+/* Free c once closed and nothing in flight holds its PD any more. */
+static void conn_free_unused(struct rdma_conn *c)
+{
+	if (!c->p && !c->pending && !c->n_deregs)
+		conn_free(c);
+}
+
 static void pending_remove(struct rdma_conn *c, struct pending_reg *pr)
 {
 	for (struct pending_reg **pp = &c->pending; *pp; pp = &(*pp)->next) {
@@ -431,17 +518,18 @@ static void pending_remove(struct rdma_conn *c, struct pending_reg *pr)
 	}
 }
 
-/* The registration is nobody's (its flow or connection went): undone. */
+/* The registration is nobody's (its flow or connection went): undone
+ * (its flow reference goes with the deregistration). */
 static void reg_discard(struct pending_reg *pr)
 {
 	struct rdma_conn *c = pr->c;
 
 	if (pr->req.mr)
-		ibv_dereg_mr(pr->req.mr);
-	flow_put(pr->ref); /* after the deregistration: no DMA to its pages */
+		dereg_later(c, pr->req.mr, pr->ref);
+	else
+		flow_put(pr->ref); /* never registered: no DMA to its pages */
 	free(pr);
-	if (!c->p && !c->pending)
-		conn_free(c); /* closed, and this was its last */
+	conn_free_unused(c); /* closed, and this was its last */
 }
 
 /* A sender's producer ring could not be registered: that flow waits and
@@ -497,8 +585,7 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 		return;
 	}
 	if (mr && !mrs_room(c)) {
-		ibv_dereg_mr(mr);
-		mr = pr->req.mr = NULL;
+		mr = NULL; /* pr->req.mr is undone by reg_discard */
 		pr->req.err = ENOMEM;
 	}
 	if (!mr) {
@@ -520,6 +607,37 @@ static void reg_reaped(struct rdma_shared *s, struct pending_reg *pr)
 	}
 }
 
+/* A deregistration ended (or, at shutdown, was never started: done
+ * now).  Its flow reference goes: the device no longer uses the pages. */
+static void dereg_reaped(struct rdma_shared *s, struct pending_dereg *pd)
+{
+	struct rdma_conn *c = pd->c;
+
+	s->n_inflight--;
+	c->n_deregs--;
+	log_debug("flow %s: ring deregistration of %llu bytes ended in "
+		  "%.3f ms%s", pd->ref->name, (unsigned long long)pd->req.len,
+		  (double)pd->req.ns / 1e6,
+		  pd->req.err == ECANCELED ? " (at shutdown, on the loop)" : "");
+	if (pd->req.err == ECANCELED)
+		dereg_now(pd->req.mr, pd->ref);
+	else if (pd->req.err)
+		dereg_failed(pd->ref, pd->req.err);
+	else
+		flow_put(pd->ref);
+	free(pd);
+	conn_free_unused(c);
+}
+
+/* A request the thread gave back, of either kind. */
+static void req_reaped(struct rdma_shared *s, struct reg_req *r)
+{
+	if (r->op == REG_OP_DEREGISTER)
+		dereg_reaped(s, CONTAINER(r, struct pending_dereg, req));
+	else
+		reg_reaped(s, CONTAINER(r, struct pending_reg, req));
+}
+
 static void arm_fd(struct peer_mgr *m, struct loop_op *op, int fd,
 		   loop_done_fn done);
 
@@ -533,7 +651,7 @@ static void reg_done(struct loop_op *op, int res)
 		return; /* cancelled: stopped */
 	for (r = reg_thread_take(s->reg); r; r = next) {
 		next = r->next;
-		reg_reaped(s, CONTAINER(r, struct pending_reg, req));
+		req_reaped(s, r);
 	}
 	arm_fd(s->m, &s->reg_op, reg_thread_fd(s->reg), reg_done);
 }
@@ -726,10 +844,9 @@ static void rdma_close(struct peer *p)
 	free(c->stage);
 	p->tp_data = NULL;
 	c->p = NULL;
-	/* a registration in flight in its PD: freed when the last is taken
-	 * back (reg_discard) */
-	if (!c->pending)
-		conn_free(c);
+	/* a registration or deregistration in flight in its PD: freed when
+	 * the last is taken back (conn_free_unused) */
+	conn_free_unused(c);
 }
 
 /*
@@ -749,8 +866,12 @@ static void rdma_shutdown(struct peer *p)
 	    shared(p->m)->dev == DEV_OK)
 		log_limited(&lim, LOG_LVL_WARN, "peer %s: rdma_disconnect: %s",
 			    p->addr, strerror(errno));
-	/* the queue pair is destroyed at close: nothing completes after */
+	/* the queue pair is destroyed at close: nothing completes after;
+	 * what it holds until then may still use a producer ring's
+	 * registration (rdma_forget_flow keeps it until close) */
 	p->wr_op.busy = false;
+	if (c)
+		c->shut = true;
 }
 
 /* ---- sending ---------------------------------------------------------------- */
@@ -1102,6 +1223,7 @@ static int new_conn(struct peer *p)
 
 	if (!c)
 		return -ENOMEM;
+	c->s = shared(p->m);
 	c->p = p;
 	p->tp_data = c;
 	return 0;
@@ -1519,8 +1641,8 @@ bool rdma_busy(const struct peer_mgr *m)
 
 /*
  * At shutdown, once the loop has stopped: the thread is joined (after
- * the registration under way) and whatever it still had is undone, each
- * closed connection's PD with its last registration.
+ * the request under way) and whatever it still had is undone or done, on
+ * this thread, each closed connection's PD with its last request.
  */
 void rdma_stop(struct peer_mgr *m)
 {
@@ -1535,6 +1657,10 @@ void rdma_stop(struct peer_mgr *m)
 		struct pending_reg *pr = CONTAINER(r, struct pending_reg, req);
 
 		next = r->next;
+		if (r->op == REG_OP_DEREGISTER) {
+			req_reaped(s, r);
+			continue;
+		}
 		log_debug("flow %s: ring registration of %llu bytes taken back "
 			  "at shutdown (%s)", pr->ref->name,
 			  (unsigned long long)r->len,

@@ -1,9 +1,11 @@
 /*
- * moverd/reg_thread.c - ibv_reg_mr in a helper thread (see reg_thread.h).
+ * moverd/reg_thread.c - ibv_reg_mr and ibv_dereg_mr in a helper thread
+ * (see reg_thread.h).
  *
  * A mutex and a condition variable, not a lock-free hand-over: requests
- * come a few per flow opened, the lock is held for a list operation only
- * (never across ibv_reg_mr, never across the eventfd write), and it gives
+ * come a few per flow opened or closed, the lock is held for a list
+ * operation only (never across ibv_reg_mr or ibv_dereg_mr, never across
+ * the eventfd write), and it gives
  * the loop thread one plain rule: what is on `todo` or in progress is the
  * helper's, what is on `done` is the loop's once taken.  The lock's
  * acquire and release order the request's fields between the threads.
@@ -39,14 +41,22 @@ static void test_hold(void)
 		usleep(10000);
 }
 
-/* ibv_reg_mr, timed into r->ns, results into r->mr and r->err */
+/* ibv_reg_mr or ibv_dereg_mr, timed into r->ns, results into r->mr and
+ * r->err */
 static void reg_run(struct reg_req *r)
 {
-	uint64_t t0 = fr_now_ns();
+	uint64_t t0;
 
 	test_hold();
-	r->mr = ibv_reg_mr(r->pd, r->addr, r->len, r->access);
-	r->err = r->mr ? 0 : (errno ? errno : ENOMEM);
+	t0 = fr_now_ns(); /* the call's own time, without a test's hold */
+	if (r->op == REG_OP_DEREGISTER) {
+		r->err = ibv_dereg_mr(r->mr);
+		if (!r->err)
+			r->mr = NULL;
+	} else {
+		r->mr = ibv_reg_mr(r->pd, r->addr, r->len, r->access);
+		r->err = r->mr ? 0 : (errno ? errno : ENOMEM);
+	}
 	r->ns = fr_now_ns() - t0;
 }
 
@@ -119,7 +129,8 @@ int reg_thread_fd(const struct reg_thread *rt)
 void reg_thread_submit(struct reg_thread *rt, struct reg_req *r)
 {
 	r->next = NULL;
-	r->mr = NULL;
+	if (r->op == REG_OP_REGISTER)
+		r->mr = NULL;
 	r->err = 0;
 	pthread_mutex_lock(&rt->lock);
 	*rt->todo_tail = r;
@@ -172,7 +183,7 @@ struct reg_req *reg_thread_stop(struct reg_thread *rt)
 	rt->stop = true;
 	pthread_cond_signal(&rt->cond);
 	pthread_mutex_unlock(&rt->lock);
-	pthread_join(rt->thread, NULL); /* after the registration under way */
+	pthread_join(rt->thread, NULL); /* after the request under way */
 	left = rt->done;
 	while ((r = rt->todo)) {
 		rt->todo = r->next;

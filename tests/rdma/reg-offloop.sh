@@ -33,6 +33,13 @@
 #      sending daemon killed while the receiver registers:
 #      the receiver lives on, its flow waits for its sender, no
 #      registration of it is left, and it stops cleanly.
+#   6. Deregistrations (ibv_dereg_mr, which unpins every page) run off the
+#      loop too, held the same way: a flow destroyed on the sender, then
+#      the receiving daemon killed (its connection's rings go), then the
+#      sender stopped, each while its deregistration is held: the sender
+#      answers `status` and moves another flow's records meanwhile, logs
+#      the deregistration only once the hold ends, and exits 0 (under the
+#      ASan build: the connection's PD freed after its last one, no leak).
 set -euo pipefail
 build=${1:?usage: reg-offloop.sh BUILD_DIR}
 ip=${FM_RDMA_ADDR:-10.77.0.1}
@@ -237,4 +244,41 @@ grep -q "flow cut: ring registration of 16777216 bytes dropped before it began" 
 wait_flow b4 cut 'state: *reconnecting'
 stops_clean 5 b4 "$b" "$before"
 say "phase 5: PASS (the destroyed flow's open refused with its reason; the closed flow gone; the sender's death left $after registration(s), $before before)"
+
+# ---- 6: deregistrations held: the loop answers, moves, and stops -------------
+port=$((port + 1))
+rdma_daemon b6 --listen "$ip:$port"; b=$pid
+held_daemon a6; a=$pid
+# dereg_ended NAME FLOW BYTES: NAME's log says FLOW's deregistration ended
+dereg_ended() {
+    grep -q "flow $2: ring deregistration of $3 bytes ended" "$run/$1.log"
+}
+for f in small big; do
+    ctl a6 flow create "$f" --peer "$ip:$port" \
+        --ring-size "$([ $f = big ] && echo 64M || echo 1M)" >/dev/null
+    wait_flow a6 "$f" 'state: *open'
+    move "$f" 100 a6 b6     # both of its rings are registered now
+done
+touch "$hold"
+ctl a6 flow destroy big >/dev/null || fail "flow destroy big on a6"
+ctl a6 status >/dev/null || fail "moverd a6 did not answer status while deregistering"
+move small "$count" a6 b6
+! dereg_ended a6 big 67108864 || fail "moverd a6 deregistered big's ring while held"
+rm -f "$hold"
+within 60 dereg_ended a6 big 67108864 ||
+    fail "moverd a6 never deregistered big's ring once the hold ended"
+big_ms=$(grep -o "flow big: ring deregistration of 67108864 bytes ended in [0-9.]* ms" "$run/a6.log" |
+    awk '{ print $(NF - 1) }')
+touch "$hold"
+kill -9 "$b"; wait "$b" 2>/dev/null || true
+wait_flow a6 small 'state: *reconnecting'   # its connection closed
+ctl a6 status >/dev/null || fail "moverd a6 stopped answering"
+! dereg_ended a6 small 1048576 || fail "moverd a6 deregistered small's ring while held"
+kill "$a"
+sleep 2      # not a threshold: the daemon must still be waiting, or done
+rm -f "$hold"
+wait "$a" || fail "moverd a6 exited with $? when stopped while deregistering"
+dereg_ended a6 small 1048576 || fail "moverd a6 stopped without deregistering small's ring"
+no_reports a6
+say "phase 6: PASS (deregistrations held: status and $count records answered; each ended once the hold did, big's 64 MiB in $big_ms ms off the loop; stopped cleanly)"
 say "PASS"
