@@ -227,6 +227,19 @@ static void write_cuts(FILE *f, const struct flow *fl)
 		fputc('\n', f);
 }
 
+/* failed=REASON: why a failed flow failed (flows_fail), read back at the
+ * next start; a character a value may not hold is written as '?'.  No
+ * line while it has not failed, as an older moverd reads the file. */
+static void write_failed(FILE *f, const struct flow *fl)
+{
+	if (fl->state != FLOW_FAILED)
+		return;
+	fputs("failed=", f);
+	for (const char *c = fl->reason; *c; c++)
+		fputc(*c < 0x20 || *c > 0x7e || *c == '=' ? '?' : *c, f);
+	fputc('\n', f);
+}
+
 /* A new file name.flow.tmp, never through a link; -errno. */
 static int open_tmp(const struct flow_table *t, const char *tmp, FILE **out)
 {
@@ -275,6 +288,7 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
 	write_fanout(f, fl);
 	write_cuts(f, fl);
+	write_failed(f, fl);
 	if (fclose(f) || renameat(t->state_fd, tmp, t->state_fd, name)) {
 		rc = -errno;
 		unlinkat(t->state_fd, tmp, 0);
@@ -334,16 +348,17 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_COUNT };
+		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_FAILED, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
 	"allow_gids", "origin", "created_ms", "fanout", "origin_host", "cut",
+	"failed",
 };
 /* keys a file written before they existed may lack (fanout: only a
- * flow to several peers has it) */
+ * flow to several peers has it; failed: only a failed one) */
 #define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT) | \
-		       (1u << K_HOST) | (1u << K_CUT))
+		       (1u << K_HOST) | (1u << K_CUT) | (1u << K_FAILED))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -402,6 +417,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 			return false;
 		fl->cut_saved = strdup(v);
 		return fl->cut_saved != NULL;
+	case K_FAILED: /* only said (ring_marked_failed) */
+		if (!meta_value_ok(v) || fl->failed_saved)
+			return false;
+		fl->failed_saved = strdup(v);
+		return fl->failed_saved != NULL;
 	default:
 		return false;
 	}
@@ -870,6 +890,21 @@ static enum flow_state adopted_state(enum flow_role role)
 	return role == FLOW_SENDER ? FLOW_CONNECTING : FLOW_RECONNECTING;
 }
 
+/* A flow whose state file says it failed (failed=): its ring is failed
+ * (the flag may not have reached the file's page before a crash).  One
+ * between hosts fails at its first check, which says the saved reason
+ * (ring_marked_failed) and tells its peer as before the restart; a local
+ * one, with no peer to tell, is failed here. */
+static void adopt_failed(struct flow *fl)
+{
+	fr_fail(&fl->view->ring);
+	if (fl->role != FLOW_LOCAL)
+		return;
+	fl->state = FLOW_FAILED;
+	snprintf(fl->reason, sizeof(fl->reason), "%s%s", FAILED_BEFORE,
+		 fl->failed_saved);
+}
+
 /* Open the ring file of one flow named in the state directory. */
 /* Why a ring file does not open, in words: a ring of another format (a
  * file written by an older moverd) names its version. */
@@ -1025,6 +1060,8 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
+	if (fl->failed_saved)
+		adopt_failed(fl);
 	flows_status(fl); /* this start's epoch: its clients learn of it */
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
 		 flows_role_name(fl->role), (unsigned long long)in.head,
@@ -1035,6 +1072,7 @@ refuse:
 		  t->state_dir, file, why);
 	free(fl->fanout_saved);
 	free(fl->cut_saved);
+	free(fl->failed_saved);
 	free(fl);
 	return NULL;
 }
@@ -1807,6 +1845,9 @@ void flow_put(struct flow *f)
 	}
 	free(f->fanout_saved);
 	free(f->cut_saved);
+	free(f->failed_saved);
+	if (f->failure_unsaved)
+		f->table->n_unsaved--;
 	/* no I/O refers to the ring any more: its pages go (now, or once
 	 * its consumer drained it: release_pages), unless it is kept */
 	if (f->kept)
@@ -1816,6 +1857,32 @@ void flow_put(struct flow *f)
 	free(f);
 }
 
+/* f's failure into its state file (failed=); a save that fails is
+ * tried again (flows_retry_saves).  A destroyed flow's files are gone:
+ * none is made again. */
+static void save_failure(struct flow *f)
+{
+	int rc;
+
+	if (f->dead || !f->path[0])
+		return; /* (a fan-out subscription has no file of its own) */
+	rc = write_meta(f->table, f);
+	if ((rc != 0) == f->failure_unsaved)
+		return; /* as it was */
+	f->failure_unsaved = rc != 0;
+	if (rc) {
+		f->table->n_unsaved++;
+		log_warn("flow %s: its failure is not written to its state "
+			 "file (%s); trying again each second: a restart "
+			 "before then says a client marked its ring failed",
+			 f->name, strerror(-rc));
+	} else {
+		f->table->n_unsaved--;
+		log_info("flow %s: its failure is written to its state file "
+			 "now", f->name);
+	}
+}
+
 void flows_fail(struct flow *f, const char *reason)
 {
 	if (f->state == FLOW_FAILED)
@@ -1823,6 +1890,17 @@ void flows_fail(struct flow *f, const char *reason)
 	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
 	fill_stop(f);
+	save_failure(f);
+}
+
+void flows_retry_saves(struct flow_table *t, uint64_t now)
+{
+	if (!t->n_unsaved || now < t->save_retry_ns)
+		return;
+	t->save_retry_ns = now + 1000000000ull;
+	for (struct flow *f = t->head; f; f = f->next)
+		if (f->failure_unsaved)
+			save_failure(f);
 }
 
 static void unlist(struct flow_table *t, struct flow *f);

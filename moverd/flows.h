@@ -264,6 +264,12 @@ struct flow {
 				   * read */
 	char *fanout_saved;       /* re-adopted: the state file's peers */
 	char *cut_saved;          /* ... and those whose cut it kept (cut=) */
+	char *failed_saved;       /* ... and why it failed before (failed=):
+				   * said instead of "a client marked the
+				   * ring failed" (peer.c, ring_marked_failed) */
+	bool failure_unsaved;     /* failed, and its state file does not say
+				   * so yet (a save failed: a full
+				   * filesystem); flows_retry_saves */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a
 	 * backoff that doubles with each cut soon after the last */
@@ -362,6 +368,10 @@ struct flow_table {
 	/* this moverd's start count, kept in the state directory (`epoch`):
 	 * clients that see it change know the daemon restarted */
 	uint64_t epoch;
+	/* flows whose failure is not in their state file yet, and when the
+	 * next try is (flows_retry_saves) */
+	unsigned n_unsaved;
+	uint64_t save_retry_ns;
 	/* called when a flow is created (the control socket answers the
 	 * requests that waited for it): a hook, flows.c knows no clients */
 	void (*added)(void *arg, struct flow *f);
@@ -541,8 +551,18 @@ void flows_let_go(struct flow_table *t, struct flow *f);
  * Something read from the flow's own ring was impossible (a position
  * moved backwards or beyond what moverd recorded): this flow, and only
  * it, fails.  Its clients get -EPROTO; `reason` is shown by flow show.
+ * Its state file says so too (failed=REASON), so that the next start
+ * says why it failed; a save that fails is tried again each second
+ * (flows_retry_saves) until it is written or the flow is gone.
  */
 void flows_fail(struct flow *f, const char *reason);
+
+/* What the reason of a flow failed before this start begins with. */
+#define FAILED_BEFORE "failed before moverd restarted: "
+
+/* Try again to save the failures not in their state files yet, at most
+ * once a second (a walk of the table, only while there are any). */
+void flows_retry_saves(struct flow_table *t, uint64_t now);
 
 /* Release the remains that are drained or past their grace, and forget
  * the ring rate budgets that are whole again (all: now = UINT64_MAX, at

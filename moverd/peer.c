@@ -903,8 +903,11 @@ bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 				     memory_order_relaxed);
 	if (!(flags & FR_FLAG_FAILED))
 		return false;
-	snprintf(why, cap, "a client marked the ring failed (flags %#x)",
-		 (unsigned)flags);
+	if (f->failed_saved) /* moverd's own verdict, before a restart */
+		snprintf(why, cap, "%s%s", FAILED_BEFORE, f->failed_saved);
+	else
+		snprintf(why, cap, "a client marked the ring failed (flags "
+			 "%#x)", (unsigned)flags);
 	return true;
 }
 
@@ -2686,6 +2689,7 @@ static void police_slice(struct peer_mgr *m, uint64_t now)
 		     per_slice(t->count, SLICES_PER_ROUND * all_rounds(t)),
 		     now);
 	flows_reap_remains(t, now);
+	flows_retry_saves(t, now);
 }
 
 /* Sender flows whose open the peer answered "busy, retry": ask again.

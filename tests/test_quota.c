@@ -991,6 +991,40 @@ static void case_fill(void)
  * for resizing the file.  Now the deposit is neither published nor
  * acknowledged: the flow fails there and then, and the sender hears why.
  */
+/*
+ * The failure outlives a crash of moverd: before, the next start found
+ * the ring marked failed and blamed a client ("a client marked the ring
+ * failed").  The state file says why (failed=); on the full filesystem
+ * its save failed and is tried again each second, so it is written once
+ * the filler goes.
+ */
+static void failure_survives(struct hd *d, const char *const *opts,
+			     const char *was)
+{
+	static const char before[] = "failed before moverd restarted: ";
+	char reason[256] = "";
+	int i;
+
+	CHECK(hd_log_count(d, "its failure is not written to its state file") == 1);
+	CHECK(unlink(DIR15 "/filler") == 0);
+	for (i = 0; i < 500 && !hd_log_count(d, "flow d18: its failure is "
+					     "written to its state file now"); i++)
+		usleep(10000);
+	CHECK(i < 500);
+	hd_kill(d);
+	hd_restart(d, moverd_bin, opts);
+	CHECK(hd_wait_state(d, moverctl_bin, "d18", "failed", 10000, reason,
+			    sizeof(reason)));
+	printf("# after a restart: %s\n", reason);
+	/* (hj_get's value ends at a comma: the log has it whole) */
+	CHECK(!strncmp(reason, before, strlen(before)));
+	CHECK(!strncmp(reason + strlen(before), was, 30));
+	CHECK(hd_log_count(d, "flow d18: failed: failed before moverd "
+			   "restarted: moverd's view of the ring faulted, the "
+			   "file at its size: a page of it could not be "
+			   "allocated") == 1);
+}
+
 static void case_deposit_fault(void)
 {
 	static const char *const opts[] = { "--state-dir", DIR15,
@@ -1038,6 +1072,7 @@ static void case_deposit_fault(void)
 	CHECK(strstr(out, "\"bytes_sent\": 0,") && strstr(out, "\"tail\": 0,"));
 	hd_alive(&d);
 	close(fd);
+	failure_survives(&d, opts, reason);
 	hd_stop(&d);
 	umount2(DIR15, MNT_DETACH);
 	rmdir(DIR15);
