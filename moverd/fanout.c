@@ -1,6 +1,7 @@
 /*
  * moverd/fanout.c - one sender flow, several peer hosts (see fanout.h).
  */
+#include "backoff.h"
 #include "fanout.h"
 #include "mover.h"
 #include "log.h"
@@ -354,17 +355,15 @@ void fanout_lost_twin(struct flow *f, const struct flow *twin)
 /* f was cut: when to take its subscription again. */
 static void schedule_rejoin(struct flow *f, uint64_t now)
 {
-	uint64_t b = f->rejoin_backoff_ns;
+	/* a cut after a calm spell starts over */
+	uint64_t last = now - f->cut_ns > REJOIN_CALM_NS ?
+				0 : f->rejoin_backoff_ns;
 
-	if (!b || now - f->cut_ns > REJOIN_CALM_NS)
-		b = REJOIN_MIN_NS;
-	else if (b < REJOIN_MAX_NS)
-		b *= 2;
-	f->rejoin_backoff_ns = b;
+	f->rejoin_backoff_ns = backoff_next(last, REJOIN_MIN_NS, REJOIN_MAX_NS);
 	f->cut_ns = now;
 	f->cut_unix_ms = flows_unix_ms();
 	f->cuts++;
-	f->rejoin_at_ns = now + b;
+	f->rejoin_at_ns = now + f->rejoin_backoff_ns;
 }
 
 /* f's peer fell more than max_lag behind a full ring: its slot is HELD,

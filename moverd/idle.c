@@ -39,6 +39,7 @@
  * adaptive judgement".
  */
 #include "idle.h"
+#include "backoff.h"
 
 #include <string.h>
 
@@ -126,9 +127,8 @@ static void span_end(struct idle *s, uint64_t now)
 	}
 	/* doubling, so a host that stays busy costs a failed span only
 	 * every IDLE_BACKOFF_MAX_NS, not every IDLE_BACKOFF_NS */
-	s->backoff_ns = s->backoff_ns ? s->backoff_ns * 2 : IDLE_BACKOFF_NS;
-	if (s->backoff_ns > IDLE_BACKOFF_MAX_NS)
-		s->backoff_ns = IDLE_BACKOFF_MAX_NS;
+	s->backoff_ns = backoff_next(s->backoff_ns, IDLE_BACKOFF_NS,
+				     IDLE_BACKOFF_MAX_NS);
 	s->backoff_until_ns = now + s->backoff_ns;
 	s->backoffs++;
 }

@@ -17,6 +17,7 @@
  * the window, sizes that do not fit, bad magic or version close that
  * connection with a logged reason; other peers and flows go on.
  */
+#include "backoff.h"
 #include "peer_impl.h"
 #include "ring_guard.h"
 #include "lattrace.h"
@@ -1488,10 +1489,8 @@ static uint64_t short_wait_ns(struct flow *f,
 {
 	uint64_t said = reopen_wait_ns(op);
 
-	f->short_backoff_ns = f->short_backoff_ns ?
-				      2 * f->short_backoff_ns : REOPEN_NS;
-	if (f->short_backoff_ns > SHORT_MAX_NS)
-		f->short_backoff_ns = SHORT_MAX_NS;
+	f->short_backoff_ns = backoff_next(f->short_backoff_ns, REOPEN_NS,
+					   SHORT_MAX_NS);
 	return said > f->short_backoff_ns ? said : f->short_backoff_ns;
 }
 
@@ -1501,10 +1500,8 @@ void peer_sender_wait(struct flow *f, const char *why)
 
 	if (!f->peer)
 		return;
-	f->wait_backoff_ns = f->wait_backoff_ns ? 2 * f->wait_backoff_ns :
-						  REOPEN_NS;
-	if (f->wait_backoff_ns > SHORT_MAX_NS)
-		f->wait_backoff_ns = SHORT_MAX_NS;
+	f->wait_backoff_ns = backoff_next(f->wait_backoff_ns, REOPEN_NS,
+					  SHORT_MAX_NS);
 	snprintf(msg, sizeof(msg), "%s; again in %.1f s", why,
 		 (double)f->wait_backoff_ns / 1e9);
 	/* off the mover (it sends only open flows), nothing in flight: the
