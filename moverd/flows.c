@@ -2239,19 +2239,20 @@ static void remap_tripped(struct flow *f)
  * filesystem could not allocate (a lazy ring's fill behind a deposit, on
  * a full tmpfs), or a client that cut the file and grew it back.  Before,
  * the first was blamed on a client too. */
-static void faulted_at_size(const struct flow *f, char *why, size_t cap)
+void flows_fault_why(const struct flow *f, const char *what, char *why,
+		     size_t cap)
 {
 	struct statvfs sv;
 
 	if (!f->table || statvfs(f->table->state_dir, &sv)) {
-		snprintf(why, cap, "moverd's view of the ring faulted, the "
-			 "file at its size: a page of it could not be "
-			 "allocated, or a client cut the file");
+		snprintf(why, cap, "%s, the file at its size: a page of it "
+			 "could not be allocated, or a client cut the file",
+			 what);
 		return;
 	}
-	snprintf(why, cap, "moverd's view of the ring faulted, the file at "
-		 "its size: a page of it could not be allocated (%s has %llu "
-		 "bytes free), or a client cut the file", f->table->state_dir,
+	snprintf(why, cap, "%s, the file at its size: a page of it could not "
+		 "be allocated (%s has %llu bytes free), or a client cut the "
+		 "file", what, f->table->state_dir,
 		 (unsigned long long)sv.f_bavail * sv.f_frsize);
 }
 
@@ -2269,7 +2270,8 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
 		return false;
 	if (tripped && (uint64_t)st.st_size == want)
-		faulted_at_size(f, why, cap);
+		flows_fault_why(f, "moverd's view of the ring faulted", why,
+				cap);
 	else
 		snprintf(why, cap, "a client changed the ring file's size "
 			 "(%lld bytes, %lld allocated; the ring has %llu)%s",

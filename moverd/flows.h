@@ -576,6 +576,12 @@ void flows_reap_remains(struct flow_table *t, uint64_t now);
  */
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap);
 
+/* Why a touch of f's ring faulted with its file at its size, `what`
+ * faulted first: "WHAT, the file at its size: a page of it could not be
+ * allocated (DIR has N bytes free), or a client cut the file". */
+void flows_fault_why(const struct flow *f, const char *what, char *why,
+		     size_t cap);
+
 /* May this client attach?  Root, the owner, and the allowed ids may. */
 bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid);
 /* Is one of the client's supplementary groups among the allowed gids? */

@@ -2342,9 +2342,11 @@ bool peer_rx_fault(struct peer *p)
 	if (!p->ctrl_buf && !(p->ctrl_buf = malloc(WIRE_MAX_CTRL)))
 		return false;
 	p->rx_discard = true; /* finish_data publishes nothing: f failed */
-	/* the file's check repairs it and says how it was changed */
+	/* the file's check repairs it and says how it was changed; at its
+	 * size, the filesystem may have had no page for it (full) */
 	if (!flows_ring_tampered(f, why, sizeof(why)))
-		snprintf(why, sizeof(why), "a deposit into its ring faulted");
+		flows_fault_why(f, "a deposit into its ring faulted", why,
+				sizeof(why));
 	fail_tampered(f, why);
 	return true;
 }
