@@ -5,10 +5,10 @@
  *   usage: test_daemon MOVERD MOVERCTL
  *
  * Covers: status; refusing a second daemon on the same socket or state
- * directory; flow
- * create/list/show/destroy with moverctl (human and --json); producers and a
- * consumer attached by name moving records; attach counts following client
- * death; -ENOENT, -EBUSY (a 17th consumer), -ECONNREFUSED, -EACCES (another uid); bad frames
+ * directory; flow create/list/show/destroy with moverctl (human and
+ * --json); producers and a consumer attached by name moving records;
+ * attach counts following client death; -ENOENT, -EBUSY (a 17th
+ * consumer), -ECONNREFUSED, -EACCES (another uid); bad frames
  * (zero, oversized, garbage, unknown fields, wrong wire types, truncated,
  * disconnect mid-request) and many clients at once, after which the daemon
  * still serves and holds no extra file descriptors; destroy while attached;
@@ -187,7 +187,6 @@ static pid_t lock_pid(const char *sock)
 	fclose(f);
 	return (pid_t)atoi(buf);
 }
-
 
 static void test_status_and_single_instance(void)
 {
