@@ -154,7 +154,9 @@ static int recv_answer(int sock, uint8_t *buf, Flowmover__Response **r,
 	if (rc)
 		return rc;
 	rc = ctl_response_decode(buf, len, r, err, sizeof(err));
-	if (rc)
+	if (rc == -ENOMEM)
+		seterr("%s", err); /* ours, not moverd's */
+	else if (rc)
 		seterr("bad response from moverd: %s", err);
 	return rc;
 }

@@ -57,6 +57,31 @@ static const char *quote(char *dst, size_t cap, const char *s)
 
 /* ---- pure helpers ------------------------------------------------------ */
 
+/* malloc and free for protobuf-c, noting an allocation that failed */
+static void *note_alloc(void *oom, size_t size)
+{
+	void *p = malloc(size);
+
+	if (!p)
+		*(bool *)oom = true;
+	return p;
+}
+
+static void plain_free(void *unused, void *p)
+{
+	(void)unused;
+	free(p);
+}
+
+ProtobufCMessage *ctl_unpack(const ProtobufCMessageDescriptor *d, size_t len,
+			     const uint8_t *buf, bool *oom)
+{
+	ProtobufCAllocator a = { note_alloc, plain_free, oom };
+
+	*oom = false;
+	return protobuf_c_message_unpack(d, &a, len, buf);
+}
+
 /*
  * 1 if m or a message inside it carries an unknown field numbered 0.
  * protobuf-c accepts such a field when its tag is encoded in more than one
@@ -239,6 +264,7 @@ int ctl_request_decode(const uint8_t *buf, size_t len,
 		       Flowmover__Request **out, char *err, size_t errlen)
 {
 	Flowmover__Request *r;
+	bool oom;
 	int rc;
 
 	*out = NULL;
@@ -251,7 +277,13 @@ int ctl_request_decode(const uint8_t *buf, size_t len,
 		       CTL_MAX_FRAME);
 		return -EMSGSIZE;
 	}
-	r = flowmover__request__unpack(NULL, len, buf);
+	r = (Flowmover__Request *)ctl_unpack(&flowmover__request__descriptor,
+					     len, buf, &oom);
+	if (!r && oom) {
+		seterr(err, errlen, "out of memory decoding a request of %zu "
+		       "bytes", len);
+		return -ENOMEM;
+	}
 	if (r && has_field_zero(&r->base, 0)) {
 		flowmover__request__free_unpacked(r, NULL);
 		r = NULL;
@@ -281,6 +313,7 @@ int ctl_response_decode(const uint8_t *buf, size_t len,
 			Flowmover__Response **out, char *err, size_t errlen)
 {
 	Flowmover__Response *r;
+	bool oom;
 
 	*out = NULL;
 	if (len == 0) {
@@ -292,7 +325,13 @@ int ctl_response_decode(const uint8_t *buf, size_t len,
 		       CTL_MAX_FRAME);
 		return -EMSGSIZE;
 	}
-	r = flowmover__response__unpack(NULL, len, buf);
+	r = (Flowmover__Response *)ctl_unpack(&flowmover__response__descriptor,
+					      len, buf, &oom);
+	if (!r && oom) {
+		seterr(err, errlen, "out of memory decoding a response of %zu "
+		       "bytes", len);
+		return -ENOMEM;
+	}
 	if (r && has_field_zero(&r->base, 0)) {
 		flowmover__response__free_unpacked(r, NULL);
 		r = NULL;

@@ -22,6 +22,7 @@
 #define FLOWMOVER_CTL_FRAME_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,12 +56,23 @@ void ctl_frame_hdr(uint8_t hdr[CTL_HDR_BYTES], uint32_t len);
 int ctl_frame_pack(const ProtobufCMessage *msg, uint8_t *buf, size_t cap,
 		   size_t *len);
 
+/*
+ * protobuf-c's unpack of len bytes of buf as a d: NULL both for bytes that
+ * are not one and when an allocation failed, which *oom tells apart (a
+ * request is then not "malformed": the same bytes may decode later).  Its
+ * allocations are malloc's: free the message with its free_unpacked and
+ * a NULL allocator.
+ */
+ProtobufCMessage *ctl_unpack(const ProtobufCMessageDescriptor *d, size_t len,
+			     const uint8_t *buf, bool *oom);
+
 /* 1 if name matches [A-Za-z0-9._-]{1,64}, else 0.  NULL gives 0. */
 int ctl_name_valid(const char *name);
 
 /*
  * Decode a request body (the bytes after the header) and check it:
  *   -EPROTO  not a valid Request, or no (known) body: message says which
+ *   -ENOMEM  no memory to decode it (the bytes may be a valid Request)
  *   -EINVAL  body present but wrong: bad or missing flow name, create
  *            without spec, attach with a role other than producer/consumer
  * On 0, *out is the request (free with flowmover__request__free_unpacked
@@ -75,6 +87,7 @@ void ctl_request_free(Flowmover__Request *req);
 /*
  * Decode a response body.  -EPROTO: not a valid Response, no known body,
  * or a body that lacks what it must carry (Error with a code >= 0).
+ * -ENOMEM: no memory to decode it.
  */
 int ctl_response_decode(const uint8_t *buf, size_t len,
 			Flowmover__Response **out, char *err, size_t errlen);

@@ -1465,7 +1465,9 @@ static void serve(struct ctl_client *c)
 	c->have -= 4 + (size_t)len;
 	memmove(c->in, c->in + 4 + len, c->have);
 	if (rc) {
-		respond_error(c, 0, rc, "bad request: %s", err);
+		/* out of memory: not the client's fault, nor its request's */
+		respond_error(c, 0, rc, "%s%s", rc == -ENOMEM ? "" :
+			      "bad request: ", err);
 		return;
 	}
 	run_request(c, req);

@@ -28,6 +28,7 @@
 #include "log.h"
 #include "peer_allow.h"
 
+#include "ctl_frame.h"
 #include "flowmover.pb-c.h"
 
 #include <arpa/inet.h>
@@ -2092,11 +2093,18 @@ static bool ctrl_allowed(struct peer *p, const Flowmover__PeerMsg *msg)
 
 static void handle_ctrl(struct peer *p)
 {
-	Flowmover__PeerMsg *msg = flowmover__peer_msg__unpack(NULL, p->hdr.len,
-							      p->ctrl_buf);
+	bool oom;
+	Flowmover__PeerMsg *msg = (Flowmover__PeerMsg *)ctl_unpack(
+		&flowmover__peer_msg__descriptor, p->hdr.len, p->ctrl_buf, &oom);
 
 	if (!msg) {
-		peer_fail(p, "undecodable control message");
+		/* the message is consumed either way: the connection fails,
+		 * and its flows resume on the next one */
+		if (oom)
+			peer_fail(p, "out of memory decoding a control "
+				  "message of %u bytes", p->hdr.len);
+		else
+			peer_fail(p, "undecodable control message");
 		return;
 	}
 	if (!ctrl_allowed(p, msg)) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -323,6 +324,59 @@ static void test_request_errors(void)
 	/* err may be NULL */
 	CHECK_RC(ctl_request_decode((const uint8_t *)"\xff", 1, &r, NULL, 0),
 		 -EPROTO);
+}
+
+/*
+ * A request that cannot be decoded for want of memory is -ENOMEM, not
+ * "malformed" (-EPROTO): the same bytes decode once there is memory.  The
+ * child exhausts its heap under an address-space limit first.  Skipped
+ * under a sanitizer, whose allocator dies rather than return NULL.
+ */
+static void test_request_oom(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	printf("  decode without memory: skipped under a sanitizer\n");
+#else
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT, *r = NULL;
+	Flowmover__DescribeFlow ds = FLOWMOVER__DESCRIBE_FLOW__INIT;
+	static uint8_t body[CTL_MAX_FRAME];
+	size_t len, n;
+	int st;
+	pid_t pid;
+
+	req.body_case = FLOWMOVER__REQUEST__BODY_DESCRIBE;
+	req.describe = &ds;
+	ds.name = "oom";
+	CHECK_RC(ctl_frame_pack(&req.base, frame, sizeof(frame), &len), 0);
+	n = len - CTL_HDR_BYTES;
+	memcpy(body, frame + CTL_HDR_BYTES, n);
+	/* an unknown field 99 of 60000 bytes: kept by the decoder */
+	body[n++] = 0x9a; /* field 99, length-delimited */
+	body[n++] = 0x06;
+	body[n++] = 0xe0; /* 60000 */
+	body[n++] = 0xd4;
+	body[n++] = 0x03;
+	n += 60000;
+	CHECK_RC(ctl_request_decode(body, n, &r, err, sizeof(err)), 0);
+	ctl_request_free(r);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct rlimit lim = { 1ul << 30, 1ul << 30 };
+		int rc;
+
+		/* room for what is mapped now, then the heap filled */
+		CHECK(setrlimit(RLIMIT_AS, &lim) == 0);
+		for (size_t sz = 1 << 20; sz >= 16; sz /= 2)
+			while (malloc(sz))
+				;
+		rc = ctl_request_decode(body, n, &r, err, sizeof(err));
+		_exit(rc == -ENOMEM && strstr(err, "out of memory") ? 0 : 1);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	printf("  decode without memory: -ENOMEM, out of memory\n");
+#endif
 }
 
 static void test_response(void)
@@ -796,6 +850,7 @@ int main(void)
 	test_header();
 	test_request_roundtrip();
 	test_request_errors();
+	test_request_oom();
 	test_response();
 	test_fd_passing();
 	test_client();
