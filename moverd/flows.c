@@ -227,15 +227,15 @@ static void write_cuts(FILE *f, const struct flow *fl)
 		fputc('\n', f);
 }
 
-/* failed=REASON: why a failed flow failed (flows_fail), read back at the
- * next start; a character a value may not hold is written as '?'.  No
- * line while it has not failed, as an older moverd reads the file. */
+/* failed=REASON: why moverd failed the flow (flows_fail), read back at
+ * the next start; a character a value may not hold is written as '?'.
+ * No line while it has not failed, as an older moverd reads the file. */
 static void write_failed(FILE *f, const struct flow *fl)
 {
-	if (fl->state != FLOW_FAILED)
+	if (!fl->failure)
 		return;
 	fputs("failed=", f);
-	for (const char *c = fl->reason; *c; c++)
+	for (const char *c = fl->failure; *c; c++)
 		fputc(*c < 0x20 || *c > 0x7e || *c == '=' ? '?' : *c, f);
 	fputc('\n', f);
 }
@@ -418,10 +418,11 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		fl->cut_saved = strdup(v);
 		return fl->cut_saved != NULL;
 	case K_FAILED: /* only said (ring_marked_failed) */
-		if (!meta_value_ok(v) || fl->failed_saved)
+		if (!meta_value_ok(v) || fl->failure)
 			return false;
-		fl->failed_saved = strdup(v);
-		return fl->failed_saved != NULL;
+		fl->failure = strdup(v);
+		fl->failure_restored = true;
+		return fl->failure != NULL;
 	default:
 		return false;
 	}
@@ -902,7 +903,7 @@ static void adopt_failed(struct flow *fl)
 		return;
 	fl->state = FLOW_FAILED;
 	snprintf(fl->reason, sizeof(fl->reason), "%s%s", FAILED_BEFORE,
-		 fl->failed_saved);
+		 fl->failure);
 }
 
 /* Open the ring file of one flow named in the state directory. */
@@ -1060,7 +1061,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 	fl->transport = fl->role == FLOW_LOCAL ? "local" : "tcp";
 	fl->orphaned_ns = fr_now_ns(); /* a receiver's wait counts from now */
 	snprintf(fl->reason, sizeof(fl->reason), "re-adopted after a restart");
-	if (fl->failed_saved)
+	if (fl->failure)
 		adopt_failed(fl);
 	flows_status(fl); /* this start's epoch: its clients learn of it */
 	log_info("flow %s: re-adopted (%s, head %llu, tail %llu)", name,
@@ -1072,7 +1073,7 @@ refuse:
 		  t->state_dir, file, why);
 	free(fl->fanout_saved);
 	free(fl->cut_saved);
-	free(fl->failed_saved);
+	free(fl->failure);
 	free(fl);
 	return NULL;
 }
@@ -1158,7 +1159,8 @@ unsigned flows_adopt(struct flow_table *t)
 		fl = adopt_one(t, name);
 		if (fl) {
 			link_flow(t, fl);
-			if (fill_later(t, fl->ring_bytes) &&
+			/* (a failed ring is not worth its pages) */
+			if (fill_later(t, fl->ring_bytes) && !fl->failure &&
 			    allocated_bytes(fl) < fr_map_bytes(fl->ring_bytes))
 				fill_start(t, fl);
 			n++;
@@ -1845,7 +1847,7 @@ void flow_put(struct flow *f)
 	}
 	free(f->fanout_saved);
 	free(f->cut_saved);
-	free(f->failed_saved);
+	free(f->failure);
 	if (f->failure_unsaved)
 		f->table->n_unsaved--;
 	/* no I/O refers to the ring any more: its pages go (now, or once
@@ -1890,6 +1892,11 @@ void flows_fail(struct flow *f, const char *reason)
 	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
 	fill_stop(f);
+	/* the first verdict: a failure found again (ring_marked_failed)
+	 * keeps it, so a reason is never prefixed twice */
+	if (!f->failure && !(f->failure = strdup(reason)))
+		log_warn("flow %s: no memory to keep why it failed: a restart "
+			 "says a client marked its ring failed", f->name);
 	save_failure(f);
 }
 
@@ -2244,16 +2251,17 @@ void flows_fault_why(const struct flow *f, const char *what, char *why,
 {
 	struct statvfs sv;
 
+	/* short: a flow's reason holds 160 bytes, the directory's name
+	 * among them */
 	if (!f->table || statvfs(f->table->state_dir, &sv)) {
-		snprintf(why, cap, "%s, the file at its size: a page of it "
-			 "could not be allocated, or a client cut the file",
-			 what);
+		snprintf(why, cap, "%s, file at its size: a page could not be "
+			 "allocated, or a client cut it", what);
 		return;
 	}
-	snprintf(why, cap, "%s, the file at its size: a page of it could not "
-		 "be allocated (%s has %llu bytes free), or a client cut the "
-		 "file", what, f->table->state_dir,
-		 (unsigned long long)sv.f_bavail * sv.f_frsize);
+	snprintf(why, cap, "%s, file at its size: a page could not be "
+		 "allocated (%llu bytes free in %s), or a client cut it", what,
+		 (unsigned long long)sv.f_bavail * sv.f_frsize,
+		 f->table->state_dir);
 }
 
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap)

@@ -264,11 +264,17 @@ struct flow {
 				   * read */
 	char *fanout_saved;       /* re-adopted: the state file's peers */
 	char *cut_saved;          /* ... and those whose cut it kept (cut=) */
-	char *failed_saved;       /* ... and why it failed before (failed=):
-				   * said instead of "a client marked the
-				   * ring failed" (peer.c, ring_marked_failed) */
-	bool failure_unsaved;     /* failed, and its state file does not say
-				   * so yet (a save failed: a full
+	/* moverd's own verdict (flows_fail): why its ring failed, the first
+	 * time.  Kept in the state file (failed=) and said again whenever
+	 * the ring's failed flag is found on a flow not failed (peer.c,
+	 * ring_marked_failed: after a restart, or after a receiver's
+	 * connection reset), instead of "a client marked the ring failed".
+	 * Only flows_fail sets it: a state FLOW_FAILED that passes (a
+	 * fan-out subscription cut and rejoined) is not kept. */
+	char *failure;
+	bool failure_restored;    /* ... read from the state file this start */
+	bool failure_unsaved;     /* ... and the state file does not say it
+				   * yet (a save failed: a full
 				   * filesystem); flows_retry_saves */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a
@@ -577,8 +583,8 @@ void flows_reap_remains(struct flow_table *t, uint64_t now);
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap);
 
 /* Why a touch of f's ring faulted with its file at its size, `what`
- * faulted first: "WHAT, the file at its size: a page of it could not be
- * allocated (DIR has N bytes free), or a client cut the file". */
+ * faulted first: "WHAT, file at its size: a page could not be allocated
+ * (N bytes free in DIR), or a client cut it". */
 void flows_fault_why(const struct flow *f, const char *what, char *why,
 		     size_t cap);
 

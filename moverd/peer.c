@@ -905,8 +905,9 @@ bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 				     memory_order_relaxed);
 	if (!(flags & FR_FLAG_FAILED))
 		return false;
-	if (f->failed_saved) /* moverd's own verdict, before a restart */
-		snprintf(why, cap, "%s%s", FAILED_BEFORE, f->failed_saved);
+	if (f->failure) /* moverd's own verdict: this run's, or restored */
+		snprintf(why, cap, "%s%s", f->failure_restored ?
+			 FAILED_BEFORE : "", f->failure);
 	else
 		snprintf(why, cap, "a client marked the ring failed (flags "
 			 "%#x)", (unsigned)flags);

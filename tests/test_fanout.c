@@ -1266,6 +1266,61 @@ static void case_cut_unsaved(void)
 	cut_while_down("fo16", A_UNSAVED);
 }
 
+/*
+ * 17.  A cut is no failure.  The first peer B cut by --max-lag shows its
+ * subscription "failed" until it rejoins; a save of A's state file in that
+ * window (here a `flow allow`, as a cut of another peer does) wrote it as
+ * the flow's failure (failed=), and A's next start failed the flow for
+ * good ("failed before moverd restarted: cut off ...").  Only moverd's
+ * verdict (flows_fail) is kept.
+ */
+static void case_cut_not_failed(void)
+{
+	const char *const xport[] = { "--transport", hd_transport(), NULL };
+	const uint64_t n = 1600;
+	struct three t;
+	char out[8192], file[4096];
+	flowshm_t *p;
+	pid_t cc;
+	int ready[2];
+
+	start_three(&t, "fo17");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(pipe(ready) == 0);
+	/* C reads everything; nobody reads on B, the first peer */
+	cc = consumer(&t.c, "x", 0, n, ready[1]);
+	wait_ready(ready[0]);
+	p = producer_on(&t.a, "x");
+	for (uint64_t s = 0; s < n; s += 8) {
+		produce(p, s, 8);
+		wait_acked(&t.a, t.caddr);
+	}
+	CHECK(wait_child(cc) == 0);
+	wait_cut(&t.a, &t.b, t.baddr);
+	/* within the second before B rejoins */
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out),
+		     "flow allow x --uid 65534") == 0);
+	a_flow_file(&t, file, sizeof(file));
+	CHECK(strstr(file, "allow_uids=65534"));
+	if (strstr(file, "failed="))
+		fprintf(stderr, "A's x.flow after B's cut:\n%s", file);
+	CHECK(!strstr(file, "failed="));
+	flowshm_detach(p);
+	hd_kill(&t.a);
+	hd_restart(&t.a, moverd_bin, xport);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_log_count(&t.a, "failed before moverd restarted") == 0);
+	printf("  the first peer B cut, A's state file saved meanwhile, A "
+	       "killed and started: x open to both again, not failed\n");
+	stop_three(&t);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
  * or the cut ends them (-ESTALE; or the ring closed: A's rejoin made C's
  * flow again).  Exit 0, or what went wrong. */
@@ -1430,6 +1485,8 @@ int main(int argc, char **argv)
 		{ 16, case_cut_unsaved, "A's state file unwritable at C's cut: "
 		  "the cut is written once it can be; C rejoins after A's "
 		  "restart" },
+		{ 17, case_cut_not_failed, "the first peer cut, A's state file "
+		  "saved meanwhile, A restarted: the flow is not failed" },
 	};
 
 	if (argc != 3) {

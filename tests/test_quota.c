@@ -987,13 +987,13 @@ static void case_fill(void)
  * the ring marked failed and blamed a client ("a client marked the ring
  * failed").  The state file says why (failed=); on the full filesystem
  * its save failed and is tried again each second, so it is written once
- * the filler goes.
+ * the filler goes.  A second restart says the same.
  */
 static void failure_survives(struct hd *d, const char *const *opts,
 			     const char *was)
 {
 	static const char before[] = "failed before moverd restarted: ";
-	char reason[256] = "", line[512];
+	char reason[256] = "", again[256] = "", line[512];
 	int i;
 
 	CHECK(hd_log_count(d, "its failure is not written to its state file") == 1);
@@ -1010,9 +1010,17 @@ static void failure_survives(struct hd *d, const char *const *opts,
 	/* (hj_get's value ends at a comma: the log has it whole) */
 	CHECK(!strncmp(reason, before, strlen(before)));
 	CHECK(!strcmp(reason + strlen(before), was));
-	snprintf(line, sizeof(line), "flow d18: failed: %s%s, the file at its "
-		 "size: a page of it could not be allocated", before, was);
+	snprintf(line, sizeof(line), "flow d18: failed: %s%s, file at its "
+		 "size: a page could not be allocated", before, was);
 	CHECK(hd_log_count(d, line) == 1);
+	/* and again: the file keeps the first verdict, not the one found
+	 * after a restart (each start prefixed it once more) */
+	hd_kill(d);
+	hd_restart(d, moverd_bin, opts);
+	CHECK(hd_wait_state(d, moverctl_bin, "d18", "failed", 10000, again,
+			    sizeof(again)));
+	CHECK(!strcmp(again, reason));
+	CHECK(hd_log_count(d, line) == 2);
 }
 
 /*
