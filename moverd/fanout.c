@@ -470,6 +470,10 @@ static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 	if (!f->rejoin_at_ns || now < f->rejoin_at_ns || f->dead ||
 	    !f->view || !f->sub_dropped || f->sub_leave_owed)
 		return;
+	if (flow_first(f)->failure) { /* moverd failed the ring meanwhile */
+		flows_fail(f, flow_first(f)->failure);
+		return;
+	}
 	r = ring_of(f);
 	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);
 	if (rc) { /* e.g. local consumers took every slot: later */

@@ -1887,17 +1887,24 @@ static void save_failure(struct flow *f)
 
 void flows_fail(struct flow *f, const char *reason)
 {
-	if (f->state == FLOW_FAILED)
+	/* the ring's owner: a fan-out subscription reads its first flow's */
+	struct flow *first = flow_first(f);
+
+	/* failed already, unless only its subscription was cut: the ring
+	 * fails now, and the flow is failed as a whole (no rejoin) */
+	if (f->state == FLOW_FAILED && !f->sub_dropped)
 		return;
+	f->sub_dropped = false;
 	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
 	fr_fail(&f->view->ring); /* its clients get -EPROTO */
 	fill_stop(f);
-	/* the first verdict: a failure found again (ring_marked_failed)
-	 * keeps it, so a reason is never prefixed twice */
-	if (!f->failure && !(f->failure = strdup(reason)))
+	/* the first verdict on the ring, kept by the flow that has the
+	 * state file: a failure found again (ring_marked_failed) keeps it,
+	 * so a reason is never prefixed twice */
+	if (!first->failure && !(first->failure = strdup(reason)))
 		log_warn("flow %s: no memory to keep why it failed: a restart "
-			 "says a client marked its ring failed", f->name);
-	save_failure(f);
+			 "says a client marked its ring failed", first->name);
+	save_failure(first);
 }
 
 void flows_retry_saves(struct flow_table *t, uint64_t now)

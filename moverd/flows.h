@@ -265,7 +265,8 @@ struct flow {
 	char *fanout_saved;       /* re-adopted: the state file's peers */
 	char *cut_saved;          /* ... and those whose cut it kept (cut=) */
 	/* moverd's own verdict (flows_fail): why its ring failed, the first
-	 * time.  Kept in the state file (failed=) and said again whenever
+	 * time (a first flow's: its fan-out subscriptions read its ring).
+	 * Kept in the state file (failed=) and said again whenever
 	 * the ring's failed flag is found on a flow not failed (peer.c,
 	 * ring_marked_failed: after a restart, or after a receiver's
 	 * connection reset), instead of "a client marked the ring failed".

@@ -905,9 +905,10 @@ bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 				     memory_order_relaxed);
 	if (!(flags & FR_FLAG_FAILED))
 		return false;
-	if (f->failure) /* moverd's own verdict: this run's, or restored */
-		snprintf(why, cap, "%s%s", f->failure_restored ?
-			 FAILED_BEFORE : "", f->failure);
+	if (flow_first(f)->failure) /* moverd's own verdict: this run's,
+					 * or restored */
+		snprintf(why, cap, "%s%s", flow_first(f)->failure_restored ?
+			 FAILED_BEFORE : "", flow_first(f)->failure);
 	else
 		snprintf(why, cap, "a client marked the ring failed (flags "
 			 "%#x)", (unsigned)flags);

@@ -1267,6 +1267,105 @@ static void case_cut_unsaved(void)
 }
 
 /*
+ * 17, 18: x from A to B (first: the ring is its flow's) and C, --max-lag
+ * 16K, a producer on A (in fc->p).  cut_first_then cuts B (C reads every
+ * record, nobody reads on B) and runs act within the window in which B's
+ * subscription shows "failed": the second before its rejoin, doubled at
+ * each cut after the first, so a slow host gets a wider window at each
+ * of up to `tries`.  CHECKed: one try came in the window.
+ */
+struct first_cut {
+	struct three t;
+	flowshm_t *p;
+	uint64_t at, cuts;
+};
+
+static void first_cut_start(struct first_cut *fc, const char *tag)
+{
+	char out[8192];
+
+	memset(fc, 0, sizeof(*fc));
+	start_three(&fc->t, tag);
+	CHECK(hd_ctl(&fc->t.a, moverctl_bin, out, sizeof(out), "flow create "
+		     "x --peer %s --peer %s --ring-size " RING " --max-record "
+		     "1024 --max-lag 16K", fc->t.baddr, fc->t.caddr) == 0);
+	wait_open_count(&fc->t.a, "x", 3);
+	CHECK(hd_wait_state(&fc->t.c, moverctl_bin, "x", "open", 10000, NULL,
+			    0));
+	fc->p = producer_on(&fc->t.a, "x");
+}
+
+static bool b_still_cut(const struct first_cut *fc);
+
+/* Once B has rejoined (a cut's wait is over), C reads the next n records,
+ * nobody on B: until A counts one more cut of B */
+static void cut_b_again(struct first_cut *fc)
+{
+	const uint64_t n = 1600;
+	char out[8192];
+	int ready[2];
+	pid_t cc;
+
+	for (int i = 0; i < 1000 && b_still_cut(fc); i++)
+		usleep(10000);
+	CHECK(!b_still_cut(fc));
+	CHECK(pipe(ready) == 0);
+	cc = consumer(&fc->t.c, "x", fc->at, n, ready[1]);
+	wait_ready(ready[0]);
+	for (uint64_t s = fc->at; s < fc->at + n; s += 8) {
+		produce(fc->p, s, 8);
+		wait_acked(&fc->t.a, fc->t.caddr);
+	}
+	CHECK(wait_child(cc) == 0);
+	close(ready[0]);
+	close(ready[1]);
+	fc->at += n;
+	for (int i = 0; i < 1000 && hj_u64(peer_json(&fc->t.a, "x",
+			fc->t.baddr, out, sizeof(out)), "cuts") <= fc->cuts; i++)
+		usleep(10000);
+	CHECK(hj_u64(peer_json(&fc->t.a, "x", fc->t.baddr, out, sizeof(out)),
+		     "cuts") > fc->cuts);
+	fc->cuts = hj_u64(peer_json(&fc->t.a, "x", fc->t.baddr, out,
+				    sizeof(out)), "cuts");
+}
+
+/* Is B's subscription on A still cut ("failed")? */
+static bool b_still_cut(const struct first_cut *fc)
+{
+	char out[8192], state[32];
+
+	/* the first "state" after B's address is B's */
+	return hj_get(peer_json(&fc->t.a, "x", fc->t.baddr, out,
+				sizeof(out)), "state", state, sizeof(state)) &&
+	       !strcmp(state, "failed");
+}
+
+static void cut_first_then(struct first_cut *fc,
+			   void (*act)(struct first_cut *, int try), int tries)
+{
+	bool in_window = false;
+
+	for (int try = 0; try < tries && !in_window; try++) {
+		cut_b_again(fc);
+		act(fc, try);
+		in_window = b_still_cut(fc);
+		printf("  B cut (%llu cuts), then the act: B's subscription "
+		       "%s\n", (unsigned long long)fc->cuts, in_window ?
+		       "still cut" : "rejoined already: again");
+	}
+	CHECK(in_window);
+}
+
+/* 17: a save of A's state file */
+static void allow_one(struct first_cut *fc, int try)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(&fc->t.a, moverctl_bin, out, sizeof(out), "flow allow x "
+		     "--uid %d", 65534 - try) == 0);
+}
+
+/*
  * 17.  A cut is no failure.  The first peer B cut by --max-lag shows its
  * subscription "failed" until it rejoins; a save of A's state file in that
  * window (here a `flow allow`, as a cut of another peer does) wrote it as
@@ -1277,48 +1376,79 @@ static void case_cut_unsaved(void)
 static void case_cut_not_failed(void)
 {
 	const char *const xport[] = { "--transport", hd_transport(), NULL };
-	const uint64_t n = 1600;
-	struct three t;
-	char out[8192], file[4096];
-	flowshm_t *p;
-	pid_t cc;
-	int ready[2];
+	struct first_cut fc;
+	char file[4096];
 
-	start_three(&t, "fo17");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s --peer %s --ring-size " RING " --max-record "
-		     "1024 --max-lag 16K", t.baddr, t.caddr) == 0);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
-	CHECK(pipe(ready) == 0);
-	/* C reads everything; nobody reads on B, the first peer */
-	cc = consumer(&t.c, "x", 0, n, ready[1]);
-	wait_ready(ready[0]);
-	p = producer_on(&t.a, "x");
-	for (uint64_t s = 0; s < n; s += 8) {
-		produce(p, s, 8);
-		wait_acked(&t.a, t.caddr);
-	}
-	CHECK(wait_child(cc) == 0);
-	wait_cut(&t.a, &t.b, t.baddr);
-	/* within the second before B rejoins */
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out),
-		     "flow allow x --uid 65534") == 0);
-	a_flow_file(&t, file, sizeof(file));
-	CHECK(strstr(file, "allow_uids=65534"));
+	first_cut_start(&fc, "fo17");
+	cut_first_then(&fc, allow_one, 4);
+	a_flow_file(&fc.t, file, sizeof(file));
+	CHECK(strstr(file, "allow_uids="));
 	if (strstr(file, "failed="))
 		fprintf(stderr, "A's x.flow after B's cut:\n%s", file);
 	CHECK(!strstr(file, "failed="));
-	flowshm_detach(p);
-	hd_kill(&t.a);
-	hd_restart(&t.a, moverd_bin, xport);
-	wait_open_count(&t.a, "x", 3);
-	CHECK(hd_log_count(&t.a, "failed before moverd restarted") == 0);
+	flowshm_detach(fc.p);
+	hd_kill(&fc.t.a);
+	hd_restart(&fc.t.a, moverd_bin, xport);
+	wait_open_count(&fc.t.a, "x", 3);
+	CHECK(hd_log_count(&fc.t.a, "failed before moverd restarted") == 0);
 	printf("  the first peer B cut, A's state file saved meanwhile, A "
 	       "killed and started: x open to both again, not failed\n");
-	stop_three(&t);
-	close(ready[0]);
-	close(ready[1]);
+	stop_three(&fc.t);
+}
+
+/* 18: a co-client shrinks the ring file */
+static void shrink_ring(struct first_cut *fc, int try)
+{
+	int sock, fd;
+
+	(void)try;
+	fd = hd_attach_fd(&fc->t.a, "x", FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(ftruncate(fd, 4096) == 0);
+	close(fd);
+	close(sock);
+}
+
+/*
+ * 18.  The ring fails while its first peer B is cut.  The verdict
+ * (flows_fail) skipped the cut first flow and went to C's subscription,
+ * which has no state file: B then rejoined the failed ring, and the
+ * police found its failed flag and saved "a client marked the ring
+ * failed" (found by a review: 3 of 3).  The first flow keeps the verdict
+ * now, and B does not rejoin.
+ */
+static void case_fail_while_cut(void)
+{
+	struct first_cut fc;
+	char file[4096], why[256], line[96];
+	int rejoins;
+
+	first_cut_start(&fc, "fo18");
+	/* one try (a shrunk ring takes no more records): at the third cut,
+	 * whose window is 4 s */
+	cut_b_again(&fc);
+	cut_b_again(&fc);
+	cut_first_then(&fc, shrink_ring, 1);
+	snprintf(line, sizeof(line), "peer %s rejoins", fc.t.baddr);
+	rejoins = hd_log_count(&fc.t.a, line); /* B is cut: none since */
+	CHECK(hd_wait_state(&fc.t.a, moverctl_bin, "x", "failed", 10000, why,
+			    sizeof(why)));
+	printf("  A: failed: %s\n", why);
+	for (int i = 0; i < 500; i++) {
+		if (strstr(a_flow_file(&fc.t, file, sizeof(file)), "failed="))
+			break;
+		usleep(10000);
+	}
+	if (!strstr(file, "failed=a client changed the ring file's size"))
+		fprintf(stderr, "A's x.flow:\n%s", file);
+	CHECK(strstr(file, "failed=a client changed the ring file's size"));
+	/* not a threshold: B's rejoin was due 4 s after its cut */
+	usleep(4500000);
+	CHECK(hd_log_count(&fc.t.a, line) == rejoins);
+	CHECK(hd_log_count(&fc.t.a, "a client marked the ring failed") == 0);
+	printf("  the ring shrunk while B was cut: its failure kept as such, "
+	       "B did not rejoin (%d rejoins before)\n", rejoins);
+	flowshm_detach(fc.p);
+	stop_three(&fc.t);
 }
 
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
@@ -1487,6 +1617,8 @@ int main(int argc, char **argv)
 		  "restart" },
 		{ 17, case_cut_not_failed, "the first peer cut, A's state file "
 		  "saved meanwhile, A restarted: the flow is not failed" },
+		{ 18, case_fail_while_cut, "the ring shrunk while its first "
+		  "peer is cut: the flow's failure says so, no rejoin" },
 	};
 
 	if (argc != 3) {
