@@ -892,7 +892,8 @@ static enum flow_state adopted_state(enum flow_role role)
 }
 
 /* A flow whose state file says it failed (failed=): its ring is failed
- * (the flag may not have reached the file's page before a crash).  One
+ * again (the flag is in the ring file's page, which a crash of the host
+ * rather than of moverd may have lost).  One
  * between hosts fails at its first check, which says the saved reason
  * (ring_marked_failed) and tells its peer as before the restart; a local
  * one, with no peer to tell, is failed here. */
