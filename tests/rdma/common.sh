@@ -1,6 +1,6 @@
 # tests/rdma/common.sh - sourced by the test scripts that run in the guest
-# (moverd-rdma.sh, moverd-pair.sh, device-removal.sh, reg-offloop.sh):
-# `. common.sh NAME` makes a scratch
+# (moverd-rdma.sh, moverd-pair.sh, device-removal.sh, reg-offloop.sh,
+# flow-alone.sh, stranger.sh, ...): `. common.sh NAME` makes a scratch
 # directory $run (/tmp/NAME.XXXXXX, the guest's tmpfs) and an empty list
 # $pids; at exit every process in $pids is killed and $run removed, so a
 # failed check leaves no daemon or client behind to keep the guest busy.
@@ -17,6 +17,25 @@ cleanup() {
     rm -rf "$run"
 }
 trap cleanup EXIT
+
+# fail WHY: say it and the tail of every log in $run, and exit 1; say
+# WHAT: a line of progress; both named after the script.  A script with
+# more to do on failure (moverd-pair.sh) defines its own after this.
+me=$(basename "$0")
+fail() {
+    echo "$me: FAIL: $*" >&2
+    for f in "$run"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -25 "$f"; }; done >&2
+    exit 1
+}
+say() { echo "$me: $*"; }
+
+# need_rxe0: skipped (exit 77) outside the soft-RoCE guest; rings are
+# registered (pinned) beyond the default memlock limit
+need_rxe0() {
+    [ -d /sys/class/infiniband/rxe0 ] ||
+        { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
+    ulimit -l unlimited
+}
 
 # The helpers below need the caller's $build, ctl (moverctl on
 # $run/NAME.s) and fail.

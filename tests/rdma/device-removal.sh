@@ -24,16 +24,7 @@ port=7473
 count=${FM_RDMA_RECORDS:-600000}
 # shellcheck source=tests/rdma/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-devrm   # $run, $pids, cleanup
-fail() {
-    echo "device-removal.sh: FAIL: $*" >&2
-    for f in "$run"/*.log; do echo "--- $f"; tail -25 "$f"; done >&2
-    exit 1
-}
-say() { echo "device-removal.sh: $*"; }
-
-[ -d /sys/class/infiniband/rxe0 ] ||
-    { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
-ulimit -l unlimited
+need_rxe0
 moverd=$build/moverd/moverd
 flowdemo=$build/libflowshm/flowdemo
 ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }

@@ -35,16 +35,7 @@ ip=${FM_RDMA_ADDR:-10.77.0.1}
 port=7501
 # shellcheck source=tests/rdma/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-alone   # $run, $pids, cleanup
-fail() {
-    echo "flow-alone.sh: FAIL: $*" >&2
-    for f in "$run"/*.log; do echo "--- $f"; tail -25 "$f"; done >&2
-    exit 1
-}
-say() { echo "flow-alone.sh: $*"; }
-
-[ -d /sys/class/infiniband/rxe0 ] ||
-    { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
-ulimit -l unlimited
+need_rxe0
 ctl() { timeout 60 "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
 demo=$build/libflowshm/flowdemo
 

@@ -11,7 +11,6 @@ port=7471
 count=${FM_RDMA_RECORDS:-300000}
 # shellcheck source=tests/rdma/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-rdma   # $run, $pids, cleanup
-fail() { echo "moverd-rdma.sh: FAIL: $*" >&2; for f in "$run"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
 
 ulimit -l unlimited
 moverd=$build/moverd/moverd

@@ -47,16 +47,7 @@ port=7481
 count=${FM_RDMA_RECORDS:-20000}
 # shellcheck source=tests/rdma/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-regoff   # $run, $pids, cleanup
-fail() {
-    echo "reg-offloop.sh: FAIL: $*" >&2
-    for f in "$run"/*.log; do echo "--- $f"; tail -25 "$f"; done >&2
-    exit 1
-}
-say() { echo "reg-offloop.sh: $*"; }
-
-[ -d /sys/class/infiniband/rxe0 ] ||
-    { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
-ulimit -l unlimited
+need_rxe0
 hold=$run/hold
 # a control call that is not answered while the loop is blocked must fail,
 # not hang the test: 60 s is a liveness bound for an emulated guest

@@ -20,11 +20,7 @@ n=6            # below --peer-max-conns-per-addr (8)
 count=100000
 # shellcheck source=tests/rdma/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh" fm-stranger   # $run, $pids, cleanup
-fail() { echo "stranger.sh: FAIL: $*" >&2; for f in "$run"/*.log; do echo "--- $f"; tail -20 "$f"; done >&2; exit 1; }
-
-[ -d /sys/class/infiniband/rxe0 ] ||
-    { echo "SKIPPED: no rxe0 (run this inside contrib/softroce/vm-run.sh)" >&2; exit 77; }
-ulimit -l unlimited
+need_rxe0
 moverd=$build/moverd/moverd
 ctl() { "$build/control/moverctl" --socket "$run/$1.s" "${@:2}"; }
 pinned_kib() { awk '/^VmPin:/ { print $2 }' "/proc/$1/status"; }
