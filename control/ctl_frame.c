@@ -260,40 +260,60 @@ static int check_request(const Flowmover__Request *r, char *err,
 	return -EPROTO;
 }
 
-int ctl_request_decode(const uint8_t *buf, size_t len,
-		       Flowmover__Request **out, char *err, size_t errlen)
+/*
+ * The checks both decodes share: a body of 1..CTL_MAX_FRAME bytes that
+ * unpacks as d (what: "request" or "response", for the messages) with no
+ * field number 0 anywhere.  0 and *out, or -errno and err.
+ */
+static int unpack_checked(const ProtobufCMessageDescriptor *d,
+			  const char *what, const uint8_t *buf, size_t len,
+			  ProtobufCMessage **out, char *err, size_t errlen)
 {
-	Flowmover__Request *r;
+	ProtobufCMessage *m;
 	bool oom;
-	int rc;
 
 	*out = NULL;
 	if (len == 0) {
-		seterr(err, errlen, "empty request");
+		seterr(err, errlen, "empty %s", what);
 		return -EPROTO;
 	}
 	if (len > CTL_MAX_FRAME) {
-		seterr(err, errlen, "request of %zu bytes exceeds %u", len,
+		seterr(err, errlen, "%s of %zu bytes exceeds %u", what, len,
 		       CTL_MAX_FRAME);
 		return -EMSGSIZE;
 	}
-	r = (Flowmover__Request *)ctl_unpack(&flowmover__request__descriptor,
-					     len, buf, &oom);
-	if (!r && oom) {
-		seterr(err, errlen, "out of memory decoding a request of %zu "
-		       "bytes", len);
+	m = ctl_unpack(d, len, buf, &oom);
+	if (!m && oom) {
+		seterr(err, errlen, "out of memory decoding a %s of %zu bytes",
+		       what, len);
 		return -ENOMEM;
 	}
-	if (r && has_field_zero(&r->base, 0)) {
-		flowmover__request__free_unpacked(r, NULL);
-		r = NULL;
+	if (m && has_field_zero(m, 0)) {
+		protobuf_c_message_free_unpacked(m, NULL);
+		m = NULL;
 	}
-	if (!r) {
-		seterr(err, errlen,
-		       "malformed request: %zu bytes that are not a valid "
-		       "flowmover.Request", len);
+	if (!m) {
+		seterr(err, errlen, "malformed %s: %zu bytes that are not a "
+		       "valid %s", what, len, d->name);
 		return -EPROTO;
 	}
+	*out = m;
+	return 0;
+}
+
+int ctl_request_decode(const uint8_t *buf, size_t len,
+		       Flowmover__Request **out, char *err, size_t errlen)
+{
+	ProtobufCMessage *m;
+	Flowmover__Request *r;
+	int rc;
+
+	*out = NULL;
+	rc = unpack_checked(&flowmover__request__descriptor, "request", buf,
+			    len, &m, err, errlen);
+	if (rc)
+		return rc;
+	r = (Flowmover__Request *)m;
 	rc = check_request(r, err, errlen);
 	if (rc) {
 		flowmover__request__free_unpacked(r, NULL);
@@ -312,36 +332,16 @@ void ctl_request_free(Flowmover__Request *req)
 int ctl_response_decode(const uint8_t *buf, size_t len,
 			Flowmover__Response **out, char *err, size_t errlen)
 {
+	ProtobufCMessage *m;
 	Flowmover__Response *r;
-	bool oom;
+	int rc;
 
 	*out = NULL;
-	if (len == 0) {
-		seterr(err, errlen, "empty response");
-		return -EPROTO;
-	}
-	if (len > CTL_MAX_FRAME) {
-		seterr(err, errlen, "response of %zu bytes exceeds %u", len,
-		       CTL_MAX_FRAME);
-		return -EMSGSIZE;
-	}
-	r = (Flowmover__Response *)ctl_unpack(&flowmover__response__descriptor,
-					      len, buf, &oom);
-	if (!r && oom) {
-		seterr(err, errlen, "out of memory decoding a response of %zu "
-		       "bytes", len);
-		return -ENOMEM;
-	}
-	if (r && has_field_zero(&r->base, 0)) {
-		flowmover__response__free_unpacked(r, NULL);
-		r = NULL;
-	}
-	if (!r) {
-		seterr(err, errlen,
-		       "malformed response: %zu bytes that are not a valid "
-		       "flowmover.Response", len);
-		return -EPROTO;
-	}
+	rc = unpack_checked(&flowmover__response__descriptor, "response", buf,
+			    len, &m, err, errlen);
+	if (rc)
+		return rc;
+	r = (Flowmover__Response *)m;
 	switch (r->body_case) {
 	case FLOWMOVER__RESPONSE__BODY_ERROR:
 		if (r->error->code >= 0 || r->error->code < -4095) {
