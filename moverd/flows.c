@@ -1902,9 +1902,18 @@ void flows_fail(struct flow *f, const char *reason)
 	/* the first verdict on the ring, kept by the flow that has the
 	 * state file: a failure found again (ring_marked_failed) keeps it,
 	 * so a reason is never prefixed twice */
-	if (!first->failure && !(first->failure = strdup(reason)))
-		log_warn("flow %s: no memory to keep why it failed: a restart "
-			 "says a client marked its ring failed", first->name);
+	if (!first->failure) {
+		if (!(first->failure = strdup(reason)))
+			log_warn("flow %s: no memory to keep why it failed: a "
+				 "restart says a client marked its ring failed",
+				 first->name);
+		/* the ring's subscriptions cut meanwhile fail with it: else
+		 * a cut first flow showed the flow open until its rejoin, or
+		 * for good if it was not to rejoin */
+		for (struct flow *s = first; s; s = flow_next_sub(first, s))
+			if (s != f && s->sub_dropped && s->view && !s->dead)
+				flows_fail(s, reason);
+	}
 	save_failure(first);
 }
 
