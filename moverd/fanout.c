@@ -179,7 +179,7 @@ int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
 	s->wire_max = UINT64_MAX;
 	link_sibling(f, s);
 	rc = peer_add_sender(m, s);
-	if (!rc && save && (rc = flows_save(f->table, f)))
+	if (!rc && save && (rc = flows_save(f)))
 		snprintf(err, cap, "cannot write the flow's state file: %s",
 			 strerror(-rc));
 	else if (rc)
@@ -212,7 +212,7 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 	drop_sibling(m, s);
 	log_info("flow %s: peer %s removed", f->name, addr);
 	rejoin_twins(m, f, fr_now_ns()); /* a peer refused as its twin */
-	rc = flows_save(f->table, f);
+	rc = flows_save(f);
 	if (rc)
 		snprintf(err, cap, "removed, but the flow's state file was not "
 			 "written (the peer comes back at a restart): %s",
@@ -379,18 +379,7 @@ static void cut_if_over_lag(struct flow *f)
 
 void fanout_save_cuts(struct flow *f)
 {
-	struct flow *first = flow_first(f);
-	int rc = flows_save(first->table, first);
-
-	if (rc && !first->cuts_unsaved)
-		log_warn("flow %s: which of its peers were cut is not written "
-			 "to its state file (%s); trying again each second: "
-			 "a restart of ours before then reads the old list",
-			 first->name, strerror(-rc));
-	else if (!rc && first->cuts_unsaved)
-		log_info("flow %s: which of its peers were cut is written to "
-			 "its state file now", first->name);
-	first->cuts_unsaved = rc != 0;
+	flows_save_owed(flow_first(f), "which of its peers were cut");
 }
 
 /* f was cut: its next opens say so (after_cut) until one is answered,
@@ -542,8 +531,6 @@ void fanout_police(struct peer_mgr *m, struct flow *f)
 	if (f->role != FLOW_SENDER ||
 	    (f->state == FLOW_FAILED && !f->sub_dropped))
 		return;
-	if (f->cuts_unsaved)
-		fanout_save_cuts(f);
 	rejoin_twins(m, f, now);
 	for (struct flow *s = f; s; s = flow_next_sub(f, s))
 		rejoin_one(m, s, now);

@@ -87,9 +87,9 @@ void fanout_sends_done(struct flow *f);
  * which is the cut, not a corrupt ring. */
 bool fanout_cut_seen(struct flow *f);
 
-/* f's `rejoining` changed: write its flow's state file (its cut= line).
- * A failed save is logged once and tried again by fanout_police until it
- * is written (a restart of ours before then would read the old cut=). */
+/* f's `rejoining` changed: write its flow's state file (its cut= line);
+ * a save that fails is owed (flows_save_owed: a restart of ours before it
+ * is written would read the old cut=). */
 void fanout_save_cuts(struct flow *f);
 
 /* On the once-a-second check of a flow, after the ring's own checks: end

@@ -1849,8 +1849,8 @@ void flow_put(struct flow *f)
 	free(f->fanout_saved);
 	free(f->cut_saved);
 	free(f->failure);
-	if (f->failure_unsaved)
-		f->table->n_unsaved--;
+	if (f->save_owed)
+		f->table->n_owed--;
 	/* no I/O refers to the ring any more: its pages go (now, or once
 	 * its consumer drained it: release_pages), unless it is kept */
 	if (f->kept)
@@ -1860,30 +1860,49 @@ void flow_put(struct flow *f)
 	free(f);
 }
 
-/* f's failure into its state file (failed=); a save that fails is
- * tried again (flows_retry_saves).  A destroyed flow's files are gone:
- * none is made again. */
-static void save_failure(struct flow *f)
+/* f's state file written whole: whatever change it was owed is in it now */
+static int save_now(struct flow *f)
 {
 	int rc;
 
+	/* a destroyed flow's files are gone: none is made again; a fan-out
+	 * subscription has no file of its own */
 	if (f->dead || !f->path[0])
-		return; /* (a fan-out subscription has no file of its own) */
+		return 0;
 	rc = write_meta(f->table, f);
-	if ((rc != 0) == f->failure_unsaved)
-		return; /* as it was */
-	f->failure_unsaved = rc != 0;
-	if (rc) {
-		f->table->n_unsaved++;
-		log_warn("flow %s: its failure is not written to its state "
-			 "file (%s); trying again each second: a restart "
-			 "before then says a client marked its ring failed",
-			 f->name, strerror(-rc));
-	} else {
-		f->table->n_unsaved--;
-		log_info("flow %s: its failure is written to its state file "
-			 "now", f->name);
+	if (!rc && f->save_owed) {
+		f->save_owed = false;
+		f->table->n_owed--;
+		log_info("flow %s: its state file is written now", f->name);
 	}
+	return rc;
+}
+
+int flows_save(struct flow *f)
+{
+	return save_now(f);
+}
+
+void flows_save_owed(struct flow *f, const char *what)
+{
+	int rc = save_now(f);
+
+	if (!rc || f->save_owed)
+		return; /* written, or owed and logged already */
+	f->save_owed = true;
+	f->table->n_owed++;
+	log_warn("flow %s: %s is not written to its state file (%s); trying "
+		 "again each second: a restart before then reads the file as "
+		 "it was", f->name, what, strerror(-rc));
+}
+
+/* f failed: its clients get -EPROTO, nothing more is filled */
+static void fail_one(struct flow *f, const char *reason)
+{
+	f->sub_dropped = false;
+	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
+	fr_fail(&f->view->ring);
+	fill_stop(f);
 }
 
 void flows_fail(struct flow *f, const char *reason)
@@ -1895,10 +1914,7 @@ void flows_fail(struct flow *f, const char *reason)
 	 * fails now, and the flow is failed as a whole (no rejoin) */
 	if (f->state == FLOW_FAILED && !f->sub_dropped)
 		return;
-	f->sub_dropped = false;
-	flows_set_state(f, FLOW_FAILED, reason); /* logged as a warning */
-	fr_fail(&f->view->ring); /* its clients get -EPROTO */
-	fill_stop(f);
+	fail_one(f, reason);
 	/* the first verdict on the ring, kept by the flow that has the
 	 * state file: a failure found again (ring_marked_failed) keeps it,
 	 * so a reason is never prefixed twice */
@@ -1912,19 +1928,19 @@ void flows_fail(struct flow *f, const char *reason)
 		 * for good if it was not to rejoin */
 		for (struct flow *s = first; s; s = flow_next_sub(first, s))
 			if (s != f && s->sub_dropped && s->view && !s->dead)
-				flows_fail(s, reason);
+				fail_one(s, reason);
 	}
-	save_failure(first);
+	flows_save_owed(first, "its failure");
 }
 
 void flows_retry_saves(struct flow_table *t, uint64_t now)
 {
-	if (!t->n_unsaved || now < t->save_retry_ns)
+	if (!t->n_owed || now < t->save_retry_ns)
 		return;
 	t->save_retry_ns = now + 1000000000ull;
 	for (struct flow *f = t->head; f; f = f->next)
-		if (f->failure_unsaved)
-			save_failure(f);
+		if (f->save_owed)
+			save_now(f);
 }
 
 static void unlist(struct flow_table *t, struct flow *f);
@@ -2348,11 +2364,6 @@ bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 	return false;
 }
 
-int flows_save(struct flow_table *t, const struct flow *f)
-{
-	return f->path[0] ? write_meta(t, f) : 0;
-}
-
 static bool has_id(const uint32_t *v, unsigned n, uint32_t id)
 {
 	for (unsigned i = 0; i < n; i++)
@@ -2435,7 +2446,7 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 	if (!memcmp(&new, &old, sizeof(new)))
 		return 0; /* nothing to change: no state file to rewrite */
 	set_lists(f, &new);
-	rc = flows_save(t, f);
+	rc = flows_save(f);
 	if (rc) {
 		/* not kept, so not granted: it would vanish at a restart,
 		 * and the operator must learn that now, not then */

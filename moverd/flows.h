@@ -254,10 +254,6 @@ struct flow {
 				   * peer may never have heard of the cut);
 				   * kept in the state file (cut=), so a
 				   * restart of ours does not lose it */
-	bool cuts_unsaved;        /* a first flow's: its state file's cut=
-				   * is not what its members' rejoining say
-				   * (a save failed); fanout_police saves
-				   * it again until it is */
 	bool sub_leave_owed;      /* ... once its sends in flight complete
 				   * (fanout_sends_done): until then
 				   * producers may not write over what they
@@ -274,9 +270,10 @@ struct flow {
 	 * fan-out subscription cut and rejoined) is not kept. */
 	char *failure;
 	bool failure_restored;    /* ... read from the state file this start */
-	bool failure_unsaved;     /* ... and the state file does not say it
-				   * yet (a save failed: a full
-				   * filesystem); flows_retry_saves */
+	bool save_owed;           /* a change moverd made (flows_save_owed)
+				   * is not in the state file yet: a save
+				   * failed (a full filesystem), tried again
+				   * each second (flows_retry_saves) */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a
 	 * backoff that doubles with each cut soon after the last */
@@ -375,9 +372,9 @@ struct flow_table {
 	/* this moverd's start count, kept in the state directory (`epoch`):
 	 * clients that see it change know the daemon restarted */
 	uint64_t epoch;
-	/* flows whose failure is not in their state file yet, and when the
+	/* flows whose state file is owed a change (save_owed), and when the
 	 * next try is (flows_retry_saves) */
-	unsigned n_unsaved;
+	unsigned n_owed;
 	uint64_t save_retry_ns;
 	/* called when a flow is created (the control socket answers the
 	 * requests that waited for it): a hook, flows.c knows no clients */
@@ -567,8 +564,8 @@ void flows_fail(struct flow *f, const char *reason);
 /* What the reason of a flow failed before this start begins with. */
 #define FAILED_BEFORE "failed before moverd restarted: "
 
-/* Try again to save the failures not in their state files yet, at most
- * once a second (a walk of the table, only while there are any). */
+/* Try again to write the state files owed a change (flows_save_owed), at
+ * most once a second (a walk of the table, only while any is owed). */
 void flows_retry_saves(struct flow_table *t, uint64_t now);
 
 /* Release the remains that are drained or past their grace, and forget
@@ -618,7 +615,18 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 		size_t n_uids, const uint32_t *gids, size_t n_gids, bool remove,
 		char *err, size_t errlen);
 
-/* The flow's state file again (after a change of what it keeps). */
-int flows_save(struct flow_table *t, const struct flow *f);
+/* The flow's state file again (after a change of what it keeps), for a
+ * change a request asked for: 0, or the write's negative errno, which
+ * the caller reports (and undoes the change if it may).  A file owed a
+ * change before (flows_save_owed) is no longer owed once this succeeds. */
+int flows_save(struct flow *f);
+
+/*
+ * The same for a change moverd made itself (a fan-out peer cut, a
+ * failure, a peer's identity): a write that fails is logged once,
+ * naming `what` ("its failure"), and tried again each second
+ * (flows_retry_saves) until it succeeds or the flow is gone.
+ */
+void flows_save_owed(struct flow *f, const char *what);
 
 #endif

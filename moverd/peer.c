@@ -1097,9 +1097,7 @@ static void charge_host(struct peer *p, struct flow *f)
 	if (!strcmp(f->origin_host, p->host))
 		return;
 	snprintf(f->origin_host, sizeof(f->origin_host), "%s", p->host);
-	if (flows_save(p->m->flows, f))
-		log_warn("flow %s: cannot keep its peer's address in its state "
-			 "file", f->name);
+	flows_save_owed(f, "its peer's address");
 }
 
 static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
@@ -1111,9 +1109,7 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
 		snprintf(f->origin_host, sizeof(f->origin_host), "%s",
 			 p->host);
-		if (flows_save(p->m->flows, f))
-			log_warn("flow %s: cannot keep its peer's identity in "
-				 "its state file", f->name);
+		flows_save_owed(f, "its peer's identity");
 		return 0;
 	}
 	if (!strcmp(f->origin, p->identity)) {

@@ -998,8 +998,8 @@ static void failure_survives(struct hd *d, const char *const *opts,
 
 	CHECK(hd_log_count(d, "its failure is not written to its state file") == 1);
 	CHECK(unlink(DIR15 "/filler") == 0);
-	for (i = 0; i < 500 && !hd_log_count(d, "flow d18: its failure is "
-					     "written to its state file now"); i++)
+	for (i = 0; i < 500 && !hd_log_count(d, "flow d18: its state file "
+					     "is written now"); i++)
 		usleep(10000);
 	CHECK(i < 500);
 	hd_kill(d);
