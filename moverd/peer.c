@@ -442,8 +442,13 @@ static void reset_flows(struct peer *p, const char *why)
 			if (f->state != FLOW_FAILED)
 				flows_set_state(f, FLOW_RECONNECTING, why);
 		} else {
-			flows_set_state(f, FLOW_RECONNECTING,
-					"waiting for the sender to reconnect");
+			/* one failed here (fail_receiver) whose sender's
+			 * CLOSE never came stays failed: back, the sender is
+			 * refused with the reason (handle_open), where a
+			 * reopen put it back to open on a failed ring */
+			if (f->state != FLOW_FAILED)
+				flows_set_state(f, FLOW_RECONNECTING, "waiting "
+						"for the sender to reconnect");
 			unlink_flow(f);
 			p->carried_theirs = true;
 		}

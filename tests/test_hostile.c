@@ -53,6 +53,10 @@
  *      records from the consumers' position do not end there) and the flow
  *      fails with the reason; before, A skipped ten records it had never
  *      sent
+ *  12  a peer opens a flow at a start near 2^64: refused past 2^63
+ *  13  a receiver flow failed here (its consumer lied) whose sender's
+ *      connection goes before the sender closes it, and comes back at
+ *      once: the flow stays failed, the sender is refused with the reason
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1611,6 +1615,69 @@ static void case_start_near_wrap(void)
 	hd_stop(&d);
 }
 
+/* ---- case 13: a receiver failed here, its connection gone before the CLOSE */
+
+/*
+ * B fails a receiver flow (its consumer stored a position beyond what was
+ * delivered) and tells its sender; the sender's connection goes before it
+ * closes the flow, and it comes back at once.  The flow stays failed: the
+ * sender is refused with B's reason.  Before, the connection's end put it
+ * back to "reconnecting" and the reopen was answered "opened" on a failed
+ * ring (the checks of exposed rings found it failed again up to 2 s
+ * later; one no client was handed was never checked).
+ */
+static void case_failed_then_cut(void)
+{
+	static const struct hp_open o = { "f13", 1, 1 << 16, 1024,
+					  0x1313131300ull, 0 };
+	Flowmover__PeerFlowOpened *op = NULL;
+	char msg[512] = "", reason[256] = "";
+	_Atomic uint64_t *pos;
+	flowshm_t *c;
+	struct hd d;
+	int fd;
+
+	hd_start(&d, moverd_bin, "hostile13", true, NULL);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "peer13"));
+	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), 0);
+	c = attach_raw(&d, "f13", FLOWSHM_CONSUMER);
+	pos = &c->ring.sh->subs[c->ring.sub].pos;
+	/* release: as a consumer hands space back; past all that arrives */
+	atomic_store_explicit(pos, 8192, memory_order_release);
+	memset(junk, 0x5a, 4096);
+	CHECK(hp_send_hdr(fd, WIRE_DATA, o.flow_id, 4096, 0, 0));
+	CHECK(hp_send_all(fd, junk, 4096));
+	CHECK(hp_wait_opened(fd, o.flow_id, 5000, &op) == 0);
+	printf("  B refused f13 at the deposit: %d %s\n", op->error,
+	       op->message ? op->message : "");
+	CHECK_RC(op->error, -EPROTO);
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
+	expect_failed(&d, "B", "f13");
+	/* the consumer takes its lie back: the ring's words are honest
+	 * again, only moverd's verdict remains */
+	atomic_store_explicit(pos, 0, memory_order_release);
+	close(fd); /* gone before the sender closed f13 */
+	/* back as soon as B saw the connection end (its checks of exposed
+	 * rings, once a second, would find the ring failed again) */
+	for (int i = 0; i < 500 && !hd_log_count(&d, "receive: closed"); i++)
+		usleep(2000);
+
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "peer13"));
+	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), -EIO);
+	printf("  the sender, back, hears: %s\n", msg);
+	CHECK(strstr(msg, "failed on this host"));
+	CHECK(strstr(msg, "consumer's position 8192"));
+	CHECK(hd_wait_state(&d, moverctl_bin, "f13", "failed", 1000, reason,
+			    sizeof(reason)));
+	CHECK(strstr(reason, "consumer's position 8192"));
+	close(fd);
+	flowshm_detach(c);
+	hd_alive(&d);
+	hd_stop(&d);
+}
+
 /* ---- case 9: requests pipelined behind an attach that waits ---------------- */
 
 /* Send one request frame of body `which` (id): 'a' attach of name waiting
@@ -1908,6 +1975,8 @@ int main(int argc, char **argv)
 		  "B refuses the open (its records end short of published)" },
 		{ 12, case_start_near_wrap, "a peer opens a flow at a start "
 		  "near 2^64" },
+		{ 13, case_failed_then_cut, "a receiver failed here, its "
+		  "sender's connection gone before the CLOSE: it stays failed" },
 	};
 
 	if (argc != 4) {

@@ -1024,6 +1024,30 @@ static void failure_survives(struct hd *d, const char *const *opts,
 }
 
 /*
+ * The sender went (above: the connection closed) before it closed the
+ * flow failed here: back, its open is refused with the reason.  Before,
+ * the connection's end put the flow back to "reconnecting", and as no
+ * client was ever handed its ring (nothing polices it), the reopen was
+ * answered "opened" on a failed ring.
+ */
+static void reopen_refused(const struct hd *d, const struct hp_open *o,
+			   const char *reason)
+{
+	char msg[512], now[256] = "";
+	int fd = hp_connect(d->port);
+
+	CHECK(hp_hello(fd, "depositor"));
+	CHECK_RC(hp_open_answer(fd, o, msg, sizeof(msg)), -EIO);
+	printf("# the sender, back, hears: %s\n", msg);
+	CHECK(strstr(msg, "failed on this host"));
+	CHECK(strstr(msg, "could not be allocated"));
+	CHECK(hd_wait_state(d, moverctl_bin, o->name, "failed", 1000, now,
+			    sizeof(now)));
+	CHECK(!strcmp(now, reason));
+	close(fd);
+}
+
+/*
  * A receiver flow whose ring lacks pages (its fill behind, here punched
  * out again) on a full tmpfs, no consumer attached: a peer's DATA faults,
  * into the ring guard's zero pages when moverd copies the body from its
@@ -1093,6 +1117,7 @@ static void deposit_fault(bool apart)
 	CHECK(strstr(out, "\"bytes_sent\": 0,") && strstr(out, "\"tail\": 0,"));
 	hd_alive(&d);
 	close(fd);
+	reopen_refused(&d, &o, reason);
 	if (apart)
 		failure_survives(&d, opts, reason);
 	hd_stop(&d);
@@ -1193,7 +1218,7 @@ int main(int argc, char **argv)
 		  "refused for a flow between hosts" },
 		{ 18, case_deposit_fault, "a deposit into a page its "
 		  "filesystem cannot allocate: not acknowledged, the flow "
-		  "fails, the sender hears why" },
+		  "fails, the sender hears why (and again when it comes back)" },
 	};
 
 	if (argc != 3) {
