@@ -901,6 +901,7 @@ bool peer_tx_fault(struct peer *p)
  */
 bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 {
+	const struct flow *first = flow_first(f); /* holds the verdict */
 	uint32_t flags;
 
 	if (f->role == FLOW_LOCAL || f->state == FLOW_FAILED || !f->view)
@@ -910,10 +911,9 @@ bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 				     memory_order_relaxed);
 	if (!(flags & FR_FLAG_FAILED))
 		return false;
-	if (flow_first(f)->failure) /* moverd's own verdict: this run's,
-					 * or restored */
-		snprintf(why, cap, "%s%s", flow_first(f)->failure_restored ?
-			 FAILED_BEFORE : "", flow_first(f)->failure);
+	if (first->failure) /* moverd's own verdict: this run's, or restored */
+		snprintf(why, cap, "%s%s", first->failure_restored ?
+			 FAILED_BEFORE : "", first->failure);
 	else
 		snprintf(why, cap, "a client marked the ring failed (flags "
 			 "%#x)", (unsigned)flags);

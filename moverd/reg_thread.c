@@ -5,10 +5,10 @@
  * A mutex and a condition variable, not a lock-free hand-over: requests
  * come a few per flow opened or closed, the lock is held for a list
  * operation only (never across ibv_reg_mr or ibv_dereg_mr, never across
- * the eventfd write), and it gives
- * the loop thread one plain rule: what is on `todo` or in progress is the
- * helper's, what is on `done` is the loop's once taken.  The lock's
- * acquire and release order the request's fields between the threads.
+ * the eventfd write), and it gives the loop thread one plain rule: what
+ * is on `todo` or in progress is the helper's, what is on `done` is the
+ * loop's once taken.  The lock's acquire and release order the request's
+ * fields between the threads.
  */
 #include "reg_thread.h"
 #include "ring.h"
