@@ -850,6 +850,22 @@ static int open_dirs(struct daemon *d)
 	return 0;
 }
 
+/* A state directory others can read or search (made by hand, or by a
+ * service manager's default 0755): its files are moverd's alone (0600),
+ * but any user can list the flows' names.  Said, not refused: an
+ * existing installation keeps working. */
+static void warn_open_state_dir(const struct daemon *d)
+{
+	struct stat st;
+
+	if (fstat(d->state_fd, &st) || !(st.st_mode & 077))
+		return;
+	log_warn("state directory %s has mode %04o: every user can list the "
+		 "names of its flows (their files are moverd's alone); chmod "
+		 "0700 it (under systemd: StateDirectoryMode=0700)",
+		 d->opt.state_dir, (unsigned)(st.st_mode & 07777));
+}
+
 /*
  * An exclusive flock on NAME in the directory DIR_FD (PATH for messages),
  * holding our pid and socket for the next one that tries: the lock fd, or
@@ -1437,6 +1453,7 @@ int main(int argc, char **argv)
 	log_peer_security(&d);
 	if (take_locks(&d))
 		return 1;
+	warn_open_state_dir(&d);
 	open_counters(&d);
 	close(d.run_fd); /* the lock and the counters were its only files;
 			  * the socket's path is safe to use: no one else

@@ -239,6 +239,26 @@ static void test_status_and_single_instance(void)
 		CHECK(system(cmd) == 0);
 		CHECK(ctl(out, sizeof(out), "flow destroy sd") == 0);
 	}
+	/* a state directory every user can list is said so at the start;
+	 * one moverd made itself (0700) is not */
+	for (int open_dir = 0; open_dir < 2; open_dir++) {
+		char cmd[1024], sock3[128], dir[128];
+
+		snprintf(sock3, sizeof(sock3), "%s.3", sock_path);
+		snprintf(dir, sizeof(dir), "%s.3-rings", sock_path);
+		if (open_dir) { /* else moverd makes it */
+			CHECK(mkdir(dir, 0755) == 0);
+			CHECK(chmod(dir, 0755) == 0); /* whatever the umask */
+		}
+		snprintf(cmd, sizeof(cmd), "timeout 2 %s --foreground --socket %s "
+			 "--state-dir %s >%s.log 2>&1; test $? = 124 && "
+			 "grep -c 'state directory %s has mode 0755: every user "
+			 "can list' %s.log | grep -qx %d", moverd_bin, sock3, dir,
+			 sock3, dir, sock3, open_dir);
+		CHECK(system(cmd) == 0);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s %s.log", dir, sock3);
+		CHECK(system(cmd) == 0);
+	}
 	/* no daemon there */
 	{
 		char cmd[512];
