@@ -212,10 +212,11 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 	drop_sibling(m, s);
 	log_info("flow %s: peer %s removed", f->name, addr);
 	rejoin_twins(m, f, fr_now_ns()); /* a peer refused as its twin */
-	rc = flows_save(f);
+	rc = flows_save_owed(f, "a peer's removal");
 	if (rc)
 		snprintf(err, cap, "removed, but the flow's state file was not "
-			 "written (the peer comes back at a restart): %s",
+			 "written (%s): moverd tries again each second, and a "
+			 "restart before then brings the peer back",
 			 strerror(-rc));
 	return rc;
 }

@@ -1872,6 +1872,7 @@ static int save_now(struct flow *f)
 	rc = write_meta(f->table, f);
 	if (!rc && f->save_owed) {
 		f->save_owed = false;
+		f->owed_what = NULL;
 		f->table->n_owed--;
 		log_info("flow %s: its state file is written now", f->name);
 	}
@@ -1883,17 +1884,21 @@ int flows_save(struct flow *f)
 	return save_now(f);
 }
 
-void flows_save_owed(struct flow *f, const char *what)
+int flows_save_owed(struct flow *f, const char *what)
 {
 	int rc = save_now(f);
 
-	if (!rc || f->save_owed)
-		return; /* written, or owed and logged already */
-	f->save_owed = true;
-	f->table->n_owed++;
+	if (!rc || f->owed_what == what)
+		return rc; /* written, or owed for this and logged already */
+	if (!f->save_owed) {
+		f->save_owed = true;
+		f->table->n_owed++;
+	}
+	f->owed_what = what; /* each change a save missed is said once */
 	log_warn("flow %s: %s is not written to its state file (%s); trying "
 		 "again each second: a restart before then reads the file as "
 		 "it was", f->name, what, strerror(-rc));
+	return rc;
 }
 
 /* f failed: its clients get -EPROTO, nothing more is filled */
@@ -2000,6 +2005,10 @@ static void unlist(struct flow_table *t, struct flow *f)
 
 void flows_let_go(struct flow_table *t, struct flow *f)
 {
+	/* the next start reads this file: a save owed gets its last try */
+	if (f->save_owed && save_now(f))
+		log_warn("flow %s: its state file is still not written: the "
+			 "next start reads it as it was", f->name);
 	unlist(t, f);
 	f->dead = true; /* completions still in flight publish nothing */
 	f->kept = true;

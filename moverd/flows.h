@@ -274,6 +274,7 @@ struct flow {
 				   * is not in the state file yet: a save
 				   * failed (a full filesystem), tried again
 				   * each second (flows_retry_saves) */
+	const char *owed_what;    /* ... the last such change, as logged */
 	/* cut by max_lag: the subscription is taken again at the current
 	 * position by itself at rejoin_at_ns (fanout_police), after a
 	 * backoff that doubles with each cut soon after the last */
@@ -622,11 +623,13 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 int flows_save(struct flow *f);
 
 /*
- * The same for a change moverd made itself (a fan-out peer cut, a
- * failure, a peer's identity): a write that fails is logged once,
- * naming `what` ("its failure"), and tried again each second
- * (flows_retry_saves) until it succeeds or the flow is gone.
+ * The same for a change already made (by moverd itself: a fan-out peer
+ * cut, a failure, a peer's identity; or one a request may not undo): a
+ * write that fails is logged once for each `what` (a string constant:
+ * "its failure"), and tried again each second (flows_retry_saves), and
+ * once more at an orderly stop, until it succeeds or the flow is gone.
+ * 0, or the write's negative errno.
  */
-void flows_save_owed(struct flow *f, const char *what);
+int flows_save_owed(struct flow *f, const char *what);
 
 #endif

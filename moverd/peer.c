@@ -179,6 +179,8 @@ static void unlink_flow(struct flow *f)
 					       * link is not charged for it */
 	f->peer = NULL;
 	f->peer_next = NULL;
+	if (f->role == FLOW_RECEIVER) /* off its sender's connection */
+		f->orphaned_ns = fr_now_ns(); /* for --orphan-timeout */
 }
 
 /* Take f off its peer's connection: no longer reachable from it, and
@@ -1315,10 +1317,14 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		 * this moverd was down at the cut) */
 		rc = recreate_cut(p, &f, op, err, sizeof(err));
 	} else if (f && f->state == FLOW_FAILED) {
-		/* e.g. a client resized its ring file: it stays failed */
-		snprintf(err, sizeof(err), "flow '%s' failed on this host: "
-			 "%.100s", f->name, f->reason);
-		rc = -EIO;
+		/* e.g. a client resized its ring file: it stays failed.
+		 * Why is its own peer's to hear, no other's */
+		rc = check_origin(p, f, err, sizeof(err));
+		if (!rc) {
+			snprintf(err, sizeof(err), "flow '%s' failed on this "
+				 "host: %.100s", f->name, f->reason);
+			rc = -EIO;
+		}
 	} else if (f) {
 		rc = check_origin(p, f, err, sizeof(err));
 		if (!rc)
@@ -2539,8 +2545,11 @@ static bool orphan_expired(const struct peer_mgr *m, const struct flow *f,
 	unsigned s = m->flows->limits.orphan_timeout_s;
 
 	/* now was read at the top of the timer: a flow orphaned by a peer
-	 * failed later in the same run has orphaned_ns > now */
-	return s && f->role == FLOW_RECEIVER && f->state == FLOW_RECONNECTING &&
+	 * failed later in the same run has orphaned_ns > now.  A failed one
+	 * off its connection waits for nothing (a sender is refused), yet
+	 * holds its ring and table slot: it goes the same way. */
+	return s && f->role == FLOW_RECEIVER &&
+	       (f->state == FLOW_RECONNECTING || f->state == FLOW_FAILED) &&
 	       !f->peer && now >= f->orphaned_ns &&
 	       now - f->orphaned_ns >= s * 1000000000ull;
 }
@@ -2552,8 +2561,10 @@ static void police_flow(struct peer_mgr *m, struct flow *f, uint64_t now)
 	char why[200];
 
 	if (orphan_expired(m, f, now)) {
-		log_warn("flow %s: its sender (%s) has not come back for %u s "
+		log_warn("flow %s: %s its sender (%s) for %u s "
 			 "(--orphan-timeout): destroying it", f->name,
+			 f->state == FLOW_FAILED ? "failed, and off the "
+			 "connection of" : "has not seen",
 			 f->origin[0] ? f->origin : "?",
 			 m->flows->limits.orphan_timeout_s);
 		peer_destroy_flow(m, f, NULL);

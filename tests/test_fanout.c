@@ -47,7 +47,10 @@
  *  16. as 14, and A cannot write the flow's state file when it cuts C (a
  *      directory in the way of its temporary file): once it can, the cut
  *      is written within seconds (A tries again), and C rejoins after A's
- *      restart as in 14 (before, the cut was never written)
+ *      restart as in 14 (before, the cut was never written); then C is
+ *      removed while the file is plugged again: the remove says so, and
+ *      the file loses C once it can be written (before, only at the next
+ *      change of the flow)
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1186,6 +1189,29 @@ static void cut_saved_late(const struct three *t)
 	CHECK(saved);
 }
 
+/* 16: C removed while A's state file is plugged: the remove says the
+ * file was not written, and A writes it once it can (before, never: a
+ * restart of A brought C back whenever it came). */
+static void removed_saved_late(const struct three *t)
+{
+	char out[8192], buf[4096];
+	bool saved = false;
+
+	plug_state_file(t, true);
+	CHECK(hd_ctl(&t->a, moverctl_bin, out, sizeof(out), "flow peer remove "
+		     "x %s", t->caddr) != 0);
+	printf("  C removed while A's state file was plugged: %s", out);
+	CHECK(strstr(out, "tries again each second"));
+	CHECK(strstr(a_flow_file(t, buf, sizeof(buf)), t->caddr));
+	plug_state_file(t, false);
+	for (int i = 0; i < 500 && !saved; i++) {
+		saved = !strstr(a_flow_file(t, buf, sizeof(buf)), t->caddr);
+		if (!saved)
+			usleep(10000);
+	}
+	CHECK(saved);
+}
+
 static void cut_while_down(const char *tag, enum cut_a how)
 {
 	const uint64_t n1 = 1600, n2 = 800;
@@ -1242,6 +1268,8 @@ static void cut_while_down(const char *tag, enum cut_a how)
 	       how == A_RESTARTS ? ", A restarted" : "",
 	       (unsigned long long)(n1 + n2));
 	flowshm_detach(onc);
+	if (how == A_UNSAVED)
+		removed_saved_late(&t);
 	flowshm_detach(p);
 	stop_three(&t);
 	close(ready[0]);

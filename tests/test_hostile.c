@@ -57,6 +57,8 @@
  *  13  a receiver flow failed here (its consumer lied) whose sender's
  *      connection goes before the sender closes it, and comes back at
  *      once: the flow stays failed, the sender is refused with the reason
+ *      (another peer only hears that the flow is not its own), and the
+ *      flow goes after --orphan-timeout
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1630,14 +1632,15 @@ static void case_failed_then_cut(void)
 {
 	static const struct hp_open o = { "f13", 1, 1 << 16, 1024,
 					  0x1313131300ull, 0 };
+	static const char *const opts[] = { "--orphan-timeout", "5", NULL };
 	Flowmover__PeerFlowOpened *op = NULL;
-	char msg[512] = "", reason[256] = "";
+	char msg[512] = "", reason[256] = "", out[4096];
 	_Atomic uint64_t *pos;
 	flowshm_t *c;
 	struct hd d;
-	int fd;
+	int fd, i;
 
-	hd_start(&d, moverd_bin, "hostile13", true, NULL);
+	hd_start(&d, moverd_bin, "hostile13", true, opts);
 	fd = hp_connect(d.port);
 	CHECK(hp_hello(fd, "peer13"));
 	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), 0);
@@ -1673,6 +1676,26 @@ static void case_failed_then_cut(void)
 			    sizeof(reason)));
 	CHECK(strstr(reason, "consumer's position 8192"));
 	close(fd);
+	/* another peer (another host: without keys a peer is its address)
+	 * naming it hears whose it is, not why it failed */
+	fd = hp_connect_from(d.port, "127.0.0.2");
+	CHECK(hp_hello(fd, "stranger13"));
+	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), -EEXIST);
+	printf("  a stranger hears: %s\n", msg);
+	CHECK(strstr(msg, "belongs to another peer") &&
+	      !strstr(msg, "position"));
+	close(fd);
+	/* failed and off its sender's connection, it goes after
+	 * --orphan-timeout as a flow waiting for its sender does (it held
+	 * its ring and table slot for good) */
+	for (i = 0; i < 300 && hd_flow_json(&d, moverctl_bin, "f13", out,
+					    sizeof(out)); i++)
+		usleep(50000);
+	CHECK(!hd_flow_json(&d, moverctl_bin, "f13", out, sizeof(out)));
+	CHECK(hd_log_count(&d, "flow f13: failed, and off the connection of "
+			   "its sender (127.0.0.1) for 5 s (--orphan-timeout)") == 1);
+	printf("  f13 gone by --orphan-timeout (5 s) after %.1f s more\n",
+	       i * 0.05);
 	flowshm_detach(c);
 	hd_alive(&d);
 	hd_stop(&d);
