@@ -309,10 +309,12 @@ static const struct peer_metric peer_metrics[] = {
 	{ { "flowmover_peer_rdma_completions_polled", "counter",
 	    "RDMA completions polled." }, FMC_P_WC_POLLED },
 	{ { "flowmover_peer_rdma_registrations", "gauge",
-	    "Flow rings registered with the RDMA device." },
+	    "Flow rings registered with the RDMA device (or whose "
+	    "deregistration has not ended)." },
 	  FMC_P_REGISTRATIONS },
 	{ { "flowmover_peer_rdma_pinned_bytes", "gauge",
-	    "Bytes of flow rings registered (pinned)." }, FMC_P_PINNED_BYTES },
+	    "Bytes of flow rings registered (pinned until their "
+	    "deregistration ends)." }, FMC_P_PINNED_BYTES },
 	{ { "flowmover_peer_flows", "gauge", "Flows on the connection." },
 	  FMC_P_FLOWS },
 	{ { "flowmover_peer_window_bytes", "gauge",

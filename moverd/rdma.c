@@ -172,6 +172,7 @@ struct rdma_conn {
 	 * connection is freed when the last one is taken back */
 	struct pending_reg *pending;
 	unsigned n_deregs;
+	uint64_t dereg_bytes; /* ... of those: still pinned until they end */
 	struct ibv_send_wr wr[SQ_DEPTH];
 	struct ibv_sge sge[SQ_DEPTH];
 	/* the wr_id of the signalled last WR of the batch in flight (valid
@@ -323,6 +324,7 @@ static void dereg_later(struct rdma_conn *c, struct ibv_mr *mr,
 	pd->c = c;
 	pd->ref = ref;
 	c->n_deregs++;
+	c->dereg_bytes += mr->length;
 	s->n_inflight++;
 	reg_thread_submit(s->reg, &pd->req);
 }
@@ -470,14 +472,21 @@ static void rdma_flow_closed(struct peer *p, uint32_t sender_id)
 	}
 }
 
+/* What is pinned on p's connection: its rings registered, and those whose
+ * deregistration has not ended yet (the thread may be busy with another
+ * ring's registration, or a slow one of its own). */
 static void rdma_registered(const struct peer *p, uint32_t *n,
 			    uint64_t *bytes)
 {
 	const struct rdma_conn *c = p->tp_data;
 
-	*n = c ? c->n_mrs : 0;
+	*n = 0;
 	*bytes = 0;
-	for (unsigned i = 0; i < *n; i++)
+	if (!c)
+		return;
+	*n = c->n_mrs + c->n_deregs;
+	*bytes = c->dereg_bytes;
+	for (unsigned i = 0; i < c->n_mrs; i++)
 		*bytes += c->mrs[i].mr->length;
 }
 
@@ -615,6 +624,7 @@ static void dereg_reaped(struct rdma_shared *s, struct pending_dereg *pd)
 
 	s->n_inflight--;
 	c->n_deregs--;
+	c->dereg_bytes -= pd->req.len;
 	log_debug("flow %s: ring deregistration of %llu bytes ended in "
 		  "%.3f ms%s", pd->ref->name, (unsigned long long)pd->req.len,
 		  (double)pd->req.ns / 1e6,

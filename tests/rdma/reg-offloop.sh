@@ -38,7 +38,8 @@
 #      the receiving daemon killed (its connection's rings go), then the
 #      sender stopped, each while its deregistration is held: the sender
 #      answers `status` and moves another flow's records meanwhile, logs
-#      the deregistration only once the hold ends, and exits 0 (under the
+#      the deregistration only once the hold ends, its `status` counts the
+#      held ring's bytes as pinned until then, and it exits 0 (under the
 #      ASan build: the connection's PD freed after its last one, no leak).
 set -euo pipefail
 build=${1:?usage: reg-offloop.sh BUILD_DIR}
@@ -122,6 +123,11 @@ stops_clean() {
 # registered NAME: the rings registered on NAME's peer connections
 registered() {
     ctl "$1" --json status | { grep -o '"registrations": *[0-9]*' || true; } |
+        awk -F: '{ n += $2 } END { print n + 0 }'
+}
+# pinned NAME: the bytes NAME's status says its peers' rings pin
+pinned() {
+    ctl "$1" --json status | { grep -o '"registered_bytes": *[0-9]*' || true; } |
         awk -F: '{ n += $2 } END { print n + 0 }'
 }
 
@@ -255,9 +261,16 @@ ctl a6 flow destroy big >/dev/null || fail "flow destroy big on a6"
 ctl a6 status >/dev/null || fail "moverd a6 did not answer status while deregistering"
 move small "$count" a6 b6
 ! dereg_ended a6 big 67108864 || fail "moverd a6 deregistered big's ring while held"
+# status counts what is still pinned: big's ring until its end, then not
+held_pins=$(pinned a6)
+[ "$held_pins" -ge 67108864 ] ||
+    fail "moverd a6's status says $held_pins bytes pinned while big's 64 MiB deregistration is held"
 rm -f "$hold"
 within 60 dereg_ended a6 big 67108864 ||
     fail "moverd a6 never deregistered big's ring once the hold ended"
+unpinned() { [ "$(pinned a6)" -lt 67108864 ]; }
+within 10 unpinned || fail "moverd a6's status says $(pinned a6) bytes pinned after big's deregistration"
+after_pins=$(pinned a6)
 big_ms=$(grep -o "flow big: ring deregistration of 67108864 bytes ended in [0-9.]* ms" "$run/a6.log" |
     awk '{ print $(NF - 1) }')
 touch "$hold"
@@ -271,5 +284,5 @@ rm -f "$hold"
 wait "$a" || fail "moverd a6 exited with $? when stopped while deregistering"
 dereg_ended a6 small 1048576 || fail "moverd a6 stopped without deregistering small's ring"
 no_reports a6
-say "phase 6: PASS (deregistrations held: status and $count records answered; each ended once the hold did, big's 64 MiB in $big_ms ms off the loop; stopped cleanly)"
+say "phase 6: PASS (deregistrations held: status ($held_pins bytes pinned, then $after_pins) and $count records answered; each ended once the hold did, big's 64 MiB in $big_ms ms off the loop; stopped cleanly)"
 say "PASS"
