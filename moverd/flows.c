@@ -2003,12 +2003,15 @@ static void unlist(struct flow_table *t, struct flow *f)
 		t->cursor = f->next;
 }
 
-void flows_let_go(struct flow_table *t, struct flow *f)
+void flows_last_save(struct flow *f)
 {
-	/* the next start reads this file: a save owed gets its last try */
 	if (f->save_owed && save_now(f))
 		log_warn("flow %s: its state file is still not written: the "
 			 "next start reads it as it was", f->name);
+}
+
+void flows_let_go(struct flow_table *t, struct flow *f)
+{
 	unlist(t, f);
 	f->dead = true; /* completions still in flight publish nothing */
 	f->kept = true;

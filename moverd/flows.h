@@ -565,6 +565,11 @@ void flows_fail(struct flow *f, const char *reason);
 /* What the reason of a flow failed before this start begins with. */
 #define FAILED_BEFORE "failed before moverd restarted: "
 
+/* moverd stops: the next start reads f's state file, so a save owed gets
+ * its last try, while the file's every part (its fan-out peers) is
+ * there still. */
+void flows_last_save(struct flow *f);
+
 /* Try again to write the state files owed a change (flows_save_owed), at
  * most once a second (a walk of the table, only while any is owed). */
 void flows_retry_saves(struct flow_table *t, uint64_t now);
@@ -627,7 +632,8 @@ int flows_save(struct flow *f);
  * cut, a failure, a peer's identity; or one a request may not undo): a
  * write that fails is logged once for each `what` (a string constant:
  * "its failure"), and tried again each second (flows_retry_saves), and
- * once more at an orderly stop, until it succeeds or the flow is gone.
+ * once more at an orderly stop (flows_last_save), until it succeeds or
+ * the flow is gone.
  * 0, or the write's negative errno.
  */
 int flows_save_owed(struct flow *f, const char *what);

@@ -858,12 +858,13 @@ static void warn_open_state_dir(const struct daemon *d)
 {
 	struct stat st;
 
-	if (fstat(d->state_fd, &st) || !(st.st_mode & 077))
-		return;
-	log_warn("state directory %s has mode %04o: every user can list the "
-		 "names of its flows (their files are moverd's alone); chmod "
-		 "0700 it (under systemd: StateDirectoryMode=0700)",
-		 d->opt.state_dir, (unsigned)(st.st_mode & 07777));
+	if (fstat(d->state_fd, &st) || !(st.st_mode & 044))
+		return; /* (search alone, 0711: no one lists it) */
+	log_warn("state directory %s has mode %04o: %s can list the names of "
+		 "its flows (their files are moverd's alone); chmod 0700 it "
+		 "(under systemd: StateDirectoryMode=0700)", d->opt.state_dir,
+		 (unsigned)(st.st_mode & 07777),
+		 st.st_mode & 004 ? "every user" : "its group's members");
 }
 
 /*

@@ -1311,15 +1311,18 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 "its peers leads to this host", f->name,
 			 (unsigned)f->id);
 		rc = -EEXIST;
-	} else if (f && (flow_cut_off(f) || op->after_cut) &&
-		   !(rc = check_origin(p, f, err, sizeof(err)))) {
+	} else if (f && (flow_cut_off(f) || op->after_cut)) {
 		/* after_cut: the CLOSE that said so never came (the link or
 		 * this moverd was down at the cut) */
-		rc = recreate_cut(p, &f, op, err, sizeof(err));
+		rc = check_origin(p, f, err, sizeof(err));
+		if (!rc)
+			rc = recreate_cut(p, &f, op, err, sizeof(err));
 	} else if (f && f->state == FLOW_FAILED) {
 		/* e.g. a client resized its ring file: it stays failed.
-		 * Why is its own peer's to hear, no other's */
-		rc = check_origin(p, f, err, sizeof(err));
+		 * Why is its own peer's to hear, no other's (a flow whose
+		 * file names none, from before origins, is bound to none:
+		 * it takes no new peer now) */
+		rc = f->origin[0] ? check_origin(p, f, err, sizeof(err)) : 0;
 		if (!rc) {
 			snprintf(err, sizeof(err), "flow '%s' failed on this "
 				 "host: %.100s", f->name, f->reason);
@@ -3257,6 +3260,7 @@ void peer_let_go_flow(struct peer_mgr *m, struct flow *f)
 {
 	if (m->flow_gone)
 		m->flow_gone(m->flow_gone_arg, f);
+	flows_last_save(f); /* before fanout_let_go drops its ended peers */
 	fanout_let_go(m, f);
 	detach_flow(f); /* no CLOSE: the flow lives on, in the next moverd */
 	mover_forget_flow(m, f); /* off the mover's lists before it goes */

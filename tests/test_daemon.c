@@ -239,25 +239,44 @@ static void test_status_and_single_instance(void)
 		CHECK(system(cmd) == 0);
 		CHECK(ctl(out, sizeof(out), "flow destroy sd") == 0);
 	}
-	/* a state directory every user can list is said so at the start;
-	 * one moverd made itself (0700) is not */
-	for (int open_dir = 0; open_dir < 2; open_dir++) {
-		char cmd[1024], sock3[128], dir[128];
+	/* a state directory others can list is said so at the start; one
+	 * moverd made itself (0700), or one others can only search (0711),
+	 * is not */
+	{
+		static const struct { mode_t mode; const char *who; } dirs[] = {
+			{ 0, NULL }, /* moverd makes it */
+			{ 0755, "every user" },
+			{ 0750, "its group" }, /* (members: no quote in sh) */
+			{ 0711, NULL },
+		};
 
-		snprintf(sock3, sizeof(sock3), "%s.3", sock_path);
-		snprintf(dir, sizeof(dir), "%s.3-rings", sock_path);
-		if (open_dir) { /* else moverd makes it */
-			CHECK(mkdir(dir, 0755) == 0);
-			CHECK(chmod(dir, 0755) == 0); /* whatever the umask */
+		for (unsigned i = 0; i < 4; i++) {
+			char cmd[1024], sock3[128], dir[128], said[256];
+			int n;
+
+			snprintf(sock3, sizeof(sock3), "%s.3", sock_path);
+			snprintf(dir, sizeof(dir), "%s.3-rings", sock_path);
+			if (dirs[i].mode) {
+				CHECK(mkdir(dir, 0700) == 0);
+				CHECK(chmod(dir, dirs[i].mode) == 0);
+			}
+			/* the warning, or (none wanted) any such warning */
+			n = snprintf(said, sizeof(said), "state directory %s "
+				     "has mode", dir);
+			if (dirs[i].who)
+				snprintf(said + n, sizeof(said) - (size_t)n,
+					 " %04o: %s", (unsigned)dirs[i].mode,
+					 dirs[i].who);
+			snprintf(cmd, sizeof(cmd), "timeout 2 %s --foreground "
+				 "--socket %s --state-dir %s >%s.log 2>&1; "
+				 "test $? = 124 && grep -c '%s' %s.log | grep "
+				 "-qx %d", moverd_bin, sock3, dir, sock3, said,
+				 sock3, dirs[i].who != NULL);
+			CHECK(system(cmd) == 0);
+			snprintf(cmd, sizeof(cmd), "rm -rf %s %s.log", dir,
+				 sock3);
+			CHECK(system(cmd) == 0);
 		}
-		snprintf(cmd, sizeof(cmd), "timeout 2 %s --foreground --socket %s "
-			 "--state-dir %s >%s.log 2>&1; test $? = 124 && "
-			 "grep -c 'state directory %s has mode 0755: every user "
-			 "can list' %s.log | grep -qx %d", moverd_bin, sock3, dir,
-			 sock3, dir, sock3, open_dir);
-		CHECK(system(cmd) == 0);
-		snprintf(cmd, sizeof(cmd), "rm -rf %s %s.log", dir, sock3);
-		CHECK(system(cmd) == 0);
 	}
 	/* no daemon there */
 	{
