@@ -270,8 +270,8 @@ struct flow {
 	 * fan-out subscription cut and rejoined) is not kept. */
 	char *failure;
 	bool failure_restored;    /* ... read from the state file this start */
-	bool save_owed;           /* a change moverd made (flows_save_owed)
-				   * is not in the state file yet: a save
+	bool save_owed;           /* a change made (flows_save_owed) is
+				   * not in the state file yet: a save
 				   * failed (a full filesystem), tried again
 				   * each second (flows_retry_saves) */
 	const char *owed_what;    /* ... the last such change, as logged */

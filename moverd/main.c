@@ -850,10 +850,10 @@ static int open_dirs(struct daemon *d)
 	return 0;
 }
 
-/* A state directory others can read or search (made by hand, or by a
- * service manager's default 0755): its files are moverd's alone (0600),
- * but any user can list the flows' names.  Said, not refused: an
- * existing installation keeps working. */
+/* A state directory others can read (made by hand, or by a service
+ * manager's default 0755): its files are moverd's alone (0600), but they
+ * can list the flows' names.  Said, not refused: an existing
+ * installation keeps working. */
 static void warn_open_state_dir(const struct daemon *d)
 {
 	struct stat st;
