@@ -1861,7 +1861,7 @@ void flow_put(struct flow *f)
 }
 
 /* f's state file written whole: whatever change it was owed is in it now */
-static int save_now(struct flow *f)
+int flows_save(struct flow *f)
 {
 	int rc;
 
@@ -1879,14 +1879,9 @@ static int save_now(struct flow *f)
 	return rc;
 }
 
-int flows_save(struct flow *f)
-{
-	return save_now(f);
-}
-
 int flows_save_owed(struct flow *f, const char *what)
 {
-	int rc = save_now(f);
+	int rc = flows_save(f);
 
 	if (!rc || f->owed_what == what)
 		return rc; /* written, or owed for this and logged already */
@@ -1945,7 +1940,7 @@ void flows_retry_saves(struct flow_table *t, uint64_t now)
 	t->save_retry_ns = now + 1000000000ull;
 	for (struct flow *f = t->head; f; f = f->next)
 		if (f->save_owed)
-			save_now(f);
+			flows_save(f);
 }
 
 static void unlist(struct flow_table *t, struct flow *f);
@@ -2005,7 +2000,7 @@ static void unlist(struct flow_table *t, struct flow *f)
 
 void flows_last_save(struct flow *f)
 {
-	if (f->save_owed && save_now(f))
+	if (f->save_owed && flows_save(f))
 		log_warn("flow %s: its state file is still not written: the "
 			 "next start reads it as it was", f->name);
 }
