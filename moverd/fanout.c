@@ -454,14 +454,15 @@ static void skip_sent(struct fr_ring *r, uint64_t sent)
  */
 static void rejoin_one(struct peer_mgr *m, struct flow *f, uint64_t now)
 {
+	char why[sizeof(f->reason)];
 	struct fr_ring *r;
 	int rc;
 
 	if (!f->rejoin_at_ns || now < f->rejoin_at_ns || f->dead ||
 	    !f->view || !f->sub_dropped || f->sub_leave_owed)
 		return;
-	if (flow_first(f)->failure) { /* moverd failed the ring meanwhile */
-		flows_fail(f, flow_first(f)->failure);
+	if (flows_verdict(f, why, sizeof(why))) { /* failed meanwhile */
+		flows_fail(f, why);
 		return;
 	}
 	r = ring_of(f);

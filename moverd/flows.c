@@ -903,8 +903,7 @@ static void adopt_failed(struct flow *fl)
 	if (fl->role != FLOW_LOCAL)
 		return;
 	fl->state = FLOW_FAILED;
-	snprintf(fl->reason, sizeof(fl->reason), "%s%s", FAILED_BEFORE,
-		 fl->failure);
+	flows_verdict(fl, fl->reason, sizeof(fl->reason));
 }
 
 /* Open the ring file of one flow named in the state directory. */
@@ -1931,6 +1930,17 @@ void flows_fail(struct flow *f, const char *reason)
 				fail_one(s, reason);
 	}
 	flows_save_owed(first, "its failure");
+}
+
+bool flows_verdict(const struct flow *f, char *why, size_t cap)
+{
+	const struct flow *first = flow_first(f); /* holds the verdict */
+
+	if (!first->failure)
+		return false;
+	snprintf(why, cap, "%s%s", first->failure_restored ?
+		 "failed before moverd restarted: " : "", first->failure);
+	return true;
 }
 
 void flows_retry_saves(struct flow_table *t, uint64_t now)

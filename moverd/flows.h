@@ -562,8 +562,11 @@ void flows_let_go(struct flow_table *t, struct flow *f);
  */
 void flows_fail(struct flow *f, const char *reason);
 
-/* What the reason of a flow failed before this start begins with. */
-#define FAILED_BEFORE "failed before moverd restarted: "
+/* moverd's kept verdict on f's ring (flows_fail), in the words a flow
+ * failed by it shows: "failed before moverd restarted: REASON" when it was
+ * read from the state file this start.  False (why untouched) if moverd
+ * never failed the ring. */
+bool flows_verdict(const struct flow *f, char *why, size_t cap);
 
 /* moverd stops: the next start reads f's state file, so a save owed gets
  * its last try, while the file's every part (its fan-out peers) is

@@ -903,7 +903,6 @@ bool peer_tx_fault(struct peer *p)
  */
 bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 {
-	const struct flow *first = flow_first(f); /* holds the verdict */
 	uint32_t flags;
 
 	if (f->role == FLOW_LOCAL || f->state == FLOW_FAILED || !f->view)
@@ -913,10 +912,7 @@ bool ring_marked_failed(struct flow *f, char *why, size_t cap)
 				     memory_order_relaxed);
 	if (!(flags & FR_FLAG_FAILED))
 		return false;
-	if (first->failure) /* moverd's own verdict: this run's, or restored */
-		snprintf(why, cap, "%s%s", first->failure_restored ?
-			 FAILED_BEFORE : "", first->failure);
-	else
+	if (!flows_verdict(f, why, cap)) /* else a client's doing */
 		snprintf(why, cap, "a client marked the ring failed (flags "
 			 "%#x)", (unsigned)flags);
 	return true;
