@@ -1487,6 +1487,73 @@ static void case_fail_while_cut(void)
 	stop_three(&fc.t);
 }
 
+/* 19: a producer on A claims and commits a record of an impossible
+ * length where C's subscription sends next (C has read everything) */
+static void corrupt_at_tail(struct first_cut *fc, int try)
+{
+	struct fr_ring *r = &fc->p->ring;
+	/* acquire: the producers' claim position, which no claim passed */
+	uint64_t pos = atomic_load_explicit(&r->sh->tail,
+					    memory_order_acquire);
+	struct fr_rec *h = fr_rec_at(r, pos);
+
+	(void)try;
+	/* a claim's order: tail past the record, then its header, sealed */
+	atomic_store_explicit(&r->sh->tail, pos + fr_record_bytes(
+				      r->max_record + 1), memory_order_relaxed);
+	atomic_store_explicit(&h->len, r->max_record + 1,
+			      memory_order_relaxed);
+	atomic_store_explicit(&h->info, 0, memory_order_relaxed);
+	/* release: as a producer's commit publishes its header */
+	atomic_store_explicit(&h->seal, fr_seal(r, pos, FR_SEAL_COMMITTED),
+			      memory_order_release);
+}
+
+/*
+ * 19.  The ring fails on a sibling while its first peer B is cut: C's
+ * mover finds a corrupt record.  Before 760f5ca the verdict failed C's
+ * subscription only, and the flow showed "open: cut off ..." (B's cut)
+ * until B's rejoin was due 8 s later, which then failed it (and for good,
+ * had no rejoin been due).  Now the new verdict fails B's cut
+ * subscription with it, at once.
+ */
+static void case_sibling_fails_while_cut(void)
+{
+	struct first_cut fc;
+	char out[8192], state[32], why[256], line[96];
+	uint64_t until;
+	int rejoins;
+
+	first_cut_start(&fc, "fo19");
+	/* three cuts first: the fourth's wait before its rejoin is 8 s */
+	cut_b_again(&fc);
+	cut_b_again(&fc);
+	cut_b_again(&fc);
+	cut_first_then(&fc, corrupt_at_tail, 1);
+	snprintf(line, sizeof(line), "peer %s rejoins", fc.t.baddr);
+	rejoins = hd_log_count(&fc.t.a, line);
+	CHECK((uint64_t)rejoins == fc.cuts - 1);
+	/* not a threshold: B's rejoin is due 8 s after its cut, and C's
+	 * mover looks at the record within a second (the doorbell sweep);
+	 * the old code showed B's cut until then */
+	until = tu_now_ns() + 6000000000ull;
+	do {
+		CHECK(hd_flow_json(&fc.t.a, moverctl_bin, "x", out,
+				   sizeof(out)));
+		CHECK(hj_get(out, "state", state, sizeof(state)));
+		CHECK(hj_get(out, "state_reason", why, sizeof(why)));
+	} while (!strstr(why, "corrupt record") && tu_now_ns() < until &&
+		 !usleep(20000));
+	printf("  A: %s: %s\n", state, why);
+	CHECK(!strcmp(state, "failed"));
+	CHECK(strstr(why, "a producer wrote a corrupt record at position"));
+	CHECK(hd_log_count(&fc.t.a, line) == rejoins);
+	printf("  a corrupt record found by C's mover while B was cut: the "
+	       "flow failed with its reason at once, B did not rejoin\n");
+	flowshm_detach(fc.p);
+	stop_three(&fc.t);
+}
+
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
  * or the cut ends them (-ESTALE; or the ring closed: A's rejoin made C's
  * flow again).  Exit 0, or what went wrong. */
@@ -1655,6 +1722,9 @@ int main(int argc, char **argv)
 		  "saved meanwhile, A restarted: the flow is not failed" },
 		{ 18, case_fail_while_cut, "the ring shrunk while its first "
 		  "peer is cut: the flow's failure says so, no rejoin" },
+		{ 19, case_sibling_fails_while_cut, "a corrupt record found "
+		  "by C's mover while the first peer is cut: the flow fails "
+		  "with it at once" },
 	};
 
 	if (argc != 3) {
