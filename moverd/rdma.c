@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
@@ -1093,19 +1094,28 @@ static void completed(struct peer *p, const struct ibv_wc *wc)
 	}
 }
 
-/* Take p's completions.  After the peer disconnected (c->hung_up), the
- * first flushed one ends the poll without failing p: the hang-up says
- * why.  Another error (say a SEND too long for our buffers) still says
- * its own. */
-static int poll_peer(struct peer *p)
+/*
+ * Take p's completions, at most `batches` polls of POLL_BATCH: a peer whose
+ * SENDs keep its receive queue busy (each completion re-posts a buffer)
+ * would otherwise hold the duty cycle here, and every other peer, flow and
+ * client with it.  What is left is taken on the next cycle, which runs
+ * without a sleep since this one did work.  After the peer disconnected
+ * (c->hung_up), the first flushed one ends the poll without failing p:
+ * the hang-up says why.  Another error (say a SEND too long for our
+ * buffers) still says its own.
+ */
+#define POLL_BATCH       32
+#define POLL_BATCHES_MAX 8u
+
+static int poll_peer(struct peer *p, unsigned batches)
 {
 	struct rdma_conn *c = conn(p);
-	struct ibv_wc wc[32];
+	struct ibv_wc wc[POLL_BATCH];
 	int n, work = 0;
 
 	if (!c || !c->qp_ready || p->state != PEER_UP)
 		return 0;
-	while ((n = ibv_poll_cq(c->cq, 32, wc)) > 0) {
+	while (batches-- && (n = ibv_poll_cq(c->cq, POLL_BATCH, wc)) > 0) {
 		p->st.wc_polled += (uint64_t)n;
 		for (int i = 0; i < n && p->state == PEER_UP; i++) {
 			if (wc[i].status == IBV_WC_WR_FLUSH_ERR && c->hung_up)
@@ -1131,7 +1141,7 @@ static int rdma_poll(struct peer_mgr *m)
 	for (struct peer *p = m->peers, *n; p; p = n) {
 		n = p->next;
 		if (p->tp == &rdma_transport)
-			work += poll_peer(p);
+			work += poll_peer(p, POLL_BATCHES_MAX);
 	}
 	return work;
 }
@@ -1333,7 +1343,7 @@ static void cm_event(struct peer_mgr *m, struct rdma_cm_event *ev)
 		 * peer went better than the hang-up does */
 		if (conn(p))
 			conn(p)->hung_up = true;
-		poll_peer(p);
+		poll_peer(p, UINT_MAX); /* it sends no more: all of it */
 		peer_hung_up(p, rdma_event_str(ev->event));
 		return;
 	default:
