@@ -1289,7 +1289,19 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	/* a sender numbers its flows once each: an id in use by another flow
 	 * on this connection would make its frames go to either */
 	same_id = peer_flow_by_id(p, op->flow_id, FLOW_RECEIVER);
-	if (same_id && same_id != f) {
+	if (p->outbound && !m->key) {
+		/* without keys a peer is only its address, and this one is
+		 * an address a local user named (flow create --peer): it
+		 * would make flows here, under quotas counted for that
+		 * address, with no --listen, --peer-allow or accept limit
+		 * ever asked.  A sender's flows ride the connections it
+		 * dials; one we dialed only carries them when both proved
+		 * the key (inbound_from) */
+		snprintf(err, sizeof(err), "this moverd dialed the connection "
+			 "and has no --peer-key: open flows to it over a "
+			 "connection of your own");
+		rc = -EPERM;
+	} else if (same_id && same_id != f) {
 		snprintf(err, sizeof(err), "flow id %u is taken by flow '%s' on "
 			 "this connection", (unsigned)op->flow_id, same_id->name);
 		rc = -EEXIST;
@@ -2152,7 +2164,7 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	 * acknowledges what we send from the new position) */
 	if (f->state != FLOW_OPEN)
 		return;
-	if (h->len || h->pos < f->acked || h->pos > f->sent ||
+	if (h->pos < f->acked || h->pos > f->sent ||
 	    h->aux < f->remote_head || h->aux > h->pos ||
 	    h->pos % FR_ALIGN || h->aux % FR_ALIGN) {
 		peer_fail(p, "flow %s: acknowledgement %llu/%llu outside the "
@@ -2323,7 +2335,12 @@ void peer_rx_header(struct peer *p)
 			return;
 		break;
 	case WIRE_ACK:
-		handle_ack(p, h);
+		/* before the lookup: an ACK for a flow gone here still has
+		 * a body, which would be read as the next frames */
+		if (h->len)
+			peer_fail(p, "acknowledgement with a payload");
+		else
+			handle_ack(p, h);
 		return;
 	case WIRE_HEARTBEAT:
 		if (h->len)

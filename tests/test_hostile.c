@@ -59,6 +59,10 @@
  *      once: the flow stays failed, the sender is refused with the reason
  *      (another peer only hears that the flow is not its own), and the
  *      flow goes after --orphan-timeout
+ *  14  a peer moverd dialed (no --peer-key) opens flows over that
+ *      connection: refused; moverd's own flow on it goes on
+ *  15  an ACK with a body, for a flow not on the connection: the link
+ *      fails (its body was read as the next frames)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1956,6 +1960,74 @@ static void case_published_both_down(void)
 		bumped_published(DOWN_BOTH);
 }
 
+/* ---- case 14: a peer moverd dialed opens flows back --------------------- */
+
+/*
+ * A local user's flow names a host (127.0.0.1:PORT here, any address it
+ * likes); what answers there says its hello (no key: a peer is only its
+ * address) and opens flows back over the connection A dialed.  A has no
+ * --listen: it made receiver flows and ring files anyway, counted for
+ * that address, so that a user rotating addresses filled the flow table
+ * (a review: 20 rings of 1 MiB for a uid allowed 2 flows).  Refused now,
+ * and A's own flow on that connection goes on.
+ */
+static void case_dialed_opens(void)
+{
+	static const struct hp_open o = { "h14", 14, 1 << 20, 1024,
+					  0x1414141400ull, 0 };
+	char msg[512] = "", out[4096];
+	struct hp_hello_in in;
+	int lfd, port, fd;
+	struct hd d;
+
+	lfd = hp_listen(&port);
+	hd_start(&d, moverd_bin, "hostile14", false, NULL);
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create q14 "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     port) == 0);
+	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_hello(fd, "dialed"));
+	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), -EPERM);
+	printf("  an open over the connection A dialed: %s\n", msg);
+	CHECK(strstr(msg, "no --peer-key"));
+	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow list") == 0);
+	CHECK(strstr(out, "q14") && !strstr(out, "h14"));
+	/* refused, not dropped: A's own flow stays on the connection */
+	CHECK(!hp_closed_within(fd, 300));
+	close(fd);
+	close(lfd);
+	hd_stop(&d);
+}
+
+/* ---- case 15: an acknowledgement with a body ----------------------------- */
+
+/*
+ * An ACK frame has no body; one for a flow that is not on the connection
+ * returned before its length was looked at, and the bytes behind it were
+ * read as the next frames (a review smuggled a whole OPEN in; here a
+ * heartbeat).  The link fails now, with the reason.
+ */
+static void case_ack_body(void)
+{
+	uint8_t hb[WIRE_HDR];
+	struct hd d;
+	int fd;
+
+	hd_start(&d, moverd_bin, "hostile15", true, NULL);
+	fd = hp_connect(d.port);
+	CHECK(hp_hello(fd, "ack-body"));
+	wire_put(hb, WIRE_HEARTBEAT, 0, 0, 0, 0);
+	CHECK(hp_send_hdr(fd, WIRE_ACK, 999, sizeof(hb), 0, 0));
+	CHECK(hp_send_all(fd, hb, sizeof(hb)));
+	CHECK(hp_closed_within(fd, 5000));
+	CHECK(hd_log_count(&d, "acknowledgement with a payload") == 1);
+	printf("  an ACK of flow 999 with a %zu-byte body: the link failed\n",
+	       sizeof(hb));
+	close(fd);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2000,6 +2072,10 @@ int main(int argc, char **argv)
 		  "near 2^64" },
 		{ 13, case_failed_then_cut, "a receiver failed here, its "
 		  "sender's connection gone before the CLOSE: it stays failed" },
+		{ 14, case_dialed_opens, "a peer moverd dialed opens flows "
+		  "back without keys: refused, moverd's own flow goes on" },
+		{ 15, case_ack_body, "an acknowledgement with a body fails the "
+		  "link" },
 	};
 
 	if (argc != 4) {
