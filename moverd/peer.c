@@ -1042,6 +1042,19 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 			 "sender had acknowledged", f->name);
 		return -EPROTO;
 	}
+	if (pub - op->start > r->size) {
+		/* a sender sends at most a ring beyond what it has had
+		 * acknowledged (start): a consumer moved published, its own
+		 * position with it, while moverd was down (an empty walk
+		 * above) */
+		snprintf(err, cap, "the consumer ring of '%s' is corrupt "
+			 "(published %llu, more than a ring beyond the %llu "
+			 "its sender had acknowledged)", f->name,
+			 (unsigned long long)pub,
+			 (unsigned long long)op->start);
+		fail_receiver(NULL, f, err);
+		return -EPROTO;
+	}
 	detach_flow(f);
 	f->rx_refused = false; /* on p now: told nothing there yet */
 	f->rx_pos_known = true;
@@ -1615,15 +1628,22 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 	}
 	r = ring_of(f);
 	/* the peer's word, checked against what we recorded: it cannot have
-	 * published more than one ring beyond what it acknowledged */
+	 * published more than one ring beyond what it acknowledged.  Its
+	 * word comes from its consumer ring, which its clients can write:
+	 * this flow's failure, not the connection's (which every reopen
+	 * would fail again, the other flows on it with it) */
 	if (op->resume < f->acked || op->resume - f->acked > r->size ||
 	    op->head > op->resume || op->resume - op->head > r->size ||
 	    op->resume % FR_ALIGN) {
-		peer_fail(p, "flow %s: resume position %llu/%llu outside the "
-			  "window from %llu", f->name,
-			  (unsigned long long)op->resume,
-			  (unsigned long long)op->head,
-			  (unsigned long long)f->acked);
+		char why[200];
+
+		snprintf(why, sizeof(why), "the peer's resume position "
+			 "%llu/%llu is outside the window from %llu: its "
+			 "consumer ring is corrupt",
+			 (unsigned long long)op->resume,
+			 (unsigned long long)op->head,
+			 (unsigned long long)f->acked);
+		open_refused(f, why);
 		return;
 	}
 	if (op->resume > sent_max(f)) {
@@ -1638,8 +1658,12 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 		open_refused(f, why);
 		return;
 	}
-	/* then the producers' word: a tail behind what the peer holds is
-	 * this ring's own corruption, and fails this flow only */
+	/* then the producers' word.  With what went on the wire known, a
+	 * tail behind what the peer holds moved back: this ring's own
+	 * corruption, which fails this flow only.  Not known (this start's
+	 * first open, a peer just added) it is the peer's word against the
+	 * producers', and a peer's word ends its own subscription only: one
+	 * fan-out peer must not fail the ring under the others */
 	tail = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
 	if (op->resume > tail) {
 		char why[160];
@@ -1648,7 +1672,10 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 "behind what the peer received (%llu)",
 			 (unsigned long long)tail,
 			 (unsigned long long)op->resume);
-		fail_sender(f, why);
+		if (sent_max(f) == UINT64_MAX)
+			open_refused(f, why);
+		else
+			fail_sender(f, why);
 		return;
 	}
 	if (op->resume != f->acked && op->resume != tail &&

@@ -63,6 +63,12 @@
  *      connection: refused; moverd's own flow on it goes on
  *  15  an ACK with a body, for a flow not on the connection: the link
  *      fails (its body was read as the next frames)
+ *  16  a fan-out peer just added answers a resume beyond the producers'
+ *      tail: its subscription ends, the flow goes on to the first peer
+ *  17  (a) a consumer on B moves published, the floor and its slot four
+ *      rings ahead while B is down: B fails that flow, the link and q go
+ *      on (A failed the link at every reopen); (b) a peer answers such a
+ *      resume: A fails the flow, not the connection
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2028,6 +2034,186 @@ static void case_ack_body(void)
 	hd_stop(&d);
 }
 
+/* ---- case 16: a fan-out peer answers a resume beyond the tail ----------- */
+
+static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
+{
+	(void)unused;
+	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPEN;
+}
+
+/*
+ * x goes from A to B; a peer added to it (a fake moverd C) answers A's
+ * open with a resume position beyond the producers' tail.  A knows
+ * nothing it sent C (a new peer; also the first open after a restart),
+ * so this is C's word against the ring's: it failed the ring, and B's
+ * flow and A's producers with it (a review).  It ends C's subscription
+ * only now; records still go to B.
+ */
+static void case_fanout_resume_beyond(void)
+{
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
+	char out[8192], why[256] = "", addr[64];
+	struct hp_hello_in in;
+	flowshm_t *prod, *cons;
+	uint8_t buf[64];
+	size_t len;
+	int lfd, port, fd;
+	struct hd a, b;
+
+	hd_start(&b, moverd_bin, "hostile16-B", true, NULL);
+	hd_start(&a, moverd_bin, "hostile16-A", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create x16 "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "x16", "open", 5000, NULL, 0));
+	lfd = hp_listen(&port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add x16 "
+		     "127.0.0.1:%d", port) == 0);
+	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_hello(fd, "c16"));
+	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
+	op.flow_id = m->open->flow_id;
+	op.head = m->open->start;
+	op.resume = m->open->start + 16; /* in the window, beyond the tail */
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	r.opened = &op;
+	CHECK(hp_send_msg(fd, &r));
+	snprintf(addr, sizeof(addr), "\"address\": \"127.0.0.1:%d\"", port);
+	for (int i = 0; i < 100 && !strstr(why, "behind what the peer"); i++) {
+		const char *c;
+
+		CHECK(hd_flow_json(&a, moverctl_bin, "x16", out, sizeof(out)));
+		if ((c = strstr(out, addr)))
+			hj_get(c, "reason", why, sizeof(why));
+		usleep(50000);
+	}
+	printf("  A's subscription of C: %s\n", why);
+	CHECK(strstr(why, "behind what the peer received"));
+	CHECK(hd_wait_state(&a, moverctl_bin, "x16", "open", 1000, NULL, 0));
+	setenv("FLOWMOVER_SOCKET", b.sock, 1);
+	CHECK_RC(flowshm_attach("x16", FLOWSHM_CONSUMER, NULL, &cons), 0);
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("x16", FLOWSHM_PRODUCER, NULL, &prod), 0);
+	CHECK_RC(flowshm_send(prod, "after", 5, 1000000000), 0);
+	CHECK_RC(flowshm_recv(cons, buf, sizeof(buf), &len, 5000000000ll), 0);
+	CHECK(len == 5 && !memcmp(buf, "after", 5));
+	printf("  x16 still open on A; a record after it reached B\n");
+	flowshm_detach(prod);
+	flowshm_detach(cons);
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 17: a resume more than a ring ahead ---------------------------- */
+
+/*
+ * (a) A consumer of r on B moves published, the floor and its own slot four
+ * rings ahead while B is down: the walk of its records is empty, and B
+ * resumed r there; A found the resume outside its window and failed the
+ * connection, and every reopen failed it again (a review: 80 reconnects
+ * in 8 s, q never done).  B refuses the ring now, and r alone fails.
+ */
+static void far_published(void)
+{
+	static const char *const names[] = { "r", "q", NULL };
+	unsigned char buf[64];
+	struct hd a, b;
+	flowshm_t *p, *c;
+	uint64_t pub, far, r0, r1;
+	size_t len;
+
+	two_daemons(&a, &b, "hostile17a", names);
+	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "r", FLOWSHM_CONSUMER);
+	memset(buf, 0x11, sizeof(buf));
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000),
+			 0);
+	fr_sub_publish(&c->ring);
+	hd_kill(&b);
+	/* acquire/release: as moverd's own publish and a consumer's */
+	pub = atomic_load_explicit(&c->ring.sh->published,
+				   memory_order_acquire);
+	far = pub + 4 * c->ring.size;
+	atomic_store_explicit(&c->ring.sh->subs[c->ring.sub].pos, far,
+			      memory_order_release);
+	atomic_store_explicit(&c->ring.sh->floor, far, memory_order_release);
+	atomic_store_explicit(&c->ring.sh->published, far,
+			      memory_order_release);
+	printf("  B down: its consumer moved published and head %llu -> "
+	       "%llu\n", (unsigned long long)pub, (unsigned long long)far);
+	hd_restart(&b, moverd_bin, NULL);
+	expect_failed(&b, "B", "r");
+	CHECK(hd_log_count(&b, "more than a ring beyond") >= 1);
+	r0 = reconnects(&a);
+	q_completes(&a, &b);
+	r1 = reconnects(&a);
+	printf("  q: every record once; A's reconnects %llu, then %llu\n",
+	       (unsigned long long)r0, (unsigned long long)r1);
+	CHECK(r1 == r0);
+	CHECK(hd_log_count(&a, "outside the window") == 0);
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&a);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/*
+ * (b) What (a)'s B said, from a peer that does not check its ring (an
+ * older moverd, or a hostile one): A fails the flow, not the connection.
+ */
+static void far_resume(void)
+{
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
+	char out[4096], reason[256] = "";
+	struct hp_hello_in in;
+	int lfd, port, fd;
+	struct hd a;
+
+	lfd = hp_listen(&port);
+	hd_start(&a, moverd_bin, "hostile17b", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create r17 "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     port) == 0);
+	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_hello(fd, "far"));
+	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
+	op.flow_id = m->open->flow_id;
+	op.resume = op.head = m->open->start + 4 * m->open->ring_size;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	r.opened = &op;
+	CHECK(hp_send_msg(fd, &r));
+	CHECK(hd_wait_state(&a, moverctl_bin, "r17", "failed", 5000, reason,
+			    sizeof(reason)));
+	printf("  A: r17 failed: %s\n", reason);
+	CHECK(strstr(reason, "outside the window"));
+	CHECK(!hp_closed_within(fd, 300)); /* the connection goes on */
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+}
+
+static void case_far_resume(void)
+{
+	if (variant("a"))
+		far_published();
+	if (variant("b"))
+		far_resume();
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2076,6 +2262,11 @@ int main(int argc, char **argv)
 		  "back without keys: refused, moverd's own flow goes on" },
 		{ 15, case_ack_body, "an acknowledgement with a body fails the "
 		  "link" },
+		{ 16, case_fanout_resume_beyond, "a fan-out peer resumes beyond "
+		  "the producers' tail: only its subscription ends" },
+		{ 17, case_far_resume, "a consumer moves published four rings "
+		  "ahead while its moverd is down: that flow fails, the link "
+		  "goes on" },
 	};
 
 	if (argc != 4) {
