@@ -2007,8 +2007,10 @@ static uint64_t committed_bytes(const struct fr_ring *r, const struct fr_rec *h,
 	uint32_t info = atomic_load_explicit(&h->info, memory_order_relaxed);
 	uint64_t rest = fr_lap_rest(r, pos);
 
+	/* a pad is at most PAD_MAX (pad_at): a longer one fits no frame */
 	if (info & FR_INFO_PAD)
-		return l % FR_ALIGN || (uint64_t)l + FR_REC_HDR > rest ?
+		return l % FR_ALIGN || (uint64_t)l + FR_REC_HDR > rest ||
+		       (uint64_t)l + FR_REC_HDR > PAD_MAX ?
 			       0 : FR_REC_HDR + (uint64_t)l;
 	if (l == 0 || l > r->max_record || fr_record_bytes(l) > rest)
 		return 0;

@@ -705,6 +705,13 @@ static int build_data(struct peer *p)
 		budget = f->deficit;
 		if (!total)
 			first = committed_bytes(f);
+		/* a record larger than any deficit it earns (a pad: of a
+		 * refused batch, a recovery step, or a client's own, up to
+		 * the lap's rest) goes whole when its flow comes first in a
+		 * batch: else it waited for ever, the flow active and the
+		 * mover spinning on it (a review: a cpu at 99%) */
+		if (first > deficit_cap(f) && budget < first)
+			budget = first;
 		/* at most BATCH_MAX bytes a send, the first flow's too (it
 		 * may have earned more); a record larger than that, or than
 		 * what the window lets in, goes alone */
@@ -721,7 +728,7 @@ static int build_data(struct peer *p)
 			deactivate(m, f); /* failed by what it read */
 			continue;
 		}
-		f->deficit = idle ? 0 : f->deficit - len;
+		f->deficit = idle || len > f->deficit ? 0 : f->deficit - len;
 		if (len) {
 			add_data(p, f, len, records);
 			total += len;

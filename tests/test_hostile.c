@@ -69,6 +69,8 @@
  *      rings ahead while B is down: B fails that flow, the link and q go
  *      on (A failed the link at every reopen); (b) a peer answers such a
  *      resume: A fails the flow, not the connection
+ *  18  a committed pad of 2 MiB (more than a flow's deficit earns): the
+ *      record behind it goes (moverd spun on it, and it never came)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2214,6 +2216,70 @@ static void case_far_resume(void)
 		far_resume();
 }
 
+/* ---- case 18: a pad larger than the mover's deficit ---------------------- */
+
+/* A producer claims `bytes` and commits one pad over them (as a refused
+ * batch does, in one pad). */
+static void commit_pad(flowshm_t *f, uint64_t bytes)
+{
+	struct fr_ring *r = &f->ring;
+	/* acquire: the producers' claim position */
+	uint64_t t = atomic_load_explicit(&r->sh->tail, memory_order_acquire);
+	struct fr_rec *h;
+
+	CHECK(fr_lap_rest(r, t) >= bytes);
+	CHECK(atomic_compare_exchange_strong(&r->sh->tail, &t, t + bytes));
+	h = fr_rec_at(r, t);
+	atomic_store_explicit(&h->len, (uint32_t)(bytes - FR_REC_HDR),
+			      memory_order_relaxed);
+	atomic_store_explicit(&h->info, FR_INFO_PAD, memory_order_relaxed);
+	/* release: a reader that sees the seal sees len and info */
+	atomic_store_explicit(&h->seal, fr_seal(r, t, FR_SEAL_COMMITTED),
+			      memory_order_release);
+}
+
+/*
+ * A committed pad of 2 MiB on a 4 MiB ring of 1 KiB records: more than the
+ * deficit a flow earns (1 MiB), so the mover's span stopped before it at
+ * every cycle, the flow stayed active and moverd spun at 99% of a cpu; the
+ * record after the pad never came (a review).  It goes now; q too.
+ */
+static void case_big_pad(void)
+{
+	static const char *const names[] = { "q", NULL };
+	unsigned char buf[64];
+	char out[4096];
+	flowshm_t *p, *c;
+	struct hd a, b;
+	size_t len;
+
+	two_daemons(&a, &b, "hostile18", names);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create p18 "
+		     "--peer 127.0.0.1:%d --ring-size 4M --max-record 1024",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "p18", "open", 10000, NULL, 0));
+	p = attach_raw(&a, "p18", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "p18", FLOWSHM_CONSUMER);
+	memset(buf, 0x11, sizeof(buf));
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000), 0);
+	commit_pad(p, 2048 * KIB);
+	memset(buf, 0x22, sizeof(buf));
+	/* after the pad: its commit rings the doorbell */
+	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 10000000000), 0);
+	CHECK(len == sizeof(buf) && buf[0] == 0x22);
+	printf("  a 2 MiB pad, then a record: it reached B (A's cpu share "
+	       "after: %.2f)\n", hd_cpu_share(&a, 1000));
+	q_completes(&a, &b);
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&a);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2267,6 +2333,8 @@ int main(int argc, char **argv)
 		{ 17, case_far_resume, "a consumer moves published four rings "
 		  "ahead while its moverd is down: that flow fails, the link "
 		  "goes on" },
+		{ 18, case_big_pad, "a pad larger than the deficit a flow "
+		  "earns: the record after it goes" },
 	};
 
 	if (argc != 4) {
