@@ -1661,6 +1661,20 @@ static void publish_idle(struct fr_ring *r)
 }
 
 /*
+ * Nothing to read, rc says why.  Idle: publish_idle.  At the end of a ring
+ * closed for good (-EPIPE) no later record amortises a publication, and
+ * moverd waits for it (a drain is done once every consumer has read to the
+ * tail): publish now, once.
+ */
+static void publish_at_rest(struct fr_ring *r, int rc)
+{
+	if (rc == -EAGAIN)
+		publish_idle(r);
+	else if (rc == -EPIPE && r->sub < FR_MAX_SUBS && r->head != r->head_pub)
+		publish_pos(r);
+}
+
+/*
  * The recovery timer needs no precision (recover_ns is seconds by default,
  * a tick of error is nothing) and it is read on the consumer's polling
  * path, so it runs on the coarse clock: a few ns instead of a full clock
@@ -1947,8 +1961,7 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 		int rc;
 
 		if (r->mode == FR_MODE_DEPOSIT && (rc = deposit_ready(r, pos))) {
-			if (rc == -EAGAIN)
-				publish_idle(r);
+			publish_at_rest(r, rc);
 			return rc;
 		}
 		/* acquire: pairs with the producer's release of the seal */
@@ -1957,8 +1970,7 @@ int fr_peek(struct fr_ring *r, const struct fr_rec **rec, uint32_t *len)
 			if (r->mode == FR_MODE_DEPOSIT)
 				return -EPROTO;
 			rc = not_committed(r, pos, seal);
-			if (rc == -EAGAIN)
-				publish_idle(r);
+			publish_at_rest(r, rc);
 			if (rc)
 				return rc;
 			continue;

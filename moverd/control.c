@@ -639,15 +639,30 @@ static struct flow *manageable_or_fail(struct ctl_client *c, uint64_t id,
  * every byte (acked) and its consumer released them (remote_head, carried
  * by the acks).
  */
+/*
+ * Has every reader of f's records had all of them?  The ring's slowest
+ * subscriber slot is at the tail (a receiver's consumers; a sender's local
+ * consumers and moverd's own slots, which follow what their peers
+ * acknowledged), and on a sender each subscription that keeps its place
+ * (a fan-out flow's every peer but a cut one) was acknowledged and read
+ * to the tail.  The first peer's alone answered a drain while another
+ * peer, or a local consumer, had not had them (a review).
+ */
 static bool flow_drained(const struct flow *f)
 {
 	struct flowshm_info in;
 
 	if (!f->view || flowshm_info(f->view, &in))
 		return true;
-	if (f->role == FLOW_SENDER)
-		return f->acked == in.tail && f->remote_head == in.tail;
-	return in.head == in.tail;
+	if (fr_min_pos(&f->view->ring) < in.tail)
+		return false;
+	if (f->role != FLOW_SENDER)
+		return true;
+	for (const struct flow *s = f; s; s = flow_next_sub(f, s))
+		if (!s->sub_dropped && s->state != FLOW_FAILED &&
+		    (s->acked != in.tail || s->remote_head != in.tail))
+			return false;
+	return true;
 }
 
 static void destroy_now(struct ctl_client *c, uint64_t id, struct flow *f)
@@ -1138,7 +1153,8 @@ static void wait_timed_out(struct ctl_client *c)
 	end_wait(c);
 	if (w.kind == WAIT_DRAIN)
 		respond_error(c, w.id, -ETIMEDOUT, "flow '%s' not drained in "
-			      "time: its consumer still has records to read; "
+			      "time: a consumer (here, or on a peer host) "
+			      "still has records to read; "
 			      "it stays closed to producers (destroy it, or "
 			      "drain again)", w.name);
 	else if (w.kind == WAIT_ATTACH)

@@ -2172,15 +2172,17 @@ static void release_remains(struct flow_table *t, struct flow_remains *r)
 	punch_rest_now(t, r);
 }
 
-/* Has the consumer records left to read?  (Its head is its own word: a
- * lying consumer gains a grace period, charged to the flow's owner.) */
+/* Has a consumer records left to read?  The slowest slot, not moverd's
+ * own (a sender's local consumers lag it).  (Its position is its own
+ * word: a lying consumer gains a grace period, charged to the flow's
+ * owner.) */
 static bool undrained(const struct flow *f)
 {
 	struct flowshm_info in;
 
 	if (!f->view || !f->consumers || flowshm_info(f->view, &in))
 		return false;
-	return in.head < in.tail;
+	return fr_min_pos(&f->view->ring) < in.tail;
 }
 
 /*

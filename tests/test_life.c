@@ -64,6 +64,9 @@
  *      flow opens and every record arrives; refused for good (a name
  *      taken there), the sender's producers get -EPROTO; a ring above
  *      the receiver's --peer-max-ring-bytes alone fails for good
+ *  17  destroy --drain waits for every reader: a consumer on the sending
+ *      host gets every record (it lost them once the first peer had all),
+ *      and a fan-out peer that is down makes the drain time out
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -479,6 +482,68 @@ static void case_drain_remote(void)
 	fc_done(cons, "consumer on B (attached after the drain began)", 30000);
 	CHECK_RC(hx_wait(drain, 10000), 0);
 	CHECK(!hd_flow_json(&a, moverctl_bin, "rd", out, sizeof(out)));
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
+/* ---- case 17: a drain waits for every reader ----------------------------------- */
+
+/*
+ * A drain answered once the first peer had acknowledged and read every
+ * record (a review): (a) a consumer on the sending host that had not read
+ * them lost them (its ring shut, then punched out: 0 of 10, then -EPIPE);
+ * (b) a second peer of a fan-out flow, down, never had them.  The drain
+ * waits for both now: (a) is done once the local consumer has read all,
+ * (b) times out (exit 1) and leaves the flow.
+ */
+static void case_drain_every_reader(void)
+{
+	const unsigned long n = 3000;
+	char out[4096], buf[1024];
+	unsigned long got = 0;
+	flowshm_t *local = NULL;
+	pid_t prod, cons, drain;
+	struct hd a, b;
+	size_t len;
+	int rc;
+
+	two_daemons(&a, &b, "life17", "rw", "--ring-size 1M --max-record 1K");
+	CHECK(hd_wait_state(&b, moverctl_bin, "rw", "open", 10000, NULL, 0));
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("rw", FLOWSHM_CONSUMER, NULL, &local), 0);
+	cons = fc_consume(&b, "rw", 1, n, 200, 0);
+	prod = fc_produce(&a, "rw", 1, n, 200);
+	fc_done(prod, "producer", 30000);
+	fc_done(cons, "consumer on B", 30000);
+	drain = ctl_spawn(&a, "flow", "destroy", "--drain", "rw", NULL);
+	CHECK(hd_wait_state(&a, moverctl_bin, "rw", "closing", 10000, NULL, 0));
+	usleep(500000);
+	CHECK(hx_running(drain)); /* A's own consumer has read nothing */
+	while ((rc = flowshm_recv(local, buf, sizeof(buf), &len,
+				  5000000000ll)) == 0)
+		got++;
+	printf("  (a) A's own consumer, read after the drain began: %lu "
+	       "records, then %s\n", got, flowshm_strerror(rc));
+	CHECK(got == n);
+	CHECK_RC(rc, -EPIPE);
+	CHECK_RC(hx_wait(drain, 10000), 0);
+	flowshm_detach(local);
+
+	/* (b) a second peer where nothing listens */
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create rf "
+		     "--peer 127.0.0.1:%d --peer 127.0.0.1:%d --ring-size 64K",
+		     b.port, hd_free_port()) == 0);
+	CHECK(hd_wait_state(&b, moverctl_bin, "rf", "open", 10000, NULL, 0));
+	cons = fc_consume(&b, "rf", 1, 10, 200, 0);
+	prod = fc_produce(&a, "rf", 1, 10, 200);
+	fc_done(prod, "producer", 30000);
+	fc_done(cons, "consumer on B", 30000);
+	rc = hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow destroy --drain "
+		    "rf --timeout 1000");
+	printf("  (b) B has all, the second peer none: exit %d: %s", rc, out);
+	CHECK_RC(rc, 1);
+	CHECK(strstr(out, "not drained"));
+	CHECK(hd_flow_json(&a, moverctl_bin, "rf", out, sizeof(out)));
 	hd_stop(&a);
 	hd_stop(&b);
 }
@@ -1160,6 +1225,8 @@ int main(int argc, char **argv)
 		  "its records" },
 		{ 16, case_short_of_room, "the receiving host short of room: "
 		  "refused for now, not for good" },
+		{ 17, case_drain_every_reader, "destroy --drain waits for a "
+		  "local consumer and for every fan-out peer" },
 	};
 
 	if (argc != 4) {
