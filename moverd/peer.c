@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -863,6 +864,76 @@ static void fail_ring(struct flow *first, const char *why)
 /* How often one send may fault before its peer is failed: a client that
  * keeps shrinking the file could otherwise hold the link in a loop. */
 #define TX_FAULTS_MAX 4u
+#define PAGE_BYTES    4096u
+
+/* Read a byte of every page of [base, base + len): one past the end of a
+ * shrunk file trips the guard of its mapping (ring_guard.h), which puts
+ * anonymous memory there, so a send posted again cannot fault on it
+ * however often the client shrinks the file again. */
+static void touch_pages(const uint8_t *base, size_t len)
+{
+	uintptr_t a = (uintptr_t)base, end = a + len;
+
+	/* relaxed: a probe, nothing is ordered by it */
+	for (; a < end; a = (a | (PAGE_BYTES - 1)) + 1)
+		(void)atomic_load_explicit((const _Atomic uint8_t *)a,
+					   memory_order_relaxed);
+}
+
+/* Zeros to send in place of a failed flow's bytes: read-only anonymous
+ * memory, never written, so it costs address space only.  Made at the
+ * first fault and kept: any peer's send may refer to it.  NULL if it
+ * cannot be made. */
+static const uint8_t *zero_bytes(void)
+{
+	static void *z;
+
+	if (!z) {
+		z = mmap(NULL, WIRE_SPAN_MAX, PROT_READ, MAP_PRIVATE |
+			 MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (z == MAP_FAILED) {
+			z = NULL;
+			return NULL;
+		}
+	}
+	return z;
+}
+
+/* The send in flight takes zeros where it took f's ring (its flow failed:
+ * its receiver is told, and finds no record in them): a client that
+ * shrinks the file again after the repair cannot make it fault again. */
+static void zero_sent(struct peer *p, struct flow *f)
+{
+	const uint8_t *lo, *hi, *z = zero_bytes();
+
+	if (!f->view || !z)
+		return;
+	lo = ring_of(f)->data;
+	hi = lo + ring_of(f)->size;
+	for (unsigned k = p->tx_first; k < p->tx_niov; k++) {
+		const uint8_t *b = p->tx_iov[k].iov_base;
+
+		if (b >= lo && b < hi)
+			p->tx_iov[k].iov_base = (void *)z;
+	}
+}
+
+/* Touch what the send in flight takes from f's ring. */
+static void touch_sent(struct peer *p, struct flow *f)
+{
+	const uint8_t *lo, *hi;
+
+	if (!f->view)
+		return;
+	lo = ring_of(f)->data;
+	hi = lo + ring_of(f)->size;
+	for (unsigned k = p->tx_first; k < p->tx_niov; k++) {
+		const uint8_t *b = p->tx_iov[k].iov_base;
+
+		if (b >= lo && b < hi)
+			touch_pages(b, p->tx_iov[k].iov_len);
+	}
+}
 
 /*
  * The kernel's copy out of a producer ring faulted: a client shrank the
@@ -875,7 +946,13 @@ static void fail_ring(struct flow *first, const char *why)
  * Only that flow's records can carry zeros (its consumer finds no valid
  * seal in them); the link and every other flow go on.  A client that
  * puts the size back first leaves nothing to repair; the send is posted
- * again all the same, up to TX_FAULTS_MAX times.
+ * again all the same, up to TX_FAULTS_MAX times.  Each flow's part of the
+ * send is touched first (touch_sent): a page still past the file's end
+ * trips its guard, so the check sees it even if the client puts the size
+ * back meanwhile.  A failed flow's part is then sent as zeros (zero_sent):
+ * the repair maps the file again, and a client that shrank it again after
+ * each repair got the link failed at the fifth fault, every flow on it
+ * reconnecting (a review).
  */
 bool peer_tx_fault(struct peer *p)
 {
@@ -888,10 +965,15 @@ bool peer_tx_fault(struct peer *p)
 		/* a sibling reads its first flow's ring file */
 		struct flow *first = flow_first(f);
 
-		if (f->state == FLOW_OPEN &&
-		    flows_ring_tampered(first, why, sizeof(why)))
+		if (f->state != FLOW_OPEN)
+			continue;
+		touch_sent(p, f);
+		if (flows_ring_tampered(first, why, sizeof(why)))
 			fail_ring(first, why);
 	}
+	for (unsigned i = 0; i < p->n_tx_flows; i++)
+		if (p->tx_flows[i]->state == FLOW_FAILED)
+			zero_sent(p, p->tx_flows[i]);
 	return true;
 }
 

@@ -71,6 +71,9 @@
  *      resume: A fails the flow, not the connection
  *  18  a committed pad of 2 MiB (more than a flow's deficit earns): the
  *      record behind it goes (moverd spun on it, and it never came)
+ *  19  a co-client shrinks the ring file again and again under a send
+ *      waiting for the window: that flow fails, the link goes on (the
+ *      fifth fault failed it)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2280,6 +2283,99 @@ static void case_big_pad(void)
 	hd_stop(&b);
 }
 
+/* ---- case 19: a client keeps its ring file short under a send ------------ */
+
+/* A child: a producer of flow on d shrinks the ring file to `small` as
+ * fast as it can for 3 s from the byte on go, then puts its size back. */
+static pid_t shrinker(const struct hd *d, const char *flow, off_t small,
+		      off_t full, int go)
+{
+	uint64_t until, n = 0;
+	int sock, fd;
+	pid_t kid;
+	char x;
+
+	CHECK((kid = fork()) >= 0);
+	if (kid)
+		return kid;
+	fd = hd_attach_fd(d, flow, FLOWMOVER__ROLE__PRODUCER, &sock);
+	CHECK(read(go, &x, 1) == 1);
+	until = tu_now_ns() + 3000000000ull;
+	while (tu_now_ns() < until)
+		n += ftruncate(fd, small) == 0;
+	CHECK(ftruncate(fd, full) == 0);
+	printf("  the shrinker: %llu truncations\n", (unsigned long long)n);
+	_exit(0);
+}
+
+/*
+ * Flow p (4 MiB ring, records of 1 MiB) has four records waiting for B's
+ * window, the last at the end of the lap; a co-client shrinks the file
+ * to cut that record's payload, again and again, while B's consumer opens
+ * the window.  The send faults (EFAULT); moverd repaired the file, failed
+ * p and posted the send again, the client shrank it again, and the fifth
+ * fault failed the link: q reconnected (a review: 1 run in 3 to 7).  The
+ * send's pages are touched now, which trips the mapping's guard: p fails,
+ * the link and q go on.
+ */
+static void case_send_shrunk(void)
+{
+	static const char *const names[] = { "q", NULL };
+	const uint64_t mib = 1024 * KIB, len = mib - FR_REC_HDR;
+	static unsigned char rec[1 << 20];
+	char out[8192], why[256] = "";
+	struct hd a, b;
+	flowshm_t *p, *c;
+	uint64_t r0;
+	size_t got;
+	int go[2], rc = 0;
+	pid_t kid;
+
+	two_daemons(&a, &b, "hostile19", names);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create p "
+		     "--peer 127.0.0.1:%d --ring-size 4M --max-record 1M",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "p", "open", 10000, NULL, 0));
+	p = attach_raw(&a, "p", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "p", FLOWSHM_CONSUMER);
+	memset(rec, 0x22, sizeof(rec));
+	for (int i = 0; i < 4; i++)
+		CHECK_RC(flowshm_send(p, rec, len, 5000000000), 0);
+	wait_u64(&b, "p", "tail", 4 * mib, 10000);
+	/* four more: A holds them (B's window is closed), the last one
+	 * ends at the end of the lap */
+	for (int i = 0; i < 4; i++)
+		CHECK_RC(flowshm_send(p, rec, len, 5000000000), 0);
+	r0 = reconnects(&a);
+	CHECK(pipe(go) == 0);
+	kid = shrinker(&a, "p", (off_t)(FR_CTRL_BYTES + 3 * mib + 4096),
+		       (off_t)(FR_CTRL_BYTES + 4 * mib), go[0]);
+	for (int i = 0; i < 8 && !rc; i++) {
+		if (i == 3)
+			CHECK(write(go[1], "g", 1) == 1);
+		rc = flowshm_recv(c, rec, sizeof(rec), &got, 2000000000);
+	}
+	printf("  B's consumer: %s\n", rc ? flowshm_strerror(rc) :
+	       "all 8 records");
+	CHECK_RC(hx_wait(kid, 15000), 0);
+	close(go[0]);
+	close(go[1]);
+	CHECK(hd_log_count(&a, "send: Bad address") == 0);
+	CHECK(reconnects(&a) == r0);
+	if (hd_wait_state(&a, moverctl_bin, "p", "failed", 3000, why,
+			  sizeof(why)))
+		printf("  A: p failed: %s\n", why);
+	q_completes(&a, &b);
+	printf("  the link stayed (reconnects %llu); q: every record once\n",
+	       (unsigned long long)r0);
+	flowshm_detach(p);
+	flowshm_detach(c);
+	hd_alive(&a);
+	hd_alive(&b);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2335,6 +2431,8 @@ int main(int argc, char **argv)
 		  "goes on" },
 		{ 18, case_big_pad, "a pad larger than the deficit a flow "
 		  "earns: the record after it goes" },
+		{ 19, case_send_shrunk, "a client keeps its ring file short "
+		  "under a send: that flow fails, the link goes on" },
 	};
 
 	if (argc != 4) {
