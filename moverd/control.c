@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1165,13 +1166,29 @@ static void wait_timed_out(struct ctl_client *c)
 			      "for it)", w.name);
 }
 
-/* One waiting client, at a tick: drained, or out of time.  (A flow that
- * appears answers its waiters at once: flow_added.) */
+/* A waiting client whose buffer is full has no read armed (read_done), so
+ * no read ends with its hang-up: its slot, and a drain's flow reference,
+ * were kept until moverd stopped.  Looked for at each tick instead (a
+ * system call per such client, within its uid's --max-clients-per-uid). */
+static bool hung_up(const struct ctl_client *c)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = POLLRDHUP };
+
+	return !c->rd.busy && poll(&pfd, 1, 0) > 0 &&
+	       (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* One waiting client, at a tick: gone, drained, or out of time.  (A flow
+ * that appears answers its waiters at once: flow_added.) */
 static void check_wait(struct ctl_client *c, uint64_t now)
 {
 	struct flow *f = c->wait.flow;
 	uint64_t id = c->wait.id;
 
+	if (hung_up(c)) {
+		client_gone(c);
+		return;
+	}
 	if (c->wait.kind != WAIT_DRAIN) {
 		if (now >= c->wait.until_ns)
 			wait_timed_out(c);

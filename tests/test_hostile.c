@@ -74,6 +74,8 @@
  *  19  a co-client shrinks the ring file again and again under a send
  *      waiting for the window: that flow fails, the link goes on (the
  *      fifth fault failed it)
+ *  20  a client's attach waits; it pipelines more than moverd's buffer
+ *      behind it and hangs up: moverd sees it go (no read was armed)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2376,6 +2378,69 @@ static void case_send_shrunk(void)
 	hd_stop(&b);
 }
 
+/* ---- case 20: a waiting client that fills its buffer, then hangs up ------- */
+
+/* moverd's count of control clients. */
+static uint64_t ctl_clients(const struct hd *d)
+{
+	char out[8192];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "status --json") == 0);
+	return hj_u64(out, "clients");
+}
+
+/*
+ * A client's attach waits for a flow that never comes (an hour); behind it
+ * the client pipelines more than moverd's buffer holds, then hangs up.  With
+ * the buffer full no read was armed, so the hang-up went unseen: the
+ * client's slot (and a drain's flow reference, had it waited for one) was
+ * kept until moverd stopped (a review).  moverd looks for it now.
+ */
+static void case_full_then_gone(void)
+{
+	static uint8_t buf[CTL_FRAME_BUF + (32u << 10)];
+	Flowmover__Request req = FLOWMOVER__REQUEST__INIT;
+	Flowmover__Attach at = FLOWMOVER__ATTACH__INIT;
+	Flowmover__GetStatus st = FLOWMOVER__GET_STATUS__INIT;
+	uint64_t base, n = 0;
+	size_t off = 0, len;
+	struct hd d;
+	int c;
+
+	hd_start(&d, moverd_bin, "hostile20", false, NULL);
+	base = ctl_clients(&d); /* moverctl's own connection */
+	c = connect_as(&d, 0);
+	at.name = "h20-never";
+	at.role = FLOWMOVER__ROLE__CONSUMER;
+	at.wait_ms = 3600000;
+	req.id = 1;
+	req.body_case = FLOWMOVER__REQUEST__BODY_ATTACH;
+	req.attach = &at;
+	CHECK(ctl_frame_pack(&req.base, buf, sizeof(buf), &len) == 0);
+	off = len;
+	req.body_case = FLOWMOVER__REQUEST__BODY_STATUS;
+	req.status = &st;
+	while (off + 64 < sizeof(buf)) {
+		req.id++;
+		CHECK(ctl_frame_pack(&req.base, buf + off, sizeof(buf) - off,
+				     &len) == 0);
+		off += len;
+	}
+	CHECK(send(c, buf, off, MSG_NOSIGNAL) == (ssize_t)off);
+	for (int i = 0; i < 100 && (n = ctl_clients(&d)) != base + 1; i++)
+		usleep(20000);
+	CHECK(n == base + 1);
+	usleep(200000); /* moverd has read its buffer full */
+	close(c);
+	for (int i = 0; i < 250 && (n = ctl_clients(&d)) != base; i++)
+		usleep(20000);
+	printf("  %zu bytes behind a waiting attach, then a hang-up: control "
+	       "clients %llu -> %llu\n", off, (unsigned long long)(base + 1),
+	       (unsigned long long)n);
+	CHECK(n == base);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2433,6 +2498,8 @@ int main(int argc, char **argv)
 		  "earns: the record after it goes" },
 		{ 19, case_send_shrunk, "a client keeps its ring file short "
 		  "under a send: that flow fails, the link goes on" },
+		{ 20, case_full_then_gone, "a waiting client fills its buffer "
+		  "and hangs up: moverd sees it go" },
 	};
 
 	if (argc != 4) {
