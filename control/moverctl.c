@@ -939,6 +939,7 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_u64(&j, "cpu_user_ns", s->cpu_user_ns);
 		j_u64(&j, "cpu_sys_ns", s->cpu_sys_ns);
 		j_u64(&j, "open_fds", s->open_fds);
+		j_u64(&j, "peers_not_listed", s->peers_not_listed);
 		j_key(&j, "peers");
 		j_open(&j, '[');
 		for (size_t i = 0; i < s->n_peers; i++) {
@@ -1048,6 +1049,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 			strcmp(p->transport, "rdma") ? "-" : g, id });
 	}
 	tbl_print(&t);
+	if (s->peers_not_listed)
+		printf("(%" PRIu32 " more peer connections not listed, none "
+		       "of them carrying flows)\n", s->peers_not_listed);
 	print_peer_errors(s);
 	print_peer_counters(s, m);
 }

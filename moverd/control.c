@@ -1321,7 +1321,12 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	static char *transports[] = { "local", "tcp", "rdma" };
 	struct peer_status ps[64];
 	Flowmover__PeerInfo pi[64], *pip[64];
-	unsigned np = visible_peers(c, ps, peer_status(c->srv->peers, ps, 64));
+	unsigned total, np = peer_status(c->srv->peers, ps, 64, &total);
+
+	/* an operator sees them all, so is told of those not listed */
+	if (c->uid == 0 || c->uid == geteuid())
+		st.peers_not_listed = total - np;
+	np = visible_peers(c, ps, np);
 
 	st.version = FLOWSHM_VERSION;
 	st.uptime_ms = (fr_now_ns() - c->srv->started_ns) / 1000000;

@@ -3389,30 +3389,44 @@ void peer_let_go_flow(struct peer_mgr *m, struct flow *f)
 	flows_let_go(m->flows, f);
 }
 
-unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
-		     unsigned max)
+static void status_of(const struct peer *p, struct peer_status *out)
 {
 	static const char *const names[] = { "down", "connecting", "up",
 					     "closing" };
+
+	*out = (struct peer_status){
+		.address = p->addr, .state = names[p->state],
+		.transport = p->tp->name,
+		.flows = flow_count(p), .bytes_sent = p->bytes_tx,
+		.bytes_received = p->bytes_rx,
+		.reconnects = p->reconnects,
+		.node = p->node_safe, .key_id = p->key_id,
+		.authenticated = p->auth_ok, .window = p->window,
+		.unacked = p->unacked, .st = &p->st,
+		.last_error = p->last_error,
+		.last_error_unix_ms = p->last_error_unix_ms,
+		.peer = p,
+	};
+	if (p->tp->registered)
+		p->tp->registered(p, &out->registrations,
+				  &out->registered_bytes);
+}
+
+unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
+		     unsigned max, unsigned *total)
+{
 	unsigned n = 0;
 
-	for (const struct peer *p = m->peers; p && n < max; p = p->next, n++) {
-		out[n] = (struct peer_status){
-			.address = p->addr, .state = names[p->state],
-			.transport = p->tp->name,
-			.flows = flow_count(p), .bytes_sent = p->bytes_tx,
-			.bytes_received = p->bytes_rx,
-			.reconnects = p->reconnects,
-			.node = p->node_safe, .key_id = p->key_id,
-			.authenticated = p->auth_ok, .window = p->window,
-			.unacked = p->unacked, .st = &p->st,
-			.last_error = p->last_error,
-			.last_error_unix_ms = p->last_error_unix_ms,
-			.peer = p,
-		};
-		if (p->tp->registered)
-			p->tp->registered(p, &out[n].registrations,
-					  &out[n].registered_bytes);
-	}
+	*total = 0;
+	/* the connections that carry flows first: many without (say
+	 * silent ones from a flood) must not push them out of the list */
+	for (int pass = 0; pass < 2; pass++)
+		for (const struct peer *p = m->peers; p; p = p->next) {
+			if ((flow_count(p) > 0) != !pass)
+				continue;
+			++*total;
+			if (n < max)
+				status_of(p, &out[n++]);
+		}
 	return n;
 }

@@ -278,8 +278,10 @@ struct peer_status {
 	const struct peer_stats *st; /* frames, ack times (stats.h) */
 	const struct peer *peer;     /* which (flows' f->peer), opaque */
 };
+/* Up to max connections' status into out, those that carry flows first;
+ * *total: how many there are. */
 unsigned peer_status(const struct peer_mgr *m, struct peer_status *out,
-		     unsigned max);
+		     unsigned max, unsigned *total);
 
 /* May a connection from sa come in at all (--peer-allow)?  Asked at
  * accept, before anything is allocated for it; the caller logs (rate-

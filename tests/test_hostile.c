@@ -76,6 +76,8 @@
  *      fifth fault failed it)
  *  20  a client's attach waits; it pipelines more than moverd's buffer
  *      behind it and hangs up: moverd sees it go (no read was armed)
+ *  21  64 silent peer connections to B: B's status still lists A's (it
+ *      carries a flow; it was pushed out) and counts those not listed
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2441,6 +2443,48 @@ static void case_full_then_gone(void)
 	hd_stop(&d);
 }
 
+/* ---- case 21: silent connections push the real peer out of status --------- */
+
+/*
+ * `status` lists 64 peer connections, and listed the newest first: 64
+ * silent connections (8 addresses, 8 each: within the per-address limit)
+ * pushed A's connection, which carries flow q21, out of B's status, and
+ * nothing said the list was cut (a review).  Those carrying flows come
+ * first now, and the rest are counted.
+ */
+static void case_status_crowded(void)
+{
+	char out[65536], addr[64];
+	int fds[64], n = 0;
+	struct hd a, b;
+
+	hd_start(&b, moverd_bin, "hostile21-B", true, NULL);
+	hd_start(&a, moverd_bin, "hostile21-A", false, NULL);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create q21 "
+		     "--peer 127.0.0.1:%d --ring-size 64K", b.port) == 0);
+	CHECK(hd_wait_state(&b, moverctl_bin, "q21", "open", 10000, NULL, 0));
+	for (int i = 0; i < 64; i++) {
+		snprintf(addr, sizeof(addr), "127.0.0.%d", 2 + i / 8);
+		if ((fds[n] = hp_connect_from(b.port, addr)) >= 0)
+			n++;
+	}
+	usleep(300000); /* accepted */
+	CHECK(hd_ctl(&b, moverctl_bin, out, sizeof(out), "status --json") ==
+	      0);
+	/* the silent ones come from 127.0.0.2-9, A's from 127.0.0.1 */
+	printf("  %d silent connections to B; B's status lists A's "
+	       "connection: %s; not listed: %llu\n", n,
+	       strstr(out, "\"address\": \"127.0.0.1:") ? "yes" : "no",
+	       (unsigned long long)hj_u64(out, "peers_not_listed"));
+	CHECK(n == 64);
+	CHECK(strstr(out, "\"address\": \"127.0.0.1:"));
+	CHECK(hj_u64(out, "peers_not_listed") >= 1);
+	while (n--)
+		close(fds[n]);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2500,6 +2544,8 @@ int main(int argc, char **argv)
 		  "under a send: that flow fails, the link goes on" },
 		{ 20, case_full_then_gone, "a waiting client fills its buffer "
 		  "and hangs up: moverd sees it go" },
+		{ 21, case_status_crowded, "64 silent peer connections: status "
+		  "still lists the one carrying a flow, and counts the rest" },
 	};
 
 	if (argc != 4) {
