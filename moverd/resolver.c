@@ -40,6 +40,7 @@ enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE };
 struct slot {
 	enum slot_state state;
 	bool cancelled;          /* running, but nobody wants the answer */
+	bool for_root;           /* root's: taken before others' */
 	char host[80], port[16];
 	struct resolver_result res;
 };
@@ -118,7 +119,17 @@ static void release(struct resolver_shared *sh)
 
 /* ---- the helper thread ------------------------------------------------------ */
 
-/* The oldest queued request (ids grow), or NULL.  Called locked. */
+/* Is a queued before b?  Root's first (its reserve of slots would not
+ * help it past other users' names queued on a DNS server that does not
+ * answer), then the oldest (ids grow). */
+static bool runs_before(const struct slot *a, const struct slot *b)
+{
+	if (a->for_root != b->for_root)
+		return a->for_root;
+	return a->res.id < b->res.id;
+}
+
+/* The next queued request, or NULL.  Called locked. */
 static struct slot *next_queued(struct resolver_shared *sh)
 {
 	struct slot *best = NULL;
@@ -126,7 +137,7 @@ static struct slot *next_queued(struct resolver_shared *sh)
 	for (unsigned i = 0; i < RESOLVER_MAX; i++) {
 		struct slot *s = &sh->slot[i];
 
-		if (s->state == SLOT_QUEUED && (!best || s->res.id < best->res.id))
+		if (s->state == SLOT_QUEUED && (!best || runs_before(s, best)))
 			best = s;
 	}
 	return best;
@@ -281,7 +292,8 @@ int resolver_lookup(struct resolver *r, const char *addr, bool for_root,
 	if (!for_root && used >= RESOLVER_MAX - RESOLVER_ROOT_RESERVE)
 		s = NULL;
 	if (s) {
-		*s = (struct slot){ .state = SLOT_QUEUED };
+		*s = (struct slot){ .state = SLOT_QUEUED,
+				    .for_root = for_root };
 		s->res.id = *id = r->next_id++;
 		strcpy(s->host, host);
 		strcpy(s->port, port);

@@ -23,7 +23,8 @@
 /* Lookups queued or running at once; beyond it, -EAGAIN (retry later).
  * The last RESOLVER_ROOT_RESERVE are root's: names other users' flows
  * give, each waiting on a DNS server that does not answer, cannot hold
- * every slot. */
+ * every slot; and root's queued lookups run before theirs, so that at
+ * most the one lookup running is ahead of root's. */
 #define RESOLVER_MAX 64u
 #define RESOLVER_ROOT_RESERVE 8u
 

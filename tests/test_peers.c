@@ -659,7 +659,8 @@ static void start_slow_dns(struct hd *a, const char *tag,
  * never answer: each destroyed flow's lookup went with its peer, so each
  * new one is looked up (before, they piled up: "64 lookups pending
  * already" for minutes, for everyone), and so is root's.  (b) A user keeps 64 such flows: the last 8 slots are
- * root's, and root's flow is still looked up.
+ * root's, and root's flow is still looked up, next: its answer comes after
+ * at most the lookup running (before, after the user's 56 queued).
  */
 static void case_lookups(void)
 {
@@ -715,6 +716,10 @@ static void case_lookups(void)
 	 * slot was the user's again: some refused, and root's r2 queued, is
 	 * what the reserve guarantees */
 	CHECK(refused_user >= 1);
+	/* and its turn comes next: root's lookups run before the others
+	 * queued, so after at most the one running (5 s), not after the
+	 * user's 56 (before: minutes) */
+	CHECK(wait_reason(&a, "r2", "cannot resolve slowroot2:1", 15000));
 	hd_alive(&a);
 	hd_stop(&a);
 }
