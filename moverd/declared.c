@@ -1249,6 +1249,7 @@ void declared_grant(struct declared *d, struct flow *f)
 {
 	const struct declared_flow *df = d ? find(&d->cur, f->name) : NULL;
 
-	if (df && df->receiver && f->role == FLOW_RECEIVER)
+	/* a flow made again after a cut keeps its old ids (grants_kept) */
+	if (df && df->receiver && f->role == FLOW_RECEIVER && !f->grants_kept)
 		grant(d, df, f, NULL);
 }

@@ -1777,6 +1777,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 		f->allow_uids[i] = spec->allow_uids[i];
 	for (unsigned i = 0; i < f->n_allow_gids; i++)
 		f->allow_gids[i] = spec->allow_gids[i];
+	f->grants_kept = spec->grants_kept;
 	f->created_unix_ms = flows_unix_ms();
 	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
 	f->wire_max = spec->start;

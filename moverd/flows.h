@@ -62,6 +62,10 @@ struct flow_spec {
 	/* declared in moverd's config (declared.c): the operator's, so not
 	 * held to a uid's ring rate (check_rate) */
 	bool unmetered;
+	/* a receiver made again after a cut (peer.c, recreate_cut): its
+	 * allowed ids are the old incarnation's, granted and taken off by
+	 * hand included; the config's are not granted again */
+	bool grants_kept;
 	/* out, if not NULL: refused for the ring rate (-EAGAIN), the wait
 	 * after which the same create passes, in ms */
 	uint32_t *retry_ms;
@@ -140,6 +144,7 @@ struct flow {
 	uint32_t allow_uids[FLOW_ALLOW_MAX];
 	uint32_t allow_gids[FLOW_ALLOW_MAX];
 	unsigned n_allow_uids, n_allow_gids;
+	bool grants_kept;        /* flow_spec.grants_kept */
 	unsigned producers, consumers;
 	unsigned tx_inflight;    /* sends in flight that read its ring */
 	/* consumer slots taken since the counters last looked, and the

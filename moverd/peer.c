@@ -1224,11 +1224,18 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 	return -EEXIST;
 }
 
+/* The ids allowed on a receiver, kept across its recreation. */
+struct grants {
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned n_uids, n_gids;
+};
+
 /* A new receiver flow: its owner is this host's choice, never the peer's
- * (--peer-flow-owner; the ids in op mean nothing here and are ignored). */
+ * (--peer-flow-owner; the ids in op mean nothing here and are ignored).
+ * kept: the allowed ids of the incarnation it replaces (NULL: none). */
 static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
-			   struct flow **out, uint32_t *retry_ms, char *err,
-			   size_t cap)
+			   const struct grants *kept, struct flow **out,
+			   uint32_t *retry_ms, char *err, size_t cap)
 {
 	const struct flow_limits *l = &p->m->flows->limits;
 	const uint32_t group = l->peer_flow_gid;
@@ -1242,6 +1249,13 @@ static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
 		.retry_ms = retry_ms,
 	};
 
+	if (kept) {
+		spec.allow_uids = kept->uids;
+		spec.n_allow_uids = kept->n_uids;
+		spec.allow_gids = kept->gids;
+		spec.n_allow_gids = kept->n_gids;
+		spec.grants_kept = true;
+	}
 	return flows_create(p->m->flows, &spec, l->peer_flow_uid,
 			    l->peer_flow_gid, out, err, cap);
 }
@@ -1251,18 +1265,26 @@ static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
  * the flow again at its current position (fanout.c, rejoin): a new
  * incarnation.  The old ring is dropped with what it still held (its
  * consumers got -ESTALE and re-attach to the new one by name), and the
- * flow made again from op, starting at the sender's new position.
+ * flow made again from op, starting at the sender's new position, with
+ * the ids allowed on the old one: those granted by hand stay, those taken
+ * off by hand stay off (a review: a consumer that was disallowed but
+ * still attached could stall the ring into a cut and be let in again).
  */
 static int recreate_cut(struct peer *p, struct flow **f,
 			const Flowmover__PeerFlowOpen *op, char *err,
 			size_t cap)
 {
+	struct grants kept = { .n_uids = (*f)->n_allow_uids,
+			       .n_gids = (*f)->n_allow_gids };
+
+	memcpy(kept.uids, (*f)->allow_uids, sizeof(kept.uids));
+	memcpy(kept.gids, (*f)->allow_gids, sizeof(kept.gids));
 	log_info("flow %s: opened again by its sender after a cut, at "
 		 "position %llu (what its ring still held is dropped)",
 		 (*f)->name, (unsigned long long)op->start);
 	peer_destroy_flow(p->m, *f, NULL);
 	*f = NULL;
-	return create_receiver(p, op, f, NULL, err, cap);
+	return create_receiver(p, op, &kept, f, NULL, err, cap);
 }
 
 /* Answer op's flow id on p once f's ring is registered there.  A later
@@ -1436,7 +1458,8 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		if (!rc)
 			rc = reopen_receiver(p, f, op, err, sizeof(err));
 	} else {
-		rc = create_receiver(p, op, &f, &retry_ms, err, sizeof(err));
+		rc = create_receiver(p, op, NULL, &f, &retry_ms, err,
+				     sizeof(err));
 	}
 	if (!rc) { /* made, or taken from any other connection: p's now */
 		claimed = true;

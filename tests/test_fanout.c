@@ -1554,6 +1554,88 @@ static void case_sibling_fails_while_cut(void)
 	stop_three(&fc.t);
 }
 
+/* 20: may uid see flow x on d? */
+static bool sees_x(const struct hd *d, uid_t uid)
+{
+	char out[8192];
+
+	return hd_ctl_as(d, moverctl_bin, uid, out, sizeof(out),
+			 "flow show x") == 0;
+}
+
+/*
+ * 20.  A cut and its rejoin make C's flow anew (recreate_cut): it was made
+ * with --peer-flow-owner's ids only, and C's config granted its declared
+ * ids again (a review).  So a uid the operator allowed by hand lost the
+ * flow, and a declared uid the operator had taken off came back: one
+ * still attached could stall the ring into a cut and be let in again.
+ * The new incarnation keeps the old one's ids now.
+ */
+static void case_grants_at_rejoin(void)
+{
+	const char *const xport[] = { "--transport", hd_transport(), NULL };
+	char out[8192], conf[160], cfgarg[160];
+	const char *const cextra[] = { "--config", cfgarg, NULL };
+	unsigned char buf[REC_MAX];
+	flowshm_t *p, *onc = NULL;
+	struct three t;
+	size_t len;
+	FILE *f;
+	int rc;
+
+	hd_start(&t.b, moverd_bin, "fo20-B", true, NULL);
+	/* C by hand: its config names its own listen address */
+	snprintf(t.c.dir, sizeof(t.c.dir), "/tmp/fm-fo20-C-%d", (int)getpid());
+	snprintf(t.c.sock, sizeof(t.c.sock), "%s/moverd.sock", t.c.dir);
+	snprintf(t.c.log, sizeof(t.c.log), "%s/moverd.log", t.c.dir);
+	mkdir(t.c.dir, 0755);
+	t.c.port = hd_free_port();
+	snprintf(conf, sizeof(conf), "%s/moverd.conf", t.c.dir);
+	CHECK((f = fopen(conf, "w")));
+	fprintf(f, "flow = x peer=%s:%d allow-uid=65533\n", hd_addr(),
+		t.c.port);
+	fclose(f);
+	chmod(conf, 0644);
+	snprintf(cfgarg, sizeof(cfgarg), "%s", conf);
+	hd_exec(&t.c, moverd_bin, cextra);
+	hd_start(&t.a, moverd_bin, "fo20-A", false, xport);
+	snprintf(t.baddr, sizeof(t.baddr), "%s:%d", hd_addr(), t.b.port);
+	snprintf(t.caddr, sizeof(t.caddr), "%s:%d", hd_addr(), t.c.port);
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s --peer %s " SIZES " --max-lag 16K", t.baddr,
+		     t.caddr) == 0);
+	wait_open_count(&t.a, "x", 3);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(sees_x(&t.c, 65533)); /* declared */
+	CHECK(hd_ctl(&t.c, moverctl_bin, out, sizeof(out), "flow allow x "
+		     "--uid 65532") == 0);
+	CHECK(hd_ctl(&t.c, moverctl_bin, out, sizeof(out), "flow disallow x "
+		     "--uid 65533") == 0);
+	CHECK(sees_x(&t.c, 65532) && !sees_x(&t.c, 65533));
+	/* C's consumer stops reading: A cuts C, which rejoins by itself */
+	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	p = producer_on(&t.a, "x");
+	produce_until_cut(&t, p, 0, 4000);
+	while ((rc = flowshm_recv(onc, buf, sizeof(buf), &len, WAIT_NS)) == 0)
+		;
+	CHECK_RC(rc, -ESTALE);
+	flowshm_detach(onc);
+	for (int i = 0; i < 2000 && !hd_log_count(&t.c, "opened again by its "
+						 "sender after a cut"); i++)
+		usleep(10000);
+	CHECK(hd_log_count(&t.c, "opened again by its sender after a cut"));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	printf("  after C's cut and rejoin: uid 65532 (allowed by hand) sees "
+	       "x: %s; uid 65533 (declared, taken off by hand): %s\n",
+	       sees_x(&t.c, 65532) ? "yes" : "no",
+	       sees_x(&t.c, 65533) ? "yes" : "no");
+	CHECK(sees_x(&t.c, 65532));
+	CHECK(!sees_x(&t.c, 65533));
+	flowshm_detach(p);
+	stop_three(&t);
+}
+
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
  * or the cut ends them (-ESTALE; or the ring closed: A's rejoin made C's
  * flow again).  Exit 0, or what went wrong. */
@@ -1725,6 +1807,8 @@ int main(int argc, char **argv)
 		{ 19, case_sibling_fails_while_cut, "a corrupt record found "
 		  "by C's mover while the first peer is cut: the flow fails "
 		  "with it at once" },
+		{ 20, case_grants_at_rejoin, "a peer's cut and rejoin keep the "
+		  "ids allowed and taken off there by hand" },
 	};
 
 	if (argc != 3) {
