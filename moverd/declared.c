@@ -670,6 +670,29 @@ static bool create(struct declared *d, const struct declared_flow *df,
 	return true;
 }
 
+/* Were df's ids the last declared ids granted on f (its state file says,
+ * across restarts)? */
+static bool granted_already(const struct flow *f,
+			    const struct declared_flow *df)
+{
+	return f->decl_known &&
+	       same_ids(f->decl_uids, f->n_decl_uids, df->uids, df->n_uids) &&
+	       same_ids(f->decl_gids, f->n_decl_gids, df->gids, df->n_gids);
+}
+
+/* df's ids are granted on f now: kept in its state file. */
+static void record_granted(struct flow *f, const struct declared_flow *df)
+{
+	if (granted_already(f, df))
+		return;
+	memcpy(f->decl_uids, df->uids, sizeof(f->decl_uids));
+	memcpy(f->decl_gids, df->gids, sizeof(f->decl_gids));
+	f->n_decl_uids = df->n_uids;
+	f->n_decl_gids = df->n_gids;
+	f->decl_known = true;
+	flows_save_owed(f, "its declared ids");
+}
+
 /* Give a receiving end's ids to its flow, if it has come and lacks one. */
 static void grant(struct declared *d, const struct declared_flow *df,
 		  struct flow *f, struct declared_report *r)
@@ -681,18 +704,18 @@ static void grant(struct declared *d, const struct declared_flow *df,
 		all &= has_id(f->allow_uids, f->n_allow_uids, df->uids[i]);
 	for (unsigned i = 0; i < df->n_gids; i++)
 		all &= has_id(f->allow_gids, f->n_allow_gids, df->gids[i]);
-	if (all)
-		return;
-	if (flows_allow(d->flows, f, df->uids, df->n_uids, df->gids, df->n_gids,
-			false, err, sizeof(err))) {
+	if (!all && flows_allow(d->flows, f, df->uids, df->n_uids, df->gids,
+				df->n_gids, false, err, sizeof(err))) {
 		if (r)
 			r->refused++;
 		log_warn("config: flow %s (line %d): cannot grant its declared "
 			 "ids: %s", df->name, df->line, err);
 		return;
 	}
-	log_info("config: flow %s: declared ids granted on the flow from "
-		 "peer %s", f->name, f->origin);
+	record_granted(f, df);
+	if (!all)
+		log_info("config: flow %s: declared ids granted on the flow "
+			 "from peer %s", f->name, f->origin);
 }
 
 /* The ids of old (n_old) that new (n_new) does not name, into out. */
@@ -763,6 +786,7 @@ static void regrant_receiver(struct declared *d,
 		    n->line, f->origin, err);
 		return;
 	}
+	record_granted(f, n);
 	if (o) {
 		nu = dropped_ids(o->uids, o->n_uids, n->uids, n->n_uids, gu);
 		ng = dropped_ids(o->gids, o->n_gids, n->gids, n->n_gids, gg);
@@ -793,8 +817,11 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 	else
 		o ? r->changed++ : r->added++;
 	/* an unchanged declaration leaves the flow as moverctl made it
-	 * (`flow disallow` included) */
-	if (f && (!o || !same_decl(o, n)))
+	 * (`flow disallow` included); at a start nothing is applied yet,
+	 * and the flow's state file says what was (granted_already) */
+	if (f && !o && granted_already(f, n))
+		;
+	else if (f && (!o || !same_decl(o, n)))
 		regrant_receiver(d, o, n, f, r);
 	else if (!f && (!o || !same_decl(o, n)))
 		say(r, LOG_LVL_INFO, "flow %s (line %d): received from a peer; "

@@ -283,6 +283,10 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 		fprintf(f, "origin_host=%s\n", fl->origin_host);
 	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
 	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
+	if (fl->decl_known) {
+		write_list(f, "declared_uids", fl->decl_uids, fl->n_decl_uids);
+		write_list(f, "declared_gids", fl->decl_gids, fl->n_decl_gids);
+	}
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
 	write_fanout(f, fl);
 	write_cuts(f, fl);
@@ -346,17 +350,20 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 }
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
-		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_FAILED, K_COUNT };
+		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_FAILED, K_DUIDS, K_DGIDS,
+		K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
 	"allow_gids", "origin", "created_ms", "fanout", "origin_host", "cut",
-	"failed",
+	"failed", "declared_uids", "declared_gids",
 };
 /* keys a file written before they existed may lack (fanout: only a
- * flow to several peers has it; failed: only a failed one) */
+ * flow to several peers has it; failed: only a failed one; declared_*:
+ * only a receiving end the config declared) */
 #define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT) | \
-		       (1u << K_HOST) | (1u << K_CUT) | (1u << K_FAILED))
+		       (1u << K_HOST) | (1u << K_CUT) | (1u << K_FAILED) | \
+		       (1u << K_DUIDS) | (1u << K_DGIDS))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -393,6 +400,12 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		return parse_list(v, fl->allow_uids, &fl->n_allow_uids);
 	case K_GIDS:
 		return parse_list(v, fl->allow_gids, &fl->n_allow_gids);
+	case K_DUIDS:
+		fl->decl_known = true;
+		return parse_list(v, fl->decl_uids, &fl->n_decl_uids);
+	case K_DGIDS:
+		fl->decl_known = true;
+		return parse_list(v, fl->decl_gids, &fl->n_decl_gids);
 	case K_ORIGIN:
 		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->origin))
 			return false;

@@ -145,6 +145,13 @@ struct flow {
 	uint32_t allow_gids[FLOW_ALLOW_MAX];
 	unsigned n_allow_uids, n_allow_gids;
 	bool grants_kept;        /* flow_spec.grants_kept */
+	/* a receiving end declared in the config (declared.c): the declared
+	 * ids last granted on it, kept in its state file (declared_uids=,
+	 * declared_gids=), so that a start takes a declaration that did not
+	 * change as unchanged: an id taken off by hand stays off */
+	bool decl_known;
+	uint32_t decl_uids[FLOW_ALLOW_MAX], decl_gids[FLOW_ALLOW_MAX];
+	unsigned n_decl_uids, n_decl_gids;
 	unsigned producers, consumers;
 	unsigned tx_inflight;    /* sends in flight that read its ring */
 	/* consumer slots taken since the counters last looked, and the
