@@ -80,6 +80,8 @@ const char *flows_role_name(enum flow_role r)
 
 void flows_set_state(struct flow *f, enum flow_state s, const char *reason)
 {
+	if (s == FLOW_RECONNECTING && f->state != s)
+		f->orphaned_ns = fr_now_ns(); /* for --orphan-timeout */
 	if (f->state != s)
 		log_msg(s == FLOW_FAILED ? LOG_LVL_WARN : LOG_LVL_INFO,
 			"flow %s: %s%s%s", f->name, flows_state_name(s),

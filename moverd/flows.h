@@ -116,9 +116,8 @@ struct flow {
 	enum flow_role role;
 	enum flow_state state;
 	struct peer *peer;
-	uint64_t orphaned_ns;    /* receiver: when it left its sender's
-				  * connection, or was re-adopted without
-				  * one (fr_now_ns), for --orphan-timeout */
+	uint64_t orphaned_ns;    /* receiver: when it began to wait for its
+				  * sender (fr_now_ns), for --orphan-timeout */
 	struct flow *fanout;      /* fan-out (below): a first flow's siblings */
 	struct flow *sibling_of;  /* a sibling's first flow (referenced) */
 
