@@ -2254,7 +2254,10 @@ void flows_reap_remains(struct flow_table *t, uint64_t now)
 		if (r->releasing)
 			continue;
 		flowshm_info(r->view, &in);
-		if (now < r->until_ns && in.head < in.tail)
+		/* the slowest slot, as undrained(): on a sender ring
+		 * in.head is moverd's own, ahead of a local consumer */
+		if (now < r->until_ns &&
+		    fr_min_pos(&r->view->ring) < in.tail)
 			continue;
 		log_debug("flow %s: ring released (%s)", r->name,
 			  now < r->until_ns ? "drained" : "grace over");

@@ -66,7 +66,8 @@
  *      the receiver's --peer-max-ring-bytes alone fails for good
  *  17  destroy --drain waits for every reader: a consumer on the sending
  *      host gets every record (it lost them once the first peer had all),
- *      and a fan-out peer that is down makes the drain time out
+ *      and a fan-out peer that is down makes the drain time out; a plain
+ *      destroy keeps what that consumer has not read for the grace
  */
 #include "harness.h"
 #include "flowshm.h"
@@ -544,6 +545,30 @@ static void case_drain_every_reader(void)
 	CHECK_RC(rc, 1);
 	CHECK(strstr(out, "not drained"));
 	CHECK(hd_flow_json(&a, moverctl_bin, "rf", out, sizeof(out)));
+
+	/* (c) a plain destroy: what the local consumer has not read stays
+	 * for the grace (DRAIN_GRACE_NS), so it still reads all of it */
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create rc "
+		     "--peer 127.0.0.1:%d --ring-size 1M --max-record 1K",
+		     b.port) == 0);
+	CHECK(hd_wait_state(&b, moverctl_bin, "rc", "open", 10000, NULL, 0));
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("rc", FLOWSHM_CONSUMER, NULL, &local), 0);
+	cons = fc_consume(&b, "rc", 1, n, 200, 0);
+	prod = fc_produce(&a, "rc", 1, n, 200);
+	fc_done(prod, "producer", 30000);
+	fc_done(cons, "consumer on B", 30000);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow destroy rc")
+	      == 0);
+	usleep(500000); /* the reaper looks every 100 ms */
+	for (got = 0; (rc = flowshm_recv(local, buf, sizeof(buf), &len,
+					 2000000000ll)) == 0;)
+		got++;
+	printf("  (c) destroyed, A's own consumer reads: %lu records, then "
+	       "%s\n", got, flowshm_strerror(rc));
+	CHECK(got == n);
+	CHECK_RC(rc, -EPIPE);
+	flowshm_detach(local);
 	hd_stop(&a);
 	hd_stop(&b);
 }
