@@ -1709,6 +1709,18 @@ static void open_refused(struct flow *f, const char *msg)
 		flows_fail(f, msg);
 }
 
+/* The peer answered "opened" with a resume position we cannot take: it
+ * holds the flow open on its side, so it is told (a CLOSE that says why;
+ * open_refused, for a refusal, tells nothing: nothing is open there).  A
+ * fan-out subscription ends alone, a flow to one peer fails. */
+static void resume_refused(struct flow *f, const char *why)
+{
+	if (fanout_member(f))
+		fanout_lost(f, why, false);
+	else
+		fail_sender(f, why);
+}
+
 /*
  * The furthest position this run put on the wire for f's peers: f's, or
  * any subscription's of its fan-out flow (one ring: two addresses of the
@@ -1784,7 +1796,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 (unsigned long long)op->resume,
 			 (unsigned long long)op->head,
 			 (unsigned long long)f->acked);
-		open_refused(f, why);
+		resume_refused(f, why);
 		return;
 	}
 	if (op->resume > sent_max(f)) {
@@ -1796,7 +1808,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 "is beyond what was sent to it (%llu): its consumer "
 			 "ring is corrupt", (unsigned long long)op->resume,
 			 (unsigned long long)sent_max(f));
-		open_refused(f, why);
+		resume_refused(f, why);
 		return;
 	}
 	/* then the producers' word.  With what went on the wire known, a
@@ -1814,7 +1826,7 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 			 (unsigned long long)tail,
 			 (unsigned long long)op->resume);
 		if (sent_max(f) == UINT64_MAX)
-			open_refused(f, why);
+			resume_refused(f, why);
 		else
 			fail_sender(f, why);
 		return;

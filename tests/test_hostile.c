@@ -2177,9 +2177,17 @@ static void far_published(void)
 	hd_stop(&b);
 }
 
+static bool is_close_msg(const Flowmover__PeerMsg *m, uint32_t unused)
+{
+	(void)unused;
+	return m->body_case == FLOWMOVER__PEER_MSG__BODY_CLOSE;
+}
+
 /*
  * (b) What (a)'s B said, from a peer that does not check its ring (an
- * older moverd, or a hostile one): A fails the flow, not the connection.
+ * older moverd, or a hostile one): A fails the flow, not the connection,
+ * and tells the peer, which had answered "opened" (its receiver would
+ * stay open for good otherwise: a review).
  */
 static void far_resume(void)
 {
@@ -2209,6 +2217,10 @@ static void far_resume(void)
 			    sizeof(reason)));
 	printf("  A: r17 failed: %s\n", reason);
 	CHECK(strstr(reason, "outside the window"));
+	CHECK((m = hp_wait_msg(fd, 5000, is_close_msg, 0)));
+	printf("  the peer is told: CLOSE '%s'\n", m->close->failed);
+	CHECK(strstr(m->close->failed, "outside the window"));
+	flowmover__peer_msg__free_unpacked(m, NULL);
 	CHECK(!hp_closed_within(fd, 300)); /* the connection goes on */
 	close(fd);
 	close(lfd);
