@@ -1050,8 +1050,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	}
 	tbl_print(&t);
 	if (s->peers_not_listed)
-		printf("(%" PRIu32 " more peer connections not listed, none "
-		       "of them carrying flows)\n", s->peers_not_listed);
+		printf("(%" PRIu32 " more peer connections not listed; those "
+		       "carrying flows are listed first)\n",
+		       s->peers_not_listed);
 	print_peer_errors(s);
 	print_peer_counters(s, m);
 }
