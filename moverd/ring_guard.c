@@ -74,7 +74,7 @@ static void drop_at(size_t i)
 }
 
 /* Forget entries overlapping [start, start + len): a mapping unmapped
- * elsewhere (peer.c's graves) whose addresses are reused. */
+ * without its guard removed first, whose addresses are reused. */
 static void drop_overlaps(uintptr_t start, size_t len)
 {
 	for (size_t i = 0; i < n_guards;) {
