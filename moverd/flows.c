@@ -2,6 +2,7 @@
  * moverd/flows.c - create, find and destroy flows; attach permissions.
  */
 #include "flows.h"
+#include "fanout.h"
 #include "log.h"
 #include "private_dir.h"
 #include "ring_guard.h"
@@ -441,10 +442,20 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 	}
 }
 
+/* The longest line write_meta writes is cut= (or fanout=) naming every
+ * peer of a flow: up to FANOUT_MAX_PEERS addresses of up to 79 bytes and
+ * their commas (643 bytes with "cut=": a buffer of 600 refused the file,
+ * and the flow was not re-adopted).  Room for twice that. */
+#define META_LINE_MAX 1400
+
+_Static_assert(META_LINE_MAX > 2 * (8 + FANOUT_MAX_PEERS *
+				      sizeof(((struct flow *)0)->peer_addr)),
+	       "a state file line holds every peer's address");
+
 /* Every key once, each value whole and in range; 0 or -1 with why. */
 static int read_meta(FILE *f, struct flow *fl, char *why, size_t cap)
 {
-	char line[600];
+	char line[META_LINE_MAX];
 	unsigned seen = 0, lineno = 0;
 
 	while (fgets(line, sizeof(line), f)) {

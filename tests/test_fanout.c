@@ -1636,6 +1636,69 @@ static void case_grants_at_rejoin(void)
 	stop_three(&t);
 }
 
+/*
+ * 21.  A flow to 8 peer hosts whose names are 79 bytes long (none
+ * resolves), --max-lag 16K: a producer fills the ring and moverd cuts
+ * every subscription, so the state file's cut= line names all 8 (643
+ * bytes).  read_meta read lines of up to 599 bytes: the next start
+ * refused the file, and the flow was not re-adopted.
+ */
+static void case_long_cut_line(void)
+{
+	const char *const xport[] = { "--transport", hd_transport(), NULL };
+	char out[8192], file[4096], peers[1024] = "", name[80];
+	unsigned char rec[64] = { 0 };
+	flowshm_t *p;
+	struct hd a;
+	int rc = 0;
+
+	hd_start(&a, moverd_bin, "fo21-A", false, xport);
+	for (int i = 0; i < 8; i++) {
+		size_t len = strlen(peers);
+
+		/* 79 bytes, labels of 33 and 35: "h<i>-0..0.0..0.invalid:1" */
+		snprintf(name, sizeof(name), "h%d-%030d.%035d.invalid:1", i, 0,
+			 0);
+		CHECK(strlen(name) == 79);
+		snprintf(peers + len, sizeof(peers) - len, " --peer %s", name);
+	}
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create x%s "
+		     "--ring-size 64K --max-record 1024 --max-lag 16K",
+		     peers) == 0);
+	p = producer_on(&a, "x");
+	/* the ring fills; moverd cuts each subscription over max_lag (and
+	 * each rejoins, holds the ring again, and is cut again) */
+	snprintf(file, sizeof(file), "%s/rings/x.flow", a.dir);
+	for (int i = 0; i < 3000; i++) {
+		FILE *f;
+		size_t n;
+		const char *cut;
+
+		rc = flowshm_send(p, rec, sizeof(rec), 10000000);
+		if (rc && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -ENOTCONN)
+			CHECK_RC(rc, 0);
+		if (!(f = fopen(file, "r")))
+			continue;
+		n = fread(out, 1, sizeof(out) - 1, f);
+		fclose(f);
+		out[n] = 0;
+		cut = strstr(out, "cut=");
+		if (cut && strchr(cut, '\n') - cut > 600)
+			break;
+	}
+	CHECK(strstr(out, "cut=") && strchr(strstr(out, "cut="), '\n') -
+	      strstr(out, "cut=") > 600);
+	flowshm_detach(p);
+	hd_kill(&a);
+	hd_restart(&a, moverd_bin, xport);
+	printf("  a cut= line of %ld bytes; after a restart: flow x %s\n",
+	       (long)(strchr(strstr(out, "cut="), '\n') - strstr(out, "cut=")),
+	       hd_flow_json(&a, moverctl_bin, "x", file, sizeof(file)) ?
+	       "re-adopted" : "gone");
+	CHECK(hd_flow_json(&a, moverctl_bin, "x", file, sizeof(file)));
+	hd_stop(&a);
+}
+
 /* 11.  C's consumer: records 0.. in order, each intact, until all n came
  * or the cut ends them (-ESTALE; or the ring closed: A's rejoin made C's
  * flow again).  Exit 0, or what went wrong. */
@@ -1809,6 +1872,8 @@ int main(int argc, char **argv)
 		  "with it at once" },
 		{ 20, case_grants_at_rejoin, "a peer's cut and rejoin keep the "
 		  "ids allowed and taken off there by hand" },
+		{ 21, case_long_cut_line, "8 peers of 79-byte names, all cut: "
+		  "the state file's long cut= line is read back" },
 	};
 
 	if (argc != 3) {
