@@ -899,40 +899,37 @@ static const uint8_t *zero_bytes(void)
 	return z;
 }
 
+/* Does a part of the send at b come from f's ring (its own mapping)? */
+static bool from_ring(struct flow *f, const void *b)
+{
+	const uint8_t *lo;
+
+	if (!f->view)
+		return false;
+	lo = ring_of(f)->data;
+	return (const uint8_t *)b >= lo &&
+	       (const uint8_t *)b < lo + ring_of(f)->size;
+}
+
 /* The send in flight takes zeros where it took f's ring (its flow failed:
  * its receiver is told, and finds no record in them): a client that
  * shrinks the file again after the repair cannot make it fault again. */
 static void zero_sent(struct peer *p, struct flow *f)
 {
-	const uint8_t *lo, *hi, *z = zero_bytes();
+	const uint8_t *z = zero_bytes();
 
-	if (!f->view || !z)
-		return;
-	lo = ring_of(f)->data;
-	hi = lo + ring_of(f)->size;
-	for (unsigned k = p->tx_first; k < p->tx_niov; k++) {
-		const uint8_t *b = p->tx_iov[k].iov_base;
-
-		if (b >= lo && b < hi)
+	for (unsigned k = p->tx_first; z && k < p->tx_niov; k++)
+		if (from_ring(f, p->tx_iov[k].iov_base))
 			p->tx_iov[k].iov_base = (void *)z;
-	}
 }
 
 /* Touch what the send in flight takes from f's ring. */
 static void touch_sent(struct peer *p, struct flow *f)
 {
-	const uint8_t *lo, *hi;
-
-	if (!f->view)
-		return;
-	lo = ring_of(f)->data;
-	hi = lo + ring_of(f)->size;
-	for (unsigned k = p->tx_first; k < p->tx_niov; k++) {
-		const uint8_t *b = p->tx_iov[k].iov_base;
-
-		if (b >= lo && b < hi)
-			touch_pages(b, p->tx_iov[k].iov_len);
-	}
+	for (unsigned k = p->tx_first; k < p->tx_niov; k++)
+		if (from_ring(f, p->tx_iov[k].iov_base))
+			touch_pages(p->tx_iov[k].iov_base,
+				    p->tx_iov[k].iov_len);
 }
 
 /*

@@ -1977,6 +1977,23 @@ static void case_published_both_down(void)
 
 /* ---- case 14: a peer moverd dialed opens flows back --------------------- */
 
+/* 14, 17b: moverd d (no --listen) with flow `flow` to a peer the test
+ * plays: the connection d dialed, accepted (*lfd: the listener). */
+static int dialing_daemon(struct hd *d, const char *tag, const char *flow,
+			  int *lfd)
+{
+	char out[4096];
+	int port, fd;
+
+	*lfd = hp_listen(&port);
+	hd_start(d, moverd_bin, tag, false, NULL);
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "flow create %s "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     flow, port) == 0);
+	CHECK((fd = hp_accept(*lfd, 5000)) >= 0);
+	return fd;
+}
+
 /*
  * A local user's flow names a host (127.0.0.1:PORT here, any address it
  * likes); what answers there says its hello (no key: a peer is only its
@@ -1992,15 +2009,10 @@ static void case_dialed_opens(void)
 					  0x1414141400ull, 0 };
 	char msg[512] = "", out[4096];
 	struct hp_hello_in in;
-	int lfd, port, fd;
+	int lfd, fd;
 	struct hd d;
 
-	lfd = hp_listen(&port);
-	hd_start(&d, moverd_bin, "hostile14", false, NULL);
-	CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out), "flow create q14 "
-		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
-		     port) == 0);
-	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	fd = dialing_daemon(&d, "hostile14", "q14", &lfd);
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
 	CHECK(hp_hello(fd, "dialed"));
 	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), -EPERM);
@@ -2051,6 +2063,28 @@ static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
 	return m->body_case == FLOWMOVER__PEER_MSG__BODY_OPEN;
 }
 
+/* A fake peer on fd, a connection moverd dialed: it reads moverd's hello,
+ * says its own, takes the OPEN and answers "opened" with a resume position
+ * resume_off past the open's start and its consumer head_off past it. */
+static void answer_opened(int fd, const char *node, uint64_t resume_off,
+			  uint64_t head_off)
+{
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
+	struct hp_hello_in in;
+
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_hello(fd, node));
+	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
+	op.flow_id = m->open->flow_id;
+	op.resume = m->open->start + resume_off;
+	op.head = m->open->start + head_off;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	r.opened = &op;
+	CHECK(hp_send_msg(fd, &r));
+}
+
 /*
  * x goes from A to B; a peer added to it (a fake moverd C) answers A's
  * open with a resume position beyond the producers' tail.  A knows
@@ -2061,10 +2095,7 @@ static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
  */
 static void case_fanout_resume_beyond(void)
 {
-	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
-	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
 	char out[8192], why[256] = "", addr[64];
-	struct hp_hello_in in;
 	flowshm_t *prod, *cons;
 	uint8_t buf[64];
 	size_t len;
@@ -2081,16 +2112,7 @@ static void case_fanout_resume_beyond(void)
 	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add x16 "
 		     "127.0.0.1:%d", port) == 0);
 	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
-	CHECK(hp_read_hello(fd, 5000, &in) == 0);
-	CHECK(hp_hello(fd, "c16"));
-	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
-	op.flow_id = m->open->flow_id;
-	op.head = m->open->start;
-	op.resume = m->open->start + 16; /* in the window, beyond the tail */
-	flowmover__peer_msg__free_unpacked(m, NULL);
-	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
-	r.opened = &op;
-	CHECK(hp_send_msg(fd, &r));
+	answer_opened(fd, "c16", 16, 0); /* in the window, beyond the tail */
 	snprintf(addr, sizeof(addr), "\"address\": \"127.0.0.1:%d\"", port);
 	for (int i = 0; i < 100 && !strstr(why, "behind what the peer"); i++) {
 		const char *c;
@@ -2191,28 +2213,13 @@ static bool is_close_msg(const Flowmover__PeerMsg *m, uint32_t unused)
  */
 static void far_resume(void)
 {
-	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
-	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
-	char out[4096], reason[256] = "";
-	struct hp_hello_in in;
-	int lfd, port, fd;
+	Flowmover__PeerMsg *m;
+	char reason[256] = "";
+	int lfd, fd;
 	struct hd a;
 
-	lfd = hp_listen(&port);
-	hd_start(&a, moverd_bin, "hostile17b", false, NULL);
-	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create r17 "
-		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
-		     port) == 0);
-	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
-	CHECK(hp_read_hello(fd, 5000, &in) == 0);
-	CHECK(hp_hello(fd, "far"));
-	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
-	op.flow_id = m->open->flow_id;
-	op.resume = op.head = m->open->start + 4 * m->open->ring_size;
-	flowmover__peer_msg__free_unpacked(m, NULL);
-	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
-	r.opened = &op;
-	CHECK(hp_send_msg(fd, &r));
+	fd = dialing_daemon(&a, "hostile17b", "r17", &lfd);
+	answer_opened(fd, "far", 4 * 65536, 4 * 65536); /* four rings on */
 	CHECK(hd_wait_state(&a, moverctl_bin, "r17", "failed", 5000, reason,
 			    sizeof(reason)));
 	printf("  A: r17 failed: %s\n", reason);
@@ -2257,6 +2264,25 @@ static void commit_pad(flowshm_t *f, uint64_t bytes)
 			      memory_order_release);
 }
 
+/* 18, 19: A and B with q (two_daemons), and flow `name` from A to B with
+ * a 4 MiB ring of records up to max_record, open, a producer on A and a
+ * consumer on B attached. */
+static void big_flow(struct hd *a, struct hd *b, const char *tag,
+		     const char *name, const char *max_record, flowshm_t **p,
+		     flowshm_t **c)
+{
+	static const char *const names[] = { "q", NULL };
+	char out[4096];
+
+	two_daemons(a, b, tag, names);
+	CHECK(hd_ctl(a, moverctl_bin, out, sizeof(out), "flow create %s "
+		     "--peer 127.0.0.1:%d --ring-size 4M --max-record %s",
+		     name, b->port, max_record) == 0);
+	CHECK(hd_wait_state(a, moverctl_bin, name, "open", 10000, NULL, 0));
+	*p = attach_raw(a, name, FLOWSHM_PRODUCER);
+	*c = attach_raw(b, name, FLOWSHM_CONSUMER);
+}
+
 /*
  * A committed pad of 2 MiB on a 4 MiB ring of 1 KiB records: more than the
  * deficit a flow earns (1 MiB), so the mover's span stopped before it at
@@ -2265,20 +2291,12 @@ static void commit_pad(flowshm_t *f, uint64_t bytes)
  */
 static void case_big_pad(void)
 {
-	static const char *const names[] = { "q", NULL };
 	unsigned char buf[64];
-	char out[4096];
 	flowshm_t *p, *c;
 	struct hd a, b;
 	size_t len;
 
-	two_daemons(&a, &b, "hostile18", names);
-	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create p18 "
-		     "--peer 127.0.0.1:%d --ring-size 4M --max-record 1024",
-		     b.port) == 0);
-	CHECK(hd_wait_state(&a, moverctl_bin, "p18", "open", 10000, NULL, 0));
-	p = attach_raw(&a, "p18", FLOWSHM_PRODUCER);
-	c = attach_raw(&b, "p18", FLOWSHM_CONSUMER);
+	big_flow(&a, &b, "hostile18", "p18", "1024", &p, &c);
 	memset(buf, 0x11, sizeof(buf));
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000), 0);
@@ -2336,10 +2354,9 @@ static pid_t shrinker(const struct hd *d, const char *flow, off_t small,
  */
 static void case_send_shrunk(void)
 {
-	static const char *const names[] = { "q", NULL };
 	const uint64_t mib = 1024 * KIB, len = mib - FR_REC_HDR;
 	static unsigned char rec[1 << 20];
-	char out[8192], why[256] = "";
+	char why[256] = "";
 	struct hd a, b;
 	flowshm_t *p, *c;
 	uint64_t r0;
@@ -2347,13 +2364,7 @@ static void case_send_shrunk(void)
 	int go[2], rc = 0;
 	pid_t kid;
 
-	two_daemons(&a, &b, "hostile19", names);
-	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create p "
-		     "--peer 127.0.0.1:%d --ring-size 4M --max-record 1M",
-		     b.port) == 0);
-	CHECK(hd_wait_state(&a, moverctl_bin, "p", "open", 10000, NULL, 0));
-	p = attach_raw(&a, "p", FLOWSHM_PRODUCER);
-	c = attach_raw(&b, "p", FLOWSHM_CONSUMER);
+	big_flow(&a, &b, "hostile19", "p", "1M", &p, &c);
 	memset(rec, 0x22, sizeof(rec));
 	for (int i = 0; i < 4; i++)
 		CHECK_RC(flowshm_send(p, rec, len, 5000000000), 0);
