@@ -1881,6 +1881,26 @@ static void forge_records(flowshm_t *c, uint64_t pos, unsigned n,
 /* 11: who is down while B's `published` is moved. */
 enum down { DOWN_B, DOWN_A, DOWN_BOTH };
 
+/* 11, 17a: A and B with flows names (two_daemons: r first), a producer on
+ * A and a consumer on B that read 100 records of 64 bytes through r. */
+static void hundred_through_r(struct hd *a, struct hd *b, const char *tag,
+			      const char *const *names, flowshm_t **p,
+			      flowshm_t **c)
+{
+	unsigned char buf[64];
+	size_t len;
+
+	two_daemons(a, b, tag, names);
+	*p = attach_raw(a, "r", FLOWSHM_PRODUCER);
+	*c = attach_raw(b, "r", FLOWSHM_CONSUMER);
+	memset(buf, 0x11, sizeof(buf));
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_send(*p, buf, sizeof(buf), 1000000000), 0);
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_recv(*c, buf, sizeof(buf), &len, 5000000000),
+			 0);
+}
+
 /*
  * 11: a consumer on B moves its ring's `published` ten records forward
  * while (a) B, (b) A or (c) both are down.  The resume answered from it
@@ -1904,17 +1924,9 @@ static void bumped_published(enum down down)
 	struct hd a, b;
 	flowshm_t *p, *c;
 	uint64_t pub;
-	size_t len;
 
-	two_daemons(&a, &b, tags[down], names);
-	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
-	c = attach_raw(&b, "r", FLOWSHM_CONSUMER);
+	hundred_through_r(&a, &b, tags[down], names, &p, &c);
 	memset(buf, 0x11, sizeof(buf));
-	for (int i = 0; i < 100; i++)
-		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
-	for (int i = 0; i < 100; i++)
-		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000),
-			 0);
 	if (down != DOWN_A)
 		hd_kill(&b);
 	if (down != DOWN_B)
@@ -2153,21 +2165,11 @@ static void case_fanout_resume_beyond(void)
 static void far_published(void)
 {
 	static const char *const names[] = { "r", "q", NULL };
-	unsigned char buf[64];
 	struct hd a, b;
 	flowshm_t *p, *c;
 	uint64_t pub, far, r0, r1;
-	size_t len;
 
-	two_daemons(&a, &b, "hostile17a", names);
-	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
-	c = attach_raw(&b, "r", FLOWSHM_CONSUMER);
-	memset(buf, 0x11, sizeof(buf));
-	for (int i = 0; i < 100; i++)
-		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
-	for (int i = 0; i < 100; i++)
-		CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000),
-			 0);
+	hundred_through_r(&a, &b, "hostile17a", names, &p, &c);
 	fr_sub_publish(&c->ring);
 	hd_kill(&b);
 	/* acquire/release: as moverd's own publish and a consumer's */
