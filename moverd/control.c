@@ -347,10 +347,10 @@ static void fill_info(const struct flow *f, Flowmover__FlowInfo *fi)
 	fi->consumers = f->consumers;
 	fi->owner_uid = f->owner_uid;
 	fi->owner_gid = f->owner_gid;
-	fi->n_allow_uids = f->n_allow_uids;
-	fi->allow_uids = (uint32_t *)f->allow_uids;
-	fi->n_allow_gids = f->n_allow_gids;
-	fi->allow_gids = (uint32_t *)f->allow_gids;
+	fi->n_allow_uids = f->allowed.n_uids;
+	fi->allow_uids = (uint32_t *)f->allowed.uids;
+	fi->n_allow_gids = f->allowed.n_gids;
+	fi->allow_gids = (uint32_t *)f->allowed.gids;
 	fi->peer = (char *)f->peer_addr;
 	fi->transport = f->role == FLOW_LOCAL ? "local" : (char *)f->transport;
 	fi->role = (char *)flows_role_name(f->role);
@@ -655,7 +655,7 @@ static bool flow_drained(const struct flow *f)
 
 	if (!f->view || flowshm_info(f->view, &in))
 		return true;
-	if (fr_min_pos(&f->view->ring) < in.tail)
+	if (flows_unread(f->view))
 		return false;
 	if (f->role != FLOW_SENDER)
 		return true;

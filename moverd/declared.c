@@ -208,9 +208,11 @@ static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 				    "G)", df->name, val);
 		df->max_lag = v;
 	} else if (!strcmp(tok, "allow-uid")) {
-		return parse_ids(p, tok, val, false, df->uids, &df->n_uids);
+		return parse_ids(p, tok, val, false, df->ids.uids,
+				 &df->ids.n_uids);
 	} else if (!strcmp(tok, "allow-gid")) {
-		return parse_ids(p, tok, val, true, df->gids, &df->n_gids);
+		return parse_ids(p, tok, val, true, df->ids.gids,
+				 &df->ids.n_gids);
 	} else {
 		return fail(p, "flow %s: unknown parameter '%s' (use ring-size, "
 			    "max-record, peer, max-lag, allow-uid, allow-gid)",
@@ -451,6 +453,13 @@ static bool same_ids(const uint32_t *a, unsigned na, const uint32_t *b,
 	return true;
 }
 
+/* The same uids and the same gids, in any order. */
+static bool same_flow_ids(const struct flow_ids *a, const struct flow_ids *b)
+{
+	return same_ids(a->uids, a->n_uids, b->uids, b->n_uids) &&
+	       same_ids(a->gids, a->n_gids, b->gids, b->n_gids);
+}
+
 static bool same_more(const struct declared_flow *a,
 		      const struct declared_flow *b)
 {
@@ -468,8 +477,7 @@ static bool same_decl(const struct declared_flow *a,
 	return a->ring_size == b->ring_size && a->max_record == b->max_record &&
 	       !strcmp(a->peer, b->peer) && a->receiver == b->receiver &&
 	       same_more(a, b) && a->max_lag == b->max_lag &&
-	       same_ids(a->uids, a->n_uids, b->uids, b->n_uids) &&
-	       same_ids(a->gids, a->n_gids, b->gids, b->n_gids);
+	       same_flow_ids(&a->ids, &b->ids);
 }
 
 static void ids_text(char *buf, size_t cap, const uint32_t *ids, size_t n)
@@ -565,14 +573,14 @@ const char *declared_differs(const struct flow_table *t, const struct flow *f,
 		snprintf(why, cap, "max-lag (the flow has %llu, asked %llu)",
 			 (unsigned long long)max_lag_of(f),
 			 (unsigned long long)s->max_lag);
-	else if (!same_ids(f->allow_uids, f->n_allow_uids, s->allow_uids,
+	else if (!same_ids(f->allowed.uids, f->allowed.n_uids, s->allow_uids,
 			   (unsigned)s->n_allow_uids)) {
-		ids_text(a, sizeof(a), f->allow_uids, f->n_allow_uids);
+		ids_text(a, sizeof(a), f->allowed.uids, f->allowed.n_uids);
 		ids_text(b, sizeof(b), s->allow_uids, s->n_allow_uids);
 		snprintf(why, cap, "allow-uid (the flow has %s, asked %s)", a, b);
-	} else if (!same_ids(f->allow_gids, f->n_allow_gids, s->allow_gids,
+	} else if (!same_ids(f->allowed.gids, f->allowed.n_gids, s->allow_gids,
 			     (unsigned)s->n_allow_gids)) {
-		ids_text(a, sizeof(a), f->allow_gids, f->n_allow_gids);
+		ids_text(a, sizeof(a), f->allowed.gids, f->allowed.n_gids);
 		ids_text(b, sizeof(b), s->allow_gids, s->n_allow_gids);
 		snprintf(why, cap, "allow-gid (the flow has %s, asked %s)", a, b);
 	} else {
@@ -634,8 +642,8 @@ static struct flow_spec spec_of(const struct declared_flow *df,
 		.max_record = df->max_record,
 		.max_lag = df->max_lag,
 		.more_peers = more, .n_more_peers = df->n_more,
-		.allow_uids = df->uids, .n_allow_uids = df->n_uids,
-		.allow_gids = df->gids, .n_allow_gids = df->n_gids,
+		.allow_uids = df->ids.uids, .n_allow_uids = df->ids.n_uids,
+		.allow_gids = df->ids.gids, .n_allow_gids = df->ids.n_gids,
 		.unmetered = true, /* the operator's: no ring rate */
 	};
 }
@@ -670,54 +678,6 @@ static bool create(struct declared *d, const struct declared_flow *df,
 	return true;
 }
 
-/* Were df's ids the last declared ids granted on f (its state file says,
- * across restarts)? */
-static bool granted_already(const struct flow *f,
-			    const struct declared_flow *df)
-{
-	return f->decl_known &&
-	       same_ids(f->decl_uids, f->n_decl_uids, df->uids, df->n_uids) &&
-	       same_ids(f->decl_gids, f->n_decl_gids, df->gids, df->n_gids);
-}
-
-/* df's ids are granted on f now: kept in its state file. */
-static void record_granted(struct flow *f, const struct declared_flow *df)
-{
-	if (granted_already(f, df))
-		return;
-	memcpy(f->decl_uids, df->uids, sizeof(f->decl_uids));
-	memcpy(f->decl_gids, df->gids, sizeof(f->decl_gids));
-	f->n_decl_uids = df->n_uids;
-	f->n_decl_gids = df->n_gids;
-	f->decl_known = true;
-	flows_save_owed(f, "its declared ids");
-}
-
-/* Give a receiving end's ids to its flow, if it has come and lacks one. */
-static void grant(struct declared *d, const struct declared_flow *df,
-		  struct flow *f, struct declared_report *r)
-{
-	char err[200];
-	bool all = true;
-
-	for (unsigned i = 0; i < df->n_uids; i++)
-		all &= has_id(f->allow_uids, f->n_allow_uids, df->uids[i]);
-	for (unsigned i = 0; i < df->n_gids; i++)
-		all &= has_id(f->allow_gids, f->n_allow_gids, df->gids[i]);
-	if (!all && flows_allow(d->flows, f, df->uids, df->n_uids, df->gids,
-				df->n_gids, false, err, sizeof(err))) {
-		if (r)
-			r->refused++;
-		log_warn("config: flow %s (line %d): cannot grant its declared "
-			 "ids: %s", df->name, df->line, err);
-		return;
-	}
-	record_granted(f, df);
-	if (!all)
-		log_info("config: flow %s: declared ids granted on the flow "
-			 "from peer %s", f->name, f->origin);
-}
-
 /* The ids of old (n_old) that new (n_new) does not name, into out. */
 static unsigned dropped_ids(const uint32_t *old, unsigned n_old,
 			    const uint32_t *new, unsigned n_new, uint32_t *out)
@@ -730,6 +690,77 @@ static unsigned dropped_ids(const uint32_t *old, unsigned n_old,
 	return n;
 }
 
+/* The uids and gids of old that new does not name. */
+static struct flow_ids dropped(const struct flow_ids *old,
+			       const struct flow_ids *new)
+{
+	struct flow_ids off = { 0 };
+
+	off.n_uids = dropped_ids(old->uids, old->n_uids, new->uids,
+				 new->n_uids, off.uids);
+	off.n_gids = dropped_ids(old->gids, old->n_gids, new->gids,
+				 new->n_gids, off.gids);
+	return off;
+}
+
+static bool any_ids(const struct flow_ids *ids)
+{
+	return ids->n_uids || ids->n_gids;
+}
+
+/* flows_allow with ids (remove: disallow them). */
+static int allow_ids(struct declared *d, struct flow *f,
+		     const struct flow_ids *ids, bool remove, char *err,
+		     size_t cap)
+{
+	return flows_allow(d->flows, f, ids->uids, ids->n_uids, ids->gids,
+			   ids->n_gids, remove, err, cap);
+}
+
+/* Were df's ids the last declared ids granted on f (its state file says,
+ * across restarts)? */
+static bool granted_already(const struct flow *f,
+			    const struct declared_flow *df)
+{
+	return f->decl_known && same_flow_ids(&f->declared, &df->ids);
+}
+
+/* df's ids are granted on f now: kept in its state file. */
+static void record_granted(struct flow *f, const struct declared_flow *df)
+{
+	if (granted_already(f, df))
+		return;
+	f->declared = df->ids;
+	f->decl_known = true;
+	flows_save_owed(f, "its declared ids");
+}
+
+/* Give a receiving end's ids to its flow, if it has come and lacks one. */
+static void grant(struct declared *d, const struct declared_flow *df,
+		  struct flow *f, struct declared_report *r)
+{
+	char err[200];
+	bool all = true;
+
+	const struct flow_ids *want = &df->ids, *has = &f->allowed;
+
+	for (unsigned i = 0; i < want->n_uids; i++)
+		all &= has_id(has->uids, has->n_uids, want->uids[i]);
+	for (unsigned i = 0; i < want->n_gids; i++)
+		all &= has_id(has->gids, has->n_gids, want->gids[i]);
+	if (!all && allow_ids(d, f, want, false, err, sizeof(err))) {
+		if (r)
+			r->refused++;
+		log_warn("config: flow %s (line %d): cannot grant its declared "
+			 "ids: %s", df->name, df->line, err);
+		return;
+	}
+	record_granted(f, df);
+	if (!all)
+		log_info("config: flow %s: declared ids granted on the flow "
+			 "from peer %s", f->name, f->origin);
+}
+
 /*
  * The declared ids of f go from o's (NULL: none) to n's: those o named and
  * n does not are taken off, n's are added; ids granted with `moverctl flow
@@ -740,27 +771,23 @@ static int swap_ids(struct declared *d, const struct declared_flow *o,
 		    const struct declared_flow *n, struct flow *f, char *err,
 		    size_t cap)
 {
-	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
-	unsigned nu = 0, ng = 0;
+	struct flow_ids off = { 0 };
 	char ignored[200];
 
-	if (o) {
-		nu = dropped_ids(o->uids, o->n_uids, n->uids, n->n_uids, uids);
-		ng = dropped_ids(o->gids, o->n_gids, n->gids, n->n_gids, gids);
-	}
+	if (o)
+		off = dropped(&o->ids, &n->ids);
 	/* only the ids the flow has go, so that putting them back cannot
 	 * give it one moverctl took away */
-	nu = kept_ids(f->allow_uids, f->n_allow_uids, uids, nu);
-	ng = kept_ids(f->allow_gids, f->n_allow_gids, gids, ng);
-	if ((nu || ng) &&
-	    flows_allow(d->flows, f, uids, nu, gids, ng, true, err, cap))
+	off.n_uids = kept_ids(f->allowed.uids, f->allowed.n_uids, off.uids,
+			      off.n_uids);
+	off.n_gids = kept_ids(f->allowed.gids, f->allowed.n_gids, off.gids,
+			      off.n_gids);
+	if (any_ids(&off) && allow_ids(d, f, &off, true, err, cap))
 		return -1;
-	if (!(n->n_uids || n->n_gids) ||
-	    !flows_allow(d->flows, f, n->uids, n->n_uids, n->gids, n->n_gids,
-			 false, err, cap))
+	if (!any_ids(&n->ids) || !allow_ids(d, f, &n->ids, false, err, cap))
 		return 0;
-	if ((nu || ng) && flows_allow(d->flows, f, uids, nu, gids, ng, false,
-				      ignored, sizeof(ignored)))
+	if (any_ids(&off) &&
+	    allow_ids(d, f, &off, false, ignored, sizeof(ignored)))
 		log_warn("config: flow %s: cannot put back the ids taken off: "
 			 "%s", f->name, ignored);
 	return -1;
@@ -773,8 +800,7 @@ static void regrant_receiver(struct declared *d,
 			     const struct declared_flow *n, struct flow *f,
 			     struct declared_report *r)
 {
-	uint32_t gu[FLOW_ALLOW_MAX], gg[FLOW_ALLOW_MAX]; /* taken off */
-	unsigned nu = 0, ng = 0;
+	struct flow_ids off = { 0 }; /* taken off */
 	char err[200], a[200], b[200];
 
 	if (o && !o->receiver)
@@ -787,12 +813,10 @@ static void regrant_receiver(struct declared *d,
 		return;
 	}
 	record_granted(f, n);
-	if (o) {
-		nu = dropped_ids(o->uids, o->n_uids, n->uids, n->n_uids, gu);
-		ng = dropped_ids(o->gids, o->n_gids, n->gids, n->n_gids, gg);
-	}
-	ids_text(a, sizeof(a), gu, nu);
-	ids_text(b, sizeof(b), gg, ng);
+	if (o)
+		off = dropped(&o->ids, &n->ids);
+	ids_text(a, sizeof(a), off.uids, off.n_uids);
+	ids_text(b, sizeof(b), off.gids, off.n_gids);
 	say(r, LOG_LVL_INFO, "flow %s (line %d): declared ids granted on the "
 	    "flow from peer %s (taken off: uids %s, gids %s)", n->name,
 	    n->line, f->origin, a, b);
@@ -834,10 +858,10 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
  * differ?"). */
 static void spec_flow_ids(struct flow_spec *s, const struct flow *f)
 {
-	s->allow_uids = f->allow_uids;
-	s->n_allow_uids = f->n_allow_uids;
-	s->allow_gids = f->allow_gids;
-	s->n_allow_gids = f->n_allow_gids;
+	s->allow_uids = f->allowed.uids;
+	s->n_allow_uids = f->allowed.n_uids;
+	s->allow_gids = f->allowed.gids;
+	s->n_allow_gids = f->allowed.n_gids;
 }
 
 /* In s, the peer hosts after the first that the flow has now (in more). */
@@ -848,15 +872,6 @@ static void spec_flow_peers(struct flow_spec *s, const struct flow *f,
 	for (const struct flow *x = f->fanout; x; x = x->fanout_next)
 		more[s->n_more_peers++] = x->peer_addr;
 	s->more_peers = more;
-}
-
-/* o's ids in now become n's (what is in force, for the next reload). */
-static void set_ids(struct declared_flow *now, const struct declared_flow *n)
-{
-	memcpy(now->uids, n->uids, sizeof(now->uids));
-	memcpy(now->gids, n->gids, sizeof(now->gids));
-	now->n_uids = n->n_uids;
-	now->n_gids = n->n_gids;
 }
 
 /*
@@ -883,7 +898,7 @@ static int regrant(struct declared *d, const struct declared_flow *o,
 		    "allowed ids: %s", n->name, n->line, err);
 		return -1;
 	}
-	set_ids(now, n);
+	now->ids = n->ids; /* what is in force, for the next reload */
 	r->changed++;
 	say(r, LOG_LVL_INFO, "flow %s (line %d): allowed ids changed in place",
 	    n->name, n->line);
@@ -960,14 +975,12 @@ static int repeer(struct declared *d, const struct declared_flow *o,
 		    n->name, n->line, err);
 		return -1;
 	}
-	if (same_ids(o->uids, o->n_uids, n->uids, n->n_uids) &&
-	    same_ids(o->gids, o->n_gids, n->gids, n->n_gids))
+	if (same_flow_ids(&o->ids, &n->ids))
 		r->changed++;
 	say(r, LOG_LVL_INFO, "flow %s (line %d): peer hosts after the first "
 	    "changed in place", n->name, n->line);
 	/* the ids may differ too: regrant does them (and counts the change) */
-	return same_ids(o->uids, o->n_uids, n->uids, n->n_uids) &&
-	       same_ids(o->gids, o->n_gids, n->gids, n->n_gids) ? 1 : 0;
+	return same_flow_ids(&o->ids, &n->ids) ? 1 : 0;
 }
 
 /*

@@ -51,8 +51,7 @@ struct declared_flow {
 	char more[FANOUT_MAX_PEERS - 1][80]; /* the peers after the first */
 	unsigned n_more;
 	uint64_t max_lag;        /* 0: lossless */
-	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
-	unsigned n_uids, n_gids;
+	struct flow_ids ids;
 	bool receiver;           /* peer is our own --listen address */
 	int line;
 };

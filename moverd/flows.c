@@ -284,11 +284,13 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 	 * file stays as an older moverd reads it */
 	if (strcmp(fl->origin_host, fl->origin))
 		fprintf(f, "origin_host=%s\n", fl->origin_host);
-	write_list(f, "allow_uids", fl->allow_uids, fl->n_allow_uids);
-	write_list(f, "allow_gids", fl->allow_gids, fl->n_allow_gids);
+	write_list(f, "allow_uids", fl->allowed.uids, fl->allowed.n_uids);
+	write_list(f, "allow_gids", fl->allowed.gids, fl->allowed.n_gids);
 	if (fl->decl_known) {
-		write_list(f, "declared_uids", fl->decl_uids, fl->n_decl_uids);
-		write_list(f, "declared_gids", fl->decl_gids, fl->n_decl_gids);
+		const struct flow_ids *d = &fl->declared;
+
+		write_list(f, "declared_uids", d->uids, d->n_uids);
+		write_list(f, "declared_gids", d->gids, d->n_gids);
 	}
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
 	write_fanout(f, fl);
@@ -400,15 +402,15 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		fl->owner_gid = (gid_t)n;
 		return true;
 	case K_UIDS:
-		return parse_list(v, fl->allow_uids, &fl->n_allow_uids);
+		return parse_list(v, fl->allowed.uids, &fl->allowed.n_uids);
 	case K_GIDS:
-		return parse_list(v, fl->allow_gids, &fl->n_allow_gids);
+		return parse_list(v, fl->allowed.gids, &fl->allowed.n_gids);
 	case K_DUIDS:
 		fl->decl_known = true;
-		return parse_list(v, fl->decl_uids, &fl->n_decl_uids);
+		return parse_list(v, fl->declared.uids, &fl->declared.n_uids);
 	case K_DGIDS:
 		fl->decl_known = true;
-		return parse_list(v, fl->decl_gids, &fl->n_decl_gids);
+		return parse_list(v, fl->declared.gids, &fl->declared.n_gids);
 	case K_ORIGIN:
 		if (!meta_value_ok(v) || strlen(v) >= sizeof(fl->origin))
 			return false;
@@ -1797,12 +1799,12 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 			      memory_order_relaxed);
 	f->owner_uid = uid;
 	f->owner_gid = gid;
-	f->n_allow_uids = (unsigned)spec->n_allow_uids;
-	f->n_allow_gids = (unsigned)spec->n_allow_gids;
-	for (unsigned i = 0; i < f->n_allow_uids; i++)
-		f->allow_uids[i] = spec->allow_uids[i];
-	for (unsigned i = 0; i < f->n_allow_gids; i++)
-		f->allow_gids[i] = spec->allow_gids[i];
+	f->allowed.n_uids = (unsigned)spec->n_allow_uids;
+	f->allowed.n_gids = (unsigned)spec->n_allow_gids;
+	for (unsigned i = 0; i < f->allowed.n_uids; i++)
+		f->allowed.uids[i] = spec->allow_uids[i];
+	for (unsigned i = 0; i < f->allowed.n_gids; i++)
+		f->allowed.gids[i] = spec->allow_gids[i];
 	f->grants_kept = spec->grants_kept;
 	f->created_unix_ms = flows_unix_ms();
 	f->sent = f->acked = f->remote_head = f->reported_head = spec->start;
@@ -2199,17 +2201,20 @@ static void release_remains(struct flow_table *t, struct flow_remains *r)
 	punch_rest_now(t, r);
 }
 
-/* Has a consumer records left to read?  The slowest slot, not moverd's
- * own (a sender's local consumers lag it).  (Its position is its own
- * word: a lying consumer gains a grace period, charged to the flow's
- * owner.) */
-static bool undrained(const struct flow *f)
+bool flows_unread(flowshm_t *view)
 {
 	struct flowshm_info in;
 
-	if (!f->view || !f->consumers || flowshm_info(f->view, &in))
+	if (!view || flowshm_info(view, &in))
 		return false;
-	return fr_min_pos(&f->view->ring) < in.tail;
+	return fr_min_pos(&view->ring) < in.tail;
+}
+
+/* Has a consumer records left to read?  (Its position is its own word: a
+ * lying consumer gains a grace period, charged to the flow's owner.) */
+static bool undrained(const struct flow *f)
+{
+	return f->consumers && flows_unread(f->view);
 }
 
 /*
@@ -2259,16 +2264,10 @@ taken:
 void flows_reap_remains(struct flow_table *t, uint64_t now)
 {
 	for (struct flow_remains *r = t->remains, *next; r; r = next) {
-		struct flowshm_info in = { 0 };
-
 		next = r->next; /* release_remains may free r, not next */
 		if (r->releasing)
 			continue;
-		flowshm_info(r->view, &in);
-		/* the slowest slot, as undrained(): on a sender ring
-		 * in.head is moverd's own, ahead of a local consumer */
-		if (now < r->until_ns &&
-		    fr_min_pos(&r->view->ring) < in.tail)
+		if (now < r->until_ns && flows_unread(r->view))
 			continue;
 		log_debug("flow %s: ring released (%s)", r->name,
 			  now < r->until_ns ? "drained" : "grace over");
@@ -2392,8 +2391,8 @@ bool flows_group_allowed(const struct flow *f, const gid_t *groups,
 			 unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		for (unsigned k = 0; k < f->n_allow_gids; k++)
-			if (f->allow_gids[k] == groups[i])
+		for (unsigned k = 0; k < f->allowed.n_gids; k++)
+			if (f->allowed.gids[k] == groups[i])
 				return true;
 	return false;
 }
@@ -2402,11 +2401,11 @@ bool flows_may_attach(const struct flow *f, uid_t uid, gid_t gid)
 {
 	if (flows_may_manage(f, uid))
 		return true;
-	for (unsigned i = 0; i < f->n_allow_uids; i++)
-		if (f->allow_uids[i] == uid)
+	for (unsigned i = 0; i < f->allowed.n_uids; i++)
+		if (f->allowed.uids[i] == uid)
 			return true;
-	for (unsigned i = 0; i < f->n_allow_gids; i++)
-		if (f->allow_gids[i] == gid)
+	for (unsigned i = 0; i < f->allowed.n_gids; i++)
+		if (f->allowed.gids[i] == gid)
 			return true;
 	return false;
 }
@@ -2442,33 +2441,11 @@ static bool edit_ids(uint32_t *v, unsigned *n, const uint32_t *ids, size_t k,
 	return true;
 }
 
-/* A flow's allowed ids, to edit apart and take (or put back) whole. */
-struct allow_lists {
-	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
-	unsigned n_uids, n_gids;
-};
-
-static void get_lists(const struct flow *f, struct allow_lists *l)
-{
-	memcpy(l->uids, f->allow_uids, sizeof(l->uids));
-	memcpy(l->gids, f->allow_gids, sizeof(l->gids));
-	l->n_uids = f->n_allow_uids;
-	l->n_gids = f->n_allow_gids;
-}
-
-static void set_lists(struct flow *f, const struct allow_lists *l)
-{
-	memcpy(f->allow_uids, l->uids, sizeof(l->uids));
-	memcpy(f->allow_gids, l->gids, sizeof(l->gids));
-	f->n_allow_uids = l->n_uids;
-	f->n_allow_gids = l->n_gids;
-}
-
 int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 		size_t n_uids, const uint32_t *gids, size_t n_gids, bool remove,
 		char *err, size_t errlen)
 {
-	struct allow_lists old, new;
+	struct flow_ids old, new;
 	int rc;
 
 	if (!n_uids && !n_gids) {
@@ -2480,8 +2457,7 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 		return -EINVAL;
 	}
 	/* all or nothing: edit a copy, then take it */
-	memset(&old, 0, sizeof(old));
-	get_lists(f, &old);
+	old = f->allowed;
 	new = old;
 	if (!edit_ids(new.uids, &new.n_uids, uids, n_uids, remove) ||
 	    !edit_ids(new.gids, &new.n_gids, gids, n_gids, remove)) {
@@ -2492,12 +2468,12 @@ int flows_allow(struct flow_table *t, struct flow *f, const uint32_t *uids,
 	}
 	if (!memcmp(&new, &old, sizeof(new)))
 		return 0; /* nothing to change: no state file to rewrite */
-	set_lists(f, &new);
+	f->allowed = new;
 	rc = flows_save(f);
 	if (rc) {
 		/* not kept, so not granted: it would vanish at a restart,
 		 * and the operator must learn that now, not then */
-		set_lists(f, &old);
+		f->allowed = old;
 		snprintf(err, errlen, "cannot write the flow's state file in "
 			 "%s: %s", t->state_dir, strerror(-rc));
 	}

@@ -19,6 +19,15 @@
 
 #define FLOW_NAME_MAX  64
 #define FLOW_ALLOW_MAX 16
+
+/* Ids a flow lets attach besides its owner: a flow's allowed ids, or the
+ * ids a receiving end's declaration grants (declared.h).  Whole arrays,
+ * so that a copy is one assignment and a compare one memcmp of a zeroed
+ * struct. */
+struct flow_ids {
+	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
+	unsigned n_uids, n_gids;
+};
 #define FLOW_ORIGIN_MAX 127  /* a peer's identity (struct peer, identity) */
 #define FLOW_HOST_MAX 63     /* a peer's address (struct peer, host) */
 
@@ -140,17 +149,14 @@ struct flow {
 	flowshm_t *view;         /* moverd's own mapping: positions, shutdown */
 	uid_t owner_uid;
 	gid_t owner_gid;
-	uint32_t allow_uids[FLOW_ALLOW_MAX];
-	uint32_t allow_gids[FLOW_ALLOW_MAX];
-	unsigned n_allow_uids, n_allow_gids;
+	struct flow_ids allowed;
 	bool grants_kept;        /* flow_spec.grants_kept */
 	/* a receiving end declared in the config (declared.c): the declared
 	 * ids last granted on it, kept in its state file (declared_uids=,
 	 * declared_gids=), so that a start takes a declaration that did not
 	 * change as unchanged: an id taken off by hand stays off */
 	bool decl_known;
-	uint32_t decl_uids[FLOW_ALLOW_MAX], decl_gids[FLOW_ALLOW_MAX];
-	unsigned n_decl_uids, n_decl_gids;
+	struct flow_ids declared;
 	unsigned producers, consumers;
 	unsigned tx_inflight;    /* sends in flight that read its ring */
 	/* consumer slots taken since the counters last looked, and the
@@ -593,6 +599,15 @@ void flows_retry_saves(struct flow_table *t, uint64_t now);
  * the ring rate budgets that are whole again (all: now = UINT64_MAX, at
  * shutdown). */
 void flows_reap_remains(struct flow_table *t, uint64_t now);
+
+/*
+ * Has a reader of view's ring not read to its tail?  The slowest
+ * subscriber slot, not moverd's own: on a sender ring moverd's slot
+ * follows what its peers acknowledged, ahead of a local consumer.  Every
+ * "drained?" question (a destroy's grace, a drain, a released ring's
+ * remains) asks this one.  False if there is no ring to read.
+ */
+bool flows_unread(flowshm_t *view);
 
 /*
  * Ring files (flows between hosts) are handed to clients as they are, so a

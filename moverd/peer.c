@@ -1221,51 +1221,11 @@ static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 	return -EEXIST;
 }
 
-/* The ids allowed on a receiver, kept across its recreation. */
-struct grants {
-	uint32_t uids[FLOW_ALLOW_MAX], gids[FLOW_ALLOW_MAX];
-	unsigned n_uids, n_gids;
-};
-
-/* What a recreated receiver takes of the old one: its allowed ids, and
- * the declared ids last granted on it (flows.h, decl_known). */
-struct kept_ids {
-	struct grants allowed;
-	bool decl_known;
-	uint32_t decl_uids[FLOW_ALLOW_MAX], decl_gids[FLOW_ALLOW_MAX];
-	unsigned n_decl_uids, n_decl_gids;
-};
-
-static void keep_ids(const struct flow *f, struct kept_ids *k)
-{
-	k->allowed.n_uids = f->n_allow_uids;
-	k->allowed.n_gids = f->n_allow_gids;
-	memcpy(k->allowed.uids, f->allow_uids, sizeof(k->allowed.uids));
-	memcpy(k->allowed.gids, f->allow_gids, sizeof(k->allowed.gids));
-	k->decl_known = f->decl_known;
-	k->n_decl_uids = f->n_decl_uids;
-	k->n_decl_gids = f->n_decl_gids;
-	memcpy(k->decl_uids, f->decl_uids, sizeof(k->decl_uids));
-	memcpy(k->decl_gids, f->decl_gids, sizeof(k->decl_gids));
-}
-
-static void restore_decl(struct flow *f, const struct kept_ids *k)
-{
-	if (!k->decl_known)
-		return;
-	f->decl_known = true;
-	f->n_decl_uids = k->n_decl_uids;
-	f->n_decl_gids = k->n_decl_gids;
-	memcpy(f->decl_uids, k->decl_uids, sizeof(f->decl_uids));
-	memcpy(f->decl_gids, k->decl_gids, sizeof(f->decl_gids));
-	flows_save_owed(f, "its declared ids");
-}
-
 /* A new receiver flow: its owner is this host's choice, never the peer's
  * (--peer-flow-owner; the ids in op mean nothing here and are ignored).
  * kept: the allowed ids of the incarnation it replaces (NULL: none). */
 static int create_receiver(struct peer *p, const Flowmover__PeerFlowOpen *op,
-			   const struct grants *kept, struct flow **out,
+			   const struct flow_ids *kept, struct flow **out,
 			   uint32_t *retry_ms, char *err, size_t cap)
 {
 	const struct flow_limits *l = &p->m->flows->limits;
@@ -1305,19 +1265,25 @@ static int recreate_cut(struct peer *p, struct flow **f,
 			const Flowmover__PeerFlowOpen *op, char *err,
 			size_t cap)
 {
-	struct kept_ids kept;
+	/* what the new incarnation takes of the old: its allowed ids, and
+	 * the declared ids last granted on it (flows.h, decl_known) */
+	const struct flow_ids allowed = (*f)->allowed;
+	const struct flow_ids declared = (*f)->declared;
+	const bool decl_known = (*f)->decl_known;
 	int rc;
 
-	keep_ids(*f, &kept);
 	log_info("flow %s: opened again by its sender after a cut, at "
 		 "position %llu (what its ring still held is dropped)",
 		 (*f)->name, (unsigned long long)op->start);
 	peer_destroy_flow(p->m, *f, NULL);
 	*f = NULL;
-	rc = create_receiver(p, op, &kept.allowed, f, NULL, err, cap);
-	if (!rc)
-		restore_decl(*f, &kept);
-	return rc;
+	rc = create_receiver(p, op, &allowed, f, NULL, err, cap);
+	if (rc || !decl_known)
+		return rc;
+	(*f)->decl_known = true;
+	(*f)->declared = declared;
+	flows_save_owed(*f, "its declared ids");
+	return 0;
 }
 
 /* Answer op's flow id on p once f's ring is registered there.  A later
