@@ -911,15 +911,78 @@ static bool slot_taken(struct ctl_client *c, uint64_t id, const struct flow *f,
 	return rc == 0;
 }
 
+/*
+ * A consumer allowed on a flow it may not manage (by uid or group, not
+ * its owner or an operator) is a guest there.  Guests share what the
+ * owner leaves them: they never take the last GUEST_SPARE_SUBS free
+ * subscriber slots (the owner's consumers need them, and so do moverd's
+ * own subscriptions on a sending host: a fan-out peer added, a cut peer's
+ * rejoin), and one uid holds at most GUEST_SUBS_PER_UID (another allowed
+ * user still finds slots).  A review: a uid allowed on another user's flow
+ * took all 16 and the owner's consumer got -EBUSY.  Only moverd's way in
+ * is counted: a client writing the slot words itself is within the trust
+ * of the flow, whose ring it may write anyway (docs/security.md).
+ */
+enum { GUEST_SPARE_SUBS = 2, GUEST_SUBS_PER_UID = FR_MAX_SUBS / 2 };
+
+/* The subscriber slots moverd holds for uid's consumers on f. */
+static unsigned subs_held_by(const struct ctl_server *s,
+			     const struct flow *f, uid_t uid)
+{
+	unsigned n = 0;
+
+	for (const struct ctl_client *c = s->clients; c; c = c->next) {
+		if (c->uid != uid)
+			continue;
+		for (unsigned i = 0; i < c->n_att; i++)
+			n += c->att[i].flow == f &&
+			     c->att[i].role == FLOWSHM_CONSUMER;
+	}
+	return n;
+}
+
+/* May c's consumer take a slot of f (ring mapped)?  False: answered. */
+static bool guest_may_take(struct ctl_client *c, uint64_t id,
+			   const struct flow *f)
+{
+	/* relaxed: a count for a limit; fr_sub_take does the taking */
+	uint32_t mask = atomic_load_explicit(&f->view->ring.sh->sub_mask,
+					     memory_order_relaxed);
+	unsigned spare = FR_MAX_SUBS - (unsigned)__builtin_popcount(mask);
+	unsigned held;
+
+	if (flows_may_manage(f, c->uid))
+		return true;
+	held = subs_held_by(c->srv, f, c->uid);
+	if (held >= GUEST_SUBS_PER_UID) {
+		respond_error(c, id, -EBUSY, "flow '%s': uid %u holds %u of its "
+			      "%u subscriber slots, the most a uid other than "
+			      "its owner may hold", f->name, (unsigned)c->uid,
+			      held, FR_MAX_SUBS);
+		return false;
+	}
+	if (spare <= GUEST_SPARE_SUBS) {
+		respond_error(c, id, -EBUSY, "flow '%s': %u of its %u "
+			      "subscriber slots are free, and the last %d are "
+			      "kept for its owner's consumers and moverd",
+			      f->name, spare, FR_MAX_SUBS, GUEST_SPARE_SUBS);
+		return false;
+	}
+	return true;
+}
+
 /* A consumer is a subscriber of the ring (ring format 2): take a slot for
  * it in the client's pid; false (answered) if none is free. */
 static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 		      struct attachment *att)
 {
-	int rc = f->view ? fr_sub_take(&f->view->ring, (uint32_t)c->pid &
-				       FR_INFO_PID, &att->slot, &att->gen) :
-			   -EPIPE;
+	int rc;
 
+	if (f->view && !guest_may_take(c, id, f))
+		return false;
+	rc = f->view ? fr_sub_take(&f->view->ring, (uint32_t)c->pid &
+				   FR_INFO_PID, &att->slot, &att->gen) :
+		       -EPIPE;
 	if (!rc) {
 		/* re-attaching after every subscriber was cut: near the tail */
 		fr_sub_skip_lag(&f->view->ring, att->slot);

@@ -27,11 +27,18 @@
  *      (-EACCES) as producer and consumer, before any slot is taken; with
  *      the real owner it attaches; a wait for one's own flow is refused
  *      when the other user's appears; one's own and root's flows attach
+ *   6  guests' subscriber slots: on a flow uid 4000 owns, allowing uid
+ *      65534 and group 4242, 65534's consumers get 8 of the 16 slots (the
+ *      9th: -EBUSY, "the most a uid other than its owner may hold"), uid
+ *      4001 of group 4242 gets 6 (the 7th: "kept for its owner"), the
+ *      owner's 2 consumers still attach; once 65534's go, 4001 gets 2
+ *      more (its 8)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 
 #define NOBODY 65534u
 #define GROUP 4242u
@@ -564,6 +571,96 @@ static void case_owner(void)
 	hd_stop(&d);
 }
 
+/* ---- case 6: guests' subscriber slots ---------------------------------- */
+
+struct holder {
+	pid_t pid;
+	unsigned took;
+};
+
+/* A child as uid:gid takes up to 16 consumer slots of flow on one control
+ * connection (moverd holds each while it is open) and keeps them until it
+ * is killed (let_go); took says how many it got. */
+static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
+		       const char *flow, struct holder *h)
+{
+	int told[2];
+
+	CHECK(pipe(told) == 0);
+	fflush(NULL);
+	h->pid = fork();
+	CHECK(h->pid >= 0);
+	if (h->pid == 0) {
+		unsigned took = 0;
+		int s, fd, rc = 0;
+
+		close(told[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check ends us */
+		if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
+		    setresuid(uid, uid, uid))
+			_exit(126);
+		s = ctl_connect(d->sock);
+		while (s >= 0 && took < 16 &&
+		       !(rc = hc_attach(s, flow, FLOWMOVER__ROLE__CONSUMER,
+					&fd))) {
+			close(fd);
+			took++;
+		}
+		printf("    uid %u: %u consumers attached; then %d: %s\n",
+		       (unsigned)uid, took, rc, rc ? ctl_last_error() : "");
+		fflush(stdout);
+		if (write(told[1], &took, sizeof(took)) != sizeof(took))
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(told[1]);
+	CHECK(read(told[0], &h->took, sizeof(h->took)) == sizeof(h->took));
+	close(told[0]);
+}
+
+/* The holder goes, and with its connection its slots. */
+static void let_go(struct holder *h)
+{
+	int st;
+
+	CHECK(kill(h->pid, SIGKILL) == 0);
+	CHECK(waitpid(h->pid, &st, 0) == h->pid);
+	CHECK(WIFSIGNALED(st));
+}
+
+static void case_guest_slots(void)
+{
+	struct holder nobody, member, owner, more;
+	struct hd d;
+	char out[4096];
+
+	start(&d, "acl6", false, NULL);
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create shared --ring-size 64K --allow-uid %u "
+			"--allow-gid %u", NOBODY, GROUP) == 0);
+	hold_slots(&d, NOBODY, NOBODY, "shared", &nobody);
+	CHECK(nobody.took == 8);
+	hold_slots(&d, OTHER + 1, GROUP, "shared", &member);
+	CHECK(member.took == 6);
+	hold_slots(&d, OTHER, OTHER, "shared", &owner);
+	CHECK(owner.took == 2);
+	CHECK(attached(&d, "shared") == 16);
+	let_go(&nobody);
+	/* moverd gives nobody's slots back when it sees the connection end */
+	for (int i = 0; i < 500 && attached(&d, "shared") != 8; i++)
+		usleep(10000);
+	CHECK(attached(&d, "shared") == 8);
+	hold_slots(&d, OTHER + 1, GROUP, "shared", &more);
+	printf("  uid %u's consumers gone: uid %u takes %u more\n", NOBODY,
+	       OTHER + 1, more.took);
+	CHECK(more.took == 2);
+	let_go(&more);
+	let_go(&member);
+	let_go(&owner);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -574,6 +671,8 @@ int main(int argc, char **argv)
 		  "down" },
 		{ 4, case_groups, "supplementary groups in the gid check" },
 		{ 5, case_owner, "a name taken first by another user" },
+		{ 6, case_guest_slots, "guests' subscriber slots: a share "
+		  "per uid, two kept for the owner" },
 	};
 
 	if (argc != 4) {
