@@ -1377,6 +1377,25 @@ static unsigned visible_peers(const struct ctl_client *c,
 	return kept;
 }
 
+/*
+ * Why a connection last failed, as c may read it: a reason that names a
+ * flow c may not see (peer_fail_flow) is not shown to c, whom the flows
+ * it may see brought here (visible_peers).
+ */
+static const char *peer_error_for(const struct ctl_client *c,
+				  const struct peer_status *ps)
+{
+	const struct flow *f;
+
+	if (!ps->last_error_flow[0] || flows_is_operator(c->uid))
+		return ps->last_error;
+	f = flows_find(c->srv->flows, ps->last_error_flow);
+	if (f && may_see(c, f))
+		return ps->last_error;
+	return "the connection failed over a flow you may not see (an "
+	       "operator's status says which and why)";
+}
+
 static void do_status(struct ctl_client *c, uint64_t id)
 {
 	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
@@ -1425,7 +1444,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 		pi[i].address = (char *)ps[i].address;
 		pi[i].state = (char *)ps[i].state;
 		pi[i].transport = (char *)ps[i].transport;
-		pi[i].last_error = (char *)ps[i].last_error;
+		pi[i].last_error = (char *)peer_error_for(c, &ps[i]);
 		pi[i].last_error_unix_ms = ps[i].last_error_unix_ms;
 		pi[i].flows = ps[i].flows;
 		pi[i].bytes_sent = ps[i].bytes_sent;

@@ -741,23 +741,44 @@ void peer_note_error(struct peer *p, const char *why)
 {
 	snprintf(p->last_error, sizeof(p->last_error), "%s", why);
 	p->last_error_unix_ms = flows_unix_ms();
+	p->last_error_flow[0] = '\0';
+}
+
+static void vfail(struct peer *p, const struct flow *f, const char *fmt,
+		  va_list ap)
+{
+	static struct log_limit lim; /* a peer can fail at will */
+	char why[200];
+
+	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
+		return;
+	vsnprintf(why, sizeof(why), fmt, ap);
+	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
+		    why);
+	peer_note_error(p, why);
+	if (f)
+		snprintf(p->last_error_flow, sizeof(p->last_error_flow), "%s",
+			 f->name);
+	peer_close(p, why);
 }
 
 void peer_fail(struct peer *p, const char *fmt, ...)
 {
-	static struct log_limit lim; /* a peer can fail at will */
-	char why[200];
 	va_list ap;
 
-	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
+	vfail(p, NULL, fmt, ap);
 	va_end(ap);
-	log_limited(&lim, LOG_LVL_WARN, "peer %s: %s: disconnecting", p->addr,
-		    why);
-	peer_note_error(p, why);
-	peer_close(p, why);
+}
+
+void peer_fail_flow(struct peer *p, const struct flow *f, const char *fmt,
+		    ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfail(p, f, fmt, ap);
+	va_end(ap);
 }
 
 /*
@@ -1080,8 +1101,9 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		return -EEXIST;
 	}
 	if (f->rx_peer && f->rx_peer != p) {
-		peer_fail(f->rx_peer, "flow %s: opened again by %s while a "
-			  "receive into it was in flight", f->name, p->addr);
+		peer_fail_flow(f->rx_peer, f, "flow %s: opened again by %s "
+			       "while a receive into it was in flight",
+			       f->name, p->addr);
 		snprintf(err, cap, "flow '%s' is busy on an older connection; "
 			 "retry", f->name);
 		return -EAGAIN;
@@ -2310,9 +2332,10 @@ static void handle_ack(struct peer *p, const struct wire_hdr *h)
 	if (h->pos < f->acked || h->pos > f->sent ||
 	    h->aux < f->remote_head || h->aux > h->pos ||
 	    h->pos % FR_ALIGN || h->aux % FR_ALIGN) {
-		peer_fail(p, "flow %s: acknowledgement %llu/%llu outside the "
-			  "window", f->name, (unsigned long long)h->pos,
-			  (unsigned long long)h->aux);
+		peer_fail_flow(p, f, "flow %s: acknowledgement %llu/%llu "
+			       "outside the window", f->name,
+			       (unsigned long long)h->pos,
+			       (unsigned long long)h->aux);
 		return;
 	}
 	/* everything below sent went as whole records */
@@ -2377,10 +2400,11 @@ static int start_data(struct peer *p, const struct wire_hdr *h)
 	r = ring_of(f);
 	if (h->pos != f->sent || h->len == 0 || h->len % FR_ALIGN ||
 	    h->len > r->size || h->pos + h->len - head > r->size) {
-		peer_fail(p, "flow %s: data [%llu, +%u) outside the window "
-			  "(published %llu, consumer %llu)", f->name,
-			  (unsigned long long)h->pos, h->len,
-			  (unsigned long long)f->sent, (unsigned long long)head);
+		peer_fail_flow(p, f, "flow %s: data [%llu, +%u) outside the "
+			       "window (published %llu, consumer %llu)",
+			       f->name, (unsigned long long)h->pos, h->len,
+			       (unsigned long long)f->sent,
+			       (unsigned long long)head);
 		return -1;
 	}
 	off = h->pos & r->mask;
@@ -3439,6 +3463,7 @@ static void status_of(const struct peer *p, struct peer_status *out)
 		.unacked = p->unacked, .st = &p->st,
 		.last_error = p->last_error,
 		.last_error_unix_ms = p->last_error_unix_ms,
+		.last_error_flow = p->last_error_flow,
 		.peer = p,
 	};
 	if (p->tp->registered)

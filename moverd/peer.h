@@ -275,6 +275,7 @@ struct peer_status {
 	uint64_t window, unacked;    /* the connection window (mover.c) */
 	const char *last_error;      /* why it last failed ("" never) */
 	uint64_t last_error_unix_ms;
+	const char *last_error_flow; /* the flow it names ("" none) */
 	const struct peer_stats *st; /* frames, ack times (stats.h) */
 	const struct peer *peer;     /* which (flows' f->peer), opaque */
 };

@@ -128,6 +128,9 @@ struct peer {
 	 * kept once it is up again: `moverctl status` shows it */
 	char last_error[200];
 	uint64_t last_error_unix_ms;
+	/* the flow last_error names ("" none; peer_fail_flow): a user who
+	 * may not see that flow is not shown the text */
+	char last_error_flow[FLOW_NAME_MAX + 1];
 	uint8_t nonce_mine[AUTH_NONCE_BYTES], nonce_theirs[AUTH_NONCE_BYTES];
 	char node[256];           /* its node name as sent (the proofs') */
 	char node_safe[65];       /* the same, printable only */
@@ -345,6 +348,10 @@ struct flow *peer_flow_by_id(struct peer *p, uint32_t id, enum flow_role r);
 void peer_up(struct peer *p);
 void peer_fail(struct peer *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* peer_fail for a reason that names f (status shows it only to those who
+ * may see f). */
+void peer_fail_flow(struct peer *p, const struct flow *f, const char *fmt,
+		    ...) __attribute__((format(printf, 3, 4)));
 /* Keep why as p's last error (status, the counters file). */
 void peer_note_error(struct peer *p, const char *why);
 /* The other end closed the connection (a failure if flows use it). */

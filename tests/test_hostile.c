@@ -78,6 +78,10 @@
  *      behind it and hangs up: moverd sees it go (no read was armed)
  *  21  64 silent peer connections to B: B's status still lists A's (it
  *      carries a flow; it was pushed out) and counts those not listed
+ *  22  a peer fails the link with an acknowledgement outside the window
+ *      of uid 4000's flow: uid 65534, whose flow shares the link, sees
+ *      the connection in `status` but not the reason that names the
+ *      other's flow; uid 4000 and root see it
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2510,6 +2514,86 @@ static void case_status_crowded(void)
 	hd_stop(&b);
 }
 
+/* ---- case 22: a link's last error names another user's flow ------------ */
+
+#define OTHER 4000u
+
+/* The fake peer on fd answers the next OPEN "opened" where it starts;
+ * the flow id moverd asked under. */
+static uint32_t answer_next_open(int fd, const char *name, uint64_t *start)
+{
+	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
+	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
+
+	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
+	CHECK(!strcmp(m->open->name, name));
+	op.flow_id = m->open->flow_id;
+	op.resume = op.head = *start = m->open->start;
+	flowmover__peer_msg__free_unpacked(m, NULL);
+	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
+	r.opened = &op;
+	CHECK(hp_send_msg(fd, &r));
+	return op.flow_id;
+}
+
+/* `status --json` on d as uid into out (cap bytes). */
+static void status_as(const struct hd *d, uid_t uid, char *out, size_t cap)
+{
+	CHECK(hd_ctl_as(d, moverctl_bin, uid, out, cap, "status --json") == 0);
+}
+
+/*
+ * A connection's last error can name the flow whose frame failed it; a
+ * user whose own flow shares the connection sees the connection in
+ * `status` (visible_peers) and was shown that reason too: another user's
+ * flow name (a review).  It reads that the connection failed over a flow
+ * it may not see; the flow's owner and root read the reason.
+ */
+static void case_error_other_flow(void)
+{
+	char out[16384];
+	struct hp_hello_in in;
+	uint64_t start;
+	uint32_t id;
+	int port, lfd, fd;
+	struct hd d;
+
+	lfd = hp_listen(&port);
+	hd_start(&d, moverd_bin, "hostile22", false, NULL);
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create payroll --peer 127.0.0.1:%d --ring-size 64K",
+			port) == 0);
+	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	CHECK(hp_hello(fd, "fake22"));
+	id = answer_next_open(fd, "payroll", &start);
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out), "flow "
+			"create mine22 --peer 127.0.0.1:%d --ring-size 64K",
+			port) == 0);
+	answer_next_open(fd, "mine22", &(uint64_t){ 0 });
+	CHECK(hd_wait_state(&d, moverctl_bin, "payroll", "open", 5000, NULL,
+			    0));
+	/* an acknowledgement of bytes never sent */
+	CHECK(hp_send_hdr(fd, WIRE_ACK, id, 0, start + 65536, start));
+	CHECK(hp_closed_within(fd, 5000));
+	status_as(&d, 0, out, sizeof(out));
+	printf("  root reads: %s\n", strstr(out, "payroll: acknowledgement")
+	       ? "flow payroll: acknowledgement ... outside the window" :
+	       "(no reason)");
+	CHECK(strstr(out, "flow payroll: acknowledgement"));
+	status_as(&d, OTHER, out, sizeof(out));
+	CHECK(strstr(out, "flow payroll: acknowledgement"));
+	status_as(&d, NOBODY, out, sizeof(out));
+	printf("  uid %u (flow mine22 on the same link) reads: %s\n", NOBODY,
+	       strstr(out, "a flow you may not see") ? "\"the connection "
+	       "failed over a flow you may not see ...\"" : out);
+	CHECK(strstr(out, "127.0.0.1:") && !strstr(out, "payroll"));
+	CHECK(strstr(out, "a flow you may not see"));
+	close(fd);
+	close(lfd);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2571,6 +2655,8 @@ int main(int argc, char **argv)
 		  "and hangs up: moverd sees it go" },
 		{ 21, case_status_crowded, "64 silent peer connections: status "
 		  "still lists the one carrying a flow, and counts the rest" },
+		{ 22, case_error_other_flow, "a link failed over another "
+		  "user's flow: status does not name it to others" },
 	};
 
 	if (argc != 4) {
