@@ -430,7 +430,19 @@ static void queue_refused(struct peer *p, uint32_t id, int error,
 
 /* ---- failure and reconnection ------------------------------------------- */
 
-static void reset_flows(struct peer *p, const char *why)
+/* The connection failed over a frame of flow `over` ("" none): the other
+ * flows on it, whose reason their own users read (`flow show`), are not
+ * told that flow's name (peer_fail_flow). */
+static const char *reason_for(const struct flow *f, const char *over,
+			      const char *why)
+{
+	if (!over[0] || !strcmp(f->name, over))
+		return why;
+	return "the connection failed over another flow on it (moverctl "
+	       "status, to an operator, says which and why)";
+}
+
+static void reset_flows(struct peer *p, const char *over, const char *why)
 {
 	for (struct flow *f = p->flows, *n; f; f = n) {
 		n = f->peer_next;
@@ -443,7 +455,8 @@ static void reset_flows(struct peer *p, const char *why)
 			f->sent = f->acked;
 			f->st.rtt_t0 = 0; /* that send is not timed */
 			if (f->state != FLOW_FAILED)
-				flows_set_state(f, FLOW_RECONNECTING, why);
+				flows_set_state(f, FLOW_RECONNECTING,
+						reason_for(f, over, why));
 		} else {
 			/* one failed here (fail_receiver) whose sender's
 			 * CLOSE never came stays failed: back, the sender is
@@ -726,15 +739,21 @@ void reap_peers(struct peer_mgr *m)
 	}
 }
 
-/* Close p's connection; its flows wait (reset_flows), it goes or is
- * reset once no op is in flight (reap_peers). */
-static void peer_close(struct peer *p, const char *why)
+/* Close p's connection, failed over a frame of flow `over` ("" none);
+ * its flows wait (reset_flows), it goes or is reset once no op is in
+ * flight (reap_peers). */
+static void close_over(struct peer *p, const char *over, const char *why)
 {
-	reset_flows(p, why);
+	reset_flows(p, over, why);
 	if (p->state == PEER_UP)
 		p->reconnects++;
 	p->state = PEER_CLOSING;
 	p->tp->shutdown(p);
+}
+
+static void peer_close(struct peer *p, const char *why)
+{
+	close_over(p, "", why);
 }
 
 void peer_note_error(struct peer *p, const char *why)
@@ -759,7 +778,7 @@ static void vfail(struct peer *p, const struct flow *f, const char *fmt,
 	if (f)
 		snprintf(p->last_error_flow, sizeof(p->last_error_flow), "%s",
 			 f->name);
-	peer_close(p, why);
+	close_over(p, p->last_error_flow, why);
 }
 
 void peer_fail(struct peer *p, const char *fmt, ...)

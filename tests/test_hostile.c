@@ -81,7 +81,8 @@
  *  22  a peer fails the link with an acknowledgement outside the window
  *      of uid 4000's flow: uid 65534, whose flow shares the link, sees
  *      the connection in `status` but not the reason that names the
- *      other's flow; uid 4000 and root see it
+ *      other's flow, nor in its own flow's reason; uid 4000 and root
+ *      see it
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2589,6 +2590,16 @@ static void case_error_other_flow(void)
 	       "failed over a flow you may not see ...\"" : out);
 	CHECK(strstr(out, "127.0.0.1:") && !strstr(out, "payroll"));
 	CHECK(strstr(out, "a flow you may not see"));
+	/* nor in the reason of its own flow, which the failure reset */
+	CHECK(hd_ctl_as(&d, moverctl_bin, NOBODY, out, sizeof(out), "flow "
+			"show mine22 --json") == 0);
+	printf("  uid %u's flow mine22 says: %s\n", NOBODY,
+	       strstr(out, "over another flow") ? "\"the connection failed "
+	       "over another flow on it ...\"" : out);
+	CHECK(!strstr(out, "payroll") && strstr(out, "over another flow"));
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"show payroll --json") == 0);
+	CHECK(strstr(out, "flow payroll: acknowledgement"));
 	close(fd);
 	close(lfd);
 	hd_stop(&d);
