@@ -31,7 +31,10 @@ static void key_id(struct auth_key *k)
 	sodium_bin2hex(k->id, sizeof(k->id), h, sizeof(h));
 }
 
-static int check_key_file(int fd, const char *path, char *err, size_t cap)
+/* A secret's file: regular, owned by root or by us, private to its owner;
+ * its size in *size. */
+static int check_secret_file(int fd, const char *path, const char *what,
+			     off_t *size, char *err, size_t cap)
 {
 	struct stat st;
 
@@ -49,35 +52,57 @@ static int check_key_file(int fd, const char *path, char *err, size_t cap)
 		return -EPERM;
 	}
 	if (st.st_mode & 077) {
-		snprintf(err, cap, "%s has mode %04o: a key must be readable "
+		snprintf(err, cap, "%s has mode %04o: a %s must be readable "
 			 "by its owner only (chmod 600 %s)", path,
-			 (unsigned)(st.st_mode & 07777), path);
+			 (unsigned)(st.st_mode & 07777), what, path);
 		return -EPERM;
 	}
-	if (st.st_size != AUTH_KEY_BYTES) {
+	*size = st.st_size;
+	return 0;
+}
+
+static int check_key_file(int fd, const char *path, char *err, size_t cap)
+{
+	off_t size;
+	int rc = check_secret_file(fd, path, "key", &size, err, cap);
+
+	if (rc)
+		return rc;
+	if (size != AUTH_KEY_BYTES) {
 		snprintf(err, cap, "%s holds %lld bytes, a key is %u random "
 			 "bytes (moverctl keygen FILE)", path,
-			 (long long)st.st_size, AUTH_KEY_BYTES);
+			 (long long)size, AUTH_KEY_BYTES);
 		return -EINVAL;
 	}
 	return 0;
 }
 
+/* Open a secret's file, not through a link; the fd, or a negative errno
+ * with a sentence in err. */
+static int open_secret(const char *path, const char *what, char *err,
+		       size_t cap)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc;
+
+	if (fd >= 0)
+		return fd;
+	rc = -errno;
+	if (rc == -ELOOP) /* O_NOFOLLOW */
+		snprintf(err, cap, "%s is a symbolic link: give the %s file "
+			 "itself", path, what);
+	else
+		snprintf(err, cap, "%s: %s", path, strerror(errno));
+	return rc;
+}
+
 int auth_load_key(const char *path, struct auth_key *k, char *err,
 		  size_t cap)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc;
+	int fd = open_secret(path, "key", err, cap), rc;
 	ssize_t n;
 
-	if (fd < 0) {
-		rc = -errno;
-		if (rc == -ELOOP) /* O_NOFOLLOW */
-			snprintf(err, cap, "%s is a symbolic link: give the "
-				 "key file itself", path);
-		else
-			snprintf(err, cap, "%s: %s", path, strerror(errno));
-		return rc;
-	}
+	if (fd < 0)
+		return fd;
 	rc = check_key_file(fd, path, err, cap);
 	if (!rc) {
 		n = read(fd, k->key, sizeof(k->key));
@@ -93,6 +118,66 @@ int auth_load_key(const char *path, struct auth_key *k, char *err,
 	}
 	key_id(k);
 	return 0;
+}
+
+/* 16 to AUTH_TOKEN_MAX printable characters, no space. */
+static bool token_valid(const char *tok, size_t len)
+{
+	if (len < AUTH_TOKEN_MIN || len > AUTH_TOKEN_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (tok[i] <= ' ' || tok[i] > '~')
+			return false;
+	return true;
+}
+
+static void token_hash(const char *tok, size_t len, uint8_t out[32])
+{
+	crypto_generichash(out, 32, (const uint8_t *)tok, len, NULL, 0);
+}
+
+int auth_load_token(const char *path, struct auth_token *t, char *err,
+		    size_t cap)
+{
+	char buf[AUTH_TOKEN_MAX + 2];
+	int fd = open_secret(path, "token", err, cap), rc;
+	off_t size;
+	ssize_t n = 0;
+
+	if (fd < 0)
+		return fd;
+	rc = check_secret_file(fd, path, "token", &size, err, cap);
+	if (!rc && (size < 1 || size > (off_t)sizeof(buf) ||
+		    (n = read(fd, buf, sizeof(buf))) != size))
+		rc = -EINVAL;
+	close(fd);
+	if (!rc && n > 0 && buf[n - 1] == '\n')
+		n--; /* one line: its newline is not the token's */
+	if (!rc && !token_valid(buf, (size_t)n))
+		rc = -EINVAL;
+	if (rc == -EINVAL)
+		snprintf(err, cap, "%s: a token is one line of %u to %u "
+			 "printable characters without spaces (say, "
+			 "openssl rand -hex 32)", path, AUTH_TOKEN_MIN,
+			 AUTH_TOKEN_MAX);
+	if (!rc)
+		token_hash(buf, (size_t)n, t->hash);
+	sodium_memzero(buf, sizeof(buf));
+	return rc;
+}
+
+bool auth_token_ok(const struct auth_token *t, const char *given,
+		   size_t len)
+{
+	uint8_t h[32];
+	bool ok;
+
+	/* hashes of equal length compared in constant time: neither the
+	 * token's bytes nor its length show in the time a refusal takes */
+	token_hash(given, len, h);
+	ok = crypto_verify_32(h, t->hash) == 0;
+	sodium_memzero(h, sizeof(h));
+	return ok;
 }
 
 void auth_nonce(uint8_t out[AUTH_NONCE_BYTES])

@@ -16,6 +16,9 @@
  * dialed_mismatch).  This does not protect the frames after the
  * handshake from an attacker on the path to the real address: see
  * docs/security-auth.md.
+ *
+ * Also the bearer token of `--metrics-token` (metrics_http.c): its file
+ * checked as the key's is, only its hash kept, compared in constant time.
  */
 #ifndef MOVERD_AUTH_H
 #define MOVERD_AUTH_H
@@ -34,6 +37,14 @@ enum auth_role { AUTH_INITIATOR, AUTH_RESPONDER };
 struct auth_key {
 	uint8_t key[AUTH_KEY_BYTES];
 	char id[AUTH_ID_CHARS + 1];
+};
+
+/* A bearer token that HTTP clients must show (moverd --metrics-token):
+ * only its hash is kept. */
+#define AUTH_TOKEN_MIN 16u
+#define AUTH_TOKEN_MAX 512u
+struct auth_token {
+	uint8_t hash[32];
 };
 
 /* libsodium's initialisation; 0 or -1. */
@@ -63,6 +74,19 @@ bool auth_check(const struct auth_key *k, enum auth_role role,
 		const uint8_t resp_nonce[AUTH_NONCE_BYTES],
 		const char *init_node, const char *resp_node,
 		const char *dialed, const uint8_t *proof, size_t len);
+
+/*
+ * Read a token file: a regular file (not a link) owned by root or by us,
+ * with no permission for group or others, holding one line of
+ * AUTH_TOKEN_MIN to AUTH_TOKEN_MAX printable characters without spaces.
+ * 0, or a negative errno with a sentence in err.
+ */
+int auth_load_token(const char *path, struct auth_token *t, char *err,
+		    size_t cap);
+
+/* Is given (len bytes) the token?  Compared in constant time. */
+bool auth_token_ok(const struct auth_token *t, const char *given,
+		   size_t len);
 
 /* Forget the key (zeroed in a way the compiler keeps). */
 void auth_forget(struct auth_key *k);

@@ -74,6 +74,7 @@ struct options {
 	char config[PATH_MAX];    /* --config, made absolute, not resolved
 				   * ("" = none) */
 	char metrics[80];         /* --metrics HOST:PORT, "" = none */
+	char metrics_token[PATH_MAX]; /* --metrics-token FILE, "" = none */
 	char cpus_list[64];       /* --cpus as given, "" = any cpu */
 	cpu_set_t cpus;           /* --cpus parsed */
 };
@@ -97,6 +98,7 @@ enum {
 	OPT_ORPHAN,
 	OPT_PEER_OWNER,
 	OPT_METRICS,
+	OPT_METRICS_TOKEN,
 	OPT_PEER_REACH,
 	OPT_IDLE,
 	OPT_IO_URING,
@@ -136,6 +138,7 @@ struct daemon {
 	struct conf_opts conf_at_start; /* the config's option lines */
 	struct counters ctr;      /* SOCKET.counters (counters.h) */
 	struct metrics_http *metrics; /* --metrics */
+	struct auth_token metrics_token; /* loaded from opt.metrics_token */
 };
 
 static void usage(FILE *out)
@@ -285,8 +288,15 @@ static void usage(FILE *out)
 "                           moverd's group) as Prometheus text at\n"
 "                           http://HOST:PORT/metrics, from a thread of its\n"
 "                           own; anyone who reaches it sees every flow's\n"
-"                           name: keep it on loopback or a management\n"
-"                           network.  Default: off\n"
+"                           name (on loopback: every local user): keep it\n"
+"                           on a management network, or ask a token.\n"
+"                           Default: off\n"
+"  --metrics-token FILE     serve /metrics only to requests that show the\n"
+"                           token in FILE (one line, 16-512 printable\n"
+"                           characters; mode 0600, owned by root or\n"
+"                           moverd's user) as `Authorization: Bearer ...`;\n"
+"                           others get 401.  Prometheus: authorization:\n"
+"                           credentials_file: a copy of FILE\n"
 "  --version, --help\n"
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
@@ -333,6 +343,7 @@ static const struct option long_opts[] = {
 	{ "peer-allow", required_argument, NULL, 'A' },
 	{ "insecure-peers", no_argument, NULL, 'I' },
 	{ "metrics", required_argument, NULL, OPT_METRICS },
+	{ "metrics-token", required_argument, NULL, OPT_METRICS_TOKEN },
 	{ "peer-reachable-at", required_argument, NULL, OPT_PEER_REACH },
 	{ "version", no_argument, NULL, 'V' },
 	{ "help", no_argument, NULL, 'h' },
@@ -509,6 +520,11 @@ static int set_option(struct options *o, int key, const char *val, FILE *msg)
 		if (strlen(val) >= sizeof(o->metrics) || !strchr(val, ':'))
 			goto bad;
 		strcpy(o->metrics, val);
+		return 0;
+	case OPT_METRICS_TOKEN:
+		if (strlen(val) >= sizeof(o->metrics_token))
+			goto bad;
+		strcpy(o->metrics_token, val);
 		return 0;
 	case 'I': o->insecure_peers = true; return 0;
 	case 'f': o->foreground = true; return 0;
@@ -791,8 +807,15 @@ static int parse_options(struct options *o, struct conf_opts *seen, int argc,
 	}
 	if (absolute(o->socket, sizeof(o->socket), "socket") ||
 	    absolute(o->state_dir, sizeof(o->state_dir), "state directory") ||
-	    absolute(o->peer_key, sizeof(o->peer_key), "peer key"))
+	    absolute(o->peer_key, sizeof(o->peer_key), "peer key") ||
+	    absolute(o->metrics_token, sizeof(o->metrics_token),
+		     "metrics token"))
 		return 2;
+	if (o->metrics_token[0] && !o->metrics[0]) {
+		fprintf(stderr, "moverd: --metrics-token without --metrics: "
+			"there is no endpoint to guard\n");
+		return 2;
+	}
 	if (!o->state_dir[0]) {
 		const char *slash = strrchr(o->socket, '/');
 		int dir = slash ? (int)(slash - o->socket) : 0;
@@ -1112,8 +1135,8 @@ static int daemonize(int *ready_fd)
 }
 
 /*
- * Who may be a peer: the key is loaded (and its file checked) before
- * anything else; without one, a listen address others can reach is
+ * Who may be a peer (and read /metrics): the key and the metrics token are
+ * loaded (and their files checked) before anything else; without a key, a listen address others can reach is
  * refused unless the operator says --insecure-peers.  0, or 1 after
  * printing why.
  */
@@ -1123,6 +1146,12 @@ static int peer_security(struct daemon *d)
 
 	if (auth_init()) {
 		fprintf(stderr, "moverd: libsodium did not initialise\n");
+		return 1;
+	}
+	if (d->opt.metrics_token[0] &&
+	    auth_load_token(d->opt.metrics_token, &d->metrics_token, err,
+			    sizeof(err))) {
+		fprintf(stderr, "moverd: --metrics-token: %s\n", err);
 		return 1;
 	}
 	if (d->opt.peer_key[0]) {
@@ -1484,7 +1513,9 @@ int main(int argc, char **argv)
 		 d.opt.window_delay_us);
 	/* after setup_signals: its thread inherits the blocked signals */
 	if (d.opt.metrics[0] &&
-	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h)))
+	    !(d.metrics = metrics_http_start(d.opt.metrics, d.ctr.h,
+					     d.opt.metrics_token[0] ?
+					     &d.metrics_token : NULL)))
 		return 1;
 	flows_count_start(&d.flows);
 	if (flows_adopt_timed(&d.flows))

@@ -16,6 +16,11 @@
  * sampler has written since and the body is older than a period, so
  * scrapers in a loop cost one render per period, and sixteen connections
  * one body, not sixteen.
+ *
+ * With --metrics-token the text goes only to a request that shows the
+ * token (Prometheus: `authorization: {credentials_file: ...}`): the port
+ * is anyone's who reaches it, every local user's on loopback, and the
+ * text names every flow and peer of the host.
  */
 #include "metrics_http.h"
 #include "log.h"
@@ -25,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* A render may be reused for this many times what it cost: rendering
@@ -45,6 +51,8 @@ struct metrics_http {
 	struct MHD_Daemon *d;
 	const struct fmc_header *h;
 	struct shared shared[2];  /* [0] Prometheus text, [1] OpenMetrics */
+	bool need_token;
+	struct auth_token token;  /* its hash (auth.h) */
 };
 
 static const char *const types[2] = {
@@ -54,7 +62,8 @@ static const char *const types[2] = {
 
 /* ---- HTTP --------------------------------------------------------------------- */
 
-/* A short answer that is not the metrics (an error, a refusal). */
+/* A short answer that is not the metrics (an error, a refusal); a 401
+ * says which scheme it wants. */
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
 			     const char *text)
 {
@@ -65,9 +74,29 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
 	if (!r)
 		return MHD_NO;
 	MHD_add_response_header(r, "Content-Type", "text/plain");
+	if (status == MHD_HTTP_UNAUTHORIZED)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					"Bearer realm=\"moverd metrics\"");
 	rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return rc;
+}
+
+/* Does the request show the token (or is none asked for)? */
+static bool token_shown(const struct metrics_http *m,
+			struct MHD_Connection *c)
+{
+	static const char bearer[] = "Bearer ";
+	const char *v;
+
+	if (!m->need_token)
+		return true;
+	v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+					MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!v || strncasecmp(v, bearer, sizeof(bearer) - 1))
+		return false;
+	v += sizeof(bearer) - 1;
+	return auth_token_ok(&m->token, v, strlen(v));
 }
 
 static uint64_t mono_ns(void)
@@ -140,6 +169,9 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *c,
 		return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "GET /metrics\n");
 	if (strcmp(url, "/metrics"))
 		return reply(c, MHD_HTTP_NOT_FOUND, "GET /metrics\n");
+	if (!token_shown(m, c))
+		return reply(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is "
+			     "needed (moverd --metrics-token)\n");
 	accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 					     MHD_HTTP_HEADER_ACCEPT);
 	om = accept && strstr(accept, "application/openmetrics-text");
@@ -151,7 +183,8 @@ static enum MHD_Result serve(void *cls, struct MHD_Connection *c,
 }
 
 struct metrics_http *metrics_http_start(const char *addr,
-					const struct fmc_header *h)
+					const struct fmc_header *h,
+					const struct auth_token *token)
 {
 	struct resolver_result res;
 	struct metrics_http *m;
@@ -170,6 +203,10 @@ struct metrics_http *metrics_http_start(const char *addr,
 	if (!m)
 		return NULL;
 	m->h = h;
+	if (token) {
+		m->need_token = true;
+		m->token = *token;
+	}
 	m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
 				(res.sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 				0, NULL, NULL, serve, m,
@@ -184,7 +221,8 @@ struct metrics_http *metrics_http_start(const char *addr,
 		free(m);
 		return NULL;
 	}
-	log_info("metrics at http://%s/metrics", addr);
+	log_info("metrics at http://%s/metrics%s", addr,
+		 token ? " (to a request with the token)" : "");
 	return m;
 }
 

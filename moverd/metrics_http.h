@@ -10,6 +10,7 @@
 #define MOVERD_METRICS_HTTP_H
 
 #include "../ipc/counters.h"
+#include "auth.h"
 
 #include <stddef.h>
 
@@ -23,10 +24,13 @@ struct metrics_http;
 
 /*
  * Listen on addr ("HOST:PORT", resolved at start) and serve the counters
- * mapped at h.  NULL after logging why (address, bind).
+ * mapped at h; with a token (NULL: none), only to a request that shows it
+ * (`Authorization: Bearer TOKEN`), others get 401.  NULL after logging why
+ * (address, bind).
  */
 struct metrics_http *metrics_http_start(const char *addr,
-					const struct fmc_header *h);
+					const struct fmc_header *h,
+					const struct auth_token *token);
 
 /* Stop the thread (before the counters mapping goes). */
 void metrics_http_stop(struct metrics_http *m);

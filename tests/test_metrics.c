@@ -91,6 +91,11 @@
  *      is the same body (shared, not rendered again); HEAD: the length,
  *      no body; OpenMetrics to a scraper that asks; after a pass the new
  *      value comes; 404, 405; no counters file: no endpoint
+ *  21  --metrics-token: a token file of mode 0644 is refused at start;
+ *      /metrics answers 401 (WWW-Authenticate: Bearer) without the token,
+ *      with another, a prefix of it or another scheme, the text with it;
+ *      a real Prometheus job with `authorization: credentials_file` is up,
+ *      one without is down
  */
 #include "harness.h"
 #include "../ipc/counters.h"
@@ -803,6 +808,41 @@ static void case_tmux(void)
 
 /* ---- 6: a real Prometheus ------------------------------------------------------------ */
 
+/* A real Prometheus with config cfg, its data in data and its output in
+ * log, serving its API at 127.0.0.1:port; dies with us. */
+static pid_t start_prometheus(const char *cfg, const char *data,
+			      const char *log, int port)
+{
+	pid_t prom;
+
+	if (sh(NULL, 0, "command -v prometheus >/dev/null && "
+	       "command -v curl >/dev/null") != 0) {
+		fprintf(stderr, "prometheus or curl is not installed "
+			"(contrib/install-deps.sh installs them)\n");
+		CHECK(!"prometheus");
+	}
+	fflush(NULL);
+	prom = fork();
+	CHECK(prom >= 0);
+	if (prom == 0) {
+		char web[64], cf[300], st[300];
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		snprintf(web, sizeof(web), "--web.listen-address=127.0.0.1:%d",
+			 port);
+		snprintf(cf, sizeof(cf), "--config.file=%s", cfg);
+		snprintf(st, sizeof(st), "--storage.tsdb.path=%s", data);
+		execlp("prometheus", "prometheus", cf, st, web, (char *)NULL);
+		_exit(127);
+	}
+	return prom;
+}
+
 /* Ask Prometheus at port: the first sample's value of query at time t. */
 static bool prom_query(int port, const char *query, double t, double *v)
 {
@@ -831,12 +871,6 @@ static void case_prometheus(void)
 	pid_t prom, c, p;
 	FILE *f;
 
-	if (sh(NULL, 0, "command -v prometheus >/dev/null && "
-	       "command -v curl >/dev/null") != 0) {
-		fprintf(stderr, "prometheus or curl is not installed "
-			"(contrib/install-deps.sh installs them)\n");
-		CHECK(!"prometheus");
-	}
 	snprintf(ma, sizeof(ma), "127.0.0.1:%d", pa);
 	snprintf(mb, sizeof(mb), "127.0.0.1:%d", pb);
 	hd_start(&b, moverd, "metrics6b", true,
@@ -852,24 +886,7 @@ static void case_prometheus(void)
 		"scrape_configs:\n  - job_name: moverd\n    static_configs:\n"
 		"      - targets: ['%s', '%s']\n", ma, mb);
 	fclose(f);
-	fflush(NULL);
-	prom = fork();
-	CHECK(prom >= 0);
-	if (prom == 0) {
-		char web[64], cf[300], st[300];
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		snprintf(web, sizeof(web), "--web.listen-address=127.0.0.1:%d", pp);
-		snprintf(cf, sizeof(cf), "--config.file=%s", cfg);
-		snprintf(st, sizeof(st), "--storage.tsdb.path=%s", data);
-		execlp("prometheus", "prometheus", cf, st, web, (char *)NULL);
-		_exit(127);
-	}
+	prom = start_prometheus(cfg, data, log, pp);
 	/* both targets up */
 	for (i = 0; i < 150; i++) {
 		if (prom_query(pp, "sum(up{job=\"moverd\"})", (double)unix_ns() / 1e9,
@@ -2192,9 +2209,10 @@ struct http_answer {
 	size_t len;
 };
 
-/* One request on a connection of its own (HTTP/1.0: read to the end). */
-static struct http_answer http_ask(int port, const char *method,
-				   const char *path, const char *accept)
+/* One request on a connection of its own (HTTP/1.0: read to the end),
+ * with extra header lines (each ending in \\r\\n; "" none). */
+static struct http_answer http_ask_with(int port, const char *method,
+					const char *path, const char *headers)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_port = htons((uint16_t)port),
@@ -2207,9 +2225,8 @@ static struct http_answer http_ask(int port, const char *method,
 
 	CHECK(fd >= 0);
 	CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\n%s%s%s\r\n", method,
-		     path, accept ? "Accept: " : "", accept ? accept : "",
-		     accept ? "\r\n" : "");
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\n%s\r\n", method,
+		     path, headers);
 	CHECK(write(fd, req, (size_t)n) == n);
 	do {
 		if (len + 65536 > cap) {
@@ -2233,6 +2250,16 @@ static struct http_answer http_ask(int port, const char *method,
 	memcpy(ans.body, end + 4, ans.len + 1);
 	free(all);
 	return ans;
+}
+
+static struct http_answer http_ask(int port, const char *method,
+				   const char *path, const char *accept)
+{
+	char h[256] = "";
+
+	if (accept)
+		snprintf(h, sizeof(h), "Accept: %s\r\n", accept);
+	return http_ask_with(port, method, path, h);
 }
 
 /* The header line line is in head, whole. */
@@ -2276,8 +2303,8 @@ static void case_endpoint(void)
 	put_rec(h, fmc_first_peer(h), FMC_PEER, "p\\\"q\nr", "");
 
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-	CHECK(metrics_http_start(addr, NULL) == NULL);
-	m = metrics_http_start(addr, h);
+	CHECK(metrics_http_start(addr, NULL, NULL) == NULL);
+	m = metrics_http_start(addr, h, NULL);
 	CHECK(m != NULL);
 
 	/* GET: metrics_render's text, its label values escaped */
@@ -2359,6 +2386,121 @@ static void case_endpoint(void)
 	free(h);
 }
 
+/* ---- 21: a token for /metrics -------------------------------------------- */
+
+#define TOKEN21 "f10w-m0ver-t0ken-21-0123456789abcdef"
+
+/* 21: the answer to GET /metrics at port with an Authorization value
+ * (NULL: none); its status, and the body is the metrics' if 200. */
+static int get_authorized(int port, const char *auth)
+{
+	char h[256] = "";
+	struct http_answer ans;
+
+	if (auth)
+		snprintf(h, sizeof(h), "Authorization: %s\r\n", auth);
+	ans = http_ask_with(port, "GET", "/metrics", h);
+	if (ans.status == 200)
+		CHECK(strstr(ans.body, "flowmover_"));
+	else
+		CHECK(!strstr(ans.body, "flowmover_") &&
+		      has_header(ans.head, "WWW-Authenticate: Bearer "
+				 "realm=\"moverd metrics\""));
+	free(ans.body);
+	return ans.status;
+}
+
+/* 21: Prometheus's `sum(up{job=...})` once both jobs were scraped
+ * (count 2), or -1. */
+static double job_up(int pp, const char *job)
+{
+	char q[128];
+	double v = 0;
+
+	for (int i = 0; i < 150; i++) {
+		if (prom_query(pp, "count(up)", (double)unix_ns() / 1e9, &v) &&
+		    v == 2)
+			break;
+		usleep(200000);
+	}
+	if (v != 2)
+		return -1;
+	snprintf(q, sizeof(q), "sum(up{job=\"%s\"})", job);
+	return prom_query(pp, q, (double)unix_ns() / 1e9, &v) ? v : -1;
+}
+
+/*
+ * --metrics-token FILE: a token file others may read is refused at start;
+ * /metrics answers 401 (with WWW-Authenticate: Bearer) without the token
+ * or with another, the text with it; a real Prometheus scrapes with
+ * `authorization: credentials_file` (up 1) and not without (up 0).
+ */
+static void case_token(void)
+{
+	char dir[] = "/tmp/fm-metrics21-XXXXXX", tok[128], tok2[128];
+	char cfg[256], data[256], log[256], mb[64], out[4096];
+	int pb = hd_free_port(), pp = hd_free_port();
+	double with, without;
+	struct hd b;
+	pid_t prom;
+	FILE *f;
+
+	CHECK(mkdtemp(dir));
+	snprintf(tok, sizeof(tok), "%s/token", dir);
+	snprintf(tok2, sizeof(tok2), "%s/prometheus-token", dir);
+	f = fopen(tok, "w");
+	CHECK(f && fputs(TOKEN21 "\n", f) >= 0 && fclose(f) == 0);
+	CHECK(chmod(tok, 0644) == 0);
+	snprintf(mb, sizeof(mb), "127.0.0.1:%d", pb);
+	CHECK(sh(out, sizeof(out), "timeout 10 %s --foreground --socket "
+		 "%s/m.sock --metrics %s --metrics-token %s 2>&1", moverd, dir,
+		 mb, tok) == 1);
+	printf("  a token file of mode 0644: %s", out);
+	CHECK(strstr(out, "readable by its owner only"));
+	CHECK(chmod(tok, 0600) == 0);
+	CHECK(sh(NULL, 0, "cp %s %s", tok, tok2) == 0);
+
+	hd_start(&b, moverd, "metrics21", false, (const char *[]){
+		 "--metrics", mb, "--metrics-token", tok, NULL });
+	CHECK(get_authorized(pb, NULL) == 401);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "x") == 401);
+	CHECK(get_authorized(pb, "Bearer f10w") == 401);
+	CHECK(get_authorized(pb, "Basic " TOKEN21) == 401);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 200);
+	CHECK(get_authorized(pb, "bearer " TOKEN21) == 200);
+	printf("  GET /metrics: 401 without the token, with another or "
+	       "another scheme; 200 with it\n");
+
+	snprintf(cfg, sizeof(cfg), "%s/prometheus.yml", dir);
+	snprintf(data, sizeof(data), "%s/prometheus-data", dir);
+	snprintf(log, sizeof(log), "%s/prometheus.log", dir);
+	f = fopen(cfg, "w");
+	CHECK(f != NULL);
+	fprintf(f, "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+		"scrape_configs:\n"
+		"  - job_name: token\n    authorization:\n"
+		"      credentials_file: %s\n"
+		"    static_configs:\n      - targets: ['%s']\n"
+		"  - job_name: none\n"
+		"    static_configs:\n      - targets: ['%s']\n",
+		tok2, mb, mb);
+	fclose(f);
+	prom = start_prometheus(cfg, data, log, pp);
+	with = job_up(pp, "token");
+	without = job_up(pp, "none");
+	printf("  Prometheus: up{job=\"token\"} %.0f, up{job=\"none\"} "
+	       "%.0f\n", with, without);
+	if (with != 1) {
+		snprintf(out, sizeof(out), "tail -20 %s", log);
+		(void)!system(out);
+	}
+	CHECK(with == 1 && without == 0);
+	kill(prom, SIGTERM);
+	CHECK(hx_wait(prom, 20000) >= 0);
+	hd_stop(&b);
+	CHECK(sh(NULL, 0, "rm -rf %s", dir) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2391,6 +2533,8 @@ int main(int argc, char **argv)
 		  "that do not fit, a header rewritten, a killed moverd" },
 		{ 20, case_endpoint, "the endpoint: one shared body, HEAD, "
 		  "OpenMetrics, 404, 405" },
+		{ 21, case_token, "--metrics-token: 401 without the token, a "
+		  "real Prometheus scrapes with it" },
 	};
 
 	if (argc != 4) {

@@ -189,7 +189,7 @@ static size_t scrape(void)
 
 static void bench_http(unsigned seconds)
 {
-	struct metrics_http *m = metrics_http_start("127.0.0.1:19471", h);
+	struct metrics_http *m = metrics_http_start("127.0.0.1:19471", h, NULL);
 	double t0, c0, w0, client = 0;
 	unsigned n = 0;
 	size_t got = 0;
@@ -233,7 +233,7 @@ static long rss_kb(void)
 static void bench_slow(unsigned spacing_ms)
 {
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-	struct metrics_http *m = metrics_http_start("127.0.0.1:19471", h);
+	struct metrics_http *m = metrics_http_start("127.0.0.1:19471", h, NULL);
 	long before;
 	int fds[16];
 	pthread_t th;
