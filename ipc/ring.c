@@ -1216,6 +1216,23 @@ unsigned fr_sub_cut_all(struct fr_ring *r)
 	return n;
 }
 
+unsigned fr_sub_free_slots(const struct fr_ring *r)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		/* relaxed: a count for a limit, not a claim (fr_sub_take's
+		 * CAS is); a CUT slot is not free until its holder leaves,
+		 * though its mask bit is clear */
+		uint32_t st = atomic_load_explicit(
+			&((struct fr_sub *)&r->sh->subs[i])->state,
+			memory_order_relaxed);
+
+		n += st == FR_SUB_FREE;
+	}
+	return n;
+}
+
 bool fr_sub_lost(const struct fr_ring *r)
 {
 	const struct fr_sub *s;

@@ -886,6 +886,11 @@ void fr_sub_publish(struct fr_ring *r);
  * the consumers there with the same meaning.  Returns how many. */
 unsigned fr_sub_cut_all(struct fr_ring *r);
 
+/* How many subscriber slots are FREE now (a CUT one is taken until its
+ * holder leaves, though its sub_mask bit is clear): moverd's limit on
+ * guests' slots (control.c). */
+unsigned fr_sub_free_slots(const struct fr_ring *r);
+
 /* Was our slot cut off by max_lag (or taken from us)?  A consumer that
  * copied a record checks this after the copy: -ESTALE if true. */
 bool fr_sub_lost(const struct fr_ring *r);

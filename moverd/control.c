@@ -919,7 +919,9 @@ static bool slot_taken(struct ctl_client *c, uint64_t id, const struct flow *f,
  * own subscriptions on a sending host: a fan-out peer added, a cut peer's
  * rejoin), and one uid holds at most GUEST_SUBS_PER_UID (another allowed
  * user still finds slots).  A review: a uid allowed on another user's flow
- * took all 16 and the owner's consumer got -EBUSY.  Only moverd's way in
+ * took all 16 and the owner's consumer got -EBUSY.  On a receiving end
+ * moverd holds no slot and the owner is the host's --peer-flow-owner, so
+ * nothing is kept there; the per-uid share holds.  Only moverd's way in
  * is counted: a client writing the slot words itself is within the trust
  * of the flow, whose ring it may write anyway (docs/security.md).
  */
@@ -945,10 +947,11 @@ static unsigned subs_held_by(const struct ctl_server *s,
 static bool guest_may_take(struct ctl_client *c, uint64_t id,
 			   const struct flow *f)
 {
-	/* relaxed: a count for a limit; fr_sub_take does the taking */
-	uint32_t mask = atomic_load_explicit(&f->view->ring.sh->sub_mask,
-					     memory_order_relaxed);
-	unsigned spare = FR_MAX_SUBS - (unsigned)__builtin_popcount(mask);
+	/* slots FREE, not mask bits: a slot max_lag cut is clear in the
+	 * mask and still taken until its holder leaves (a review: two
+	 * guests took the owner's two past 8 cut ones) */
+	unsigned spare = fr_sub_free_slots(&f->view->ring);
+	unsigned kept = f->role == FLOW_RECEIVER ? 0 : GUEST_SPARE_SUBS;
 	unsigned held;
 
 	if (flows_may_manage(f, c->uid))
@@ -961,11 +964,11 @@ static bool guest_may_take(struct ctl_client *c, uint64_t id,
 			      held, FR_MAX_SUBS);
 		return false;
 	}
-	if (spare <= GUEST_SPARE_SUBS) {
+	if (spare && spare <= kept) {
 		respond_error(c, id, -EBUSY, "flow '%s': %u of its %u "
-			      "subscriber slots are free, and the last %d are "
+			      "subscriber slots are free, and the last %u are "
 			      "kept for its owner's consumers and moverd",
-			      f->name, spare, FR_MAX_SUBS, GUEST_SPARE_SUBS);
+			      f->name, spare, FR_MAX_SUBS, kept);
 		return false;
 	}
 	return true;

@@ -33,6 +33,10 @@
  *      4001 of group 4242 gets 6 (the 7th: "kept for its owner"), the
  *      owner's 2 consumers still attach; once 65534's go, 4001 gets 2
  *      more (its 8)
+ *   7  65534's 8 consumers read nothing and max_lag cuts them (their
+ *      slots stay taken, their mask bits clear): 4001 still gets 6, the
+ *      owner 2; on a receiving end (--peer-flow-owner 0:4242) two uids
+ *      of the group get 8 each (nothing is kept for the owner there)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -595,10 +599,14 @@ static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
 		int s, fd, rc = 0;
 
 		close(told[0]);
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check ends us */
 		if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
 		    setresuid(uid, uid, uid))
 			_exit(126);
+		/* a failed check ends us; after the uid change, which
+		 * clears it (and the parent may be gone already) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(1);
 		s = ctl_connect(d->sock);
 		while (s >= 0 && took < 16 &&
 		       !(rc = hc_attach(s, flow, FLOWMOVER__ROLE__CONSUMER,
@@ -661,6 +669,60 @@ static void case_guest_slots(void)
 	hd_stop(&d);
 }
 
+/*
+ * Slots that max_lag cut are still taken (until their holders leave) but
+ * clear in the subscriber mask: counted from the mask, two guests took the
+ * owner's two past 8 cut ones (a review).  On a receiving end nothing is
+ * kept for the owner (the host's --peer-flow-owner; moverd holds no slot
+ * there): two guest uids get 8 each.
+ */
+static void case_guest_cut(void)
+{
+	static const char *const owner[] = { "--peer-flow-owner", "0:4242",
+					     NULL };
+	struct holder nobody, member, owner_h, g1, g2;
+	char out[4096], rec[512] = { 0 };
+	flowshm_t *prod;
+	struct hd d, a, b;
+	int sent = 0;
+
+	start(&d, "acl7", false, NULL);
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create lagged --ring-size 64K --max-lag 8K "
+			"--allow-uid %u --allow-gid %u", NOBODY, GROUP) == 0);
+	hold_slots(&d, NOBODY, NOBODY, "lagged", &nobody);
+	CHECK(nobody.took == 8);
+	/* root's producer writes past max_lag: the 8 consumers, which read
+	 * nothing, are cut and keep their slots */
+	setenv("FLOWMOVER_SOCKET", d.sock, 1);
+	CHECK_RC(flowshm_attach("lagged", FLOWSHM_PRODUCER, NULL, &prod), 0);
+	for (int i = 0; i < 200; i++) /* until the ring is full */
+		sent += !flowshm_send(prod, rec, sizeof(rec), 10000000);
+	CHECK(sent > 8 * 1024 / 512);
+	hold_slots(&d, OTHER + 1, GROUP, "lagged", &member);
+	hold_slots(&d, OTHER, OTHER, "lagged", &owner_h);
+	printf("  8 guest consumers cut by max_lag, %d records sent: uid %u "
+	       "takes %u, the owner %u\n", sent, OTHER + 1, member.took,
+	       owner_h.took);
+	CHECK(member.took == 6 && owner_h.took == 2);
+	flowshm_detach(prod);
+	let_go(&owner_h);
+	let_go(&member);
+	let_go(&nobody);
+	hd_stop(&d);
+
+	two_daemons(&a, &b, "acl7r", owner, "r7", "");
+	hold_slots(&b, OTHER, GROUP, "r7", &g1);
+	hold_slots(&b, OTHER + 1, GROUP, "r7", &g2);
+	printf("  a receiving end (owner root, group %u): uid %u takes %u, "
+	       "uid %u %u\n", GROUP, OTHER, g1.took, OTHER + 1, g2.took);
+	CHECK(g1.took == 8 && g2.took == 8);
+	let_go(&g1);
+	let_go(&g2);
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -673,6 +735,8 @@ int main(int argc, char **argv)
 		{ 5, case_owner, "a name taken first by another user" },
 		{ 6, case_guest_slots, "guests' subscriber slots: a share "
 		  "per uid, two kept for the owner" },
+		{ 7, case_guest_cut, "guests' slots cut by max_lag still "
+		  "count; a receiving end keeps none for its owner" },
 	};
 
 	if (argc != 4) {
