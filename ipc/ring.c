@@ -262,12 +262,30 @@ static void wake_consumer(struct fr_ring *r)
 	ring_bell(r);
 }
 
+/* The max_lag this handle goes by: moverd's pinned one, else the ring's
+ * word (relaxed: a setting, read once per decision). */
+static uint64_t max_lag_of(const struct fr_ring *r)
+{
+	if (r->lag_pinned)
+		return r->lag_pin;
+	return atomic_load_explicit(&r->sh->max_lag, memory_order_relaxed);
+}
+
+void fr_pin_max_lag(struct fr_ring *r, uint64_t lag)
+{
+	r->lag_pinned = true;
+	r->lag_pin = lag;
+	/* relaxed: producers read it as a setting; one that reads the old
+	 * value at a full ring cuts by it once, as if this came later */
+	atomic_store_explicit(&r->sh->max_lag, lag, memory_order_relaxed);
+}
+
 /* A full ring with max_lag: moverd's HELD slots are cut by moverd alone
  * (ring.h, Subscribers), so ring the doorbell for it to look now.  Relaxed:
  * a look it misses is made by its once-a-second flow check. */
 static void full_with_lag(struct fr_ring *r)
 {
-	if (atomic_load_explicit(&r->sh->max_lag, memory_order_relaxed))
+	if (max_lag_of(r))
 		ring_bell(r);
 }
 
@@ -418,8 +436,7 @@ int fr_refresh_head(struct fr_ring *r, uint64_t *free_bytes)
  * one was cut (the minimum may have moved). */
 static bool cut_laggards(struct fr_ring *r, uint64_t tail)
 {
-	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
-					    memory_order_relaxed);
+	uint64_t lag = max_lag_of(r);
 	uint32_t mask;
 	bool cut = false;
 
@@ -1264,9 +1281,7 @@ static int scan_run(const struct fr_ring *r, uint64_t pos, uint64_t limit,
 
 void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 {
-	/* relaxed: max_lag is a setting, read once */
-	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
-					    memory_order_relaxed);
+	uint64_t lag = max_lag_of(r);
 	struct fr_sub *s = &r->sh->subs[slot];
 	uint64_t tail = bound_pos(r), pos, end, records = 0;
 	bool stuck;
@@ -1328,8 +1343,7 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
 static bool held_over_lag(const struct fr_ring *r)
 {
 	/* relaxed: numbers for a decision moverd takes again each look */
-	uint64_t lag = atomic_load_explicit(&r->sh->max_lag,
-					    memory_order_relaxed);
+	uint64_t lag = max_lag_of(r);
 	uint64_t tail = bound_pos(r), pos, min;
 
 	if (!lag)

@@ -647,6 +647,11 @@ struct fr_ring {
 				hold us back (Subscribers: dead subscribers) */
 	unsigned prod;       /* our producer slot, FR_MAX_PRODS = none */
 	uint32_t prod_gen;   /* its gen when we took it */
+
+	/* moverd's own max_lag (fr_pin_max_lag): this handle's decisions read
+	 * it, not the ring's word, which any client of the ring may write */
+	bool lag_pinned;
+	uint64_t lag_pin;
 };
 
 /* Sizes. */
@@ -908,6 +913,13 @@ int fr_sub_take_held(struct fr_ring *r, uint32_t pid);
  * It walks 2^18 records at most (moverd's loop, at every attach): one
  * left further behind moves up again at its next attach. */
 void fr_sub_skip_lag(struct fr_ring *r, unsigned slot);
+
+/* moverd: its own max_lag for this handle's decisions (fr_sub_skip_lag,
+ * fr_sub_cut_held and the rest), also stored in the ring's word for the
+ * clients' producers.  Without it a handle reads the ring's word, which a
+ * client may rewrite: a client of a lossless flow made moverd cut a peer's
+ * subscription (and skip records for it) by writing one there. */
+void fr_pin_max_lag(struct fr_ring *r, uint64_t lag);
 
 /* moverd, for its HELD slot, with none of its sends in flight: cut it
  * (HELD -> CUT, as a producer cuts a client's) if it is more than max_lag

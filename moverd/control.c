@@ -373,9 +373,7 @@ static void fill_fanout(const struct flow *f, Flowmover__FlowInfo *fi,
 {
 	unsigned n = 0;
 
-	if (f->view) /* relaxed: a number for operators */
-		fi->max_lag = atomic_load_explicit(&f->view->ring.sh->max_lag,
-						   memory_order_relaxed);
+	fi->max_lag = f->max_lag;
 	if (f->role != FLOW_SENDER || !f->fanout || !fo)
 		return;
 	for (const struct flow *s = f; s && n < FANOUT_MAX_PEERS;

@@ -532,9 +532,7 @@ static void peers_text(char *buf, size_t cap, const struct flow *f,
 
 static uint64_t max_lag_of(const struct flow *f)
 {
-	/* relaxed: moverd wrote it at create, nobody else may */
-	return f->view ? atomic_load_explicit(&f->view->ring.sh->max_lag,
-					      memory_order_relaxed) : 0;
+	return f->view ? f->max_lag : 0;
 }
 
 const char *declared_differs(const struct flow_table *t, const struct flow *f,
@@ -1007,10 +1005,13 @@ static int relag(struct declared *d, const struct declared_flow *n,
 	spec_flow_ids(&spec, f);
 	if (declared_differs(d->flows, f, &spec, why, sizeof(why)))
 		return 0;
-	/* relaxed: a producer that reads the old limit at a full ring cuts
-	 * by it once, as if the reload had come a moment later */
-	atomic_store_explicit(&f->view->ring.sh->max_lag, n->max_lag,
-			      memory_order_relaxed);
+	/* every view of the ring, each sibling's (fan-out) too */
+	for (struct flow *s = f; s; s = flow_next_sub(f, s)) {
+		s->max_lag = n->max_lag;
+		if (s->view)
+			flows_pin_lag(s);
+	}
+	flows_save_owed(f, "its max-lag");
 	now->max_lag = n->max_lag;
 	say(r, LOG_LVL_INFO, "flow %s (line %d): max-lag changed in place "
 	    "(%llu to %llu bytes; 0: lossless)", n->name, n->line,
@@ -1169,6 +1170,14 @@ static const struct declared_flow *apply_one(struct declared *d,
 		say(r, LOG_LVL_INFO, "flow %s (line %d): exists as declared",
 		    n->name, n->line);
 		return n;
+	}
+	/* its state file named no max_lag (lossless, or written before
+	 * moverd kept it there, the ring's word being any client's): the
+	 * config's, in place, as a reload's change would */
+	if (!o && !f->lag_known && f->role != FLOW_RECEIVER) {
+		*now = *n;
+		if (relag(d, n, f, now, r) > 0)
+			return n;
 	}
 	if (!o || f->role == FLOW_RECEIVER) {
 		r->refused++;

@@ -83,6 +83,8 @@ static int map_sibling(struct flow *f, struct flow *s)
 
 	if (rc)
 		return rc;
+	s->max_lag = f->max_lag;
+	flows_pin_lag(s); /* before the take reads it */
 	r = &s->view->ring;
 	rc = fr_sub_take_held(r, (uint32_t)getpid() & FR_INFO_PID);
 	if (rc) {
@@ -406,9 +408,7 @@ static bool police_one(struct flow *f, uint64_t now)
 	cut_if_over_lag(f);
 	if (!fr_sub_lost(ring_of(f)))
 		return false;
-	/* relaxed: a number for the message */
-	lag = atomic_load_explicit(&ring_of(f)->sh->max_lag,
-				   memory_order_relaxed);
+	lag = f->max_lag;
 	schedule_rejoin(f, now);
 	mark_cut(f);
 	snprintf(why, sizeof(why), "cut off: more than max_lag %llu bytes "

@@ -293,6 +293,9 @@ static int write_meta(const struct flow_table *t, const struct flow *fl)
 		write_list(f, "declared_gids", d->gids, d->n_gids);
 	}
 	fprintf(f, "created_ms=%llu\n", (unsigned long long)fl->created_unix_ms);
+	if (fl->max_lag) /* a lossless flow's file stays as an older moverd
+			  * reads it */
+		fprintf(f, "max_lag=%llu\n", (unsigned long long)fl->max_lag);
 	write_fanout(f, fl);
 	write_cuts(f, fl);
 	write_failed(f, fl);
@@ -356,19 +359,20 @@ static bool parse_list(const char *s, uint32_t *v, unsigned *n)
 
 enum meta_key { K_ROLE, K_PEER, K_ID, K_UID, K_GID, K_UIDS, K_GIDS, K_ORIGIN,
 		K_CREATED, K_FANOUT, K_HOST, K_CUT, K_FAILED, K_DUIDS, K_DGIDS,
-		K_COUNT };
+		K_LAG, K_COUNT };
 
 static const char *const meta_keys[K_COUNT] = {
 	"role", "peer", "id", "owner_uid", "owner_gid", "allow_uids",
 	"allow_gids", "origin", "created_ms", "fanout", "origin_host", "cut",
-	"failed", "declared_uids", "declared_gids",
+	"failed", "declared_uids", "declared_gids", "max_lag",
 };
 /* keys a file written before they existed may lack (fanout: only a
  * flow to several peers has it; failed: only a failed one; declared_*:
- * only a receiving end the config declared) */
+ * only a receiving end the config declared; max_lag: only a lossy flow
+ * since moverd kept its own) */
 #define META_OPTIONAL ((1u << K_ORIGIN) | (1u << K_CREATED) | (1u << K_FANOUT) | \
 		       (1u << K_HOST) | (1u << K_CUT) | (1u << K_FAILED) | \
-		       (1u << K_DUIDS) | (1u << K_DGIDS))
+		       (1u << K_DUIDS) | (1u << K_DGIDS) | (1u << K_LAG))
 
 /* The value v of key k; false if it does not parse. */
 static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
@@ -423,6 +427,9 @@ static bool apply_meta(struct flow *fl, enum meta_key k, const char *v)
 		return true;
 	case K_CREATED:
 		return parse_u64(v, &fl->created_unix_ms);
+	case K_LAG:
+		fl->lag_known = true;
+		return parse_u64(v, &fl->max_lag);
 	case K_FANOUT: /* each address is checked again when it is added */
 		if (!meta_value_ok(v) || fl->fanout_saved)
 			return false;
@@ -961,6 +968,29 @@ static int take_sender_slot(struct flow *f)
 				(uint32_t)getpid() & FR_INFO_PID);
 }
 
+/*
+ * A state file names max_lag only when it is not 0: none is lossless.  The
+ * ring's word is not taken instead (any client may have written it; a
+ * lossless flow's file names none either): a file from a moverd that kept
+ * max_lag nowhere else, whose ring says otherwise, is said once.
+ */
+static void warn_lag_word(const struct flow *fl)
+{
+	/* relaxed: a setting, read once */
+	uint64_t word = atomic_load_explicit(&fl->view->ring.sh->max_lag,
+					     memory_order_relaxed);
+
+	if (word == fl->max_lag)
+		return;
+	log_warn("flow %s: its ring says max_lag %llu, its state file %llu: "
+		 "moverd goes by the file (%s); a declared flow takes its "
+		 "max-lag from the config", fl->name,
+		 (unsigned long long)word, (unsigned long long)fl->max_lag,
+		 fl->lag_known ? "the ring's word was rewritten" :
+		 "no max_lag= line: lossless, or written by a moverd that "
+		 "kept it in the ring only");
+}
+
 /* Does a record of max_record go to a peer in one DATA frame (wire.h)? */
 static bool fits_one_frame(uint32_t max_record)
 {
@@ -1055,6 +1085,8 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		close(fl->ring_fd);
 		goto refuse;
 	}
+	warn_lag_word(fl);
+	flows_pin_lag(fl); /* before our slot's take reads it */
 	if (fl->role == FLOW_SENDER && (rc = take_sender_slot(fl))) {
 		snprintf(why, sizeof(why), "no subscriber slot for moverd: %s",
 			 strerror(-rc));
@@ -1772,6 +1804,12 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	if (!rc)
 		rc = flows_open_view(f->ring_fd, f->path[0], &f->view,
 				     &f->guard);
+	if (!rc) {
+		/* the ring is not handed to anyone yet; before our slot's
+		 * take reads it */
+		f->max_lag = spec->max_lag;
+		flows_pin_lag(f);
+	}
 	if (!rc && spec->role == FLOW_SENDER && (rc = take_sender_slot(f))) {
 		flowshm_close(f->view);
 		ring_guard_remove(f->guard);
@@ -1794,9 +1832,6 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 	snprintf(f->origin_host, sizeof(f->origin_host), "%s",
 		 spec->origin_host ? spec->origin_host : "");
 	f->ring_bytes = p.ring_size;
-	/* relaxed: the ring is not handed to anyone yet */
-	atomic_store_explicit(&f->view->ring.sh->max_lag, spec->max_lag,
-			      memory_order_relaxed);
 	f->owner_uid = uid;
 	f->owner_gid = gid;
 	f->allowed.n_uids = (unsigned)spec->n_allow_uids;

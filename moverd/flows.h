@@ -151,6 +151,11 @@ struct flow {
 	gid_t owner_gid;
 	struct flow_ids allowed;
 	bool grants_kept;        /* flow_spec.grants_kept */
+	/* max_lag, moverd's own (fr_pin_max_lag on each of its views): the
+	 * ring's word is any client's to write; kept in the state file
+	 * (max_lag=) when not 0 */
+	uint64_t max_lag;
+	bool lag_known;          /* its state file named it (adopt) */
 	/* a receiving end declared in the config (declared.c): the declared
 	 * ids last granted on it, kept in its state file (declared_uids=,
 	 * declared_gids=), so that a start takes a declaration that did not
@@ -667,5 +672,11 @@ int flows_save(struct flow *f);
  * 0, or the write's negative errno.
  */
 int flows_save_owed(struct flow *f, const char *what);
+
+/* moverd's view of f's ring goes by f->max_lag (fr_pin_max_lag). */
+static inline void flows_pin_lag(struct flow *f)
+{
+	fr_pin_max_lag(&f->view->ring, f->max_lag);
+}
 
 #endif

@@ -32,7 +32,10 @@
  *      peer set or max-lag fails naming it; a reload that drops a peer
  *      or adds one does it in place (the attached producer stays), so
  *      does one that changes max-lag (alone, or with the peer set); one
- *      that changes the ring size of a flow in use is refused
+ *      that changes the ring size of a flow in use is refused; a state
+ *      file from before moverd kept max_lag (its max_lag= line taken out,
+ *      the ring's word 32768): the start says they differ and takes the
+ *      config's 32K in place
  *   8  cpus: `cpus = 0` in the config puts every thread of moverd (with a
  *      doorbell thread, so there are two at least) on cpu 0, and --cpus
  *      on the command line overrides it (on a host with two cpus); a list
@@ -542,6 +545,37 @@ static void conf_fan(char *out, size_t cap, int bport, int cport, bool with_c,
 		 "%s%s\n", bport, c, lag ? " max-lag=" : "", lag ? lag : "");
 }
 
+/*
+ * 7, last: a state file from before moverd kept max_lag names none (as a
+ * lossless flow's): the start goes by the file, not by the ring's word
+ * (any client's to write), says they differ, and a declared flow takes
+ * the config's max-lag in place.
+ */
+static void lag_from_old_file(struct hd *a, int bport, int cport)
+{
+	char text[512], out[8192], cmd[512];
+	int changed;
+
+	conf_fan(text, sizeof(text), bport, cport, true, "32K");
+	write_conf(a, text);
+	CHECK_RC(ctl(a, out, sizeof(out), "reload"), 0);
+	CHECK(flow_u64(a, "fan", "max_lag") == 32768);
+	changed = hd_log_count(a, "max-lag changed in place (0 to 32768");
+	hd_kill(a);
+	snprintf(cmd, sizeof(cmd), "f=$(find %s -name fan.flow) && grep -q "
+		 "'^max_lag=32768$' $f && sed -i '/^max_lag=/d' $f", a->dir);
+	CHECK(system(cmd) == 0);
+	restart_conf(a);
+	printf("  an old state file (no max_lag=) and a ring saying 32768: "
+	       "max_lag %llu after the start\n",
+	       (unsigned long long)flow_u64(a, "fan", "max_lag"));
+	CHECK(hd_log_count(a, "its ring says max_lag 32768, its state file "
+			   "0") == 1);
+	CHECK(hd_log_count(a, "max-lag changed in place (0 to 32768") ==
+	      changed + 1);
+	CHECK(flow_u64(a, "fan", "max_lag") == 32768);
+}
+
 static void case_fanout(void)
 {
 	struct hd a, b, c;
@@ -639,6 +673,7 @@ static void case_fanout(void)
 	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 1);
 	expect_out(out, ":1: flow fan: peer 127.0.0.1:");
 	flowshm_detach(p);
+	lag_from_old_file(&a, bport, cport);
 	hd_stop(&a);
 	hd_stop(&b);
 	hd_stop(&c);

@@ -51,6 +51,10 @@
  *      removed while the file is plugged again: the remove says so, and
  *      A's stop right after the plug goes writes the file without C and
  *      with D, a peer nothing answers (before: C stayed in the file)
+ *  22. a lossless flow; a client of A's ring writes 4096 into the ring's
+ *      max_lag word and fills the ring (nothing is read on B or C): moverd
+ *      cuts no peer (it goes by its own max_lag, 0), the producer waits;
+ *      after a restart of A, moverd's max_lag is still 0
  *
  * FM_HD_ADDR / FM_HD_TRANSPORT (harness.h) run them on another address
  * and transport: rdma_fanout_vm, in the soft-RoCE guest.
@@ -1828,6 +1832,47 @@ static void case_truncated(void)
 	stop_three(&t);
 }
 
+/* 22. */
+static void case_lag_word(void)
+{
+	unsigned char rec[512] = { 0 };
+	char out[8192];
+	struct three t;
+	flowshm_t *p;
+	int sent = 0, rc = 0;
+
+	start_fanout(&t, "fo22", SIZES); /* lossless */
+	CHECK(hd_wait_state(&t.b, moverctl_bin, "x", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	p = producer_on(&t.a, "x");
+	/* a client of the ring rewrites the setting (relaxed: as moverd
+	 * writes it) */
+	atomic_store_explicit(&p->ring.sh->max_lag, 4096,
+			      memory_order_relaxed);
+	/* nobody reads on B or C: their rings fill, then A's */
+	while (!(rc = flowshm_send(p, rec, sizeof(rec), 1000000000ll)))
+		sent++;
+	usleep(2500000); /* moverd looks at a full ring once a second */
+	printf("  ring word max_lag 4096, %d records sent, then %s; A cut a "
+	       "peer %d times\n", sent, flowshm_strerror(rc),
+	       hd_log_count(&t.a, "cut off"));
+	CHECK(sent > (int)(RING_BYTES / 528)); /* some went to the peers */
+	CHECK(rc != -EPROTO && hd_log_count(&t.a, "cut off") == 0);
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(hj_u64(out, "max_lag") == 0);
+	flowshm_detach(p);
+	/* a restart goes by the state file (none named: lossless), not by
+	 * the ring's word, and says the two differ */
+	hd_kill(&t.a);
+	hd_restart(&t.a, moverd_bin, (const char *const[]){ "--transport",
+		   hd_transport(), NULL });
+	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
+	CHECK(hj_u64(out, "max_lag") == 0);
+	CHECK(hd_log_count(&t.a, "its ring says max_lag 4096, its state "
+			   "file 0") == 1);
+	stop_three(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1880,6 +1925,8 @@ int main(int argc, char **argv)
 		  "ids allowed and taken off there by hand" },
 		{ 21, case_long_cut_line, "8 peers of 79-byte names, all cut: "
 		  "the state file's long cut= line is read back" },
+		{ 22, case_lag_word, "a client writes the ring's max_lag word "
+		  "of a lossless flow: moverd cuts no peer" },
 	};
 
 	if (argc != 3) {
