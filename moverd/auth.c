@@ -82,7 +82,9 @@ static int check_key_file(int fd, const char *path, char *err, size_t cap)
 static int open_secret(const char *path, const char *what, char *err,
 		       size_t cap)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc;
+	/* O_NONBLOCK: a FIFO there would hang the open; fstat refuses it */
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK),
+	    rc;
 
 	if (fd >= 0)
 		return fd;
@@ -131,9 +133,15 @@ static bool token_valid(const char *tok, size_t len)
 	return true;
 }
 
+/* The hash keeps copies of its input's words on the stack below us:
+ * cleared too, so that only the hash stays (STACK_WIPE covers BLAKE2b's
+ * frames many times over). */
+#define STACK_WIPE 8192u
+
 static void token_hash(const char *tok, size_t len, uint8_t out[32])
 {
 	crypto_generichash(out, 32, (const uint8_t *)tok, len, NULL, 0);
+	sodium_stackzero(STACK_WIPE);
 }
 
 int auth_load_token(const char *path, struct auth_token *t, char *err,
@@ -142,27 +150,32 @@ int auth_load_token(const char *path, struct auth_token *t, char *err,
 	char buf[AUTH_TOKEN_MAX + 2];
 	int fd = open_secret(path, "token", err, cap), rc;
 	off_t size;
-	ssize_t n = 0;
+	ssize_t n = -1;
+	size_t len;
 
 	if (fd < 0)
 		return fd;
 	rc = check_secret_file(fd, path, "token", &size, err, cap);
-	if (!rc && (size < 1 || size > (off_t)sizeof(buf) ||
-		    (n = read(fd, buf, sizeof(buf))) != size))
-		rc = -EINVAL;
+	if (!rc && size >= 1 && size <= (off_t)sizeof(buf))
+		n = read(fd, buf, sizeof(buf));
 	close(fd);
-	if (!rc && n > 0 && buf[n - 1] == '\n')
-		n--; /* one line: its newline is not the token's */
-	if (!rc && !token_valid(buf, (size_t)n))
+	if (rc)
+		return rc;
+	len = n == size ? (size_t)n : 0; /* all of it, or nothing */
+	if (len && buf[len - 1] == '\n')
+		len--; /* one line: its end is not the token's */
+	if (len && buf[len - 1] == '\r')
+		len--;
+	if (token_valid(buf, len))
+		token_hash(buf, len, t->hash);
+	else
 		rc = -EINVAL;
-	if (rc == -EINVAL)
+	sodium_memzero(buf, sizeof(buf));
+	if (rc)
 		snprintf(err, cap, "%s: a token is one line of %u to %u "
 			 "printable characters without spaces (say, "
 			 "openssl rand -hex 32)", path, AUTH_TOKEN_MIN,
 			 AUTH_TOKEN_MAX);
-	if (!rc)
-		token_hash(buf, (size_t)n, t->hash);
-	sodium_memzero(buf, sizeof(buf));
 	return rc;
 }
 
@@ -178,6 +191,11 @@ bool auth_token_ok(const struct auth_token *t, const char *given,
 	ok = crypto_verify_32(h, t->hash) == 0;
 	sodium_memzero(h, sizeof(h));
 	return ok;
+}
+
+void auth_wipe(void *p, size_t len)
+{
+	sodium_memzero(p, len);
 }
 
 void auth_nonce(uint8_t out[AUTH_NONCE_BYTES])

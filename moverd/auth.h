@@ -88,6 +88,9 @@ int auth_load_token(const char *path, struct auth_token *t, char *err,
 bool auth_token_ok(const struct auth_token *t, const char *given,
 		   size_t len);
 
+/* Zero len bytes at p in a way the compiler keeps (a secret's copy). */
+void auth_wipe(void *p, size_t len);
+
 /* Forget the key (zeroed in a way the compiler keeps). */
 void auth_forget(struct auth_key *k);
 

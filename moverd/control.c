@@ -962,7 +962,7 @@ static bool guest_may_take(struct ctl_client *c, uint64_t id,
 			      held, FR_MAX_SUBS);
 		return false;
 	}
-	if (spare && spare <= kept) {
+	if (kept && spare <= kept) {
 		respond_error(c, id, -EBUSY, "flow '%s': %u of its %u "
 			      "subscriber slots are free, and the last %u are "
 			      "kept for its owner's consumers and moverd",

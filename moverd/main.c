@@ -1353,10 +1353,37 @@ static void config_error(const char *text, char *err, size_t cap)
  * refused now; the lines changed since the start are said, for options
  * take effect at a restart (a reload applies the flow lines only).
  */
+/*
+ * A reload reads the metrics token file again (moverd's path, as at the
+ * start): a rotated token is served from now on; one the next start would
+ * refuse refuses the reload, and the old token stays.
+ */
+static int reload_token(struct daemon *d, struct declared_report *r,
+			char *err, size_t cap)
+{
+	struct auth_token t;
+	char why[512];
+
+	if (!d->metrics || !d->opt.metrics_token[0])
+		return 0;
+	if (auth_load_token(d->opt.metrics_token, &t, why, sizeof(why))) {
+		snprintf(err, cap, "metrics-token: %s (the token in use stays)",
+			 why);
+		return -1;
+	}
+	if (!metrics_http_set_token(d->metrics, &t))
+		return 0;
+	d->metrics_token = t;
+	declared_note(r, "metrics-token: the token in %s changed: served "
+		      "from now on", d->opt.metrics_token);
+	return 0;
+}
+
 static int check_config(void *arg, const char *path,
 			struct declared_report *r, char *err, size_t cap)
 {
-	const struct conf_opts *was = arg;
+	struct daemon *d = arg;
+	const struct conf_opts *was = &d->conf_at_start;
 	struct conf_opts *is = calloc(1, sizeof(*is));
 	struct options scratch;
 	char *text = NULL;
@@ -1380,6 +1407,8 @@ static int check_config(void *arg, const char *path,
 			note_option(r, is->name[i], NULL, is->val[i]);
 	free(text);
 	free(is);
+	if (!rc)
+		rc = reload_token(d, r, err, cap);
 	return rc ? -1 : 0;
 }
 
@@ -1391,7 +1420,7 @@ static void apply_declared(struct daemon *d)
 					 .flows = &d->flows, .peers = &d->peers,
 					 .ctl = &d->ctl,
 					 .check_options = check_config,
-					 .check_arg = &d->conf_at_start };
+					 .check_arg = d };
 	snprintf(d->declared.path, sizeof(d->declared.path), "%s",
 		 d->opt.config);
 	snprintf(d->declared.listen, sizeof(d->declared.listen), "%s",

@@ -27,6 +27,7 @@
 #include "resolver.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,11 @@ struct metrics_http {
 	const struct fmc_header *h;
 	struct shared shared[2];  /* [0] Prometheus text, [1] OpenMetrics */
 	bool need_token;
-	struct auth_token token;  /* its hash (auth.h) */
+	/* the token's hash (auth.h): read by the server's thread at each
+	 * request, replaced by moverd's loop at a reload; the lock orders
+	 * the two (a request sees the old hash or the new, never a mix) */
+	pthread_mutex_t lock;
+	struct auth_token token;
 };
 
 static const char *const types[2] = {
@@ -82,21 +87,65 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
 	return rc;
 }
 
-/* Does the request show the token (or is none asked for)? */
-static bool token_shown(const struct metrics_http *m,
+static bool blank(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+/* Does the request show the token (or is none asked for)?  The scheme's
+ * name in any case, then one or more blanks; blanks after the token are
+ * not its own. */
+static bool token_shown(struct metrics_http *m,
 			struct MHD_Connection *c)
 {
-	static const char bearer[] = "Bearer ";
 	const char *v;
+	size_t len;
+	bool ok;
 
 	if (!m->need_token)
 		return true;
 	v = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 					MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!v || strncasecmp(v, bearer, sizeof(bearer) - 1))
+	if (!v || strncasecmp(v, "Bearer", 6) || !blank(v[6]))
 		return false;
-	v += sizeof(bearer) - 1;
-	return auth_token_ok(&m->token, v, strlen(v));
+	v += 6;
+	v += strspn(v, " \t");
+	len = strlen(v);
+	while (len && blank(v[len - 1]))
+		len--;
+	pthread_mutex_lock(&m->lock);
+	ok = auth_token_ok(&m->token, v, len);
+	pthread_mutex_unlock(&m->lock);
+	return ok;
+}
+
+bool metrics_http_set_token(struct metrics_http *m,
+			    const struct auth_token *token)
+{
+	bool changed;
+
+	if (!m->need_token)
+		return false;
+	pthread_mutex_lock(&m->lock);
+	changed = memcmp(&m->token, token, sizeof(*token)) != 0;
+	m->token = *token;
+	pthread_mutex_unlock(&m->lock);
+	return changed;
+}
+
+/* A request is over: the token it showed lies in the connection's memory
+ * until MHD reuses it; zeroed now, so that moverd keeps only its hash. */
+static void forget_request(void *cls, struct MHD_Connection *c,
+			   void **state, enum MHD_RequestTerminationCode toe)
+{
+	const char *v = MHD_lookup_connection_value(
+		c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+
+	(void)cls;
+	(void)state;
+	(void)toe;
+	if (v)
+		auth_wipe((char *)v, strlen(v));
 }
 
 static uint64_t mono_ns(void)
@@ -203,6 +252,7 @@ struct metrics_http *metrics_http_start(const char *addr,
 	if (!m)
 		return NULL;
 	m->h = h;
+	pthread_mutex_init(&m->lock, NULL);
 	if (token) {
 		m->need_token = true;
 		m->token = *token;
@@ -215,9 +265,11 @@ struct metrics_http *metrics_http_start(const char *addr,
 				MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 				METRICS_PER_IP_CONNS,
 				MHD_OPTION_CONNECTION_TIMEOUT, METRICS_TIMEOUT_S,
+				MHD_OPTION_NOTIFY_COMPLETED, forget_request, m,
 				MHD_OPTION_END);
 	if (!m->d) {
 		log_error("--metrics %s: cannot listen there (in use?)", addr);
+		pthread_mutex_destroy(&m->lock);
 		free(m);
 		return NULL;
 	}
@@ -234,5 +286,6 @@ void metrics_http_stop(struct metrics_http *m)
 	for (unsigned i = 0; i < 2; i++)
 		if (m->shared[i].r)
 			MHD_destroy_response(m->shared[i].r);
+	pthread_mutex_destroy(&m->lock);
 	free(m);
 }

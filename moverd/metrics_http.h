@@ -32,6 +32,12 @@ struct metrics_http *metrics_http_start(const char *addr,
 					const struct fmc_header *h,
 					const struct auth_token *token);
 
+/* Serve to requests that show this token from now on (a reload read its
+ * file again): true if it differs from the one in use.  Not with a server
+ * started without one. */
+bool metrics_http_set_token(struct metrics_http *m,
+			    const struct auth_token *token);
+
 /* Stop the thread (before the counters mapping goes). */
 void metrics_http_stop(struct metrics_http *m);
 

@@ -2410,6 +2410,38 @@ static int get_authorized(int port, const char *auth)
 	return ans.status;
 }
 
+/* 21: how many times pid's memory holds text (root reads any pid's). */
+static int mem_has(pid_t pid, const char *text)
+{
+	char path[64], line[512];
+	size_t n = strlen(text);
+	int mem, hits = 0;
+	FILE *maps;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	CHECK((maps = fopen(path, "re")));
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	CHECK((mem = open(path, O_RDONLY | O_CLOEXEC)) >= 0);
+	while (fgets(line, sizeof(line), maps)) {
+		unsigned long a, b;
+		char perm[8];
+		char *buf;
+		ssize_t got;
+
+		if (sscanf(line, "%lx-%lx %7s", &a, &b, perm) != 3 ||
+		    perm[0] != 'r' || b - a > (256ul << 20))
+			continue;
+		CHECK((buf = malloc(b - a)));
+		got = pread(mem, buf, b - a, (off_t)a);
+		for (ssize_t i = 0; got > 0 && i + (ssize_t)n <= got; i++)
+			hits += !memcmp(buf + i, text, n);
+		free(buf);
+	}
+	fclose(maps);
+	close(mem);
+	return hits;
+}
+
 /* 21: Prometheus's `sum(up{job=...})` once both jobs were scraped
  * (count 2), or -1. */
 static double job_up(int pp, const char *job)
@@ -2438,7 +2470,7 @@ static double job_up(int pp, const char *job)
 static void case_token(void)
 {
 	char dir[] = "/tmp/fm-metrics21-XXXXXX", tok[128], tok2[128];
-	char cfg[256], data[256], log[256], mb[64], out[4096];
+	char cfg[256], data[256], log[256], mb[64], out[4096], conf[160];
 	int pb = hd_free_port(), pp = hd_free_port();
 	double with, without;
 	struct hd b;
@@ -2449,7 +2481,8 @@ static void case_token(void)
 	snprintf(tok, sizeof(tok), "%s/token", dir);
 	snprintf(tok2, sizeof(tok2), "%s/prometheus-token", dir);
 	f = fopen(tok, "w");
-	CHECK(f && fputs(TOKEN21 "\n", f) >= 0 && fclose(f) == 0);
+	/* a line ending as an editor on another system writes it */
+	CHECK(f && fputs(TOKEN21 "\r\n", f) >= 0 && fclose(f) == 0);
 	CHECK(chmod(tok, 0644) == 0);
 	snprintf(mb, sizeof(mb), "127.0.0.1:%d", pb);
 	CHECK(sh(out, sizeof(out), "timeout 10 %s --foreground --socket "
@@ -2457,17 +2490,63 @@ static void case_token(void)
 		 mb, tok) == 1);
 	printf("  a token file of mode 0644: %s", out);
 	CHECK(strstr(out, "readable by its owner only"));
+	/* a FIFO there is refused, not waited on (open would block) */
+	snprintf(tok2, sizeof(tok2), "%s/fifo", dir);
+	CHECK(mkfifo(tok2, 0600) == 0);
+	CHECK(sh(out, sizeof(out), "timeout 10 %s --foreground --socket "
+		 "%s/m.sock --metrics %s --metrics-token %s 2>&1", moverd, dir,
+		 mb, tok2) == 1);
+	CHECK(strstr(out, "is not a regular file"));
+	snprintf(tok2, sizeof(tok2), "%s/prometheus-token", dir);
 	CHECK(chmod(tok, 0600) == 0);
 	CHECK(sh(NULL, 0, "cp %s %s", tok, tok2) == 0);
 
+	/* from a config file, which a reload reads again */
+	snprintf(conf, sizeof(conf), "%s/moverd.conf", dir);
+	f = fopen(conf, "w");
+	CHECK(f && fprintf(f, "metrics = %s\nmetrics-token = %s\n", mb,
+			   tok) > 0 && fclose(f) == 0);
 	hd_start(&b, moverd, "metrics21", false, (const char *[]){
-		 "--metrics", mb, "--metrics-token", tok, NULL });
+		 "--config", conf, NULL });
 	CHECK(get_authorized(pb, NULL) == 401);
 	CHECK(get_authorized(pb, "Bearer " TOKEN21 "x") == 401);
 	CHECK(get_authorized(pb, "Bearer f10w") == 401);
 	CHECK(get_authorized(pb, "Basic " TOKEN21) == 401);
-	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 200);
+	CHECK(get_authorized(pb, "Bearer" TOKEN21) == 401);
+	{
+		struct http_answer h = http_ask(pb, "HEAD", "/metrics", NULL);
+
+		CHECK(h.status == 401);
+		free(h.body);
+	}
 	CHECK(get_authorized(pb, "bearer " TOKEN21) == 200);
+	CHECK(get_authorized(pb, "Bearer\t " TOKEN21 " \t") == 200);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 200);
+	/* (right after a request that showed it: a later one may overwrite
+	 * what it left) moverd keeps the token's hash, not the token: neither what a
+	 * request showed nor the hash's copies of its words (which start
+	 * a few bytes in: a part of the token is looked for) */
+	CHECK(mem_has(b.pid, "m0ver-t0ken-21") == 0);
+
+	/* a rotated token: served from the reload on, the old one refused;
+	 * a file the next start would refuse refuses the reload */
+	f = fopen(tok, "w");
+	CHECK(f && fputs(TOKEN21 "-rotated\n", f) >= 0 && fclose(f) == 0);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
+	printf("  reload after the token file changed: %s", out);
+	CHECK(strstr(out, "served from now on"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 401);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	CHECK(chmod(tok, 0644) == 0);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") != 0);
+	printf("  reload with the token file 0644: %s", out);
+	CHECK(strstr(out, "readable by its owner only") &&
+	      strstr(out, "the token in use stays"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	CHECK(chmod(tok, 0600) == 0);
+	f = fopen(tok, "w");
+	CHECK(f && fputs(TOKEN21 "\n", f) >= 0 && fclose(f) == 0);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
 	printf("  GET /metrics: 401 without the token, with another or "
 	       "another scheme; 200 with it\n");
 
