@@ -637,18 +637,27 @@ static void let_go(struct holder *h)
 	CHECK(WIFSIGNALED(st));
 }
 
+/* 6, 7: d, flow `name` (64 KiB, opts) that OTHER owns, allowing NOBODY
+ * and GROUP; NOBODY holds its 8 consumer slots (*nobody). */
+static void guests_flow(struct hd *d, const char *tag, const char *name,
+			const char *opts, struct holder *nobody)
+{
+	char out[4096];
+
+	start(d, tag, false, NULL);
+	CHECK(hd_ctl_as(d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create %s --ring-size 64K %s --allow-uid %u "
+			"--allow-gid %u", name, opts, NOBODY, GROUP) == 0);
+	hold_slots(d, NOBODY, NOBODY, name, nobody);
+	CHECK(nobody->took == 8);
+}
+
 static void case_guest_slots(void)
 {
 	struct holder nobody, member, owner, more;
 	struct hd d;
-	char out[4096];
 
-	start(&d, "acl6", false, NULL);
-	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
-			"create shared --ring-size 64K --allow-uid %u "
-			"--allow-gid %u", NOBODY, GROUP) == 0);
-	hold_slots(&d, NOBODY, NOBODY, "shared", &nobody);
-	CHECK(nobody.took == 8);
+	guests_flow(&d, "acl6", "shared", "", &nobody);
 	hold_slots(&d, OTHER + 1, GROUP, "shared", &member);
 	CHECK(member.took == 6);
 	hold_slots(&d, OTHER, OTHER, "shared", &owner);
@@ -681,17 +690,12 @@ static void case_guest_cut(void)
 	static const char *const owner[] = { "--peer-flow-owner", "0:4242",
 					     NULL };
 	struct holder nobody, member, owner_h, g1, g2;
-	char out[4096], rec[512] = { 0 };
+	char rec[512] = { 0 };
 	flowshm_t *prod;
 	struct hd d, a, b;
 	int sent = 0;
 
-	start(&d, "acl7", false, NULL);
-	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
-			"create lagged --ring-size 64K --max-lag 8K "
-			"--allow-uid %u --allow-gid %u", NOBODY, GROUP) == 0);
-	hold_slots(&d, NOBODY, NOBODY, "lagged", &nobody);
-	CHECK(nobody.took == 8);
+	guests_flow(&d, "acl7", "lagged", "--max-lag 8K", &nobody);
 	/* root's producer writes past max_lag: the 8 consumers, which read
 	 * nothing, are cut and keep their slots */
 	setenv("FLOWMOVER_SOCKET", d.sock, 1);
