@@ -984,9 +984,10 @@ static int repeer(struct declared *d, const struct declared_flow *o,
 /*
  * o's flow differs from n in its max-lag, perhaps with its peer hosts after
  * the first and its ids (repeer and regrant do those next).  The lag limit
- * is one word of the ring that producers read when the ring is full, so it
- * changes in place, in use or not, and goes with the ring file across a
- * restart (now has it).  1 if that was all (done), 0 to go on.
+ * is moverd's (each of its views of the ring, pinned) and one word of the
+ * ring that producers read when the ring is full, so it changes in place,
+ * in use or not, and goes with the flow's state file across a restart
+ * (now has it too).  1 if that was all (done), 0 to go on.
  */
 static int relag(struct declared *d, const struct declared_flow *n,
 		 struct flow *f, struct declared_flow *now,
