@@ -138,7 +138,8 @@ struct daemon {
 	struct conf_opts conf_at_start; /* the config's option lines */
 	struct counters ctr;      /* SOCKET.counters (counters.h) */
 	struct metrics_http *metrics; /* --metrics */
-	struct auth_token metrics_token; /* loaded from opt.metrics_token */
+	struct auth_token metrics_token; /* opt.metrics_token at the start
+					  * (a reload's goes to the server) */
 };
 
 static void usage(FILE *out)
@@ -1136,9 +1137,9 @@ static int daemonize(int *ready_fd)
 
 /*
  * Who may be a peer (and read /metrics): the key and the metrics token are
- * loaded (and their files checked) before anything else; without a key, a listen address others can reach is
- * refused unless the operator says --insecure-peers.  0, or 1 after
- * printing why.
+ * loaded (and their files checked) before anything else; without a key, a
+ * listen address others can reach is refused unless the operator says
+ * --insecure-peers.  0, or 1 after printing why.
  */
 static int peer_security(struct daemon *d)
 {
@@ -1373,7 +1374,6 @@ static int reload_token(struct daemon *d, struct declared_report *r,
 	}
 	if (!metrics_http_set_token(d->metrics, &t))
 		return 0;
-	d->metrics_token = t;
 	declared_note(r, "metrics-token: the token in %s changed: served "
 		      "from now on", d->opt.metrics_token);
 	return 0;
