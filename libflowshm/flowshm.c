@@ -427,6 +427,15 @@ void flowshm_close(flowshm_t *f)
 	unmap(f);
 }
 
+void flowshm_close_held(flowshm_t *f)
+{
+	if (f && f->ring.sub < FR_MAX_SUBS) {
+		fr_sub_publish(&f->ring); /* the last acknowledgements count */
+		f->ring.sub = FR_MAX_SUBS; /* so flowshm_close leaves it be */
+	}
+	flowshm_close(f);
+}
+
 void flowshm_shutdown(flowshm_t *f)
 {
 	if (f)

@@ -108,6 +108,17 @@ int flowshm_open_view(int fd, void (*mapped)(void *map, size_t bytes,
 					     void *arg),
 		      void *arg, flowshm_t **out);
 
+/*
+ * moverd's orderly stop: flowshm_close, but the subscriber slot its view
+ * holds (fr_sub_take_held) is not given back, as at a crash.  It keeps
+ * the producers behind what the peer has not acknowledged until the next
+ * start, which takes a slot of its own at the slowest position first and
+ * then gives this one back (its holder is dead by then).  Given back
+ * here, the slot of a peer that was behind (down, or slower than another
+ * subscriber) let producers write over records that peer never got.
+ */
+void flowshm_close_held(flowshm_t *f);
+
 /* Map moverd's doorbell page (ipc/bell.h) from bell_fd and ring bit index
  * after commits when moverd armed the ring; 0 or -EPROTO / -errno. */
 int flowshm_use_bell(flowshm_t *f, int bell_fd, uint32_t index);

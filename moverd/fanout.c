@@ -139,14 +139,21 @@ static void unlink_sibling(struct flow *s)
 	s->fanout_next = NULL;
 }
 
-/* Off f's list and its connection (the peer told to close the flow);
- * the slot and mapping go with the last reference (flows.c). */
-static void drop_sibling(struct peer_mgr *m, struct flow *s)
+/* Off f's list and its connection; the slot and mapping go with the
+ * last reference (flows.c).  The peer is told to close the flow, unless
+ * moverd stops (kept): the flow lives on in the next moverd, which
+ * subscribes every peer of the state file again, and the slot stays
+ * held until then (release_sibling). */
+static void drop_sibling(struct peer_mgr *m, struct flow *s, bool kept)
 {
 	mover_forget_flow(m, s); /* off the mover's lists before it goes */
 	unlink_sibling(s);
-	peer_close_sender(s, NULL, false);
+	if (kept)
+		peer_detach_sender(s);
+	else
+		peer_close_sender(s, NULL, false);
 	s->dead = true; /* a send completing later publishes nothing */
+	s->kept = kept;
 	flow_put(s);
 }
 
@@ -187,7 +194,7 @@ int fanout_add(struct peer_mgr *m, struct flow *f, const char *addr,
 	else if (rc)
 		snprintf(err, cap, "cannot reach peer %s", addr);
 	if (rc) {
-		drop_sibling(m, s);
+		drop_sibling(m, s, false);
 		return rc;
 	}
 	log_info("flow %s: peer %s added (at position %llu)", f->name, addr,
@@ -211,7 +218,7 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 				 f->name, addr);
 		return !strcmp(f->peer_addr, addr) ? -EINVAL : -ENOENT;
 	}
-	drop_sibling(m, s);
+	drop_sibling(m, s, false);
 	log_info("flow %s: peer %s removed", f->name, addr);
 	rejoin_twins(m, f, fr_now_ns()); /* a peer refused as its twin */
 	rc = flows_save_owed(f, "a peer's removal");
@@ -226,16 +233,13 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 void fanout_destroy(struct peer_mgr *m, struct flow *f)
 {
 	while (f->fanout)
-		drop_sibling(m, f->fanout);
+		drop_sibling(m, f->fanout, false);
 }
 
 void fanout_let_go(struct peer_mgr *m, struct flow *f)
 {
-	for (struct flow *s = f->fanout, *n; s; s = n) {
-		n = s->fanout_next;
-		if (!s->peer) /* over (fanout_lost): off every connection */
-			drop_sibling(m, s);
-	}
+	while (f->fanout)
+		drop_sibling(m, f->fanout, true);
 }
 
 /* Is addr one of the comma-separated list's? */

@@ -41,12 +41,12 @@ int fanout_remove(struct peer_mgr *m, struct flow *f, const char *addr,
 /* f is being destroyed (peer_destroy_flow): every sibling goes too. */
 void fanout_destroy(struct peer_mgr *m, struct flow *f);
 
-/* moverd stops with f kept for the next start: its subscriptions that are
- * over (fanout_lost, a twin's) go, their slots given back when they
- * ended; the others stay with their connections, and the next start
- * subscribes every peer of the state file again (fanout_restore).
- * Without it a subscription that was over was left behind, holding the
- * flow. */
+/* moverd stops with f kept for the next start: every subscription goes
+ * from f's list and its connection, no peer told; a slot still held stays
+ * held (as at a crash: producers wait for what a peer has not
+ * acknowledged), and the next start subscribes every peer of the state
+ * file again (fanout_restore).  One left on its connection (a peer still
+ * closing at the stop) held the flow: both leaked. */
 void fanout_let_go(struct peer_mgr *m, struct flow *f);
 
 /* f was re-adopted after a restart: add the peers its state file kept. */

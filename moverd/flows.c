@@ -1872,10 +1872,12 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 static void release_pages(struct flow_table *t, struct flow *f);
 
 /* A flow let go at an orderly stop: its ring and files stay as they are
- * for the next moverd, and for the clients that keep it mapped. */
+ * for the next moverd, and for the clients that keep it mapped; so does
+ * our subscriber slot of a sender's ring, as at a crash (the next start
+ * gives it back: flowshm_close_held). */
 static void unmap_kept(struct flow *f)
 {
-	flowshm_close(f->view); /* writes our slot: still guarded */
+	flowshm_close_held(f->view); /* writes our slot: still guarded */
 	ring_guard_remove(f->guard); /* after the last touch of the mapping */
 	if (f->ring_fd >= 0)
 		close(f->ring_fd);
@@ -1886,14 +1888,18 @@ static void unmap_kept(struct flow *f)
 /*
  * A sibling (fan-out) goes: its mapping of the shared ring, and with it
  * its subscriber slot (flowshm_close gives it back: producers waiting on
- * it are released), then its reference on the first flow, which owns the
- * ring.  Only now, after the sends that read the ring through it.
+ * it are released; one let go at an orderly stop keeps it, as unmap_kept
+ * does), then its reference on the first flow, which owns the ring.  Only
+ * now, after the sends that read the ring through it.
  */
 static void release_sibling(struct flow *s)
 {
 	struct flow *first = s->sibling_of;
 
-	flowshm_close(s->view);
+	if (s->kept)
+		flowshm_close_held(s->view);
+	else
+		flowshm_close(s->view);
 	ring_guard_remove(s->guard); /* after the last touch of the mapping */
 	free(s);
 	flow_put(first);

@@ -3445,6 +3445,11 @@ void peer_close_sender(struct flow *f, const char *failed, bool cut)
 	detach_flow(f);
 }
 
+void peer_detach_sender(struct flow *f)
+{
+	detach_flow(f);
+}
+
 void peer_destroy_flow(struct peer_mgr *m, struct flow *f, const char *why)
 {
 	if (m->flow_gone)
@@ -3459,7 +3464,7 @@ void peer_let_go_flow(struct peer_mgr *m, struct flow *f)
 {
 	if (m->flow_gone)
 		m->flow_gone(m->flow_gone_arg, f);
-	flows_last_save(f); /* before fanout_let_go drops its ended peers */
+	flows_last_save(f); /* before fanout_let_go empties its peer list */
 	fanout_let_go(m, f);
 	detach_flow(f); /* no CLOSE: the flow lives on, in the next moverd */
 	mover_forget_flow(m, f); /* off the mover's lists before it goes */

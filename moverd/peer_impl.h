@@ -391,6 +391,9 @@ void fail_sender(struct flow *f, const char *why);
  * (failed: why it failed there, or NULL: a plain close; cut: f's
  * subscription was cut by max_lag) - fanout.c */
 void peer_close_sender(struct flow *f, const char *failed, bool cut);
+/* take sender flow f off its connection without a word to the peer (moverd
+ * stops: the flow lives on in the next moverd) - fanout.c */
+void peer_detach_sender(struct flow *f);
 /* ask the peer to open sender flow f again at `at` (it answered busy) */
 void peer_reopen_at(struct peer_mgr *m, struct flow *f, uint64_t at);
 /* a client set FR_FLAG_FAILED on a flow between hosts; why: the sentence */

@@ -1889,12 +1889,115 @@ static void case_lag_word(void)
 	CHECK(hj_u64(out, "max_lag") == 0);
 	CHECK(hd_log_count(&t.a, "its ring says max_lag 4096, its state "
 			   "file 0") == 1);
-	/* B and C read all of it: nothing lossless was dropped, and A's
-	 * stop finds no send stuck behind a full ring (an orderly stop then
-	 * leaks the flows that send holds, which ASan's leak check sees;
-	 * the moverd before this change did the same) */
+	/* B and C read all of it: nothing lossless was dropped */
 	printf("  after the restart B reads %d, C %d\n",
 	       read_all(&t.b, sent), read_all(&t.c, sent));
+	stop_three(&t);
+}
+
+/* 23, 24: send seq *next on until a send waits 5 s (the soft-RoCE guest's
+ * mover may take seconds to make room); how many went, *rc the last. */
+static uint64_t fill(flowshm_t *p, uint64_t *next, int *rc)
+{
+	unsigned char buf[REC_MAX];
+	uint64_t n = 0;
+
+	for (;; n++, ++*next) {
+		size_t len = tu_rec_len(0, *next, 16, REC_MAX);
+
+		tu_fill(buf, 0, *next, len);
+		*rc = flowshm_send(p, buf, len, 5000000000ll);
+		if (*rc)
+			return n;
+	}
+}
+
+static flowshm_t *consumer_on(const struct hd *d)
+{
+	flowshm_t *c = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &c), 0);
+	return c;
+}
+
+static void restart_a(struct three *t)
+{
+	hd_restart(&t->a, moverd_bin, (const char *const[]){ "--transport",
+		   hd_transport(), NULL });
+}
+
+/*
+ * 23, 24: C is down; `ahead` (B's consumer, or one on A) reads all that
+ * is sent, until A's slot for C holds the ring full.  A stops in order;
+ * the producer goes on meanwhile.  That slot must still hold it: C gets
+ * every record once after the restarts (before, the slot was given back
+ * at the stop: the producer wrote over what C never got, and C's flow
+ * failed, "lost data the sender had acknowledged").  A second stop right
+ * after the restart (C's resume under way; the peers' connections still
+ * closing when the flows are let go) leaks nothing (ASan) and loses
+ * nothing either.
+ */
+static void stop_behind(struct three *t, flowshm_t *p, flowshm_t *ahead)
+{
+	uint64_t next = 0, at = 0, down;
+	flowshm_t *c;
+	int rc;
+
+	hd_kill(&t->c);
+	while (fill(p, &next, &rc)) {
+		consume(ahead, at, next - at, false);
+		at = next;
+	}
+	printf("  %llu records sent, read by the consumer ahead; C down; "
+	       "then %s\n", (unsigned long long)next, flowshm_strerror(rc));
+	hd_term(&t->a);
+	down = fill(p, &next, &rc);
+	printf("  while A was stopped %llu more went, then %s\n",
+	       (unsigned long long)down, flowshm_strerror(rc));
+	hd_restart(&t->c, moverd_bin, NULL);
+	restart_a(t);
+	hd_term(&t->a); /* at once */
+	restart_a(t);
+	c = consumer_on(&t->c);
+	consume(c, 0, next, true); /* every record once, in order */
+	consume(ahead, at, next - at, true);
+	printf("  after the restarts C read all %llu once\n",
+	       (unsigned long long)next);
+	flowshm_detach(c);
+}
+
+/* 23. */
+static void case_stop_behind(void)
+{
+	struct three t;
+	flowshm_t *p, *b;
+
+	start_fanout(&t, "fo23", SIZES); /* lossless */
+	p = producer_on(&t.a, "x");
+	b = consumer_on(&t.b);
+	stop_behind(&t, p, b);
+	flowshm_detach(b);
+	flowshm_detach(p);
+	stop_three(&t);
+}
+
+/* 24. */
+static void case_stop_behind_local(void)
+{
+	char out[8192];
+	struct three t;
+	flowshm_t *p, *own;
+
+	start_three(&t, "fo24");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s %s", t.caddr, SIZES) == 0);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	p = producer_on(&t.a, "x");
+	own = consumer_on(&t.a);
+	stop_behind(&t, p, own);
+	flowshm_detach(own);
+	flowshm_detach(p);
 	stop_three(&t);
 }
 
@@ -1952,6 +2055,12 @@ int main(int argc, char **argv)
 		  "the state file's long cut= line is read back" },
 		{ 22, case_lag_word, "a client writes the ring's max_lag word "
 		  "of a lossless flow: moverd cuts no peer" },
+		{ 23, case_stop_behind, "A stopped in order while C is down "
+		  "and B read all: C's slot still holds the producer, C gets "
+		  "every record once after the restarts; a stop right after "
+		  "a restart leaks nothing" },
+		{ 24, case_stop_behind_local, "the same for a flow to C alone "
+		  "with a consumer on A that read all" },
 	};
 
 	if (argc != 3) {
