@@ -84,10 +84,22 @@ static struct hd_live hd_live[256];
 static unsigned hd_n_live;
 static pid_t hd_main_pid;
 
-static inline void hd_kill_live(void)
+/* A daemon's sanitizer report, or the last lines of its log. */
+static inline void hd_show_log(const char *log)
 {
 	char cmd[640];
 
+	fprintf(stderr, "--- the end of %s:\n", log);
+	fflush(stderr);
+	snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
+		 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
+		 "'%s'; } >&2", log, log);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(no log)\n");
+}
+
+static inline void hd_kill_live(void)
+{
 	if (getpid() != hd_main_pid)
 		return; /* a child's CHECK */
 	for (unsigned i = 0; i < hd_n_live; i++) {
@@ -95,13 +107,7 @@ static inline void hd_kill_live(void)
 
 		if (waitpid(l->pid, NULL, WNOHANG) != 0)
 			continue; /* gone, or reaped by whoever killed it */
-		fprintf(stderr, "--- the end of %s:\n", l->log);
-		fflush(stderr);
-		snprintf(cmd, sizeof(cmd), "{ grep -m1 -A14 -E 'ERROR: "
-			 "[A-Za-z]+Sanitizer|runtime error' '%s' || tail -n 25 "
-			 "'%s'; } >&2", l->log, l->log);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no log)\n");
+		hd_show_log(l->log);
 		kill(l->pid, SIGKILL);
 		waitpid(l->pid, NULL, 0);
 	}
@@ -214,6 +220,7 @@ static inline void hd_exec(struct hd *d, const char *moverd,
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			fprintf(stderr, "moverd exited at start (status %#x); "
 				"log %s\n", st, d->log);
+			hd_show_log(d->log);
 			exit(1);
 		}
 		usleep(10000);
@@ -310,6 +317,7 @@ static inline void hd_term(struct hd *d)
 			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 				fprintf(stderr, "moverd exited with status "
 					"%#x; log %s\n", st, d->log);
+				hd_show_log(d->log);
 				exit(1);
 			}
 			return;
