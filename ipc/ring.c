@@ -1310,6 +1310,63 @@ void fr_sub_skip_lag(struct fr_ring *r, unsigned slot)
 		r->head = r->head_pub = end;
 }
 
+/* The HELD slot of a dead holder furthest behind bound; FR_MAX_SUBS none. */
+static unsigned dead_held_behind(const struct fr_ring *r, uint64_t bound)
+{
+	unsigned best = FR_MAX_SUBS;
+	uint64_t most = 0;
+
+	for (unsigned i = 0; i < FR_MAX_SUBS; i++) {
+		const struct fr_sub *s = &r->sh->subs[i];
+		uint64_t pos;
+
+		/* acquire: the pid and tag we read next are this holder's
+		 * (Liveness) */
+		if (atomic_load_explicit(&s->state, memory_order_acquire) !=
+			    FR_SUB_HELD ||
+		    holder_alive(r, atomic_load_explicit(&s->pid,
+							 memory_order_relaxed),
+				 atomic_load_explicit(&s->tag,
+						      memory_order_relaxed)))
+			continue;
+		pos = atomic_load_explicit(&s->pos, memory_order_acquire);
+		if (pos_valid(r, pos, bound) &&
+		    (best == FR_MAX_SUBS || bound - pos > most)) {
+			best = i;
+			most = bound - pos;
+		}
+	}
+	return best;
+}
+
+int fr_sub_take_over_held(struct fr_ring *r, uint32_t pid)
+{
+	uint64_t before = bound_pos(r), pos, g;
+	unsigned i = dead_held_behind(r, before);
+	struct fr_sub *s;
+
+	if (i >= FR_MAX_SUBS)
+		return -EBUSY;
+	s = &r->sh->subs[i];
+	g = atomic_load_explicit(&s->gen, memory_order_acquire);
+	/* seq_cst, as a leave's: a leave of the old holder's gen (its
+	 * judges') fails from here on; the slot stays HELD and in the mask
+	 * throughout, so producers stay behind its position */
+	if (!atomic_compare_exchange_strong(&s->gen, &g, g + 1))
+		return -EBUSY;
+	atomic_store_explicit(&s->pid, pid, memory_order_relaxed);
+	atomic_store_explicit(&s->tag, slot_tag(r, pid), memory_order_relaxed);
+	pos = atomic_load_explicit(&s->pos, memory_order_acquire);
+	if (!pos_valid(r, pos, before))
+		return -EPROTO; /* a client scribbled: its flow's checks say */
+	r->sub = i;
+	r->sub_gen = g + 1;
+	r->head = r->head_pub = pos;
+	r->records = atomic_load_explicit(&s->records, memory_order_relaxed);
+	r->stuck_pos = UINT64_MAX;
+	return 0;
+}
+
 int fr_sub_take_held(struct fr_ring *r, uint32_t pid)
 {
 	uint32_t st = FR_SUB_ACTIVE;

@@ -905,6 +905,13 @@ bool fr_sub_lost(const struct fr_ring *r);
  * fr_sub_take. */
 int fr_sub_take_held(struct fr_ring *r, uint32_t pid);
 
+/* moverd at a start, when fr_sub_take_held found every slot taken: take
+ * over, where it stands, the HELD slot of a dead holder (the last moverd)
+ * furthest behind, as our own.  It never leaves the mask: giving it back
+ * first would let producers write over what its peer has not
+ * acknowledged before our take.  -EBUSY if there is none. */
+int fr_sub_take_over_held(struct fr_ring *r, uint32_t pid);
+
 /* moverd, for a slot it has just taken (its own, or a client's before the
  * answer) with max_lag set: a join position more than max_lag behind the
  * tail (every other subscriber was cut, the floor is where they were)

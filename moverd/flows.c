@@ -963,9 +963,17 @@ static void ring_open_error(int fd, int rc, char *why, size_t cap)
  */
 static int take_sender_slot(struct flow *f)
 {
+	uint32_t pid = (uint32_t)getpid() & FR_INFO_PID;
 	/* HELD: producers never cut it, moverd does (max_lag) */
-	return fr_sub_take_held(&f->view->ring,
-				(uint32_t)getpid() & FR_INFO_PID);
+	int rc = fr_sub_take_held(&f->view->ring, pid);
+
+	/* at a re-adoption, every slot taken: the last moverd's HELD ones
+	 * (only we may give them back) and its clients'.  The one furthest
+	 * behind becomes ours where it stands (after a kill -9 or an
+	 * orderly stop alike) */
+	if (rc == -EBUSY)
+		rc = fr_sub_take_over_held(&f->view->ring, pid);
+	return rc;
 }
 
 /*

@@ -2001,6 +2001,51 @@ static void case_stop_behind_local(void)
 	stop_three(&t);
 }
 
+/* 25: A restarted (how: stop) with every slot of x's ring taken by its
+ * 15 consumers and the last moverd's HELD one: x is re-adopted, and C
+ * gets what is sent after as before. */
+static void restart_full_slots(struct three *t, flowshm_t *p, flowshm_t *c,
+			       uint64_t *next, void (*stop)(struct hd *))
+{
+	stop(&t->a);
+	restart_a(t);
+	CHECK(hd_log_count(&t->a, "refusing to re-adopt") == 0);
+	CHECK(hd_wait_state(&t->a, moverctl_bin, "x", "open", 20000, NULL, 0));
+	produce(p, *next, 10);
+	consume(c, *next, 10, true);
+	*next += 10;
+}
+
+/* 25. */
+static void case_restart_full_slots(void)
+{
+	flowshm_t *p, *c, *own[FR_MAX_SUBS - 1];
+	char out[8192];
+	uint64_t next = 0;
+	struct three t;
+
+	start_three(&t, "fo25");
+	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s %s", t.caddr, SIZES) == 0);
+	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	p = producer_on(&t.a, "x");
+	c = consumer_on(&t.c);
+	for (unsigned i = 0; i < FR_MAX_SUBS - 1; i++)
+		own[i] = consumer_on(&t.a);
+	produce(p, next, 10);
+	consume(c, next, 10, true);
+	next += 10;
+	restart_full_slots(&t, p, c, &next, hd_term);
+	restart_full_slots(&t, p, c, &next, hd_kill);
+	printf("  x re-adopted after a stop and after a kill -9 with its 16 "
+	       "slots taken; C read all %llu\n", (unsigned long long)next);
+	for (unsigned i = 0; i < FR_MAX_SUBS - 1; i++)
+		flowshm_detach(own[i]);
+	flowshm_detach(c);
+	flowshm_detach(p);
+	stop_three(&t);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2061,6 +2106,9 @@ int main(int argc, char **argv)
 		  "a restart leaks nothing" },
 		{ 24, case_stop_behind_local, "the same for a flow to C alone "
 		  "with a consumer on A that read all" },
+		{ 25, case_restart_full_slots, "A stopped, then killed -9, "
+		  "with every slot of the ring taken (15 consumers on A and "
+		  "moverd's own): x is re-adopted each time, C gets all" },
 	};
 
 	if (argc != 3) {
