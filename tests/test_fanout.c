@@ -1982,17 +1982,25 @@ static void case_stop_behind(void)
 	stop_three(&t);
 }
 
+/* 24, 25: flow x from A to C alone, open on C. */
+static void start_to_c(struct three *t, const char *tag)
+{
+	char out[8192];
+
+	start_three(t, tag);
+	CHECK(hd_ctl(&t->a, moverctl_bin, out, sizeof(out), "flow create x "
+		     "--peer %s %s", t->caddr, SIZES) == 0);
+	CHECK(hd_wait_state(&t->c, moverctl_bin, "x", "open", 10000, NULL,
+			    0));
+}
+
 /* 24. */
 static void case_stop_behind_local(void)
 {
-	char out[8192];
 	struct three t;
 	flowshm_t *p, *own;
 
-	start_three(&t, "fo24");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s %s", t.caddr, SIZES) == 0);
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_to_c(&t, "fo24");
 	p = producer_on(&t.a, "x");
 	own = consumer_on(&t.a);
 	stop_behind(&t, p, own);
@@ -2020,14 +2028,10 @@ static void restart_full_slots(struct three *t, flowshm_t *p, flowshm_t *c,
 static void case_restart_full_slots(void)
 {
 	flowshm_t *p, *c, *own[FR_MAX_SUBS - 1];
-	char out[8192];
 	uint64_t next = 0;
 	struct three t;
 
-	start_three(&t, "fo25");
-	CHECK(hd_ctl(&t.a, moverctl_bin, out, sizeof(out), "flow create x "
-		     "--peer %s %s", t.caddr, SIZES) == 0);
-	CHECK(hd_wait_state(&t.c, moverctl_bin, "x", "open", 10000, NULL, 0));
+	start_to_c(&t, "fo25");
 	p = producer_on(&t.a, "x");
 	c = consumer_on(&t.c);
 	for (unsigned i = 0; i < FR_MAX_SUBS - 1; i++)
