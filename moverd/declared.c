@@ -1263,16 +1263,30 @@ void declared_apply(struct declared *d, struct declared_set *next,
 	*next = (struct declared_set){ 0 };
 }
 
+/* No config: the files options name (the metrics token), if any. */
+static int reread_only(struct declared *d, struct declared_report *r,
+		       char *err, size_t cap)
+{
+	int rc = d->reread ? d->reread(d->check_arg, r, err, cap) : 0;
+
+	if (rc > 0)
+		return 0;
+	if (rc < 0) {
+		log_warn("reload refused, nothing changed: %s", err);
+		return -EINVAL;
+	}
+	snprintf(err, cap, "moverd was started without --config: nothing "
+		 "to reload");
+	return -ENOENT;
+}
+
 int declared_reload(struct declared *d, struct declared_report *r, char *err,
 		    size_t cap)
 {
 	struct declared_set next;
 
-	if (!d->path[0]) {
-		snprintf(err, cap, "moverd was started without --config: "
-			 "nothing to reload");
-		return -ENOENT;
-	}
+	if (!d->path[0])
+		return reread_only(d, r, err, cap);
 	if (declared_read(d->path, d->listen, &next, err, cap)) {
 		log_warn("reload refused, nothing changed: %s", err);
 		return -EINVAL;

@@ -78,6 +78,11 @@ struct declared {
 	 * take effect at a restart) */
 	int (*check_options)(void *arg, const char *path,
 			     struct declared_report *r, char *err, size_t cap);
+	/* main.c's files a reload reads again without a config (the
+	 * metrics token; NULL: none): 1 read, 0 none to read, or -1 with
+	 * why in err, which refuses the reload */
+	int (*reread)(void *arg, struct declared_report *r, char *err,
+		      size_t cap);
 	void *check_arg;
 };
 
@@ -121,8 +126,8 @@ void declared_note(struct declared_report *r, const char *fmt, ...)
 
 /* Read the file again (its path as given: a symlink is followed anew),
  * check its option lines (check_options) and apply its flow lines.  0,
- * or -EINVAL (nothing changed) / -ENOENT (started without --config) with
- * why in err. */
+ * or -EINVAL (nothing changed) / -ENOENT (started without --config, and
+ * no file an option names to read again: reread) with why in err. */
 int declared_reload(struct declared *d, struct declared_report *r,
 		    char *err, size_t cap);
 

@@ -296,8 +296,9 @@ static void usage(FILE *out)
 "                           token in FILE (one line, 16-512 printable\n"
 "                           characters; mode 0600, owned by root or\n"
 "                           moverd's user) as `Authorization: Bearer ...`;\n"
-"                           others get 401.  Prometheus: authorization:\n"
-"                           credentials_file: a copy of FILE\n"
+"                           others get 401; a reload reads FILE again.\n"
+"                           Prometheus: authorization: credentials_file:\n"
+"                           a copy of FILE\n"
 "  --version, --help\n"
 "Sizes take K, M or G suffixes (powers of 1024).\n");
 }
@@ -1356,12 +1357,14 @@ static void config_error(const char *text, char *err, size_t cap)
  */
 /*
  * A reload reads the metrics token file again (moverd's path, as at the
- * start): a rotated token is served from now on; one the next start would
- * refuse refuses the reload, and the old token stays.
+ * start), with --config or without: a rotated token is served from now on;
+ * one the next start would refuse refuses the reload, and the old token
+ * stays.  1 read, 0 no token, -1 refused (declared.h, reread).
  */
-static int reload_token(struct daemon *d, struct declared_report *r,
-			char *err, size_t cap)
+static int reload_token(void *arg, struct declared_report *r, char *err,
+			size_t cap)
 {
+	struct daemon *d = arg;
 	struct auth_token t;
 	char why[512];
 
@@ -1372,11 +1375,13 @@ static int reload_token(struct daemon *d, struct declared_report *r,
 			 why);
 		return -1;
 	}
-	if (!metrics_http_set_token(d->metrics, &t))
-		return 0;
-	declared_note(r, "metrics-token: the token in %s changed: served "
-		      "from now on", d->opt.metrics_token);
-	return 0;
+	if (metrics_http_set_token(d->metrics, &t))
+		declared_note(r, "metrics-token: the token in %s changed: "
+			      "served from now on", d->opt.metrics_token);
+	else
+		declared_note(r, "metrics-token: %s read again: unchanged",
+			      d->opt.metrics_token);
+	return 1;
 }
 
 static int check_config(void *arg, const char *path,
@@ -1407,8 +1412,8 @@ static int check_config(void *arg, const char *path,
 			note_option(r, is->name[i], NULL, is->val[i]);
 	free(text);
 	free(is);
-	if (!rc)
-		rc = reload_token(d, r, err, cap);
+	if (!rc && reload_token(d, r, err, cap) < 0)
+		rc = -1;
 	return rc ? -1 : 0;
 }
 
@@ -1420,6 +1425,7 @@ static void apply_declared(struct daemon *d)
 					 .flows = &d->flows, .peers = &d->peers,
 					 .ctl = &d->ctl,
 					 .check_options = check_config,
+					 .reread = reload_token,
 					 .check_arg = d };
 	snprintf(d->declared.path, sizeof(d->declared.path), "%s",
 		 d->opt.config);

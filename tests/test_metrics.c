@@ -2577,6 +2577,25 @@ static void case_token(void)
 	kill(prom, SIGTERM);
 	CHECK(hx_wait(prom, 20000) >= 0);
 	hd_stop(&b);
+
+	/* without --config a reload reads the token file again too */
+	hd_start(&b, moverd, "metrics21b", false, (const char *[]){
+		 "--metrics", mb, "--metrics-token", tok, NULL });
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 200);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
+	CHECK(strstr(out, "read again: unchanged"));
+	f = fopen(tok, "w");
+	CHECK(f && fputs(TOKEN21 "-rotated\n", f) >= 0 && fclose(f) == 0);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
+	printf("  no --config, reload after the token file changed: %s", out);
+	CHECK(strstr(out, "served from now on"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 401);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	CHECK(chmod(tok, 0644) == 0);
+	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") != 0);
+	CHECK(strstr(out, "the token in use stays"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	hd_stop(&b);
 	CHECK(sh(NULL, 0, "rm -rf %s", dir) == 0);
 }
 
