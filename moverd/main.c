@@ -995,15 +995,17 @@ static void reload_notice(void *arg, bool begin)
 }
 
 /* SIGHUP: the config's flow lines again (other options need a restart;
- * they are checked: check_config). */
+ * they are checked: check_config), and the metrics token file. */
 static void reload_config(struct daemon *d)
 {
 	char text[4096], err[512];
 	struct declared_report r = { .text = text, .cap = sizeof(text) };
 
-	log_info("SIGHUP: reloading the config's flows");
+	log_info("SIGHUP: reloading %s", d->opt.config[0] ?
+		 "the config's flows" : "the metrics token (no --config)");
 	notify_reloading(true);
-	if (!declared_reload(&d->declared, &r, err, sizeof(err)))
+	if (!declared_reload(&d->declared, &r, err, sizeof(err)) &&
+	    d->opt.config[0])
 		log_info("reload: %u added, %u removed, %u changed, %u "
 			 "unchanged, %u refused", r.added, r.removed,
 			 r.changed, r.unchanged, r.refused);
