@@ -2461,6 +2461,30 @@ static double job_up(int pp, const char *job)
 	return prom_query(pp, q, (double)unix_ns() / 1e9, &v) ? v : -1;
 }
 
+/* 21: the token file tok of moverd b (/metrics on port pb) rotated: served
+ * from the reload on, the old one refused; a file the next start would
+ * refuse (mode 0644) refuses the reload, the token in use stays.  how:
+ * which moverd, for the log. */
+static void rotate_token(const struct hd *b, int pb, const char *tok,
+			 const char *how)
+{
+	char out[4096];
+	FILE *f = fopen(tok, "w");
+
+	CHECK(f && fputs(TOKEN21 "-rotated\n", f) >= 0 && fclose(f) == 0);
+	CHECK(hd_ctl(b, moverctl, out, sizeof(out), "reload") == 0);
+	printf("  %s, reload after the token file changed: %s", how, out);
+	CHECK(strstr(out, "served from now on"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 401);
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	CHECK(chmod(tok, 0644) == 0);
+	CHECK(hd_ctl(b, moverctl, out, sizeof(out), "reload") != 0);
+	printf("  %s, reload with the token file 0644: %s", how, out);
+	CHECK(strstr(out, "readable by its owner only") &&
+	      strstr(out, "the token in use stays"));
+	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+}
+
 /*
  * --metrics-token FILE: a token file others may read is refused at start;
  * /metrics answers 401 (with WWW-Authenticate: Bearer) without the token
@@ -2528,21 +2552,7 @@ static void case_token(void)
 	 * a few bytes in: a part of the token is looked for) */
 	CHECK(mem_has(b.pid, "m0ver-t0ken-21") == 0);
 
-	/* a rotated token: served from the reload on, the old one refused;
-	 * a file the next start would refuse refuses the reload */
-	f = fopen(tok, "w");
-	CHECK(f && fputs(TOKEN21 "-rotated\n", f) >= 0 && fclose(f) == 0);
-	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
-	printf("  reload after the token file changed: %s", out);
-	CHECK(strstr(out, "served from now on"));
-	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 401);
-	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
-	CHECK(chmod(tok, 0644) == 0);
-	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") != 0);
-	printf("  reload with the token file 0644: %s", out);
-	CHECK(strstr(out, "readable by its owner only") &&
-	      strstr(out, "the token in use stays"));
-	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	rotate_token(&b, pb, tok, "--config");
 	CHECK(chmod(tok, 0600) == 0);
 	f = fopen(tok, "w");
 	CHECK(f && fputs(TOKEN21 "\n", f) >= 0 && fclose(f) == 0);
@@ -2584,17 +2594,7 @@ static void case_token(void)
 	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 200);
 	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
 	CHECK(strstr(out, "read again: unchanged"));
-	f = fopen(tok, "w");
-	CHECK(f && fputs(TOKEN21 "-rotated\n", f) >= 0 && fclose(f) == 0);
-	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") == 0);
-	printf("  no --config, reload after the token file changed: %s", out);
-	CHECK(strstr(out, "served from now on"));
-	CHECK(get_authorized(pb, "Bearer " TOKEN21) == 401);
-	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
-	CHECK(chmod(tok, 0644) == 0);
-	CHECK(hd_ctl(&b, moverctl, out, sizeof(out), "reload") != 0);
-	CHECK(strstr(out, "the token in use stays"));
-	CHECK(get_authorized(pb, "Bearer " TOKEN21 "-rotated") == 200);
+	rotate_token(&b, pb, tok, "no --config");
 	hd_stop(&b);
 	CHECK(sh(NULL, 0, "rm -rf %s", dir) == 0);
 }
