@@ -317,6 +317,22 @@ static flowshm_t *producer_on(const struct hd *d, const char *name)
 	return p;
 }
 
+/* A consumer of flow x on d. */
+static flowshm_t *consumer_on(const struct hd *d)
+{
+	flowshm_t *c = NULL;
+
+	setenv("FLOWMOVER_SOCKET", d->sock, 1);
+	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &c), 0);
+	return c;
+}
+
+static void restart_a(struct three *t)
+{
+	hd_restart(&t->a, moverd_bin, (const char *const[]){ "--transport",
+		   hd_transport(), NULL });
+}
+
 /* Flow x from A to B and C (create options opts), open on all three. */
 static void start_fanout(struct three *t, const char *tag, const char *opts)
 {
@@ -654,8 +670,7 @@ static void case_max_lag(void)
 	CHECK(hj_u64(out, "max_lag") == 16384);
 	CHECK(pipe(ready) == 0);
 	/* B reads everything; a consumer attached on C reads nothing */
-	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	onc = consumer_on(&t.c);
 	cb = consumer(&t.b, "x", 0, n, ready[1]);
 	wait_ready(ready[0]);
 	p = producer_on(&t.a, "x");
@@ -1076,8 +1091,7 @@ static void case_cut_rejoin(void)
 
 	start_fanout(&t, "fo10", SIZES " --max-lag 16K");
 	CHECK(pipe(ready) == 0);
-	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	onc = consumer_on(&t.c);
 	/* B's consumer: every record, once */
 	cb = consumer(&t.b, "x", 0, n1 + n2, ready[1]);
 	wait_ready(ready[0]);
@@ -1266,8 +1280,7 @@ static void cut_while_down(const char *tag, enum cut_a how)
 	}
 	CHECK(strstr(peer_json(&t.a, "x", t.caddr, out, sizeof(out)),
 		     "\"open\""));
-	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	onc = consumer_on(&t.c);
 	rest_once(&t, p, onc, produced, n1 + n2, 0);
 	CHECK(wait_child(cb) == 0);
 	printf("  C cut while down (%llu records produced by then)%s, back: "
@@ -1617,8 +1630,7 @@ static void case_grants_at_rejoin(void)
 		     "--uid 65533") == 0);
 	CHECK(sees_x(&t.c, 65532) && !sees_x(&t.c, 65533));
 	/* C's consumer stops reading: A cuts C, which rejoins by itself */
-	setenv("FLOWMOVER_SOCKET", t.c.sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &onc), 0);
+	onc = consumer_on(&t.c);
 	p = producer_on(&t.a, "x");
 	produce_until_cut(&t, p, 0, 4000);
 	while ((rc = flowshm_recv(onc, buf, sizeof(buf), &len, WAIT_NS)) == 0)
@@ -1840,8 +1852,7 @@ static int read_all(const struct hd *d, int want)
 	size_t len;
 	int got = 0;
 
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &c), 0);
+	c = consumer_on(d);
 	while (got < want &&
 	       !flowshm_recv(c, buf, sizeof(buf), &len, 10000000000ll))
 		got++;
@@ -1883,8 +1894,7 @@ static void case_lag_word(void)
 	/* a restart goes by the state file (none named: lossless), not by
 	 * the ring's word, and says the two differ */
 	hd_kill(&t.a);
-	hd_restart(&t.a, moverd_bin, (const char *const[]){ "--transport",
-		   hd_transport(), NULL });
+	restart_a(&t);
 	CHECK(hd_flow_json(&t.a, moverctl_bin, "x", out, sizeof(out)));
 	CHECK(hj_u64(out, "max_lag") == 0);
 	CHECK(hd_log_count(&t.a, "its ring says max_lag 4096, its state "
@@ -1910,21 +1920,6 @@ static uint64_t fill(flowshm_t *p, uint64_t *next, int *rc)
 		if (*rc)
 			return n;
 	}
-}
-
-static flowshm_t *consumer_on(const struct hd *d)
-{
-	flowshm_t *c = NULL;
-
-	setenv("FLOWMOVER_SOCKET", d->sock, 1);
-	CHECK_RC(flowshm_attach("x", FLOWSHM_CONSUMER, NULL, &c), 0);
-	return c;
-}
-
-static void restart_a(struct three *t)
-{
-	hd_restart(&t->a, moverd_bin, (const char *const[]){ "--transport",
-		   hd_transport(), NULL });
 }
 
 /*
