@@ -181,6 +181,24 @@ static int parse_peer(struct parse *p, struct declared_flow *df,
 	return 0;
 }
 
+/* from=NET[,NET...]: the hosts that may send a receiving end, once. */
+static int parse_from(struct parse *p, struct declared_flow *df,
+		      const char *val)
+{
+	char why[160];
+
+	if (df->n_from)
+		return fail(p, "flow %s: from= given twice (one list: "
+			    "from=NET,NET...)", df->name);
+	if (strlen(val) >= sizeof(df->from_text))
+		return fail(p, "flow %s: from= is too long", df->name);
+	if (peer_nets_parse(val, "from", df->from, DECLARED_FROM_MAX,
+			    &df->n_from, why, sizeof(why)))
+		return fail(p, "flow %s: %s", df->name, why);
+	strcpy(df->from_text, val);
+	return 0;
+}
+
 static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 {
 	char *val = strchr(tok, '=');
@@ -213,10 +231,12 @@ static int parse_param(struct parse *p, struct declared_flow *df, char *tok)
 	} else if (!strcmp(tok, "allow-gid")) {
 		return parse_ids(p, tok, val, true, df->ids.gids,
 				 &df->ids.n_gids);
+	} else if (!strcmp(tok, "from")) {
+		return parse_from(p, df, val);
 	} else {
 		return fail(p, "flow %s: unknown parameter '%s' (use ring-size, "
-			    "max-record, peer, max-lag, allow-uid, allow-gid)",
-			    df->name, tok);
+			    "max-record, peer, max-lag, allow-uid, allow-gid, "
+			    "from)", df->name, tok);
 	}
 	return 0;
 }
@@ -319,7 +339,8 @@ static int parse_flow(struct parse *p, char *rest, const char *listen,
 	if (!name)
 		return fail(p, "flow: missing NAME (flow = NAME [ring-size=N] "
 			    "[max-record=N] [peer=HOST:PORT]... [max-lag=N] "
-			    "[allow-uid=ID,...] [allow-gid=ID,...])");
+			    "[allow-uid=ID,...] [allow-gid=ID,...] "
+			    "[from=NET,...])");
 	if (!flows_valid_name(name))
 		return fail(p, "invalid flow name '%.80s': use 1-64 of "
 			    "[A-Za-z0-9._-]", name);
@@ -471,13 +492,30 @@ static bool same_more(const struct declared_flow *a,
 	return true;
 }
 
-static bool same_decl(const struct declared_flow *a,
+/* The same from= (as written: a reordered list counts as a change,
+ * which only re-says what is granted). */
+static bool same_from(const struct declared_flow *a,
 		      const struct declared_flow *b)
+{
+	return !strcmp(a->from_text, b->from_text);
+}
+
+/* All but from=, which only the open of a receiving end reads. */
+static bool same_flow_part(const struct declared_flow *a,
+			   const struct declared_flow *b)
 {
 	return a->ring_size == b->ring_size && a->max_record == b->max_record &&
 	       !strcmp(a->peer, b->peer) && a->receiver == b->receiver &&
 	       same_more(a, b) && a->max_lag == b->max_lag &&
 	       same_flow_ids(&a->ids, &b->ids);
+}
+
+/* from= means something only on a receiving end: elsewhere a change of it
+ * changes nothing (no sending flow is made again for it). */
+static bool same_decl(const struct declared_flow *a,
+		      const struct declared_flow *b)
+{
+	return same_flow_part(a, b) && (!a->receiver || same_from(a, b));
 }
 
 static void ids_text(char *buf, size_t cap, const uint32_t *ids, size_t n)
@@ -820,6 +858,33 @@ static void regrant_receiver(struct declared *d,
 	    n->line, f->origin, a, b);
 }
 
+/* A receiving end's from= new or changed (o: the declaration before, if
+ * any), on its flow f: say whether the sender it is bound to may still
+ * open it. */
+static void refrom_receiver(const struct declared_flow *o,
+			    const struct declared_flow *n,
+			    const struct flow *f, struct declared_report *r)
+{
+	if (!n->n_from) {
+		if (o && o->n_from)
+			say(r, LOG_LVL_INFO, "flow %s (line %d): from= taken "
+			    "out: it stays bound to its sender (%s), from any "
+			    "address", n->name, n->line, f->origin);
+		return;
+	}
+	if (!f->origin_host[0] ||
+	    peer_nets_match_host(n->from, n->n_from, f->origin_host)) {
+		say(r, LOG_LVL_INFO, "flow %s (line %d): sent from %s only; "
+		    "its sender%s%s is named", n->name, n->line, n->from_text,
+		    f->origin_host[0] ? " at " : "", f->origin_host);
+		return;
+	}
+	say(r, LOG_LVL_WARN, "flow %s (line %d): its sender is at %s, which "
+	    "from=%s does not name: its next open from there is refused "
+	    "(`moverctl flow destroy %s` ends it now)", n->name, n->line,
+	    f->origin_host, n->from_text, n->name);
+}
+
 static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 			   const struct declared_flow *n,
 			   struct declared_report *r)
@@ -843,12 +908,14 @@ static bool apply_receiver(struct declared *d, const struct declared_flow *o,
 	 * and the flow's state file says what was (granted_already) */
 	if (f && !o && granted_already(f, n))
 		;
-	else if (f && (!o || !same_decl(o, n)))
+	else if (f && (!o || !same_flow_part(o, n)))
 		regrant_receiver(d, o, n, f, r);
 	else if (!f && (!o || !same_decl(o, n)))
 		say(r, LOG_LVL_INFO, "flow %s (line %d): received from a peer; "
 		    "its ids are granted when the sender opens it", n->name,
 		    n->line);
+	if (f && (!o || !same_from(o, n)))
+		refrom_receiver(o, n, f, r);
 	return true;
 }
 
@@ -1307,6 +1374,20 @@ int declared_reload(struct declared *d, struct declared_report *r, char *err,
 bool declared_has(const struct declared *d, const struct flow *f)
 {
 	return d && find(&d->cur, f->name) && !squatted(d, f);
+}
+
+int declared_admit(void *arg, const char *name, const char *host, char *err,
+		   size_t cap)
+{
+	const struct declared *d = arg;
+	const struct declared_flow *df = find(&d->cur, name);
+
+	if (!df || !df->receiver || !df->n_from ||
+	    peer_nets_match_host(df->from, df->n_from, host))
+		return 0;
+	snprintf(err, cap, "flow '%s' may not be sent from %s: this host's "
+		 "config takes it from %s only", name, host, df->from_text);
+	return -EACCES;
 }
 
 void declared_grant(struct declared *d, struct flow *f)

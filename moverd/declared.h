@@ -3,6 +3,7 @@
  *
  *   flow = NAME [ring-size=N] [max-record=N] [peer=HOST:PORT]...
  *               [max-lag=N] [allow-uid=ID[,ID...]] [allow-gid=ID[,ID...]]
+ *               [from=NET[,NET...]]
  *
  * (the spellings of `moverctl flow create`; moverd.conf(5)).  Declared
  * flows are created at start, owned by moverd's own user, and kept as
@@ -23,13 +24,18 @@
  * receiving end of a flow between hosts (so one file serves a whole
  * fleet): nothing is created here (the sender's moverd opens it), and its
  * allow-uid / allow-gid are granted on the flow once it exists (a changed
- * declaration takes the ids the old one named off it).
+ * declaration takes the ids the old one named off it).  Its from= names
+ * the addresses (or networks) of the hosts that may send it: an open from
+ * any other is refused (declared_admit), the first one's included, which
+ * would otherwise bind the name to itself.  Elsewhere from= means nothing
+ * (the same line serves the sending hosts).
  */
 #ifndef MOVERD_DECLARED_H
 #define MOVERD_DECLARED_H
 
 #include "fanout.h"
 #include "flows.h"
+#include "peer_allow.h"
 
 #include <limits.h>
 #include <stdbool.h>
@@ -42,6 +48,8 @@ struct declared_report;
 
 /* Declarations in one file at most (a reload re-reads them all). */
 #define DECLARED_MAX 4096
+/* Networks in one from= */
+#define DECLARED_FROM_MAX 8u
 
 struct declared_flow {
 	char name[FLOW_NAME_MAX + 1];
@@ -53,6 +61,9 @@ struct declared_flow {
 	uint64_t max_lag;        /* 0: lossless */
 	struct flow_ids ids;
 	bool receiver;           /* peer is our own --listen address */
+	struct peer_net from[DECLARED_FROM_MAX]; /* who may send it */
+	unsigned n_from;         /* 0: any peer (the first binds it) */
+	char from_text[160];     /* from= as written, for messages */
 	int line;
 };
 
@@ -142,6 +153,14 @@ bool declared_has(const struct declared *d, const struct flow *f);
  */
 const char *declared_differs(const struct flow_table *t, const struct flow *f,
 			     const struct flow_spec *s, char *why, size_t cap);
+
+/*
+ * peer_mgr's admit hook (arg: the struct declared): may the peer at host
+ * (its address) open receiver flow name?  0 unless name is a receiving
+ * end whose from= does not name host: -EACCES with why in err.
+ */
+int declared_admit(void *arg, const char *name, const char *host, char *err,
+		   size_t cap);
 
 /* A receiving end's grants, on a receiver flow that has just come (the
  * sender's moverd opened it: flows_create's hook).  Once per flow: ids an

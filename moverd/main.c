@@ -158,7 +158,8 @@ static void usage(FILE *out)
 "                           and flow declarations: 'flow = NAME\n"
 "                           [ring-size=N] [max-record=N] [peer=HOST:PORT]...\n"
 "                           [max-lag=N]\n"
-"                           [allow-uid=ID,...] [allow-gid=ID,...]',\n"
+"                           [allow-uid=ID,...] [allow-gid=ID,...]\n"
+"                           [from=NET,...]' (a receiving end: who may send),\n"
 "                           created at start; SIGHUP or moverctl reload\n"
 "                           applies the flow lines again (moverd.conf(5))\n"
 "  --listen HOST:PORT       accept peer daemons (flows from other hosts), over\n"
@@ -1435,6 +1436,8 @@ static void apply_declared(struct daemon *d)
 		 d->opt.listen);
 	d->ctl.declared = &d->declared;
 	d->ctl.on_reload = reload_notice;
+	d->peers.admit = declared_admit; /* before the loop runs: no open yet */
+	d->peers.admit_arg = &d->declared;
 	declared_apply(&d->declared, &d->declared_at_start, &r);
 	if (d->declared.cur.n || r.refused)
 		log_info("config: %u flows declared (%u refused)",

@@ -1466,6 +1466,13 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		snprintf(err, sizeof(err), "a flow named '%s' already exists "
 			 "on this host", f->name);
 		rc = -EEXIST;
+	} else if (m->admit && (rc = m->admit(m->admit_arg, op->name ?
+					       op->name : "", p->host, err,
+					       sizeof(err)))) {
+		/* the receiving end's config names the hosts that may send
+		 * it (from=): checked on every open, a new flow's and a
+		 * resume's, for an identity (a node name under a cluster
+		 * key) can move between addresses and an address cannot */
 	} else if (f && f->peer == p && f->id != op->flow_id) {
 		/* two peers of one fan-out flow that lead to this daemon (two
 		 * names of this host): their connections became one

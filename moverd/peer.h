@@ -72,6 +72,12 @@ struct peer_mgr {
 	/* called by peer_destroy_flow before anything else (peer_opts) */
 	void (*flow_gone)(void *arg, struct flow *f);
 	void *flow_gone_arg;
+	/* may the peer at host (its address, p->host) open receiver flow
+	 * name?  0, or a negative errno with why in err (NULL: every peer
+	 * may; declared.c, a receiving end's from=) */
+	int (*admit)(void *arg, const char *name, const char *host, char *err,
+		     size_t cap);
+	void *admit_arg;
 	const struct transport *tp;   /* for new outbound peers */
 	void *rdma;                   /* rdma.c's shared state, or NULL */
 	bool rdma_only;               /* --transport rdma: never fall back */

@@ -99,24 +99,31 @@ static int parse_list(const char *spec, const struct list_kind *k, void *ctx,
 	return 0;
 }
 
-static int allow_one(const char *tok, unsigned i, void *ctx)
+static int net_one(const char *tok, unsigned i, void *ctx)
 {
-	struct peer_allow *a = ctx;
+	struct peer_net *nets = ctx;
 
-	return parse_net(tok, &a->nets[i]);
+	return parse_net(tok, &nets[i]);
+}
+
+int peer_nets_parse(const char *spec, const char *opt, struct peer_net *nets,
+		    unsigned max, unsigned *n, char *err, size_t cap)
+{
+	const struct list_kind kind = {
+		.opt = opt, .what = "networks",
+		.expect = "an address or network (e.g. 10.0.0.0/8, fd00::/8, "
+			  "192.0.2.7)",
+		.max = max, .one = net_one,
+	};
+
+	return parse_list(spec, &kind, nets, n, err, cap);
 }
 
 int peer_allow_parse(const char *spec, struct peer_allow *a, char *err,
 		     size_t cap)
 {
-	static const struct list_kind kind = {
-		.opt = "--peer-allow", .what = "networks",
-		.expect = "an address or network (e.g. 10.0.0.0/8, fd00::/8, "
-			  "192.0.2.7)",
-		.max = PEER_ALLOW_MAX, .one = allow_one,
-	};
-
-	return parse_list(spec, &kind, a, &a->n, err, cap);
+	return peer_nets_parse(spec, "--peer-allow", a->nets, PEER_ALLOW_MAX,
+			       &a->n, err, cap);
 }
 
 /* sa's address bytes and family; a v4-mapped v6 address as v4. */
@@ -140,14 +147,30 @@ static int addr_of(const struct sockaddr *sa, uint8_t out[16])
 
 bool peer_allow_match(const struct peer_allow *a, const struct sockaddr *sa)
 {
-	uint8_t addr[16];
-	int family;
+	return !a || !a->n || peer_nets_match(a->nets, a->n, sa);
+}
 
-	if (!a || !a->n)
-		return true;
-	family = addr_of(sa, addr);
-	for (unsigned i = 0; i < a->n; i++) {
-		const struct peer_net *n = &a->nets[i];
+bool peer_nets_match_host(const struct peer_net *nets, unsigned n,
+			  const char *host)
+{
+	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+	struct sockaddr_in s4 = { .sin_family = AF_INET };
+
+	if (inet_pton(AF_INET, host, &s4.sin_addr) == 1)
+		return peer_nets_match(nets, n, (struct sockaddr *)&s4);
+	if (inet_pton(AF_INET6, host, &s6.sin6_addr) == 1)
+		return peer_nets_match(nets, n, (struct sockaddr *)&s6);
+	return false;
+}
+
+bool peer_nets_match(const struct peer_net *nets, unsigned count,
+		     const struct sockaddr *sa)
+{
+	uint8_t addr[16];
+	int family = addr_of(sa, addr);
+
+	for (unsigned i = 0; i < count; i++) {
+		const struct peer_net *n = &nets[i];
 		uint8_t masked[16];
 		unsigned len = n->family == AF_INET ? 4 : 16;
 

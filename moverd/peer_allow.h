@@ -37,8 +37,21 @@ struct peer_allow {
 int peer_allow_parse(const char *spec, struct peer_allow *a, char *err,
 		     size_t cap);
 
+/* The same for any list of at most max networks; opt names it in err. */
+int peer_nets_parse(const char *spec, const char *opt, struct peer_net *nets,
+		    unsigned max, unsigned *n, char *err, size_t cap);
+
 /* May sa connect?  An IPv4-mapped IPv6 address counts as IPv4. */
 bool peer_allow_match(const struct peer_allow *a, const struct sockaddr *sa);
+
+/* Is sa in one of the n networks (none: false)?  IPv4-mapped as IPv4. */
+bool peer_nets_match(const struct peer_net *nets, unsigned n,
+		     const struct sockaddr *sa);
+
+/* The same for a numeric address ("10.0.0.1", "2001:db8::1"); false for
+ * anything else. */
+bool peer_nets_match_host(const struct peer_net *nets, unsigned n,
+			  const char *host);
 
 /* Addresses, besides a connection's own local one, that peers may have
  * dialed to reach this daemon (NAT, port forwarding): canonical names. */

@@ -69,6 +69,13 @@
  *      file, whatever the number of flows naming it (an LD_PRELOAD shim
  *      counts getpwnam and getgrnam): 40 flows allowed to user nobody and
  *      group nogroup, two lookups per reload (80 before), the ids right
+ *  18  a receiving end's from= (the same line on both hosts): B takes the
+ *      flow from the networks it names only.  Not named, A's open is
+ *      refused (A's flow fails saying why; B has no such flow, where
+ *      before the first opener bound the name); named after a reload, A's
+ *      flow opens and moves every record once; taken out of from= again,
+ *      the reload says the sender is no longer named, and A's resume
+ *      after a restart is refused; a bad from= is refused at a reload
  */
 #include "harness.h"
 
@@ -204,6 +211,20 @@ static void fc_done(pid_t pid, const char *what)
 			"did not finish in time (killed)" : "failed", rc);
 		exit(1);
 	}
+}
+
+/* n records of flow from a producer on a to a consumer on b, both as uid;
+ * every one exactly once, or the test fails naming the consumer's why. */
+static void move_a_to_b(const struct hd *a, const struct hd *b, uid_t uid,
+			const char *flow, unsigned long n, const char *why)
+{
+	pid_t cons = fc(b, uid, "consume", flow, n);
+	pid_t prod = fc(a, uid, "produce", flow, n);
+	char what[160];
+
+	fc_done(prod, "producer on A");
+	snprintf(what, sizeof(what), "consumer on B (%s)", why);
+	fc_done(cons, what);
 }
 
 /* ---- cases ------------------------------------------------------------------ */
@@ -491,9 +512,7 @@ static void case_two_hosts(void)
 {
 	struct hd a, b;
 	char line[256], out[4096];
-	unsigned long n = 200000;
 	int port = hd_free_port();
-	pid_t prod, cons;
 
 	/* the same line on both hosts */
 	snprintf(line, sizeof(line), "log-level = debug\n"
@@ -505,10 +524,8 @@ static void case_two_hosts(void)
 	CHECK(hd_wait_state(&b, moverctl_bin, "fleet", "open", 10000, NULL, 0));
 	CHECK(hd_flow_json(&b, moverctl_bin, "fleet", out, sizeof(out)));
 	expect_out(out, "\"role\": \"receiver\"");
-	cons = fc(&b, NOBODY, "consume", "fleet", n);
-	prod = fc(&a, NOBODY, "produce", "fleet", n);
-	fc_done(prod, "producer on A (uid 65534)");
-	fc_done(cons, "consumer on B (uid 65534, granted by B's declaration)");
+	move_a_to_b(&a, &b, NOBODY, "fleet", 200000,
+		    "uid 65534, granted by B's declaration");
 	CHECK(hd_log_count(&b, "declared ids granted") == 1);
 	/* A's reload with the same file touches nothing */
 	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
@@ -1136,6 +1153,69 @@ static void case_name_lookups(void)
 	unlink(counted);
 }
 
+/* The receiving end's line of case 18, from= nets (the same on A). */
+static void from_line(char *buf, size_t cap, int port, const char *nets)
+{
+	snprintf(buf, cap, "log-level = debug\nflow = rx ring-size=64K "
+		 "peer=127.0.0.1:%d from=%s\n", port, nets);
+}
+
+/* A's flow rx failed, refused by B for its address. */
+static void refused_by_from(struct hd *a)
+{
+	char why[512];
+
+	CHECK(hd_wait_state(a, moverctl_bin, "rx", "failed", 10000, why,
+			    sizeof(why)));
+	printf("  A: rx %s\n", why);
+	expect_out(why, "flow 'rx' may not be sent from 127.0.0.1: this "
+		   "host's config takes it from");
+}
+
+static void case_receiver_from(void)
+{
+	struct hd a, b;
+	char line[256], out[8192];
+	int port = hd_free_port();
+
+	from_line(line, sizeof(line), port, "192.0.2.0/24");
+	start_conf(&b, "cfg18b", port, line);
+	start_conf(&a, "cfg18a", 0, line); /* from= means nothing on A */
+	refused_by_from(&a);
+	CHECK(!flow_exists(&b, "rx")); /* not bound to the first opener */
+	CHECK(hd_log_count(&b, "may not be sent from 127.0.0.1") >= 1);
+	/* named: B's reload, then A makes its flow again */
+	from_line(line, sizeof(line), port, "192.0.2.7,127.0.0.0/8");
+	write_conf(&b, line);
+	CHECK_RC(ctl(&b, out, sizeof(out), "reload"), 0);
+	expect_out(out, "0 added, 0 removed, 1 changed, 0 unchanged, 0 refused");
+	CHECK_RC(ctl(&a, out, sizeof(out), "flow destroy rx"), 0);
+	CHECK_RC(ctl(&a, out, sizeof(out), "reload"), 0);
+	expect_out(out, "flow rx (line 2): created again (it was gone)");
+	CHECK(hd_wait_state(&a, moverctl_bin, "rx", "open", 10000, NULL, 0));
+	CHECK(hd_wait_state(&b, moverctl_bin, "rx", "open", 10000, NULL, 0));
+	move_a_to_b(&a, &b, 0, "rx", 3000, "from= names A's address");
+	/* no longer named: said at the reload, refused at the next open */
+	from_line(line, sizeof(line), port, "192.0.2.7");
+	write_conf(&b, line);
+	CHECK_RC(ctl(&b, out, sizeof(out), "reload"), 0);
+	printf("%s", out);
+	expect_out(out, "flow rx (line 2): its sender is at 127.0.0.1, which "
+		   "from=192.0.2.7 does not name: its next open from there is "
+		   "refused");
+	hd_term(&a);
+	restart_conf(&a);
+	refused_by_from(&a);
+	/* a from= that does not parse refuses the reload */
+	from_line(line, sizeof(line), port, "127.0.0.0/33");
+	write_conf(&b, line);
+	CHECK_RC(ctl(&b, out, sizeof(out), "reload"), 1);
+	expect_out(out, "moverd.conf:2: flow rx: from: '127.0.0.0/33' is not "
+		   "an address or network");
+	hd_stop(&a);
+	hd_stop(&b);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1173,6 +1253,8 @@ int main(int argc, char **argv)
 		  "reload; others' writable config refused" },
 		{ 17, case_name_lookups, "a user or group name is looked up "
 		  "once per read of the file" },
+		{ 18, case_receiver_from, "a receiving end's from= refuses "
+		  "opens from hosts it does not name" },
 	};
 
 	if (argc != 5) {
