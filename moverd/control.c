@@ -16,6 +16,7 @@
 #include "idle.h"
 #include "log.h"
 #include "mover.h"
+#include "reload.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -48,12 +49,14 @@ struct attachment {
 
 /*
  * A request that waits (issue 15): an attach or describe for a flow that
- * does not exist yet, or a destroy --drain until the flow is drained.
+ * does not exist yet, a destroy --drain until the flow is drained, or a
+ * reload until its run has read the config (off the loop) and applied it.
  * One per connection (a client is served one request at a time), so the
  * waits are bounded by the connection limits (--max-clients,
  * --max-clients-per-uid).
  */
-enum wait_kind { WAIT_NONE, WAIT_ATTACH, WAIT_DESCRIBE, WAIT_DRAIN };
+enum wait_kind { WAIT_NONE, WAIT_ATTACH, WAIT_DESCRIBE, WAIT_DRAIN,
+		 WAIT_RELOAD };
 
 struct ctl_wait {
 	enum wait_kind kind;
@@ -61,6 +64,7 @@ struct ctl_wait {
 	uint64_t id;
 	uint64_t until_ns;       /* UINT64_MAX: no limit */
 	int64_t owner;           /* attach: the owner asked for, -1: any */
+	uint64_t run;            /* reload: the run that answers it */
 	char name[FLOW_NAME_MAX + 1];
 	/* a drain's flow, referenced (struct flow): one destroyed meanwhile
 	 * is `dead`, never a new flow of the same name */
@@ -555,46 +559,76 @@ static void do_create(struct ctl_client *c, uint64_t id,
 		respond_flow(c, id, f, NULL);
 }
 
-/* moverctl reload: root or moverd's own user (the file is theirs). */
+static void start_wait(struct ctl_client *c, enum wait_kind kind, uint64_t id,
+		       const char *name, enum flowshm_role role, int64_t owner,
+		       uint32_t wait_ms, struct flow *held, uint64_t run);
+
+/* moverctl reload: root or moverd's own user (the file is theirs).  The
+ * config is read off the loop (reload.h): the request waits for its run,
+ * and ctl_reload_done answers it. */
 static void do_reload(struct ctl_client *c, uint64_t id)
 {
-	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
-	Flowmover__ReloadResult rr = FLOWMOVER__RELOAD_RESULT__INIT;
-	char text[16384], err[512], *lines[256], *save = NULL;
-	struct declared_report r = { .text = text, .cap = sizeof(text) };
-	size_t n = 0;
-	int rc;
+	char err[160];
+	uint64_t run;
 
 	if (c->uid != 0 && c->uid != geteuid()) {
 		respond_error(c, id, -EACCES, "permission denied: only root "
 			      "may reload moverd's config");
 		return;
 	}
-	text[0] = 0;
-	if (c->srv->on_reload)
-		c->srv->on_reload(c->srv->reload_arg, true);
-	rc = declared_reload(c->srv->declared, &r, err, sizeof(err));
-	if (c->srv->on_reload)
-		c->srv->on_reload(c->srv->reload_arg, false);
-	if (rc) {
-		respond_error(c, id, rc, "%s", err);
+	run = reload_ask(c->srv->reloader, err, sizeof(err));
+	if (!run) {
+		respond_error(c, id, -EAGAIN, "%s", err);
 		return;
 	}
-	/* the report's lines (16 KiB of text, 256 lines at most: a frame
-	 * holds them; the log has every line) */
+	start_wait(c, WAIT_RELOAD, id, "", FLOWSHM_PRODUCER, -1, 0, NULL, run);
+}
+
+/* A reload's answer: its report's lines (16 KiB of text, 256 lines at
+ * most: a frame holds them; the log has every line). */
+static void respond_reload(struct ctl_client *c, uint64_t id,
+			   const struct declared_reading *rd)
+{
+	Flowmover__Response resp = FLOWMOVER__RESPONSE__INIT;
+	Flowmover__ReloadResult rr = FLOWMOVER__RELOAD_RESULT__INIT;
+	char text[sizeof(rd->text)], *lines[256], *save = NULL;
+	size_t n = 0;
+
+	if (rd->rc) {
+		respond_error(c, id, rd->rc, "%s", rd->err);
+		return;
+	}
+	memcpy(text, rd->text, sizeof(text));
 	for (char *l = strtok_r(text, "\n", &save); l && n < 256;
 	     l = strtok_r(NULL, "\n", &save))
 		lines[n++] = l;
-	rr.added = r.added;
-	rr.removed = r.removed;
-	rr.changed = r.changed;
-	rr.unchanged = r.unchanged;
-	rr.refused = r.refused;
+	rr.added = rd->r.added;
+	rr.removed = rd->r.removed;
+	rr.changed = rd->r.changed;
+	rr.unchanged = rd->r.unchanged;
+	rr.refused = rd->r.refused;
 	rr.n_lines = n;
 	rr.lines = lines;
 	resp.body_case = FLOWMOVER__RESPONSE__BODY_RELOAD;
 	resp.reload = &rr;
 	respond(c, &resp, id, NULL);
+}
+
+void ctl_reload_done(void *arg, uint64_t run,
+		     const struct declared_reading *rd)
+{
+	struct ctl_server *s = arg;
+
+	for (struct ctl_client *c = s->clients, *n; c; c = n) {
+		uint64_t id = c->wait.id;
+
+		n = c->next;
+		if (c->gone || c->wait.kind != WAIT_RELOAD ||
+		    c->wait.run > run)
+			continue;
+		end_wait(c);
+		respond_reload(c, id, rd);
+	}
 }
 
 static struct flow *find_or_fail(struct ctl_client *c, uint64_t id,
@@ -671,16 +705,17 @@ static void destroy_now(struct ctl_client *c, uint64_t id, struct flow *f)
 	respond_ok(c, id);
 }
 
-/* Park c's request until name's flow comes (or, drain, held goes), or
- * wait_ms pass.  c may be gone when it returns (no SQE for its read). */
+/* Park c's request until name's flow comes (or, drain, held goes; reload,
+ * reload run number run ends), or wait_ms pass.  c may be gone when it
+ * returns (no SQE for its read). */
 static void start_wait(struct ctl_client *c, enum wait_kind kind, uint64_t id,
 		       const char *name, enum flowshm_role role, int64_t owner,
-		       uint32_t wait_ms, struct flow *held)
+		       uint32_t wait_ms, struct flow *held, uint64_t run)
 {
 	struct ctl_server *s = c->srv;
 
 	c->wait = (struct ctl_wait){
-		.kind = kind, .role = role, .id = id, .owner = owner,
+		.kind = kind, .role = role, .id = id, .owner = owner, .run = run,
 		.until_ns = wait_ms ? fr_now_ns() + wait_ms * 1000000ull :
 				      UINT64_MAX,
 		.flow = held ? flow_get(held) : NULL,
@@ -725,7 +760,7 @@ static void start_drain(struct ctl_client *c, uint64_t id, struct flow *f,
 		return;
 	}
 	start_wait(c, WAIT_DRAIN, id, f->name, FLOWSHM_PRODUCER, -1, timeout_ms,
-		   f);
+		   f, 0);
 }
 
 static void do_destroy(struct ctl_client *c, uint64_t id,
@@ -811,7 +846,7 @@ static void do_describe(struct ctl_client *c, uint64_t id,
 
 	if (!f && d->wait_ms && flows_valid_name(d->name)) {
 		start_wait(c, WAIT_DESCRIBE, id, d->name, FLOWSHM_PRODUCER, -1,
-			   d->wait_ms, NULL);
+			   d->wait_ms, NULL, 0);
 		return;
 	}
 	if (!f || !may_see(c, f)) {
@@ -1186,7 +1221,7 @@ static void do_attach(struct ctl_client *c, uint64_t id,
 	if ((!f || flow_cut_off(f)) && a->wait_ms &&
 	    flows_valid_name(a->name)) {
 		start_wait(c, WAIT_ATTACH, id, a->name, role, owner,
-			   a->wait_ms, NULL);
+			   a->wait_ms, NULL, 0);
 		return;
 	}
 	if (!f) {

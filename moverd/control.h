@@ -18,6 +18,8 @@
 
 struct ctl_client;
 struct declared;
+struct declared_reading;
+struct reloader;
 
 struct ctl_stats {
 	uint64_t requests;
@@ -55,16 +57,19 @@ struct ctl_server {
 	const char *io_uring;     /* the loop's setup, for status (main.c) */
 	struct ctl_stats stats;
 	struct declared *declared;  /* the config's flows (declared.h) */
-	/* told before (begin) and after a reload request (systemd) */
-	void (*on_reload)(void *arg, bool begin);
-	void *reload_arg;
-	/* requests waiting for a flow or a drain (issue 15), and the tick
+	struct reloader *reloader;  /* moverctl reload runs there (reload.h) */
+	/* requests waiting for a flow, a drain (issue 15) or a reload, and the tick
 	 * that ends them: armed while n_waiting != 0 */
 	unsigned n_waiting;
 	struct loop_op wait_op;
 	struct __kernel_timespec wait_ts;
 	const struct counters *counters; /* the daemon's (status), or NULL */
 };
+
+/* reload.h's done: answer the requests a reload run (number run)
+ * answers, with what it did (rd). */
+void ctl_reload_done(void *arg, uint64_t run,
+		     const struct declared_reading *rd);
 
 /* Bind the socket (mode applied before listen) and start accepting. */
 int ctl_server_start(struct ctl_server *s, struct loop *l,

@@ -1331,43 +1331,76 @@ void declared_apply(struct declared *d, struct declared_set *next,
 }
 
 /* No config: the files options name (the metrics token), if any. */
-static int reread_only(struct declared *d, struct declared_report *r,
-		       char *err, size_t cap)
+/* The files reread reads (the metrics token): 0, or -EINVAL with why;
+ * none read and no config: -ENOENT, nothing to reload. */
+static int reread_files(const struct declared *d, struct declared_reading *rd)
 {
-	int rc = d->reread ? d->reread(d->check_arg, r, err, cap) : 0;
+	int rc = d->reread ? d->reread(d->check_arg, &rd->files, rd->err,
+				       sizeof(rd->err)) : 0;
 
-	if (rc > 0)
-		return 0;
-	if (rc < 0) {
-		log_warn("reload refused, nothing changed: %s", err);
+	if (rc < 0)
 		return -EINVAL;
+	if (rc == 0 && !rd->have_flows) {
+		snprintf(rd->err, sizeof(rd->err), "moverd was started without "
+			 "--config: nothing to reload");
+		return -ENOENT;
 	}
-	snprintf(err, cap, "moverd was started without --config: nothing "
-		 "to reload");
-	return -ENOENT;
+	return 0;
 }
 
-int declared_reload(struct declared *d, struct declared_report *r, char *err,
-		    size_t cap)
+void declared_reload_read(const struct declared *d,
+			  struct declared_reading *rd)
 {
-	struct declared_set next;
+	rd->r = (struct declared_report){ .text = rd->text,
+					  .cap = sizeof(rd->text) };
+	rd->text[0] = 0;
+	if (d->path[0]) {
+		if (declared_read(d->path, d->listen, &rd->next, rd->err,
+				  sizeof(rd->err))) {
+			rd->rc = -EINVAL;
+			return;
+		}
+		rd->have_flows = true;
+		/* the option lines too: one the next start would refuse is
+		 * refused now, while the operator is there to see it */
+		if (d->check_options &&
+		    d->check_options(d->check_arg, d->path, &rd->r, rd->err,
+				     sizeof(rd->err))) {
+			rd->rc = -EINVAL;
+			return;
+		}
+	}
+	rd->rc = reread_files(d, rd);
+}
 
-	if (!d->path[0])
-		return reread_only(d, r, err, cap);
-	if (declared_read(d->path, d->listen, &next, err, cap)) {
-		log_warn("reload refused, nothing changed: %s", err);
-		return -EINVAL;
+void declared_reload_drop(const struct declared *d,
+			  struct declared_reading *rd)
+{
+	if (d->reread_use && rd->files)
+		d->reread_use(d->check_arg, rd->files, NULL);
+	if (rd->have_flows)
+		declared_set_free(&rd->next);
+	rd->files = NULL;
+	rd->have_flows = false;
+}
+
+int declared_reload_apply(struct declared *d, struct declared_reading *rd)
+{
+	if (rd->rc) {
+		if (rd->rc != -ENOENT)
+			log_warn("reload refused, nothing changed: %s", rd->err);
+		declared_reload_drop(d, rd);
+		return rd->rc;
 	}
-	/* the option lines too: one the next start would refuse is
-	 * refused now, while the operator is there to see it */
-	if (d->check_options &&
-	    d->check_options(d->check_arg, d->path, r, err, cap)) {
-		declared_set_free(&next);
-		log_warn("reload refused, nothing changed: %s", err);
-		return -EINVAL;
+	if (d->reread_use && rd->files)
+		d->reread_use(d->check_arg, rd->files, &rd->r);
+	rd->files = NULL;
+	if (rd->have_flows) {
+		log_info("reloading %s: %u flows declared", d->path,
+			 rd->next.n);
+		declared_apply(d, &rd->next, &rd->r); /* takes next */
+		rd->have_flows = false;
 	}
-	log_info("reloading %s: %u flows declared", d->path, next.n);
-	declared_apply(d, &next, r);
 	return 0;
 }
 

@@ -84,16 +84,20 @@ struct declared {
 	struct ctl_server *ctl;
 	struct declared_set cur; /* as applied */
 	/* main.c's check of the file's option lines at a reload (NULL:
-	 * none): 0, or -1 with why in err, which refuses the reload; it
+	 * none), off the loop (the reload thread: a user or group name
+	 * asks NSS): 0, or -1 with why in err, which refuses the reload; it
 	 * notes in the report the options changed since the start (they
 	 * take effect at a restart) */
 	int (*check_options)(void *arg, const char *path,
 			     struct declared_report *r, char *err, size_t cap);
-	/* main.c's files a reload reads again without a config (the
-	 * metrics token; NULL: none): 1 read, 0 none to read, or -1 with
-	 * why in err, which refuses the reload */
-	int (*reread)(void *arg, struct declared_report *r, char *err,
-		      size_t cap);
+	/* main.c's files a reload reads again, with a config or without
+	 * (the metrics token; NULL: none), off the loop too: 1 read into
+	 * *files, 0 none to read, or -1 with why in err, which refuses the
+	 * reload ... */
+	int (*reread)(void *arg, void **files, char *err, size_t cap);
+	/* ... and, on the loop, what it read put to use (said in r), then
+	 * freed; r NULL: only freed (the reload was refused) */
+	void (*reread_use)(void *arg, void *files, struct declared_report *r);
 	void *check_arg;
 };
 
@@ -135,12 +139,39 @@ void declared_apply(struct declared *d, struct declared_set *next,
 void declared_note(struct declared_report *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* Read the file again (its path as given: a symlink is followed anew),
- * check its option lines (check_options) and apply its flow lines.  0,
- * or -EINVAL (nothing changed) / -ENOENT (started without --config, and
- * no file an option names to read again: reread) with why in err. */
-int declared_reload(struct declared *d, struct declared_report *r,
-		    char *err, size_t cap);
+/*
+ * A reload in two halves (reload.h runs them): what can block (reading
+ * the file, NSS for user and group names) off the loop, then the applying
+ * on it.  The reading is sized here, its report lines included (a frame
+ * of ReloadResult holds 16 KiB of them; the log has every line).
+ */
+struct declared_reading {
+	int rc;                   /* 0, or -EINVAL (nothing changes) / -ENOENT
+				   * (started without --config, and no file
+				   * an option names to read again) */
+	char err[512];            /* why, when rc */
+	bool have_flows;          /* next holds the config's flow lines */
+	struct declared_set next;
+	void *files;              /* reread's (NULL: none read) */
+	struct declared_report r; /* its lines in text */
+	char text[16384];
+};
+
+/* Read the file again (its path as given: a symlink is followed anew)
+ * and check its option lines (check_options), or, without a config, the
+ * files reread reads; into *rd.  Any thread: it reads only what does not
+ * change after the start (d's path and listen, the hooks). */
+void declared_reload_read(const struct declared *d,
+			  struct declared_reading *rd);
+
+/* On the loop: apply what rd read (its flow lines, reread_use), adding to
+ * rd->r; a refused reading only logged.  rd->rc.  Frees what rd holds. */
+int declared_reload_apply(struct declared *d, struct declared_reading *rd);
+
+/* Free what rd holds, applying nothing (any thread: a reload the stop
+ * overtook). */
+void declared_reload_drop(const struct declared *d,
+			  struct declared_reading *rd);
 
 /* Is f declared here (flow show)? */
 bool declared_has(const struct declared *d, const struct flow *f);

@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "control.h"
 #include "declared.h"
+#include "reload.h"
 #include "counters.h"
 #include "cpus.h"
 #include "fanout.h"
@@ -134,6 +135,7 @@ struct daemon {
 	struct auth_key key;      /* loaded from opt.peer_key */
 	bool have_key;
 	struct declared declared; /* the config's flows */
+	struct reloader reload;   /* a reload's reading, off the loop */
 	struct declared_set declared_at_start;
 	struct conf_opts conf_at_start; /* the config's option lines */
 	struct counters ctr;      /* SOCKET.counters (counters.h) */
@@ -988,7 +990,7 @@ static void raise_fd_limit(void)
 
 static void signal_done(struct loop_op *op, int res);
 
-/* ctl_server's on_reload: systemd hears of a reload (moverctl reload). */
+/* reload.h's notice: systemd hears of a reload (SIGHUP, moverctl). */
 static void reload_notice(void *arg, bool begin)
 {
 	(void)arg;
@@ -996,21 +998,16 @@ static void reload_notice(void *arg, bool begin)
 }
 
 /* SIGHUP: the config's flow lines again (other options need a restart;
- * they are checked: check_config), and the metrics token file. */
+ * they are checked: check_config), and the metrics token file; read off
+ * the loop (reload.h), which logs what it did. */
 static void reload_config(struct daemon *d)
 {
-	char text[4096], err[512];
-	struct declared_report r = { .text = text, .cap = sizeof(text) };
+	char err[160];
 
 	log_info("SIGHUP: reloading %s", d->opt.config[0] ?
 		 "the config's flows" : "the metrics token (no --config)");
-	notify_reloading(true);
-	if (!declared_reload(&d->declared, &r, err, sizeof(err)) &&
-	    d->opt.config[0])
-		log_info("reload: %u added, %u removed, %u changed, %u "
-			 "unchanged, %u refused", r.added, r.removed,
-			 r.changed, r.unchanged, r.refused);
-	notify_reloading(false);
+	if (!reload_ask(&d->reload, err, sizeof(err)))
+		log_warn("SIGHUP: %s", err);
 }
 
 static void arm_signal(struct daemon *d)
@@ -1050,6 +1047,7 @@ static void rearm_lost(struct daemon *d)
 		arm_signal(d);
 	ctl_server_rearm(&d->ctl);
 	peer_rearm(&d->peers);
+	reload_rearm(&d->reload);
 }
 
 static int setup_signals(struct daemon *d)
@@ -1193,6 +1191,7 @@ static void shutdown_daemon(struct daemon *d)
 {
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
+	reload_stop(&d->reload); /* a reading still under way is its thread's */
 	notify_stopping();
 	metrics_http_stop(d->metrics); /* it reads the counters mapping */
 	counters_close(&d->ctr, &d->flows, &d->peers, &d->ctl);
@@ -1362,29 +1361,48 @@ static void config_error(const char *text, char *err, size_t cap)
  * A reload reads the metrics token file again (moverd's path, as at the
  * start), with --config or without: a rotated token is served from now on;
  * one the next start would refuse refuses the reload, and the old token
- * stays.  1 read, 0 no token, -1 refused (declared.h, reread).
+ * stays.  1 read, 0 no token, -1 refused (declared.h, reread: the reload
+ * thread, so it reads only options, which never change after the start;
+ * d->metrics is the loop's).
  */
-static int reload_token(void *arg, struct declared_report *r, char *err,
-			size_t cap)
+static int reread_token(void *arg, void **files, char *err, size_t cap)
 {
 	struct daemon *d = arg;
-	struct auth_token t;
+	struct auth_token *t;
 	char why[512];
 
-	if (!d->metrics || !d->opt.metrics_token[0])
+	if (!d->opt.metrics[0] || !d->opt.metrics_token[0])
 		return 0;
-	if (auth_load_token(d->opt.metrics_token, &t, why, sizeof(why))) {
-		snprintf(err, cap, "metrics-token: %s (the token in use stays)",
-			 why);
+	if (!(t = malloc(sizeof(*t)))) {
+		snprintf(err, cap, "metrics-token: out of memory (the token in "
+			 "use stays)");
 		return -1;
 	}
-	if (metrics_http_set_token(d->metrics, &t))
+	if (auth_load_token(d->opt.metrics_token, t, why, sizeof(why))) {
+		snprintf(err, cap, "metrics-token: %s (the token in use stays)",
+			 why);
+		free(t);
+		return -1;
+	}
+	*files = t;
+	return 1;
+}
+
+/* The token reread_token read, served from now on (declared.h,
+ * reread_use: on the loop), and its copy wiped. */
+static void use_token(void *arg, void *files, struct declared_report *r)
+{
+	struct daemon *d = arg;
+	struct auth_token *t = files;
+
+	if (r && d->metrics && metrics_http_set_token(d->metrics, t))
 		declared_note(r, "metrics-token: the token in %s changed: "
 			      "served from now on", d->opt.metrics_token);
-	else
+	else if (r)
 		declared_note(r, "metrics-token: %s read again: unchanged",
 			      d->opt.metrics_token);
-	return 1;
+	auth_wipe(t, sizeof(*t));
+	free(t);
 }
 
 static int check_config(void *arg, const char *path,
@@ -1415,8 +1433,6 @@ static int check_config(void *arg, const char *path,
 			note_option(r, is->name[i], NULL, is->val[i]);
 	free(text);
 	free(is);
-	if (!rc && reload_token(d, r, err, cap) < 0)
-		rc = -1;
 	return rc ? -1 : 0;
 }
 
@@ -1428,14 +1444,19 @@ static void apply_declared(struct daemon *d)
 					 .flows = &d->flows, .peers = &d->peers,
 					 .ctl = &d->ctl,
 					 .check_options = check_config,
-					 .reread = reload_token,
+					 .reread = reread_token,
+					 .reread_use = use_token,
 					 .check_arg = d };
 	snprintf(d->declared.path, sizeof(d->declared.path), "%s",
 		 d->opt.config);
 	snprintf(d->declared.listen, sizeof(d->declared.listen), "%s",
 		 d->opt.listen);
 	d->ctl.declared = &d->declared;
-	d->ctl.on_reload = reload_notice;
+	reload_init(&d->reload, &d->loop, &d->declared);
+	d->reload.done = ctl_reload_done; /* answers moverctl reload */
+	d->reload.done_arg = &d->ctl;
+	d->reload.notice = reload_notice;
+	d->ctl.reloader = &d->reload;
 	d->peers.admit = declared_admit; /* before the loop runs: no open yet */
 	d->peers.admit_arg = &d->declared;
 	declared_apply(&d->declared, &d->declared_at_start, &r);

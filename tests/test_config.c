@@ -76,6 +76,13 @@
  *      flow opens and moves every record once; taken out of from= again,
  *      the reload says the sender is no longer named, and A's resume
  *      after a restart is refused; a bad from= is refused at a reload
+ *  19  a reload whose name lookup hangs (the shim holds getpwnam, as an
+ *      NSS server that does not answer): `moverctl status` is answered and
+ *      a producer and a consumer move records meanwhile (before, the loop
+ *      waited in getpwnam and status timed out); a second reload and a
+ *      SIGHUP asked meanwhile share the next run, which reads the file as
+ *      changed meanwhile; both answers come once the lookup returns; a
+ *      stop while a lookup hangs exits at once and cleanly
  */
 #include "harness.h"
 
@@ -1216,6 +1223,130 @@ static void case_receiver_from(void)
 	hd_stop(&b);
 }
 
+/* The shim's hold: made (lookups wait) or taken away (they go on). */
+static void nss_hold(const char *path, bool on)
+{
+	char in[192];
+	int fd;
+
+	snprintf(in, sizeof(in), "%s.in", path);
+	if (!on) {
+		CHECK(unlink(path) == 0);
+		return;
+	}
+	unlink(in);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	close(fd);
+}
+
+/* Wait for a lookup to be held (the shim made PATH.in). */
+static void nss_wait_held(const char *path)
+{
+	char in[192];
+
+	snprintf(in, sizeof(in), "%s.in", path);
+	for (int i = 0; i < 1000 && access(in, F_OK); i++)
+		usleep(10000);
+	CHECK(access(in, F_OK) == 0);
+}
+
+/* moverctl reload on d in the background: its pid, its output in out. */
+static pid_t reload_bg(const struct hd *d, const char *out)
+{
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (!pid) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0600);
+
+		if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(126);
+		execl(moverctl_bin, moverctl_bin, "--socket", d->sock,
+		      "--timeout", "60000", "reload", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void expect_file(const char *path, const char *want)
+{
+	char text[8192] = "";
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	CHECK(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	text[n] = 0;
+	fclose(f);
+	printf("%s", text);
+	expect_out(text, want);
+}
+
+static void case_reload_off_loop(void)
+{
+	char held[160], out1[176], out2[176], text[256], out[4096];
+	pid_t r1, r2, prod, cons;
+	struct hd d;
+
+	snprintf(held, sizeof(held), "/tmp/fm-nss-hold-%d", (int)getpid());
+	snprintf(out1, sizeof(out1), "%s.r1", held);
+	snprintf(out2, sizeof(out2), "%s.r2", held);
+	unlink(held);
+	setenv("FM_NSS_HOLD", held, 1);
+	hd_preload(count_nss_so);
+	start_conf(&d, "cfg19", 0, "log-level = debug\n"
+		   "flow = steady ring-size=64K\n");
+	hd_preload_end();
+	unsetenv("FM_NSS_HOLD");
+	write_conf(&d, "log-level = debug\nflow = steady ring-size=64K\n"
+		   "flow = named ring-size=64K allow-uid=nobody\n");
+	nss_hold(held, true);
+	r1 = reload_bg(&d, out1);
+	nss_wait_held(held);
+	/* the loop goes on while the reload's lookup hangs */
+	CHECK_RC(ctl(&d, out, sizeof(out), "status"), 0);
+	cons = fc(&d, 0, "consume", "steady", 2000);
+	prod = fc(&d, 0, "produce", "steady", 2000);
+	fc_done(prod, "producer of steady");
+	fc_done(cons, "consumer of steady, while a reload's lookup hangs");
+	/* asked meanwhile: the next run, which reads the file as it is then */
+	snprintf(text, sizeof(text), "log-level = debug\n"
+		 "flow = steady ring-size=64K\n"
+		 "flow = named ring-size=64K allow-uid=nobody\n"
+		 "flow = later ring-size=64K\n");
+	write_conf(&d, text);
+	r2 = reload_bg(&d, out2);
+	CHECK(kill(d.pid, SIGHUP) == 0);
+	CHECK(!flow_exists(&d, "named")); /* nothing applied yet */
+	printf("  status answered and 2000 records moved while the reload's "
+	       "getpwnam was held\n");
+	nss_hold(held, false);
+	CHECK(hx_wait(r1, 60000) == 0);
+	CHECK(hx_wait(r2, 60000) == 0);
+	expect_file(out1, "reloaded: 1 added, 0 removed, 0 changed, "
+		    "1 unchanged, 0 refused");
+	expect_file(out2, "reloaded: 1 added, 0 removed, 0 changed, "
+		    "2 unchanged, 0 refused");
+	CHECK(flow_exists(&d, "named") && flow_exists(&d, "later"));
+	/* two runs: the first request's, then the second's and SIGHUP's */
+	CHECK(hd_log_count(&d, "reload: ") == 2);
+	/* a stop while a lookup hangs: at once, and cleanly (no leak under
+	 * ASan) */
+	write_conf(&d, "log-level = debug\nflow = steady ring-size=64K\n"
+		   "flow = named ring-size=64K allow-uid=nobody,daemon\n");
+	nss_hold(held, true);
+	CHECK(kill(d.pid, SIGHUP) == 0);
+	nss_wait_held(held);
+	hd_stop(&d);
+	nss_hold(held, false);
+	unlink(out1);
+	unlink(out2);
+	snprintf(text, sizeof(text), "%s.in", held);
+	unlink(text);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -1255,6 +1386,8 @@ int main(int argc, char **argv)
 		  "once per read of the file" },
 		{ 18, case_receiver_from, "a receiving end's from= refuses "
 		  "opens from hosts it does not name" },
+		{ 19, case_reload_off_loop, "a reload's hung name lookup "
+		  "holds neither the loop nor the stop" },
 	};
 
 	if (argc != 5) {
