@@ -223,6 +223,11 @@ struct flow {
 	 * once since re-adoption): the ring's `published` must still say
 	 * so at a re-open, or a client moved it */
 	bool rx_pos_known;
+	/* until then: the records from the consumers' position were found
+	 * to end at published rx_walked_pub (records_reach: one walk per
+	 * restart, whatever the opens refused after it) */
+	bool rx_walked;
+	uint64_t rx_walked_pub;
 	/* it leaves its connection after its sender was told it is gone or
 	 * failed here (a REFUSED): WRITEs the sender posted before it heard
 	 * may still land, so RDMA keeps the ring registered until the

@@ -1099,6 +1099,28 @@ static bool records_reach(const struct fr_ring *r, uint64_t head,
 }
 
 /*
+ * records_reach once per restart for published pub: a walk of up to
+ * REACH_WALK_MAX headers on the loop is not the price of an OPEN (a peer
+ * may send one refused open after another).  Walked again only if pub
+ * moved since (moverd has not published since the restart: a client
+ * moved it).
+ */
+static bool walked_to(struct flow *f, const struct fr_ring *r, uint64_t head,
+		      uint64_t pub)
+{
+	if (f->rx_walked && f->rx_walked_pub == pub)
+		return true;
+	if (!records_reach(r, head, pub))
+		return false;
+	log_debug("flow %s: its records from %llu end at published %llu "
+		  "(checked once after the restart)", f->name,
+		  (unsigned long long)head, (unsigned long long)pub);
+	f->rx_walked = true;
+	f->rx_walked_pub = pub;
+	return true;
+}
+
+/*
  * A peer opens a receiver flow that exists here (the sender reconnected,
  * or moverd restarted and re-adopted it).  The flow moves to connection p.
  * A receive of another connection may still be in flight into its ring:
@@ -1149,17 +1171,19 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		fail_receiver(NULL, f, err);
 		return -EPROTO;
 	}
-	if (!f->rx_pos_known && !records_reach(r, head, pub)) {
+	/* the sender's word before the walk: an open refused for it costs
+	 * nothing, however often it comes */
+	if (pub < op->start) {
+		snprintf(err, cap, "the consumer ring of '%s' lost data the "
+			 "sender had acknowledged", f->name);
+		return -EPROTO;
+	}
+	if (!f->rx_pos_known && !walked_to(f, r, head, pub)) {
 		snprintf(err, cap, "the consumer ring of '%s' is corrupt (its "
 			 "records from %llu do not end at published %llu)",
 			 f->name, (unsigned long long)head,
 			 (unsigned long long)pub);
 		fail_receiver(NULL, f, err);
-		return -EPROTO;
-	}
-	if (pub < op->start) {
-		snprintf(err, cap, "the consumer ring of '%s' lost data the "
-			 "sender had acknowledged", f->name);
 		return -EPROTO;
 	}
 	if (pub - op->start > r->size) {

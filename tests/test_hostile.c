@@ -83,6 +83,11 @@
  *      the connection in `status` but not the reason that names the
  *      other's flow, nor in its own flow's reason; uid 4000 and root
  *      see it
+ *  23  B restarted with 100 records unread in a receiver flow; its peer
+ *      (A's address) opens it again and again at a start beyond what B
+ *      published: each is refused "lost data", and B walks the records
+ *      once in all, at the open that resumes (it walked them at every
+ *      open, up to 2^20 headers on the loop each)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2515,6 +2520,65 @@ static void case_status_crowded(void)
 	hd_stop(&b);
 }
 
+/* ---- case 23: refused opens after a restart walk the records once ------- */
+
+/* Wait for d's flow r (c: a consumer of it on d) to have published pub. */
+static void wait_published(const flowshm_t *c, uint64_t pub)
+{
+	for (int i = 0; i < 500; i++) {
+		/* acquire: as a consumer reads moverd's publish */
+		if (atomic_load_explicit(&c->ring.sh->published,
+					 memory_order_acquire) >= pub)
+			return;
+		usleep(10000);
+	}
+	CHECK(!"records published on the receiving host");
+}
+
+static void case_refused_walks(void)
+{
+	static const char *const names[] = { "r", NULL };
+	const uint64_t rec = fr_record_bytes(64);
+	unsigned char buf[64];
+	char msg[512];
+	struct hd a, b;
+	flowshm_t *p, *c;
+	struct hp_open o;
+	int fd;
+
+	two_daemons(&a, &b, "hostile23", names);
+	p = attach_raw(&a, "r", FLOWSHM_PRODUCER);
+	c = attach_raw(&b, "r", FLOWSHM_CONSUMER); /* reads nothing */
+	memset(buf, 0x23, sizeof(buf));
+	for (int i = 0; i < 100; i++)
+		CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
+	wait_published(c, 100 * rec);
+	flowshm_detach(p);
+	hd_kill(&a);
+	hd_term(&b);
+	hd_restart(&b, moverd_bin, NULL);
+	/* from 127.0.0.1, without a key: A's identity */
+	fd = hp_connect(b.port);
+	CHECK(hp_hello(fd, "peer23"));
+	o = (struct hp_open){ "r", 1, c->ring.size, c->ring.max_record,
+			      c->ring.key, 100 * rec + rec };
+	for (int i = 0; i < 3; i++) {
+		CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), -EPROTO);
+		CHECK(strstr(msg, "lost data the sender had acknowledged"));
+	}
+	o.start = 100 * rec;
+	CHECK_RC(hp_open_answer(fd, &o, msg, sizeof(msg)), 0);
+	printf("  3 opens beyond published refused, the 4th resumed; B "
+	       "walked the records %d time(s)\n",
+	       hd_log_count(&b, "checked once after the restart"));
+	CHECK(hd_log_count(&b, "checked once after the restart") == 1);
+	close(fd);
+	flowshm_detach(c);
+	hd_alive(&b);
+	hd_cleanup(&a); /* killed above */
+	hd_stop(&b);
+}
+
 /* ---- case 22: a link's last error names another user's flow ------------ */
 
 #define OTHER 4000u
@@ -2668,6 +2732,8 @@ int main(int argc, char **argv)
 		  "still lists the one carrying a flow, and counts the rest" },
 		{ 22, case_error_other_flow, "a link failed over another "
 		  "user's flow: status does not name it to others" },
+		{ 23, case_refused_walks, "opens refused after a restart walk "
+		  "the unread records once" },
 	};
 
 	if (argc != 4) {
