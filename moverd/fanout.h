@@ -58,16 +58,9 @@ static inline bool fanout_member(const struct flow *f)
 	return f->fanout || f->sibling_of;
 }
 
-/* Another subscription of f's flow (f's first flow or a sibling) that is
- * on a connection to the same run of moverd as p (the instance of their
- * hellos; p itself after merge_duplicate): that daemon has one receiver
- * flow of the name, which can follow only one sender flow, so p's would
- * take it from the other's (issue 12 note, fan-out under two names).
- * NULL if none, if f is not a fan-out member, or if p's daemon sent no
- * instance (an older moverd). */
-const struct flow *fanout_twin(const struct flow *f, const struct peer *p);
-
-/* f's subscription ends, as twin's twin (fanout_lost with the reason);
+/* f's subscription ends, as twin's twin (fanout_lost with the reason): its
+ * peer has the flow through twin's subscription already (two names of one
+ * host: the peer said so, peer.c twin_refused);
  * it rejoins once twin is gone (removed, or its own subscription over),
  * at the current position, as after a cut. */
 void fanout_lost_twin(struct flow *f, const struct flow *twin);

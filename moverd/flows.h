@@ -228,6 +228,10 @@ struct flow {
 	 * restart, whatever the opens refused after it) */
 	bool rx_walked;
 	uint64_t rx_walked_pub;
+	/* the sender's subscription it came through last (PeerFlowOpen
+	 * sub_tag; 0: an older sender): another of the same sender's, on
+	 * another live connection, is its twin (peer.c, twin_of) */
+	uint64_t rx_tag;
 	/* it leaves its connection after its sender was told it is gone or
 	 * failed here (a REFUSED): WRITEs the sender posted before it heard
 	 * may still land, so RDMA keeps the ring registered until the
@@ -320,8 +324,9 @@ struct flow {
 	 * doubling to SHORT_MAX_NS, from 0 again once one is registered */
 	uint64_t wait_backoff_ns;
 	/* its subscription ended because member twin_id of the same flow
-	 * leads to the same daemon (fanout_twin): it rejoins once that
-	 * one is gone (fanout.c, rejoin_twins); 0: none */
+	 * leads to the same daemon (its peer said so: peer.c, twin_of and
+	 * twin_refused): it rejoins once that one is gone (fanout.c,
+	 * rejoin_twins); 0: none */
 	uint32_t twin_id;
 };
 _Static_assert(offsetof(struct flow, name) <= 64, "struct flow: first line");

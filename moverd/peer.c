@@ -344,26 +344,34 @@ static void queue_hello(struct peer *p)
 }
 
 /*
- * Open sender flow f on p.  False if f's subscription ended instead: p
- * leads to a daemon that another peer of f's fan-out flow leads to (two
- * names of one host), which gets the flow once, from there.  Decided
- * here, where both connections are seen, for a receiver cannot tell a
- * second subscription from the same one reconnecting when they come on
- * two connections (it refuses one only on the same connection,
- * handle_open).  f may be off p's list on return.
+ * Subscription f's tag in its opens (PeerFlowOpen sub_tag): the same
+ * across reconnections and restarts, another for each peer address of a
+ * fan-out flow.  The receiver tells by it the same subscription coming
+ * back on a new connection (it takes the flow) from another subscription
+ * of the same flow that leads there too, two names of one host (it
+ * refuses it, twin_of).  The receiver decides, for only it knows where
+ * the flow is: a sender that judged by the instances its peers say was
+ * told another's instance by a hostile peer, and ended that other peer's
+ * subscription.  FNV-1a of the address; never 0.
  */
-static bool queue_open(struct peer *p, struct flow *f)
+static uint64_t sub_tag(const struct flow *f)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (const char *c = f->peer_addr; *c; c++)
+		h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+	return h ? h : 1;
+}
+
+/* Open sender flow f on p. */
+static void queue_open(struct peer *p, struct flow *f)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
-	const struct flow *twin = fanout_twin(f, p);
 	struct fr_ring *r = ring_of(f);
 
 	f->reopen_at_ns = 0; /* this open supersedes a scheduled one */
-	if (twin) {
-		fanout_lost_twin(f, twin);
-		return false;
-	}
+	op.sub_tag = sub_tag(f);
 	op.name = f->name;
 	op.flow_id = f->id;
 	op.ring_size = r->size;
@@ -378,7 +386,6 @@ static bool queue_open(struct peer *p, struct flow *f)
 	queue_ctrl(p, &msg);
 	flows_set_state(f, f->state == FLOW_OPEN ? FLOW_CONNECTING : f->state,
 			"waiting for the peer to open the flow");
-	return true;
 }
 
 /* Sender flow f goes on p, and opens now if p is up and authenticated
@@ -388,7 +395,8 @@ static bool link_sender(struct peer *p, struct flow *f)
 	link_flow(p, f);
 	if (p->state != PEER_UP || !p->auth_ok || f->state == FLOW_FAILED)
 		return false;
-	return queue_open(p, f);
+	queue_open(p, f);
+	return true;
 }
 
 static void queue_answer(struct peer *p, Flowmover__PeerFlowOpened *op)
@@ -415,9 +423,11 @@ static void queue_opened(struct peer *p, uint32_t id, uint64_t resume,
 }
 
 /* An open refused, or the flow failed or gone here (error < 0, why);
- * with -EAGAIN, retry_ms says when asking again may pass (0: soon). */
-static void queue_refused(struct peer *p, uint32_t id, int error,
-			  const char *message, uint32_t retry_ms)
+ * with -EAGAIN, retry_ms says when asking again may pass (0: soon); with
+ * -EALREADY, twin_tag which subscription has the flow here. */
+static void queue_refused_twin(struct peer *p, uint32_t id, int error,
+			       const char *message, uint32_t retry_ms,
+			       uint64_t twin_tag)
 {
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
 
@@ -425,7 +435,14 @@ static void queue_refused(struct peer *p, uint32_t id, int error,
 	op.error = error;
 	op.message = (char *)message;
 	op.retry_ms = retry_ms;
+	op.twin_tag = twin_tag;
 	queue_answer(p, &op);
+}
+
+static void queue_refused(struct peer *p, uint32_t id, int error,
+			  const char *message, uint32_t retry_ms)
+{
+	queue_refused_twin(p, id, error, message, retry_ms, 0);
 }
 
 /* ---- failure and reconnection ------------------------------------------- */
@@ -1451,13 +1468,33 @@ static void open_linked(struct peer *p, struct flow *f, uint32_t flow_id,
 		mover_wake_flow(p->m, f);
 }
 
+/*
+ * Is op (on p) another subscription of the sender flow that has receiver
+ * flow f here already: the same flow under another flow id on this
+ * connection (two names of this host, their connections merged), or the
+ * same sender's other subscription (another sub_tag) while f is open on
+ * another live connection?  The same subscription coming back on a new
+ * connection (its tag) takes the flow, as does an older sender (no tag),
+ * and another peer meets check_origin.
+ */
+static bool twin_of(const struct peer *p, const struct flow *f,
+		    const Flowmover__PeerFlowOpen *op)
+{
+	const struct peer *q = f->peer;
+
+	if (q == p)
+		return f->id != op->flow_id;
+	return q && q->state == PEER_UP && op->sub_tag && f->rx_tag &&
+	       op->sub_tag != f->rx_tag && !strcmp(f->origin, p->identity);
+}
+
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 {
 	struct peer_mgr *m = p->m;
 	struct flow *f = flows_find(m->flows, op->name ? op->name : "");
 	struct flow *same_id;
 	char err[200] = "";
-	uint64_t raddr = 0;
+	uint64_t raddr = 0, twin_tag = 0;
 	uint32_t rkey = 0, retry_ms = 0;
 	bool claimed = false;
 	int rc = 0;
@@ -1497,16 +1534,17 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		 * it (from=): checked on every open, a new flow's and a
 		 * resume's, for an identity (a node name under a cluster
 		 * key) can move between addresses and an address cannot */
-	} else if (f && f->peer == p && f->id != op->flow_id) {
+	} else if (f && twin_of(p, f, op)) {
 		/* two peers of one fan-out flow that lead to this daemon (two
-		 * names of this host): their connections became one
-		 * (merge_duplicate), and the second must not take the flow
-		 * from the first, whose frames would then go nowhere */
-		snprintf(err, sizeof(err), "flow '%s' is open on this "
-			 "connection already (sender flow id %u): another of "
-			 "its peers leads to this host", f->name,
-			 (unsigned)f->id);
-		rc = -EEXIST;
+		 * names of this host): the second must not take the flow
+		 * from the first, whose frames would then go nowhere; the
+		 * sender ends it as the twin of twin_tag's */
+		snprintf(err, sizeof(err), "flow '%s' comes to this host "
+			 "through another of its sender's peers already (%.60s)",
+			 f->name, f->peer == p ? "on this connection" :
+			 f->peer->addr);
+		twin_tag = f->rx_tag;
+		rc = -EALREADY;
 	} else if (f && (flow_cut_off(f) || op->after_cut)) {
 		/* after_cut: the CLOSE that said so never came (the link or
 		 * this moverd was down at the cut) */
@@ -1534,6 +1572,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	}
 	if (!rc) { /* made, or taken from any other connection: p's now */
 		claimed = true;
+		f->rx_tag = op->sub_tag;
 		supersede_held(p, f);
 		rc = prepare_ring(p, f, op->flow_id, &raddr, &rkey, err,
 				  sizeof(err));
@@ -1547,7 +1586,8 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot open flow "
 			    "'%s': %s", p->addr, log_safe(op->name, sn, sizeof(sn)),
 			    log_safe(err, se, sizeof(se)));
-		queue_refused(p, op->flow_id, rc, err, retry_ms);
+		queue_refused_twin(p, op->flow_id, rc, err, retry_ms,
+				   twin_tag);
 		/* on no connection now: it waits for its sender (and expires
 		 * with --orphan-timeout if none comes) */
 		if (claimed)
@@ -1744,6 +1784,31 @@ static void open_refused(struct flow *f, const char *msg)
 		flows_fail(f, msg);
 }
 
+/*
+ * The peer has f's flow through another subscription (twin_of): a fan-out
+ * subscription ends as the twin of the one the peer names by its tag (it
+ * takes the flow there again once that one is gone: fanout.c,
+ * rejoin_twins).  Only f's own subscription ever ends: a peer can refuse
+ * what is sent to it, never what goes elsewhere.  One the peer names that
+ * is no longer ours (removed, its CLOSE not yet read there: it comes on
+ * another connection), or none, or a flow to one peer (its address
+ * changed across a restart of ours while the peer still holds the old
+ * connection) asks again after a backoff, until the peer lets go.
+ */
+static void twin_refused(struct flow *f, const Flowmover__PeerFlowOpened *op,
+			 const char *msg)
+{
+	const struct flow *first = flow_first(f);
+
+	for (const struct flow *s = first; fanout_member(f) && s;
+	     s = flow_next_sub(first, s))
+		if (s != f && op->twin_tag && sub_tag(s) == op->twin_tag) {
+			fanout_lost_twin(f, s);
+			return;
+		}
+	peer_sender_wait(f, msg);
+}
+
 /* The peer answered "opened" with a resume position we cannot take: it
  * holds the flow open on its side, so it is told (a CLOSE that says why;
  * open_refused, for a refusal, tells nothing: nothing is open there).  A
@@ -1811,7 +1876,10 @@ static void handle_opened(struct peer *p, const Flowmover__PeerFlowOpened *op)
 
 		/* the peer's words: logged and shown in `flow show` */
 		log_safe(op->message, msg, sizeof(msg));
-		open_refused(f, msg);
+		if (op->error == -EALREADY)
+			twin_refused(f, op, msg);
+		else
+			open_refused(f, msg);
 		return;
 	}
 	r = ring_of(f);
@@ -1975,7 +2043,7 @@ static void queue_opens(struct peer *p)
 	struct flow *next;
 
 	for (struct flow *f = p->flows; f; f = next) {
-		next = f->peer_next; /* queue_open may take f off the list */
+		next = f->peer_next;
 		if (f->state != FLOW_FAILED)
 			queue_open(p, f);
 	}

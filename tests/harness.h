@@ -536,6 +536,20 @@ static inline bool hp_send_msg(int fd, Flowmover__PeerMsg *msg)
 	return ok;
 }
 
+/* A hello without a key, saying instance (0: none, an older moverd). */
+static inline bool hp_hello_as(int fd, const char *node, uint64_t instance)
+{
+	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
+	Flowmover__PeerHello hello = FLOWMOVER__PEER_HELLO__INIT;
+
+	hello.version = WIRE_VERSION;
+	hello.node = (char *)node;
+	hello.instance = instance;
+	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
+	msg.hello = &hello;
+	return hp_send_msg(fd, &msg);
+}
+
 static inline bool hp_hello(int fd, const char *node)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
@@ -1137,6 +1151,7 @@ static inline int hp_connect_from(int port, const char *src)
 /* What a peer's hello carried (bytes fields cut to their buffers). */
 struct hp_hello_in {
 	uint32_t version;
+	uint64_t instance;
 	char node[128];
 	char key_id[64];
 	char dialed[64];
@@ -1217,6 +1232,7 @@ static inline int hp_read_hello(int fd, int timeout_ms, struct hp_hello_in *in)
 	hl = m->hello;
 	memset(in, 0, sizeof(*in));
 	in->version = hl->version;
+	in->instance = hl->instance;
 	snprintf(in->node, sizeof(in->node), "%s", hl->node ? hl->node : "");
 	snprintf(in->key_id, sizeof(in->key_id), "%s",
 		 hl->key_id ? hl->key_id : "");

@@ -88,6 +88,11 @@
  *      published: each is refused "lost data", and B walks the records
  *      once in all, at the open that resumes (it walked them at every
  *      open, up to 2^20 headers on the loop each)
+ *  24  a fan-out peer H (the test) says in its hello the instance of
+ *      another peer, G (it asked G's own hello for it); then A adds G to
+ *      the flow: G's subscription opens and G's consumer gets every
+ *      record (A took G for H's twin and ended G's subscription: H
+ *      decided whether G got the flow)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2088,15 +2093,15 @@ static bool is_open_msg(const Flowmover__PeerMsg *m, uint32_t unused)
 /* A fake peer on fd, a connection moverd dialed: it reads moverd's hello,
  * says its own, takes the OPEN and answers "opened" with a resume position
  * resume_off past the open's start and its consumer head_off past it. */
-static void answer_opened(int fd, const char *node, uint64_t resume_off,
-			  uint64_t head_off)
+static void answer_opened_as(int fd, const char *node, uint64_t instance,
+			     uint64_t resume_off, uint64_t head_off)
 {
 	Flowmover__PeerFlowOpened op = FLOWMOVER__PEER_FLOW_OPENED__INIT;
 	Flowmover__PeerMsg r = FLOWMOVER__PEER_MSG__INIT, *m;
 	struct hp_hello_in in;
 
 	CHECK(hp_read_hello(fd, 5000, &in) == 0);
-	CHECK(hp_hello(fd, node));
+	CHECK(hp_hello_as(fd, node, instance));
 	CHECK((m = hp_wait_msg(fd, 5000, is_open_msg, 0)));
 	op.flow_id = m->open->flow_id;
 	op.resume = m->open->start + resume_off;
@@ -2105,6 +2110,12 @@ static void answer_opened(int fd, const char *node, uint64_t resume_off,
 	r.body_case = FLOWMOVER__PEER_MSG__BODY_OPENED;
 	r.opened = &op;
 	CHECK(hp_send_msg(fd, &r));
+}
+
+static void answer_opened(int fd, const char *node, uint64_t resume_off,
+			  uint64_t head_off)
+{
+	answer_opened_as(fd, node, 0, resume_off, head_off);
 }
 
 /*
@@ -2579,6 +2590,68 @@ static void case_refused_walks(void)
 	hd_stop(&b);
 }
 
+/* ---- case 24: a fan-out peer says another peer's instance --------------- */
+
+/* The instance d says in its hello (asked as a peer would). */
+static uint64_t instance_of(const struct hd *d)
+{
+	struct hp_hello_in in;
+	int fd = hp_connect(d->port);
+
+	CHECK(hp_hello(fd, "asks"));
+	CHECK(hp_read_hello(fd, 5000, &in) == 0);
+	close(fd);
+	CHECK(in.instance != 0);
+	return in.instance;
+}
+
+static void case_instance_claimed(void)
+{
+	char out[8192];
+	unsigned char buf[64];
+	flowshm_t *prod, *cons;
+	int lfd, port, fd;
+	struct hd a, g;
+	size_t len;
+
+	hd_start(&g, moverd_bin, "hostile24-G", true, NULL);
+	hd_start(&a, moverd_bin, "hostile24-A", false, NULL);
+	lfd = hp_listen(&port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create x24 "
+		     "--peer 127.0.0.1:%d --ring-size 64K --max-record 1024",
+		     port) == 0);
+	CHECK((fd = hp_accept(lfd, 5000)) >= 0);
+	answer_opened_as(fd, "h24", instance_of(&g), 0, 0);
+	CHECK(hd_wait_state(&a, moverctl_bin, "x24", "open", 5000, NULL, 0));
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add x24 "
+		     "127.0.0.1:%d", g.port) == 0);
+	CHECK(hd_wait_state(&g, moverctl_bin, "x24", "open", 10000, NULL, 0));
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow show x24") ==
+	      0);
+	CHECK(!strstr(out, "another of its peers"));
+	setenv("FLOWMOVER_SOCKET", g.sock, 1);
+	CHECK_RC(flowshm_attach("x24", FLOWSHM_CONSUMER, NULL, &cons), 0);
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK_RC(flowshm_attach("x24", FLOWSHM_PRODUCER, NULL, &prod), 0);
+	for (int i = 0; i < 5; i++) {
+		memset(buf, 'a' + i, sizeof(buf));
+		CHECK_RC(flowshm_send(prod, buf, sizeof(buf), 1000000000), 0);
+	}
+	for (int i = 0; i < 5; i++) {
+		CHECK_RC(flowshm_recv(cons, buf, sizeof(buf), &len,
+				      5000000000ll), 0);
+		CHECK(len == sizeof(buf) && buf[0] == 'a' + i);
+	}
+	printf("  H said G's instance; G's subscription opened and G's "
+	       "consumer read all 5\n");
+	flowshm_detach(prod);
+	flowshm_detach(cons);
+	close(fd);
+	close(lfd);
+	hd_stop(&a);
+	hd_stop(&g);
+}
+
 /* ---- case 22: a link's last error names another user's flow ------------ */
 
 #define OTHER 4000u
@@ -2734,6 +2807,8 @@ int main(int argc, char **argv)
 		  "user's flow: status does not name it to others" },
 		{ 23, case_refused_walks, "opens refused after a restart walk "
 		  "the unread records once" },
+		{ 24, case_instance_claimed, "a fan-out peer that says another "
+		  "peer's instance cannot end that peer's subscription" },
 	};
 
 	if (argc != 4) {

@@ -2756,9 +2756,10 @@ static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
 
 /*
  * A flow to B gets a second peer that is B under another name (fan-out,
- * `flow peer add`).  A sees both connections lead to one run of moverd
- * (queue_open, fanout_twin): that peer's subscription ends with a reason
- * that says so, and the flow goes on through the first, every record
+ * `flow peer add`).  B, which has the flow through the first, refuses the
+ * second's open (peer.c, twin_of: another subscription tag of the same
+ * sender), and A ends that peer's subscription with a reason that says
+ * so (twin_refused); the flow goes on through the first, every record
  * once.  Before, the second took B's flow from the first, whose frames
  * then went nowhere, and the flow hung.  With a key the second
  * connection is also closed (merge_duplicate): one connection stays.
