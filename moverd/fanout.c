@@ -286,6 +286,28 @@ void fanout_restore(struct peer_mgr *m, struct flow *f)
 	restore_cuts(f);
 }
 
+/* Does subscription s go to the same run of moverd as p (the instance
+ * their hellos said)? */
+static bool same_daemon(const struct flow *s, const struct peer *p)
+{
+	const struct peer *q = s->peer;
+
+	return q && q->state == PEER_UP && q->auth_ok &&
+	       q->instance == p->instance && s->state != FLOW_FAILED;
+}
+
+const struct flow *fanout_twin(const struct flow *f, const struct peer *p)
+{
+	const struct flow *first = flow_first(f);
+
+	if (!p->instance || !fanout_member(f))
+		return NULL;
+	for (const struct flow *s = first; s; s = flow_next_sub(first, s))
+		if (s != f && same_daemon(s, p))
+			return s;
+	return NULL;
+}
+
 /* f's slot back, producers no longer held by it; with sends in flight
  * that read the ring, once the last completes (what a send reads stays
  * as it was until its completion, as for a cut: cut_if_over_lag). */

@@ -58,6 +58,16 @@ static inline bool fanout_member(const struct flow *f)
 	return f->fanout || f->sibling_of;
 }
 
+/* For a peer p that cannot tell twins itself (an older moverd: no
+ * twin_tags in its hello): another subscription of f's flow on a
+ * connection to the run of moverd p's hello names (the instance; p itself
+ * after merge_duplicate).  That daemon has one receiver flow of the name,
+ * which can follow only one sender flow, so p's would take it from the
+ * other's.  NULL if none, if f is not a fan-out member, or if p sent no
+ * instance.  Only f's subscription (the one on p) ends for it: a peer that
+ * says another's instance denies the flow to itself alone. */
+const struct flow *fanout_twin(const struct flow *f, const struct peer *p);
+
 /* f's subscription ends, as twin's twin (fanout_lost with the reason): its
  * peer has the flow through twin's subscription already (two names of one
  * host: the peer said so, peer.c twin_refused);

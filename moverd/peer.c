@@ -338,6 +338,7 @@ static void queue_hello(struct peer *p)
 	if (p->outbound)
 		hello.listen_port = p->m->listen_port;
 	hello.instance = p->m->instance;
+	hello.twin_tags = true;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_HELLO;
 	msg.hello = &hello;
 	queue_ctrl(p, &msg);
@@ -363,14 +364,26 @@ static uint64_t sub_tag(const struct flow *f)
 	return h ? h : 1;
 }
 
-/* Open sender flow f on p. */
-static void queue_open(struct peer *p, struct flow *f)
+/*
+ * Open sender flow f on p.  False if f's subscription ended instead: p is
+ * an older moverd, which cannot tell a twin subscription (twin_of) and
+ * would let it take the flow from the other, whose frames then went
+ * nowhere; for it the sender judges, by the instance p's hello said
+ * (fanout_twin).  That ends only the subscription on p, p's own word.
+ * f may be off p's list on return.
+ */
+static bool queue_open(struct peer *p, struct flow *f)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
+	const struct flow *twin = p->twin_tags ? NULL : fanout_twin(f, p);
 	struct fr_ring *r = ring_of(f);
 
 	f->reopen_at_ns = 0; /* this open supersedes a scheduled one */
+	if (twin) {
+		fanout_lost_twin(f, twin);
+		return false;
+	}
 	op.sub_tag = sub_tag(f);
 	op.name = f->name;
 	op.flow_id = f->id;
@@ -386,6 +399,7 @@ static void queue_open(struct peer *p, struct flow *f)
 	queue_ctrl(p, &msg);
 	flows_set_state(f, f->state == FLOW_OPEN ? FLOW_CONNECTING : f->state,
 			"waiting for the peer to open the flow");
+	return true;
 }
 
 /* Sender flow f goes on p, and opens now if p is up and authenticated
@@ -395,8 +409,7 @@ static bool link_sender(struct peer *p, struct flow *f)
 	link_flow(p, f);
 	if (p->state != PEER_UP || !p->auth_ok || f->state == FLOW_FAILED)
 		return false;
-	queue_open(p, f);
-	return true;
+	return queue_open(p, f);
 }
 
 static void queue_answer(struct peer *p, Flowmover__PeerFlowOpened *op)
@@ -1468,6 +1481,24 @@ static void open_linked(struct peer *p, struct flow *f, uint32_t flow_id,
 		mover_wake_flow(p->m, f);
 }
 
+/* The connection f is on, or the one holding an open of it while its ring
+ * is registered (RDMA: f is on none meanwhile), with the sender's flow id
+ * there in *id; NULL: none (f waits for its sender). */
+static const struct peer *holder_of(const struct peer_mgr *m,
+				    const struct flow *f, uint32_t *id)
+{
+	const struct held_open *h;
+
+	if (f->peer)
+		return f->peer;
+	for (const struct peer *q = m->peers; q; q = q->next)
+		if ((h = held_find(q, f))) {
+			*id = h->flow_id;
+			return q;
+		}
+	return NULL;
+}
+
 /*
  * Is op (on p) another subscription of the sender flow that has receiver
  * flow f here already: the same flow under another flow id on this
@@ -1480,10 +1511,11 @@ static void open_linked(struct peer *p, struct flow *f, uint32_t flow_id,
 static bool twin_of(const struct peer *p, const struct flow *f,
 		    const Flowmover__PeerFlowOpen *op)
 {
-	const struct peer *q = f->peer;
+	uint32_t id = f->id;
+	const struct peer *q = holder_of(p->m, f, &id);
 
 	if (q == p)
-		return f->id != op->flow_id;
+		return id != op->flow_id;
 	return q && q->state == PEER_UP && op->sub_tag && f->rx_tag &&
 	       op->sub_tag != f->rx_tag && !strcmp(f->origin, p->identity);
 }
@@ -1539,10 +1571,12 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		 * names of this host): the second must not take the flow
 		 * from the first, whose frames would then go nowhere; the
 		 * sender ends it as the twin of twin_tag's */
+		uint32_t id;
+		const struct peer *q = holder_of(m, f, &id);
+
 		snprintf(err, sizeof(err), "flow '%s' comes to this host "
 			 "through another of its sender's peers already (%.60s)",
-			 f->name, f->peer == p ? "on this connection" :
-			 f->peer->addr);
+			 f->name, q == p ? "on this connection" : q->addr);
 		twin_tag = f->rx_tag;
 		rc = -EALREADY;
 	} else if (f && (flow_cut_off(f) || op->after_cut)) {
@@ -2043,7 +2077,7 @@ static void queue_opens(struct peer *p)
 	struct flow *next;
 
 	for (struct flow *f = p->flows; f; f = next) {
-		next = f->peer_next;
+		next = f->peer_next; /* queue_open may take f off the list */
 		if (f->state != FLOW_FAILED)
 			queue_open(p, f);
 	}
@@ -2058,6 +2092,7 @@ static void auth_reset(struct peer *p)
 	auth_nonce(p->nonce_mine);
 	p->listen_port = 0;
 	p->instance = 0;
+	p->twin_tags = false;
 	p->retiring = false;
 	p->alias[0] = 0;
 }
@@ -2352,6 +2387,7 @@ static void handle_hello(struct peer *p, const Flowmover__PeerHello *h)
 	if (!p->outbound && h->listen_port <= UINT16_MAX)
 		p->listen_port = (uint16_t)h->listen_port;
 	p->instance = h->instance;
+	p->twin_tags = h->twin_tags;
 	mismatch = key_mismatch(p, h, buf, sizeof(buf));
 	if (!mismatch && p->m->key && !p->outbound)
 		mismatch = dialed_mismatch(p, h, buf, sizeof(buf));

@@ -147,6 +147,7 @@ struct peer {
 	 * and whether we close this connection for another to that run
 	 * (merge_duplicate in peer.c) */
 	uint64_t instance;
+	bool twin_tags;          /* its hello: it refuses twins itself */
 	bool retiring;
 	/* the address of a connection of ours that was closed for this one
 	 * (retired): sender flows to that address come here ("" none) */

@@ -92,7 +92,10 @@
  *      another peer, G (it asked G's own hello for it); then A adds G to
  *      the flow: G's subscription opens and G's consumer gets every
  *      record (A took G for H's twin and ended G's subscription: H
- *      decided whether G got the flow)
+ *      decided whether G got the flow).  Then H2, which like H says no
+ *      twin_tags (an older moverd) and G's instance, is added: A judges
+ *      by the instance for such a peer, and ends H2's subscription alone
+ *      as a twin (of G's or H's); G's goes on
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -2607,10 +2610,11 @@ static uint64_t instance_of(const struct hd *d)
 
 static void case_instance_claimed(void)
 {
-	char out[8192];
+	char out[8192], want[160], g_open[64];
 	unsigned char buf[64];
 	flowshm_t *prod, *cons;
-	int lfd, port, fd;
+	struct hp_hello_in in;
+	int lfd, port, fd, fd2;
 	struct hd a, g;
 	size_t len;
 
@@ -2644,9 +2648,32 @@ static void case_instance_claimed(void)
 	}
 	printf("  H said G's instance; G's subscription opened and G's "
 	       "consumer read all 5\n");
+	/* an older peer's way: the sender judges by the instance, and ends
+	 * the subscription of the peer that said it, only */
+	close(lfd);
+	lfd = hp_listen(&port);
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow peer add x24 "
+		     "127.0.0.1:%d", port) == 0);
+	CHECK((fd2 = hp_accept(lfd, 5000)) >= 0);
+	CHECK(hp_read_hello(fd2, 5000, &in) == 0);
+	CHECK(hp_hello_as(fd2, "h24b", instance_of(&g)));
+	snprintf(want, sizeof(want), "127.0.0.1:%d failed: another of its "
+		 "peers, ", port);
+	snprintf(g_open, sizeof(g_open), "127.0.0.1:%d open", g.port);
+	for (int i = 0; i < 100 && !strstr(out, want); i++) {
+		usleep(50000);
+		CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out),
+			     "flow show x24") == 0);
+	}
+	printf("%s", out);
+	CHECK(strstr(out, want) && strstr(out, g_open));
+	CHECK_RC(flowshm_send(prod, "after", 5, 1000000000), 0);
+	CHECK_RC(flowshm_recv(cons, buf, sizeof(buf), &len, 5000000000ll), 0);
+	CHECK(len == 5 && !memcmp(buf, "after", 5));
 	flowshm_detach(prod);
 	flowshm_detach(cons);
 	close(fd);
+	close(fd2);
 	close(lfd);
 	hd_stop(&a);
 	hd_stop(&g);
