@@ -1192,6 +1192,8 @@ static void shutdown_daemon(struct daemon *d)
 	uint64_t until = fr_now_ns() + 1000000000ull;
 
 	reload_stop(&d->reload); /* a reading still under way is its thread's */
+	loop_run_once(&d->loop, 0); /* its askers' answers go before the
+				     * control socket closes */
 	notify_stopping();
 	metrics_http_stop(d->metrics); /* it reads the counters mapping */
 	counters_close(&d->ctr, &d->flows, &d->peers, &d->ctl);

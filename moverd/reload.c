@@ -188,6 +188,9 @@ uint64_t reload_ask(struct reloader *rl, char *err, size_t cap)
 		return 0;
 	}
 	if (rl->run) {
+		if (!rl->again)
+			log_info("reload: asked while one reads the config: "
+				 "another follows it");
 		rl->again = true;
 		return rl->started + 1;
 	}
@@ -208,11 +211,16 @@ bool reload_busy(const struct reloader *rl)
 void reload_stop(struct reloader *rl)
 {
 	struct reload_run *r = rl->run;
+	uint64_t last = rl->again ? rl->started + 1 : rl->started;
 
 	rl->stopped = true;
 	rl->again = false;
 	if (!r)
 		return;
+	/* who waits for this run or the next hears why before the control
+	 * socket closes */
+	refuse_run(rl, last, -ECANCELED, "moverd is stopping: the reload was "
+		   "not applied");
 	rl->run = NULL; /* a read still in flight finds nothing to do */
 	if (rl->notice)
 		rl->notice(rl->notice_arg, false);

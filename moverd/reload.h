@@ -69,7 +69,8 @@ void reload_rearm(struct reloader *rl);
 /* Is a run under way (the stop does not wait for it)? */
 bool reload_busy(const struct reloader *rl);
 
-/* No more runs; one still reading is left to its thread. */
+/* No more runs; one still reading is left to its thread.  Requests that
+ * waited for it (or the next) are answered -ECANCELED. */
 void reload_stop(struct reloader *rl);
 
 #endif

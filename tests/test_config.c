@@ -82,7 +82,8 @@
  *      waited in getpwnam and status timed out); a second reload and a
  *      SIGHUP asked meanwhile share the next run, which reads the file as
  *      changed meanwhile; both answers come once the lookup returns; a
- *      stop while a lookup hangs exits at once and cleanly
+ *      stop while a lookup hangs exits at once and cleanly, and a
+ *      `moverctl reload` waiting then is told the reload was not applied
  */
 #include "harness.h"
 
@@ -1331,7 +1332,8 @@ static void case_reload_off_loop(void)
 		    "2 unchanged, 0 refused");
 	CHECK(flow_exists(&d, "named") && flow_exists(&d, "later"));
 	/* two runs: the first request's, then the second's and SIGHUP's */
-	CHECK(hd_log_count(&d, "reload: ") == 2);
+	CHECK(hd_log_count(&d, " unchanged, ") == 2);
+	CHECK(hd_log_count(&d, "another follows it") == 1);
 	/* a stop while a lookup hangs: at once, and cleanly (no leak under
 	 * ASan) */
 	write_conf(&d, "log-level = debug\nflow = steady ring-size=64K\n"
@@ -1339,8 +1341,15 @@ static void case_reload_off_loop(void)
 	nss_hold(held, true);
 	CHECK(kill(d.pid, SIGHUP) == 0);
 	nss_wait_held(held);
+	r1 = reload_bg(&d, out1); /* the next run's: told why at the stop */
+	for (int i = 0; i < 500 && hd_log_count(&d, "another follows it") < 2;
+	     i++)
+		usleep(10000);
+	CHECK(hd_log_count(&d, "another follows it") == 2);
 	hd_stop(&d);
 	nss_hold(held, false);
+	CHECK(hx_wait(r1, 60000) != 0);
+	expect_file(out1, "moverd is stopping: the reload was not applied");
 	unlink(out1);
 	unlink(out2);
 	snprintf(text, sizeof(text), "%s.in", held);
