@@ -1201,19 +1201,19 @@ static int reopen_receiver(struct peer *p, struct flow *f,
 		fail_receiver(NULL, f, err);
 		return -EPROTO;
 	}
-	/* the sender's word before the walk: an open refused for it costs
-	 * nothing, however often it comes */
-	if (pub < op->start) {
-		snprintf(err, cap, "the consumer ring of '%s' lost data the "
-			 "sender had acknowledged", f->name);
-		return -EPROTO;
-	}
+	/* the ring's own check first (a corrupt ring fails here, whatever
+	 * the sender says); once per restart, however often opens come */
 	if (!f->rx_pos_known && !walked_to(f, r, head, pub)) {
 		snprintf(err, cap, "the consumer ring of '%s' is corrupt (its "
 			 "records from %llu do not end at published %llu)",
 			 f->name, (unsigned long long)head,
 			 (unsigned long long)pub);
 		fail_receiver(NULL, f, err);
+		return -EPROTO;
+	}
+	if (pub < op->start) {
+		snprintf(err, cap, "the consumer ring of '%s' lost data the "
+			 "sender had acknowledged", f->name);
 		return -EPROTO;
 	}
 	if (pub - op->start > r->size) {
