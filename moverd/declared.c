@@ -1330,7 +1330,6 @@ void declared_apply(struct declared *d, struct declared_set *next,
 	*next = (struct declared_set){ 0 };
 }
 
-/* No config: the files options name (the metrics token), if any. */
 /* The files reread reads (the metrics token): 0, or -EINVAL with why;
  * none read and no config: -ENOENT, nothing to reload. */
 static int reread_files(const struct declared *d, struct declared_reading *rd)
