@@ -1504,20 +1504,23 @@ static const struct peer *holder_of(const struct peer_mgr *m,
  * flow f here already: the same flow under another flow id on this
  * connection (two names of this host, their connections merged), or the
  * same sender's other subscription (another sub_tag) while f is open on
- * another live connection?  The same subscription coming back on a new
- * connection (its tag) takes the flow, as does an older sender (no tag),
- * and another peer meets check_origin.
+ * another live connection?  The connection that has f (holder_of) if so,
+ * else NULL.  The same subscription coming back on a new connection (its
+ * tag) takes the flow, as does an older sender (no tag), and another peer
+ * meets check_origin.
  */
-static bool twin_of(const struct peer *p, const struct flow *f,
-		    const Flowmover__PeerFlowOpen *op)
+static const struct peer *twin_of(const struct peer *p, const struct flow *f,
+				  const Flowmover__PeerFlowOpen *op)
 {
 	uint32_t id = f->id;
 	const struct peer *q = holder_of(p->m, f, &id);
 
 	if (q == p)
-		return id != op->flow_id;
-	return q && q->state == PEER_UP && op->sub_tag && f->rx_tag &&
-	       op->sub_tag != f->rx_tag && !strcmp(f->origin, p->identity);
+		return id != op->flow_id ? q : NULL;
+	if (q && q->state == PEER_UP && op->sub_tag && f->rx_tag &&
+	    op->sub_tag != f->rx_tag && !strcmp(f->origin, p->identity))
+		return q;
+	return NULL;
 }
 
 static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
@@ -1525,6 +1528,7 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 	struct peer_mgr *m = p->m;
 	struct flow *f = flows_find(m->flows, op->name ? op->name : "");
 	struct flow *same_id;
+	const struct peer *holder;
 	char err[200] = "";
 	uint64_t raddr = 0, twin_tag = 0;
 	uint32_t rkey = 0, retry_ms = 0;
@@ -1566,17 +1570,15 @@ static void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 		 * it (from=): checked on every open, a new flow's and a
 		 * resume's, for an identity (a node name under a cluster
 		 * key) can move between addresses and an address cannot */
-	} else if (f && twin_of(p, f, op)) {
+	} else if (f && (holder = twin_of(p, f, op))) {
 		/* two peers of one fan-out flow that lead to this daemon (two
 		 * names of this host): the second must not take the flow
 		 * from the first, whose frames would then go nowhere; the
 		 * sender ends it as the twin of twin_tag's */
-		uint32_t id;
-		const struct peer *q = holder_of(m, f, &id);
-
 		snprintf(err, sizeof(err), "flow '%s' comes to this host "
 			 "through another of its sender's peers already (%.60s)",
-			 f->name, q == p ? "on this connection" : q->addr);
+			 f->name, holder == p ? "on this connection" :
+			 holder->addr);
 		twin_tag = f->rx_tag;
 		rc = -EALREADY;
 	} else if (f && (flow_cut_off(f) || op->after_cut)) {

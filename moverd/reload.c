@@ -21,7 +21,6 @@ struct reload_run {
 	int refs;
 	bool read;               /* the thread is done: rd is the loop's */
 	int efd;                 /* the thread's word to the loop */
-	uint64_t number;
 	const struct declared *d;
 	struct declared_reading rd;
 };
@@ -70,21 +69,16 @@ static void arm_read(struct reloader *rl)
 				   sizeof(rl->count), 0);
 }
 
-/* A run that could not start answers its requests at once. */
+/* A run that could not start (or the stop overtook) answers its requests
+ * at once: only rc and err are read from a refused reading. */
 static void refuse_run(struct reloader *rl, uint64_t number, int rc,
 		       const char *why)
 {
-	struct declared_reading *rd = calloc(1, sizeof(*rd));
+	struct declared_reading rd = { .rc = rc };
 
 	log_warn("reload: %s", why);
-	if (!rd)
-		return; /* its askers wait until they hang up */
-	rd->rc = rc;
-	snprintf(rd->err, sizeof(rd->err), "%s", why);
-	rd->r = (struct declared_report){ .text = rd->text,
-					  .cap = sizeof(rd->text) };
-	rl->done(rl->done_arg, number, rd);
-	free(rd);
+	snprintf(rd.err, sizeof(rd.err), "%s", why);
+	rl->done(rl->done_arg, number, &rd);
 }
 
 /* Start run number n: 0, or a negative errno with why in err. */
@@ -107,7 +101,6 @@ static int start_run(struct reloader *rl, uint64_t n, char *err, size_t cap)
 	}
 	pthread_mutex_init(&r->mu, NULL);
 	r->refs = 2;
-	r->number = n;
 	r->d = rl->declared;
 	rc = helper_thread_start(&th, read_config, r);
 	if (rc) {
@@ -168,7 +161,7 @@ static void run_read(struct loop_op *op, int res)
 			 "unchanged, %u refused", rd->r.added, rd->r.removed,
 			 rd->r.changed, rd->r.unchanged, rd->r.refused);
 	rl->run = NULL;
-	rl->done(rl->done_arg, r->number, rd);
+	rl->done(rl->done_arg, rl->started, rd); /* r's number */
 	if (rl->notice)
 		rl->notice(rl->notice_arg, false);
 	pthread_mutex_lock(&r->mu);

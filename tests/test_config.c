@@ -1255,9 +1255,8 @@ static void nss_wait_held(const char *path)
 /* moverctl reload on d in the background: its pid, its output in out. */
 static pid_t reload_bg(const struct hd *d, const char *out)
 {
-	pid_t pid = fork();
+	pid_t pid = hx_fork_as(d, 0);
 
-	CHECK(pid >= 0);
 	if (!pid) {
 		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
 			      0600);
