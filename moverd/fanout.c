@@ -453,7 +453,7 @@ static void skip_sent(struct fr_ring *r, uint64_t sent)
  * f's subscription was cut and its backoff is over: take a new slot of
  * the ring at the slowest subscriber's position (as fanout_add's join)
  * and open the flow on its peer again from there.  The peer takes that
- * open as a new incarnation of its flow (peer.c, handle_open): told of
+ * open as a new incarnation of its flow (peer_open.c, handle_open): told of
  * the cut before (same connection, in order), or by the open's after_cut
  * when it was not (its link or its moverd was down at the cut).
  */

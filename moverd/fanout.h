@@ -70,7 +70,7 @@ const struct flow *fanout_twin(const struct flow *f, const struct peer *p);
 
 /* f's subscription ends, as twin's twin (fanout_lost with the reason): its
  * peer has the flow through twin's subscription already (two names of one
- * host: the peer said so, peer.c twin_refused);
+ * host: the peer said so, peer_open.c twin_refused);
  * it rejoins once twin is gone (removed, or its own subscription over),
  * at the current position, as after a cut. */
 void fanout_lost_twin(struct flow *f, const struct flow *twin);

@@ -1070,7 +1070,7 @@ static struct flow *adopt_one(struct flow_table *t, const char *name)
 		goto refuse;
 	/* no origin_host: origin is the address (a keyless peer's), or the
 	 * file is older than origin_host and the flow is charged to its
-	 * identity until its peer resumes it (peer.c, check_origin) */
+	 * identity until its peer resumes it (peer_open.c, check_origin) */
 	if (!fl->origin_host[0])
 		snprintf(fl->origin_host, sizeof(fl->origin_host), "%.*s",
 			 FLOW_HOST_MAX, fl->origin);
@@ -1504,7 +1504,7 @@ static void size_text(uint64_t v, char *out, size_t cap)
  * --max-ring-rate-per-uid, --peer-max-ring-rate: may this party create a
  * ring of `ring` bytes now?  If so it is charged; else -EAGAIN, and err
  * says when the same create will pass (a peer's sender retries on its
- * own: "busy, retry", peer.c handle_opened).
+ * own: "busy, retry", peer_open.c handle_opened).
  */
 static int check_rate(struct flow_table *t, const struct flow_spec *s,
 		      uid_t uid, uint64_t ring, char *err, size_t errlen)

@@ -71,7 +71,7 @@ struct flow_spec {
 	/* declared in moverd's config (declared.c): the operator's, so not
 	 * held to a uid's ring rate (check_rate) */
 	bool unmetered;
-	/* a receiver made again after a cut (peer.c, recreate_cut): its
+	/* a receiver made again after a cut (peer_open.c, recreate_cut): its
 	 * allowed ids are the old incarnation's, granted and taken off by
 	 * hand included; the config's are not granted again */
 	bool grants_kept;
@@ -86,7 +86,7 @@ struct flow_spec {
  * The flow table holds one while the flow is listed; every asynchronous
  * operation that refers to the flow holds one from the moment it is
  * submitted until its completion is reaped:
- *   - a peer receive into its ring (peer.c: start_data .. finish_data,
+ *   - a peer receive into its ring (peer_rx.c: start_data .. finish_data,
  *     or peer_closed when the connection ends),
  *   - a peer send that reads its ring (mover.c: build_data .. peer_sent),
  *   - a control response carrying ring_fd by SCM_RIGHTS (control.c:
@@ -230,7 +230,7 @@ struct flow {
 	uint64_t rx_walked_pub;
 	/* the sender's subscription it came through last (PeerFlowOpen
 	 * sub_tag; 0: an older sender): another of the same sender's, on
-	 * another live connection, is its twin (peer.c, twin_of) */
+	 * another live connection, is its twin (peer_open.c, twin_of) */
 	uint64_t rx_tag;
 	/* it leaves its connection after its sender was told it is gone or
 	 * failed here (a REFUSED): WRITEs the sender posted before it heard
@@ -316,7 +316,7 @@ struct flow {
 	uint64_t rejoin_at_ns;    /* 0: no rejoin due */
 	uint64_t rejoin_backoff_ns;
 	/* sender: the wait before asking again a receiver short of room
-	 * (peer.c, short_of): REOPEN_NS doubling to SHORT_MAX_NS, from 0
+	 * (peer_open.c, short_of): REOPEN_NS doubling to SHORT_MAX_NS, from 0
 	 * again once the flow is open */
 	uint64_t short_backoff_ns;
 	/* sender: the wait before opening again a flow whose ring could not
@@ -324,7 +324,7 @@ struct flow {
 	 * doubling to SHORT_MAX_NS, from 0 again once one is registered */
 	uint64_t wait_backoff_ns;
 	/* its subscription ended because member twin_id of the same flow
-	 * leads to the same daemon (its peer said so: peer.c, twin_of and
+	 * leads to the same daemon (its peer said so: peer_open.c, twin_of and
 	 * twin_refused): it rejoins once that one is gone (fanout.c,
 	 * rejoin_twins); 0: none */
 	uint32_t twin_id;
@@ -368,13 +368,13 @@ struct flow_table {
 	 * start's so that no client can aim its names at one bucket */
 	struct flow **names;
 	uint32_t names_mask, names_seed;
-	/* the next flow of the flow checks' round (peer.c, police_slice);
+	/* the next flow of the flow checks' round (peer_timer.c, police_slice);
 	 * unlisting its flow moves it on */
 	struct flow *cursor;
 	/* the listed flows a client could have written (flow_exposed), in
 	 * their own list (exp_next) with their own round's cursor: the checks
 	 * of what clients write visit these alone; the whole table's round is
-	 * for the orphan timeout (peer.c, police_slice) */
+	 * for the orphan timeout (peer_timer.c, police_slice) */
 	struct flow *exposed, *exp_cursor;
 	unsigned n_exposed;
 	/* flows_set_state calls: a counters pass writes every flow's record
@@ -523,7 +523,7 @@ uint32_t flows_new_id(struct flow_table *t);
 
 /* A receiving flow its sender cut (fan-out --max-lag): failed until the
  * sender rejoins, which makes it again as a new flow of the same name
- * (peer.c, recreate_cut). */
+ * (peer_open.c, recreate_cut). */
 static inline bool flow_cut_off(const struct flow *f)
 {
 	return f->state == FLOW_FAILED && f->cut_off;

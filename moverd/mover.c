@@ -20,7 +20,7 @@
  *
  * A producer ring's words are checked where they are read (next_span):
  * a corrupt record or tail fails its own flow only (fail_sender, peer.c).
- * What peers say to each other (hello, open, close, receiving) is peer.c.
+ * What peers say to each other is peer.c and the files it names.
  */
 #include "mover.h"
 #include "fanout.h"

@@ -66,7 +66,7 @@ void mover_forget_flow(struct peer_mgr *m, struct flow *f);
  * the peer's connection closed (reset_flows); the sweep, or an OPEN, an
  * ACK or a deposit on the next connection, lists it again. */
 void mover_unlist(struct peer_mgr *m, struct flow *f);
-/* An ACK moved f's window (peer.c, handle_ack): a flow that waited for
+/* An ACK moved f's window (peer_rx.c, handle_ack): a flow that waited for
  * room there has work again. */
 void mover_window_moved(struct peer_mgr *m, struct flow *f);
 /* f has work: a sender flow opened (again), a receiver flow owes an

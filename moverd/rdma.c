@@ -546,7 +546,7 @@ static void reg_discard(struct pending_reg *pr)
  * opens again (peer_sender_wait; before, the connection failed, and with
  * it every flow on it, again at every reconnect).  A receiver's OPEN is
  * refused instead (peer_flow_prepared), which its sender also waits out
- * (peer.c, short_of). */
+ * (peer_open.c, short_of). */
 static void reg_failed(struct rdma_conn *c, struct flow *f, int err)
 {
 	char why[sizeof(f->reason)];

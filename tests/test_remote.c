@@ -2216,7 +2216,7 @@ static void test_many_flows(void)
 /* ---- 13: flows both ways share one connection ------------------------------ */
 
 /* What moverd logs when it closes a second connection to the same moverd
- * (peer.c, retire). */
+ * (peer_hello.c, retire). */
 static const char merged_said[] = "a second connection to the moverd";
 
 /* How many times needle is in file path. */
@@ -2531,7 +2531,7 @@ static bool remote_name(char *out, size_t cap)
  * connection (inbound_from takes numeric addresses): B dials, and the
  * pair has two connections.  Both hellos name the same two runs of
  * moverd, so the daemon of the larger instance closes the one it dialed
- * (peer.c, merge_duplicate) and its flows move to the other one, while
+ * (peer_hello.c, merge_duplicate) and its flows move to the other one, while
  * records go both ways: one connection each, every record once.
  */
 static void test_merge_duplicate(void)
@@ -2757,7 +2757,7 @@ static void twin_cut_keeps(struct run *R, struct pair *P, const char *named_b)
 /*
  * A flow to B gets a second peer that is B under another name (fan-out,
  * `flow peer add`).  B, which has the flow through the first, refuses the
- * second's open (peer.c, twin_of: another subscription tag of the same
+ * second's open (peer_open.c, twin_of: another subscription tag of the same
  * sender), and A ends that peer's subscription with a reason that says
  * so (twin_refused); the flow goes on through the first, every record
  * once.  Before, the second took B's flow from the first, whose frames

@@ -1,5 +1,5 @@
 /*
- * fuzz_peer: moverd's peer receive path (moverd/peer.c, flows.c) against
+ * fuzz_peer: moverd's peer receive path (moverd/peer_rx.c, flows.c) against
  * arbitrary frames from two connections at once, interleaved with what the
  * receiving host does meanwhile, with real deposit rings (files in a state
  * directory on /dev/shm, mapped as moverd maps them).
