@@ -187,6 +187,11 @@ struct flow {
 	 * when it differs from origin. */
 	char origin_host[FLOW_HOST_MAX + 1];
 	uint64_t ring_bytes;     /* its ring size, for the quotas */
+	/* the entry of the party it is charged to (a peer host for a
+	 * receiver, else its owner): held from its create or adopt until
+	 * it is freed or its remains take it (flows.c, struct holder);
+	 * NULL for a fan-out subscription, or with no index of holders */
+	struct holder *holder;
 	uint64_t guard;          /* ring file: moverd's mapping, guarded
 				  * against SIGBUS (ring_guard.h) */
 	bool view_tripped;       /* ... and it faulted (flows_ring_tampered) */
@@ -358,6 +363,7 @@ struct flow_limits {
 
 struct flow_remains;
 struct rate_party;
+struct holder;
 
 struct flow_table {
 	struct flow *head;
@@ -365,9 +371,15 @@ struct flow_table {
 	/* the listed flows by name (flows_find): buckets of name_next
 	 * chains, a power of two at least --max-flows (NULL if it could not
 	 * be had: flows_find walks the list), hashed with a seed of this
-	 * start's so that no client can aim its names at one bucket */
+	 * start's so that no client can aim its names at one bucket (nor
+	 * its parties at one of holders') */
 	struct flow **names;
-	uint32_t names_mask, names_seed;
+	uint32_t names_mask, hash_seed;
+	/* what each party holds, for the quotas (flows.c, struct holder):
+	 * its entry by party, in buckets as many as names' (NULL if they
+	 * could not be had: check_quota walks the flows and remains) */
+	struct holder **holders;
+	uint32_t holders_mask;
 	/* the next flow of the flow checks' round (peer_timer.c, police_slice);
 	 * unlisting its flow moves it on */
 	struct flow *cursor;
@@ -682,6 +694,12 @@ int flows_save(struct flow *f);
  * 0, or the write's negative errno.
  */
 int flows_save_owed(struct flow *f, const char *what);
+
+/* f's peer resumes it from another address (peer_open.c, check_origin):
+ * from now on f is charged to that peer host (origin_host).  0, or
+ * -ENOMEM with nothing changed: no memory for that host's entry (struct
+ * holder). */
+int flows_charge_host(struct flow *f, const char *host);
 
 /* moverd's view of f's ring goes by f->max_lag (fr_pin_max_lag). */
 static inline void flows_pin_lag(struct flow *f)

@@ -304,33 +304,48 @@ static bool upgrades_origin(const struct peer *p, const struct flow *f)
 	return true;
 }
 
+/* f is charged to p's address from now on (the quotas); -ENOMEM: it
+ * cannot be, for memory (the open is refused, f stays as it was). */
+static int charge_host(struct peer *p, struct flow *f, char *err,
+		       size_t cap)
+{
+	if (!flows_charge_host(f, p->host))
+		return 0;
+	snprintf(err, cap, "out of memory");
+	return -ENOMEM;
+}
+
 /* f's peer resumes it, maybe from another address (a flow re-adopted
  * from an older state file is charged to its identity until now): it is
  * charged to where its peer is now. */
-static void charge_host(struct peer *p, struct flow *f)
+static int follow_host(struct peer *p, struct flow *f, char *err,
+		       size_t cap)
 {
+	int rc;
+
 	if (!strcmp(f->origin_host, p->host))
-		return;
-	snprintf(f->origin_host, sizeof(f->origin_host), "%s", p->host);
-	flows_save_owed(f, "its peer's address");
+		return 0;
+	rc = charge_host(p, f, err, cap);
+	if (!rc)
+		flows_save_owed(f, "its peer's address");
+	return rc;
 }
 
 static int check_origin(struct peer *p, struct flow *f, char *err, size_t cap)
 {
 	static struct log_limit lim; /* a peer can ask at will */
 	char so[LOG_SAFE_BUF], si[LOG_SAFE_BUF];
+	int rc;
 
 	if (!f->origin[0] || upgrades_origin(p, f)) {
+		if ((rc = charge_host(p, f, err, cap)))
+			return rc;
 		snprintf(f->origin, sizeof(f->origin), "%s", p->identity);
-		snprintf(f->origin_host, sizeof(f->origin_host), "%s",
-			 p->host);
 		flows_save_owed(f, "its peer's identity");
 		return 0;
 	}
-	if (!strcmp(f->origin, p->identity)) {
-		charge_host(p, f);
-		return 0;
-	}
+	if (!strcmp(f->origin, p->identity))
+		return follow_host(p, f, err, cap);
 	snprintf(err, cap, "flow '%s' exists on this host and belongs to "
 		 "another peer", f->name);
 	/* identities hold the node name a peer sent in its hello */
