@@ -922,6 +922,8 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 		j_u64(&j, "window_delay_us", s->window_delay_us);
 		j_u64(&j, "ring_to_allocate_bytes", s->ring_to_allocate_bytes);
 		j_u64(&j, "ring_to_free_bytes", s->ring_to_free_bytes);
+		j_u64(&j, "destroyed_rings", s->destroyed_rings);
+		j_u64(&j, "destroyed_ring_bytes", s->destroyed_ring_bytes);
 		j_key(&j, "bell_page");
 		j_sep(&j);
 		fputs(s->bell_page ? "true" : "false", stdout);
@@ -1023,6 +1025,9 @@ static void print_status(const Flowmover__StatusInfo *s, bool json,
 	kv("ring pages", "%s to allocate, %s of destroyed rings to free",
 	   fmt_size(a, sizeof(a), s->ring_to_allocate_bytes),
 	   fmt_size(b, sizeof(b), s->ring_to_free_bytes));
+	kv("rings held", "%u of destroyed flows (%s): I/O in flight, "
+	   "consumers draining, pages being freed", s->destroyed_rings,
+	   fmt_size(a, sizeof(a), s->destroyed_ring_bytes));
 	kv("refused", "%" PRIu64 " clients, %" PRIu64 " peer connections "
 	   "(over a limit); %" PRIu64 " accept waits (out of fds)",
 	   s->clients_refused, s->peers_refused, s->accept_waits);

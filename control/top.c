@@ -14,6 +14,7 @@
  */
 #include "top.h"
 #include "ctl_client.h"
+#include "../ipc/fnv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -381,11 +382,7 @@ static const char *top_why;
 
 static uint64_t name_hash(const char *s, uint64_t salt)
 {
-	uint64_t h = 1469598103934665603ull ^ salt;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h | 1; /* never 0 */
+	return fnv1a64_str(salt, s) | 1; /* never 0 */
 }
 
 static void text(char *dst, const char *src)
@@ -499,6 +496,8 @@ static void daemon_row(struct frame *f, struct ctl_src *c,
 	v[FMC_D_DOORBELL_RINGS] = s->doorbell_rings;
 	v[FMC_D_RING_TO_ALLOCATE] = s->ring_to_allocate_bytes;
 	v[FMC_D_RING_TO_FREE] = s->ring_to_free_bytes;
+	v[FMC_D_DESTROYED_RINGS] = s->destroyed_rings;
+	v[FMC_D_DESTROYED_RING_BYTES] = s->destroyed_ring_bytes;
 	v[FMC_D_BELL_PAGES] = s->bell_pages;
 	v[FMC_D_BELL_SHARED] = s->bell_shared_producers;
 }
@@ -945,6 +944,7 @@ static void print_json(const struct fmc_map *m, const struct frame *f)
 		"bad_requests", "clients_refused", "peers_refused",
 		"doorbell_rings", "sampler_ns", "ring_to_allocate",
 		"ring_to_free", "bell_pages", "bell_shared",
+		"destroyed_rings", "destroyed_ring_bytes",
 	};
 	/* a name for every value (a new one without would print "(null)") */
 	_Static_assert(sizeof(fnames) / sizeof(fnames[0]) == FMC_F_SUB0,

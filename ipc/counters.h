@@ -167,6 +167,10 @@ enum fmc_daemon {
 	FMC_D_BELL_PAGES,      /* doorbell pages in use (gauge) */
 	FMC_D_BELL_SHARED,     /* producers on the page the uids past 63
 				* share (gauge; 0: no uid shares) */
+	FMC_D_DESTROYED_RINGS, /* destroyed flows whose rings moverd still
+				* holds: I/O in flight, a consumer draining,
+				* pages being freed (gauge) */
+	FMC_D_DESTROYED_RING_BYTES, /* ... their ring bytes (gauge) */
 	FMC_D_COUNT
 };
 

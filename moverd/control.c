@@ -1470,6 +1470,8 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	st.window_delay_us = c->srv->peers->win_delay_ns / 1000;
 	st.ring_to_allocate_bytes = c->srv->flows->fill_pending;
 	st.ring_to_free_bytes = c->srv->flows->punch_pending;
+	st.destroyed_rings = c->srv->flows->n_gone;
+	st.destroyed_ring_bytes = c->srv->flows->gone_bytes;
 	st.clients_refused = c->srv->stats.clients_refused;
 	st.peers_refused = c->srv->peers->refused;
 	st.accept_waits = c->srv->accept_wait.waits +

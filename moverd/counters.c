@@ -602,6 +602,8 @@ static void write_daemon(struct counters *c, const struct flow_table *t,
 	fmc_set(r, FMC_D_SAMPLER_NS, c->sampler_ns);
 	fmc_set(r, FMC_D_RING_TO_ALLOCATE, t->fill_pending);
 	fmc_set(r, FMC_D_RING_TO_FREE, t->punch_pending);
+	fmc_set(r, FMC_D_DESTROYED_RINGS, t->n_gone);
+	fmc_set(r, FMC_D_DESTROYED_RING_BYTES, t->gone_bytes);
 	fmc_set(r, FMC_D_BELL_PAGES, mover_bell_pages(m));
 	fmc_set(r, FMC_D_BELL_SHARED, mover_bell_shared(m));
 	fmc_end(r);

@@ -3,6 +3,7 @@
  */
 #include "flows.h"
 #include "fanout.h"
+#include "fnv.h"
 #include "log.h"
 #include "private_dir.h"
 #include "ring_guard.h"
@@ -70,9 +71,15 @@ static void holders_init(struct flow_table *t)
 	t->holders_mask = n - 1;
 }
 
+/* moverd's own uid (flows_is_operator), which it never changes: read
+ * once, not on every create, attach and peer open (a system call, about
+ * 1 us of a refused create on the test host). */
+static uid_t own_uid;
+
 void flows_init(struct flow_table *t, const struct flow_limits *limits,
 		const char *state_dir, int state_fd)
 {
+	own_uid = geteuid();
 	*t = (struct flow_table){ .limits = *limits, .next_id = 1,
 				  .state_fd = state_fd };
 	snprintf(t->state_dir, sizeof(t->state_dir), "%s", state_dir);
@@ -83,20 +90,10 @@ void flows_init(struct flow_table *t, const struct flow_limits *limits,
 	holders_init(t);
 }
 
-/* FNV-1a of the n bytes at p, on from h. */
-static uint32_t fnv1a(uint32_t h, const void *p, size_t n)
-{
-	const unsigned char *c = p;
-
-	while (n--)
-		h = (h ^ *c++) * 16777619u;
-	return h;
-}
-
 /* name's bucket, hashed from the table's seed. */
 static struct flow **name_bucket(const struct flow_table *t, const char *name)
 {
-	uint32_t h = fnv1a(2166136261u ^ t->hash_seed, name, strlen(name));
+	uint32_t h = fnv1a32_str(t->hash_seed, name);
 
 	return &t->names[h & t->names_mask];
 }
@@ -615,6 +612,8 @@ uint32_t flows_new_id(struct flow_table *t)
 struct usage {
 	unsigned flows;
 	uint64_t bytes;
+	unsigned gone;           /* of those flows, the destroyed ones whose
+				  * rings are not yet released */
 };
 
 /* A party the quotas charge: a peer host, by its address, for receiver
@@ -626,8 +625,10 @@ struct party {
 };
 
 /*
- * What one party holds: its listed flows and its remains (destroyed rings
- * still draining), kept as they come and go (charge, uncharge), so that a
+ * What one party holds: its listed flows, its destroyed flows that I/O in
+ * flight still refers to (t->dying) and its remains (destroyed rings
+ * still draining or being punched out), kept as they come and go (charge,
+ * uncharge), so that a
  * create's quota check is a lookup: it walked every flow and remains, 0.1
  * ms with 10 000 flows, each time a peer repeated an open refused.
  * An entry lives while a flow or remains points to it (refs): so there
@@ -643,8 +644,8 @@ struct holder {
 	uid_t uid;
 	char host[FLOW_HOST_MAX + 1];
 	unsigned refs;           /* the flows and remains that point here */
-	struct usage held;       /* ... of those the listed flows, and the
-				  * remains (what usage_of counts) */
+	struct usage held;       /* ... of those the listed and dying flows,
+				  * and the remains (what usage_of counts) */
 };
 
 /* Whom a flow or remains of this role, owner and origin_host is charged
@@ -670,12 +671,11 @@ static bool holder_is(const struct holder *h, struct party p)
  * bucket. */
 static struct holder **holder_slot(const struct flow_table *t, struct party p)
 {
-	uint32_t h = fnv1a(2166136261u ^ t->hash_seed, &p.peer,
-			   sizeof(p.peer));
+	uint32_t h = fnv1a32(t->hash_seed, &p.peer, sizeof(p.peer));
 	struct holder **pp;
 
-	h = p.peer ? fnv1a(h, p.host, strlen(p.host)) :
-		     fnv1a(h, &p.uid, sizeof(p.uid));
+	h = p.peer ? fnv1a32_more(h, p.host, strlen(p.host)) :
+		     fnv1a32_more(h, &p.uid, sizeof(p.uid));
 	for (pp = &t->holders[h & t->holders_mask]; *pp; pp = &(*pp)->next)
 		if (holder_is(*pp, p))
 			break;
@@ -707,10 +707,11 @@ static void holder_put(struct flow_table *t, struct holder *h)
 
 	if (!h || --h->refs)
 		return;
-	if (FM_CROSS_CHECK && (h->held.flows || h->held.bytes)) {
+	if (FM_CROSS_CHECK && (h->held.flows || h->held.bytes ||
+			       h->held.gone)) {
 		log_error("quota figures: a party's entry goes still holding "
-			  "%u flows, %llu bytes", h->held.flows,
-			  (unsigned long long)h->held.bytes);
+			  "%u flows, %llu bytes, %u gone", h->held.flows,
+			  (unsigned long long)h->held.bytes, h->held.gone);
 		abort();
 	}
 	pp = holder_slot(t, (struct party){ h->peer, h->uid, h->host });
@@ -729,22 +730,38 @@ static int hold(struct flow_table *t, struct flow *f)
 	return f->holder ? 0 : -ENOMEM;
 }
 
-/* A flow is listed, or a remains made: what its party holds grows. */
-static void charge(struct holder *h, uint64_t ring_bytes)
+/* A flow is listed (gone: false), or destroyed (unlisted, still
+ * referenced), or a remains made (gone: true): its party holds more. */
+static void charge(struct holder *h, uint64_t ring_bytes, bool gone)
 {
 	if (!h)
 		return;
 	h->held.flows++;
 	h->held.bytes += ring_bytes;
+	h->held.gone += gone;
 }
 
-/* A flow is unlisted, or a remains freed. */
-static void uncharge(struct holder *h, uint64_t ring_bytes)
+/* The reverse: a flow unlisted, its last reference put, a remains freed. */
+static void uncharge(struct holder *h, uint64_t ring_bytes, bool gone)
 {
 	if (!h)
 		return;
 	h->held.flows--;
 	h->held.bytes -= ring_bytes;
+	h->held.gone -= gone;
+}
+
+/* A destroyed flow's ring is held (in: a dying flow, a remains), or no
+ * longer: the table's figures for the operator (flows_destroyed_rings). */
+static void gone_count(struct flow_table *t, uint64_t ring_bytes, bool in)
+{
+	if (in) {
+		t->n_gone++;
+		t->gone_bytes += ring_bytes;
+	} else {
+		t->n_gone--;
+		t->gone_bytes -= ring_bytes;
+	}
 }
 
 int flows_charge_host(struct flow *f, const char *host)
@@ -757,9 +774,9 @@ int flows_charge_host(struct flow *f, const char *host)
 	if (f->holder &&
 	    !(h = holder_get(t, charged_to(f->role, f->owner_uid, to))))
 		return -ENOMEM;
-	if (f->listed) {
-		uncharge(f->holder, f->ring_bytes);
-		charge(h, f->ring_bytes);
+	if (f->listed || f->dying) {
+		uncharge(f->holder, f->ring_bytes, f->dying);
+		charge(h, f->ring_bytes, f->dying);
 	}
 	holder_put(t, f->holder); /* after the get: h may be the same */
 	f->holder = h;
@@ -782,7 +799,7 @@ static void link_flow(struct flow_table *t, struct flow *f)
 	}
 	f->listed = true;
 	t->count++;
-	charge(f->holder, f->ring_bytes);
+	charge(f->holder, f->ring_bytes, false);
 	if (f->id >= t->next_id)
 		t->next_id = (uint64_t)f->id + 1;
 	if (f->exposed)
@@ -1523,7 +1540,8 @@ static bool charged(enum flow_role role, uid_t owner, const char *host,
 }
 
 /* What a peer host (receiver specs) or a uid (others) holds now,
- * destroyed rings still draining included, counted from scratch: where
+ * destroyed flows whose rings are not yet released included (dying
+ * flows and remains), counted from scratch: where
  * there is no index of holders, and as a cross-check of it. */
 static struct usage usage_of(const struct flow_table *t,
 			     const struct flow_spec *s, uid_t uid)
@@ -1536,10 +1554,18 @@ static struct usage usage_of(const struct flow_table *t,
 			u.bytes += f->ring_bytes;
 		}
 	}
+	for (const struct flow *f = t->dying; f; f = f->dying_next) {
+		if (charged(f->role, f->owner_uid, f->origin_host, s, uid)) {
+			u.flows++;
+			u.bytes += f->ring_bytes;
+			u.gone++;
+		}
+	}
 	for (const struct flow_remains *r = t->remains; r; r = r->next) {
 		if (charged(r->role, r->owner_uid, r->origin_host, s, uid)) {
 			u.flows++;
 			u.bytes += r->ring_bytes;
+			u.gone++;
 		}
 	}
 	return u;
@@ -1563,11 +1589,12 @@ static struct usage usage_now(const struct flow_table *t,
 		u = h->held;
 	if (FM_CROSS_CHECK) {
 		w = usage_of(t, s, uid);
-		if (w.flows != u.flows || w.bytes != u.bytes) {
-			log_error("quota figures kept (%u flows, %llu bytes) "
-				  "are not the walk's (%u, %llu)", u.flows,
-				  (unsigned long long)u.bytes, w.flows,
-				  (unsigned long long)w.bytes);
+		if (w.flows != u.flows || w.bytes != u.bytes ||
+		    w.gone != u.gone) {
+			log_error("quota figures kept (%u flows, %llu bytes, "
+				  "%u gone) are not the walk's (%u, %llu, %u)",
+				  u.flows, (unsigned long long)u.bytes, u.gone,
+				  w.flows, (unsigned long long)w.bytes, w.gone);
 			abort();
 		}
 	}
@@ -1586,7 +1613,7 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 				    t->limits.uid_max_flows;
 	uint64_t max_bytes = peer ? t->limits.peer_max_ring_bytes :
 				    t->limits.uid_max_ring_bytes;
-	char who[96];
+	char who[96], gone[64] = "";
 	struct usage u;
 
 	if (peer ? !s->origin_host : flows_is_operator(uid))
@@ -1596,9 +1623,12 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 		snprintf(who, sizeof(who), "peer host %s", s->origin_host);
 	else
 		snprintf(who, sizeof(who), "uid %u", (unsigned)uid);
+	if (u.gone) /* not in its list: say why it is charged for them */
+		snprintf(gone, sizeof(gone), " (%u destroyed, their rings "
+			 "not yet released)", u.gone);
 	if (u.flows >= max_flows) {
-		snprintf(err, errlen, "quota exceeded: %s has %u flows here, "
-			 "the limit (%s) is %u", who, u.flows,
+		snprintf(err, errlen, "quota exceeded: %s has %u flows here%s, "
+			 "the limit (%s) is %u", who, u.flows, gone,
 			 peer ? "--peer-max-flows" : "--max-flows-per-uid",
 			 max_flows);
 		return -EDQUOT;
@@ -1614,8 +1644,8 @@ static int check_quota(const struct flow_table *t, const struct flow_spec *s,
 	}
 	if (u.bytes + ring > max_bytes || u.bytes + ring < ring) {
 		snprintf(err, errlen, "quota exceeded: %s has rings of %llu "
-			 "bytes here; %llu more would pass the limit (%s) of "
-			 "%llu", who, (unsigned long long)u.bytes,
+			 "bytes here%s; %llu more would pass the limit (%s) of "
+			 "%llu", who, (unsigned long long)u.bytes, gone,
 			 (unsigned long long)ring,
 			 peer ? "--peer-max-ring-bytes" :
 				"--max-ring-bytes-per-uid",
@@ -2112,6 +2142,7 @@ int flows_create(struct flow_table *t, const struct flow_spec *spec,
 }
 
 static void release_pages(struct flow_table *t, struct flow *f);
+static void dying_unlink(struct flow_table *t, struct flow *f);
 
 /* A flow let go at an orderly stop: its ring and files stay as they are
  * for the next moverd, and for the clients that keep it mapped; so does
@@ -2160,6 +2191,7 @@ void flow_put(struct flow *f)
 	free(f->failure);
 	if (f->save_owed)
 		f->table->n_owed--;
+	dying_unlink(f->table, f); /* before its remains take the charge */
 	/* no I/O refers to the ring any more: its pages go (now, or once
 	 * its consumer drained it: release_pages), unless it is kept */
 	if (f->kept)
@@ -2294,6 +2326,41 @@ static void unlist_exposed(struct flow_table *t, struct flow *f)
 	}
 }
 
+/*
+ * An unlisted flow stays in t->dying, and charged to its party, until its
+ * last reference is put: until then its ring is held (a send in flight to
+ * a peer that stopped reading can hold it for as long as the link takes
+ * to fail), and a party that destroyed and created again in that time
+ * would hold more than its quota.
+ */
+static void dying_link(struct flow_table *t, struct flow *f)
+{
+	f->dying_prev = NULL;
+	f->dying_next = t->dying;
+	if (t->dying)
+		t->dying->dying_prev = f;
+	t->dying = f;
+	f->dying = true;
+	uncharge(f->holder, f->ring_bytes, false);
+	charge(f->holder, f->ring_bytes, true);
+	gone_count(t, f->ring_bytes, true);
+}
+
+static void dying_unlink(struct flow_table *t, struct flow *f)
+{
+	if (!f->dying)
+		return;
+	if (f->dying_prev)
+		f->dying_prev->dying_next = f->dying_next;
+	else
+		t->dying = f->dying_next;
+	if (f->dying_next)
+		f->dying_next->dying_prev = f->dying_prev;
+	f->dying = false;
+	uncharge(f->holder, f->ring_bytes, true);
+	gone_count(t, f->ring_bytes, false);
+}
+
 static void unlist(struct flow_table *t, struct flow *f)
 {
 	if (!f->listed)
@@ -2315,9 +2382,9 @@ static void unlist(struct flow_table *t, struct flow *f)
 	}
 	f->listed = false;
 	t->count--;
-	uncharge(f->holder, f->ring_bytes);
 	if (t->cursor == f)
 		t->cursor = f->next;
+	dying_link(t, f);
 }
 
 void flows_last_save(struct flow *f)
@@ -2396,7 +2463,8 @@ static void remains_free(struct flow_table *t, struct flow_remains *r)
 	ring_guard_remove(r->guard); /* after the last touch of the mapping */
 	if (r->fd >= 0)
 		close(r->fd);
-	uncharge(r->holder, r->ring_bytes);
+	uncharge(r->holder, r->ring_bytes, true);
+	gone_count(t, r->ring_bytes, false);
 	holder_put(t, r->holder);
 	free(r);
 }
@@ -2534,7 +2602,8 @@ static void release_pages(struct flow_table *t, struct flow *f)
 		.holder = f->holder, /* the flow's: no allocation can fail */
 	};
 	f->holder = NULL;
-	charge(r->holder, r->ring_bytes);
+	charge(r->holder, r->ring_bytes, true);
+	gone_count(t, r->ring_bytes, true);
 	if (wait) { /* only the mapping waits: the fd goes now (madvise) */
 		close(f->ring_fd);
 		r->fd = -1;
@@ -2551,8 +2620,30 @@ taken:
 	f->guard = 0;
 }
 
+/* With FM_CROSS_CHECK: do the table's figures of destroyed rings still
+ * held agree with its lists? */
+static void check_gone(const struct flow_table *t)
+{
+	unsigned n = 0;
+	uint64_t bytes = 0;
+
+	for (const struct flow *f = t->dying; f; f = f->dying_next, n++)
+		bytes += f->ring_bytes;
+	for (const struct flow_remains *r = t->remains; r; r = r->next, n++)
+		bytes += r->ring_bytes;
+	if (n != t->n_gone || bytes != t->gone_bytes) {
+		log_error("destroyed rings counted (%u, %llu bytes) are not "
+			  "the lists' (%u, %llu)", t->n_gone,
+			  (unsigned long long)t->gone_bytes, n,
+			  (unsigned long long)bytes);
+		abort();
+	}
+}
+
 void flows_reap_remains(struct flow_table *t, uint64_t now)
 {
+	if (FM_CROSS_CHECK)
+		check_gone(t);
 	for (struct flow_remains *r = t->remains, *next; r; r = next) {
 		next = r->next; /* release_remains may free r, not next */
 		if (r->releasing)
@@ -2669,7 +2760,7 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 
 bool flows_is_operator(uid_t uid)
 {
-	return uid == 0 || uid == geteuid();
+	return uid == 0 || uid == own_uid;
 }
 
 bool flows_may_manage(const struct flow *f, uid_t uid)

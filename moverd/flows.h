@@ -135,6 +135,10 @@ struct flow {
 	struct flow *prev;        /* listed: the one before it (head: NULL) */
 	struct flow *name_next;   /* listed: the next in its name's bucket */
 	bool listed;              /* in the table (link_flow .. unlist) */
+	/* unlisted, with references left (I/O in flight): in
+	 * flow_table.dying, still charged to its party, till its last put */
+	bool dying;
+	struct flow *dying_prev, *dying_next;
 	bool kept;               /* let go at an orderly stop: the last put
 				  * unmaps, the ring and its files stay */
 	/* re-adopted with subscriber slots of clients of an earlier start
@@ -402,6 +406,14 @@ struct flow_table {
 	 * (their pages go after DRAIN_GRACE_NS), or whose pages are being
 	 * punched out (flows.c: release_pages) */
 	struct flow_remains *remains;
+	/* flows unlisted (destroyed, or let go at a stop) that something
+	 * still refers to: their rings are held, and charged (flows.c,
+	 * dying_link) */
+	struct flow *dying;
+	/* the rings of the dying flows and the remains: how many, their
+	 * bytes (status: destroyed_rings) */
+	unsigned n_gone;
+	uint64_t gone_bytes;
 	/* the loop that allocates and punches rings' pages (flows_use_loop);
 	 * NULL: on the spot, as at a stop */
 	struct loop *loop;
@@ -656,7 +668,8 @@ bool flows_group_allowed(const struct flow *f, const gid_t *groups,
 			 unsigned n);
 /* Is uid the operator's: root, or moverd's own user (the packaged unit
  * runs moverd as an unprivileged one, and its config's flows are owned by
- * it)?  The operator's flows have no quota and may be managed by it. */
+ * it)?  The operator's flows have no quota and may be managed by it.
+ * Valid after flows_init. */
 bool flows_is_operator(uid_t uid);
 /* May this client destroy it?  The operator and the owner may. */
 bool flows_may_manage(const struct flow *f, uid_t uid);

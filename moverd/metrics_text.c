@@ -467,6 +467,14 @@ static void render_daemon(struct buf *b, const struct fmc_header *h,
 	daemon_one(b, om, "flowmover_ring_to_free_bytes", "gauge",
 		   "Allocated bytes of destroyed rings moverd has yet to free.",
 		   d->v[FMC_D_RING_TO_FREE], 0);
+	daemon_one(b, om, "flowmover_destroyed_rings", "gauge",
+		   "Destroyed flows whose rings moverd still holds (I/O in "
+		   "flight, a consumer draining, pages being freed).",
+		   d->v[FMC_D_DESTROYED_RINGS], 0);
+	daemon_one(b, om, "flowmover_destroyed_ring_bytes", "gauge",
+		   "Ring bytes of the destroyed flows moverd still holds; "
+		   "the quotas count them.",
+		   d->v[FMC_D_DESTROYED_RING_BYTES], 0);
 	daemon_one(b, om, "flowmover_doorbell_pages", "gauge",
 		   "Doorbell pages in use: root's and one per uid with "
 		   "producers attached (64 at most).",

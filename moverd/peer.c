@@ -24,6 +24,7 @@
 #include "peer_parts.h"
 #include "bell_thread.h"
 #include "fanout.h"
+#include "fnv.h"
 #include "mover.h"
 #include "log.h"
 
@@ -364,10 +365,8 @@ void queue_hello(struct peer *p)
  */
 uint64_t sub_tag(const struct flow *f)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = fnv1a64_str(0, f->peer_addr);
 
-	for (const char *c = f->peer_addr; *c; c++)
-		h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
 	return h ? h : 1;
 }
 

@@ -24,6 +24,7 @@
  */
 #include "flowshm.h"
 #include "testutil.h"
+#include "../ipc/fnv.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -44,11 +45,7 @@ struct args {
 /* Records carry producer number salt | ID: records of another flow fail. */
 static uint32_t flow_salt(const char *flow)
 {
-	uint32_t h = 2166136261u;	/* FNV-1a */
-
-	for (; *flow; flow++)
-		h = (h ^ (unsigned char)*flow) * 16777619u;
-	return h & ~0xffu;
+	return fnv1a32_str(0, flow) & ~0xffu;
 }
 
 /* The size of record SEQ of producer WIRE_ID (salt | ID). */

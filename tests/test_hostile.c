@@ -100,6 +100,7 @@
 #include "harness.h"
 #include "flowshm_internal.h"
 #include "../ipc/bell.h"
+#include "../ipc/fnv.h"
 
 #include <sys/ioctl.h>
 
@@ -994,11 +995,8 @@ static void case_lying_producer(void)
 static size_t fc_rec_size(const char *flow, uint32_t id, uint64_t seq,
 			  size_t max, uint32_t max_record)
 {
-	uint32_t h = 2166136261u, wire_id;
+	uint32_t wire_id = (fnv1a32_str(0, flow) & ~0xffu) | id;
 
-	for (const char *s = flow; *s; s++)
-		h = (h ^ (unsigned char)*s) * 16777619u;
-	wire_id = (h & ~0xffu) | id;
 	if ((tu_mix(((uint64_t)wire_id << 32) ^ seq ^ 0xb16) & 63) == 0)
 		max *= 4;
 	if (max > max_record)

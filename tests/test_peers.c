@@ -724,6 +724,107 @@ static void case_lookups(void)
 	hd_stop(&a);
 }
 
+/* ---- 9: a destroyed flow's ring is charged until it is released ---------- */
+
+/* `status --json`'s destroyed_rings and destroyed_ring_bytes on d. */
+static void destroyed_rings(const struct hd *d, uint64_t *n, uint64_t *bytes)
+{
+	char out[16384];
+
+	CHECK(hd_ctl(d, moverctl_bin, out, sizeof(out), "--json status") == 0);
+	*n = hj_u64(out, "destroyed_rings");
+	*bytes = hj_u64(out, "destroyed_ring_bytes");
+	printf("# status: destroyed_rings %llu, destroyed_ring_bytes %llu\n",
+	       (unsigned long long)*n, (unsigned long long)*bytes);
+}
+
+/*
+ * A user's sender flow whose receiver (the test) stops reading: moverd's
+ * send waits in flight, and holds the ring, after the user destroyed the
+ * flow.  The user's ring quota counts that ring until the send ends:
+ * before, a create straight after the destroy passed, and a user could
+ * hold rings past its quota for as long as such sends last.
+ */
+static void case_destroyed_charged(void)
+{
+	static const char *const opts[] = { "--max-ring-bytes-per-uid", "24M",
+					    NULL };
+	/* 14.4 MB: past what the sockets take in while nobody reads (the
+	 * test's receive buffer 64 KiB, moverd's unsent bytes ~1 MiB) */
+	enum { REC = 60000, RECS = 240 };
+	static char rec[REC];
+	char out[4096];
+	flowshm_t *prod = NULL;
+	int lfd, lport, fd, rc, i, rcvbuf = 64 << 10;
+	uint64_t n, bytes;
+	uint32_t id;
+	struct hd a;
+
+	hd_start(&a, moverd_bin, "peers9", false, opts);
+	lfd = hp_listen(&lport);
+	/* before moverd connects: the accepted socket inherits it */
+	CHECK(setsockopt(lfd, SOL_SOCKET, SO_RCVBUF, &rcvbuf,
+			 sizeof(rcvbuf)) == 0);
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create q9a --peer 127.0.0.1:%d --ring-size 16M "
+			"--max-record 65536", lport) == 0);
+	fd = fake_accept(lfd, &id);
+	CHECK(send_opened(fd, id, 0, "", 0, 0));
+	CHECK(hd_wait_state(&a, moverctl_bin, "q9a", "open", 10000, NULL, 0));
+	setenv("FLOWMOVER_SOCKET", a.sock, 1);
+	CHECK(flowshm_attach("q9a", FLOWSHM_PRODUCER, NULL, &prod) == 0);
+	for (i = 0; i < RECS; i++)
+		CHECK(flowshm_send(prod, rec, sizeof(rec), 10000) == 0);
+	/* what moverd sent till its send had to wait: the test reads none,
+	 * and says it is alive (a link silent for 5 s fails, which would
+	 * end the send) */
+	CHECK(hp_send_hdr(fd, WIRE_HEARTBEAT, 0, 0, 0, 0));
+	usleep(500000);
+	CHECK(hp_send_hdr(fd, WIRE_HEARTBEAT, 0, 0, 0, 0));
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow destroy q9a") == 0);
+	CHECK(hd_log_count(&a, "flow q9a destroyed (its ring is released "
+			   "once the I/O in flight") == 1);
+	flowshm_detach(prod);
+
+	/* 16M held + 16M > 24M: refused, saying why */
+	rc = hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+		       "flow create q9b --ring-size 16M");
+	printf("# a create while the destroyed ring is held: exit %d: %s", rc,
+	       out);
+	CHECK(rc != 0 && strstr(out, "--max-ring-bytes-per-uid") &&
+	      strstr(out, "1 destroyed, their rings not yet released"));
+	/* and the operator sees it held */
+	destroyed_rings(&a, &n, &bytes);
+	CHECK(n == 1 && bytes == 16 << 20);
+
+	/* the receiver goes: the send ends, the ring is released */
+	close(fd);
+	for (i = 0; i < 100; i++) {
+		rc = hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			       "flow create q9b --ring-size 16M");
+		if (!rc)
+			break;
+		usleep(100000);
+	}
+	printf("# the same create after the link went: exit %d after %.1f "
+	       "s%s%s\n", rc, i * 0.1, rc ? ": " : "", rc ? out : "");
+	CHECK(rc == 0);
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow destroy q9b") == 0);
+	/* q9b had no consumer: its pages go at once; q9a's went before */
+	for (i = 0; i < 100; i++) {
+		destroyed_rings(&a, &n, &bytes);
+		if (!n && !bytes)
+			break;
+		usleep(100000);
+	}
+	CHECK(n == 0 && bytes == 0);
+	close(lfd);
+	hd_alive(&a);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -743,6 +844,8 @@ int main(int argc, char **argv)
 		  "show without their control bytes" },
 		{ 8, case_lookups, "host-name lookups: a destroyed flow's goes "
 		  "with it; the last slots are root's" },
+		{ 9, case_destroyed_charged, "a destroyed flow's ring held by "
+		  "a send in flight still counts against its user's quota" },
 	};
 
 	if (argc != 4) {
