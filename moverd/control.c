@@ -571,7 +571,7 @@ static void do_reload(struct ctl_client *c, uint64_t id)
 	char err[160];
 	uint64_t run;
 
-	if (c->uid != 0 && c->uid != geteuid()) {
+	if (!flows_is_operator(c->uid)) {
 		respond_error(c, id, -EACCES, "permission denied: only root "
 			      "may reload moverd's config");
 		return;
@@ -1397,7 +1397,7 @@ static unsigned visible_peers(const struct ctl_client *c,
 	bool seen[64] = { false };
 	unsigned kept = 0;
 
-	if (c->uid == 0 || c->uid == geteuid())
+	if (flows_is_operator(c->uid))
 		return n;
 	for (const struct flow *f = c->srv->flows->head; f; f = f->next) {
 		if (!may_see(c, f))
@@ -1442,7 +1442,7 @@ static void do_status(struct ctl_client *c, uint64_t id)
 	unsigned total, np = peer_status(c->srv->peers, ps, 64, &total);
 
 	/* an operator sees them all, so is told of those not listed */
-	if (c->uid == 0 || c->uid == geteuid())
+	if (flows_is_operator(c->uid))
 		st.peers_not_listed = total - np;
 	np = visible_peers(c, ps, np);
 

@@ -1979,7 +1979,8 @@ int flows_check_spec(const struct flow_table *t, const struct flow_spec *s,
 }
 
 /* flows_check_spec, then what depends on the table now: the name free,
- * room for one more flow, the uid's quota. */
+ * room for one more flow (destroyed ones I/O still holds included), the
+ * uid's quota. */
 static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 		      uid_t uid, struct flowshm_ring_params *p, char *err,
 		      size_t errlen)
@@ -1992,9 +1993,18 @@ static int check_spec(const struct flow_table *t, const struct flow_spec *s,
 		snprintf(err, errlen, "flow '%s' already exists", s->name);
 		return -EEXIST;
 	}
-	if (t->count >= t->limits.max_flows) {
-		snprintf(err, errlen, "too many flows (limit %u)",
-			 t->limits.max_flows);
+	/* a destroyed flow that I/O in flight still refers to counts: it
+	 * holds its ring's fd as a listed flow does.  (Remains do not: a
+	 * ring waiting for its consumer to drain holds no fd, and one being
+	 * punched out holds it only till the punch is done.) */
+	if (t->count + t->n_dying >= t->limits.max_flows) {
+		if (t->n_dying)
+			snprintf(err, errlen, "too many flows (limit %u: "
+				 "--max-flows; %u destroyed, held by I/O in "
+				 "flight)", t->limits.max_flows, t->n_dying);
+		else
+			snprintf(err, errlen, "too many flows (limit %u: "
+				 "--max-flows)", t->limits.max_flows);
 		return -ENOSPC;
 	}
 	return check_quota(t, s, uid, p->ring_size, err, errlen);
@@ -2340,6 +2350,7 @@ static void dying_link(struct flow_table *t, struct flow *f)
 	if (t->dying)
 		t->dying->dying_prev = f;
 	t->dying = f;
+	t->n_dying++;
 	f->dying = true;
 	uncharge(f->holder, f->ring_bytes, false);
 	charge(f->holder, f->ring_bytes, true);
@@ -2356,6 +2367,7 @@ static void dying_unlink(struct flow_table *t, struct flow *f)
 		t->dying = f->dying_next;
 	if (f->dying_next)
 		f->dying_next->dying_prev = f->dying_prev;
+	t->n_dying--;
 	f->dying = false;
 	uncharge(f->holder, f->ring_bytes, true);
 	gone_count(t, f->ring_bytes, false);
@@ -2624,18 +2636,20 @@ taken:
  * held agree with its lists? */
 static void check_gone(const struct flow_table *t)
 {
-	unsigned n = 0;
+	unsigned n = 0, dying;
 	uint64_t bytes = 0;
 
 	for (const struct flow *f = t->dying; f; f = f->dying_next, n++)
 		bytes += f->ring_bytes;
+	dying = n;
 	for (const struct flow_remains *r = t->remains; r; r = r->next, n++)
 		bytes += r->ring_bytes;
-	if (n != t->n_gone || bytes != t->gone_bytes) {
-		log_error("destroyed rings counted (%u, %llu bytes) are not "
-			  "the lists' (%u, %llu)", t->n_gone,
-			  (unsigned long long)t->gone_bytes, n,
-			  (unsigned long long)bytes);
+	if (n != t->n_gone || bytes != t->gone_bytes ||
+	    dying != t->n_dying) {
+		log_error("destroyed rings counted (%u, %llu bytes; %u dying "
+			  "flows) are not the lists' (%u, %llu; %u)",
+			  t->n_gone, (unsigned long long)t->gone_bytes,
+			  t->n_dying, n, (unsigned long long)bytes, dying);
 		abort();
 	}
 }

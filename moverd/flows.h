@@ -410,6 +410,8 @@ struct flow_table {
 	 * still refers to: their rings are held, and charged (flows.c,
 	 * dying_link) */
 	struct flow *dying;
+	unsigned n_dying;         /* ... how many: each holds its ring's fd,
+				   * as a listed flow does (--max-flows) */
 	/* the rings of the dying flows and the remains: how many, their
 	 * bytes (status: destroyed_rings) */
 	unsigned n_gone;

@@ -748,7 +748,7 @@ static void destroyed_rings(const struct hd *d, uint64_t *n, uint64_t *bytes)
 static void case_destroyed_charged(void)
 {
 	static const char *const opts[] = { "--max-ring-bytes-per-uid", "24M",
-					    NULL };
+					    "--max-flows", "2", NULL };
 	/* 14.4 MB: past what the sockets take in while nobody reads (the
 	 * test's receive buffer 64 KiB, moverd's unsent bytes ~1 MiB) */
 	enum { REC = 60000, RECS = 240 };
@@ -797,6 +797,15 @@ static void case_destroyed_charged(void)
 	/* and the operator sees it held */
 	destroyed_rings(&a, &n, &bytes);
 	CHECK(n == 1 && bytes == 16 << 20);
+	/* the operator has no quota, but --max-flows 2 counts the destroyed
+	 * flow too (it holds its ring's fd as a listed flow does): one more
+	 * flow */
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out),
+		     "flow create q9op") == 0);
+	rc = hd_ctl(&a, moverctl_bin, out, sizeof(out), "flow create q9op2");
+	printf("# the operator's second create: exit %d: %s", rc, out);
+	CHECK(rc != 0 && strstr(out, "too many flows (limit 2: --max-flows; "
+				"1 destroyed, held by I/O in flight)"));
 
 	/* the receiver goes: the send ends, the ring is released */
 	close(fd);
@@ -812,7 +821,10 @@ static void case_destroyed_charged(void)
 	CHECK(rc == 0);
 	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
 			"flow destroy q9b") == 0);
-	/* q9b had no consumer: its pages go at once; q9a's went before */
+	CHECK(hd_ctl(&a, moverctl_bin, out, sizeof(out),
+		     "flow destroy q9op") == 0);
+	/* q9b and q9op had no consumer: their pages go at once; q9a's went
+	 * before */
 	for (i = 0; i < 100; i++) {
 		destroyed_rings(&a, &n, &bytes);
 		if (!n && !bytes)
@@ -845,7 +857,8 @@ int main(int argc, char **argv)
 		{ 8, case_lookups, "host-name lookups: a destroyed flow's goes "
 		  "with it; the last slots are root's" },
 		{ 9, case_destroyed_charged, "a destroyed flow's ring held by "
-		  "a send in flight still counts against its user's quota" },
+		  "a send in flight still counts against its user's quota "
+		  "and --max-flows" },
 	};
 
 	if (argc != 4) {
