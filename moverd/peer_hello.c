@@ -392,7 +392,10 @@ static void set_host(struct peer *p)
 		ok = inet_ntop(AF_INET6, &ip, host, sizeof(host));
 	if (!ok) /* not numeric: as it is (it was never a claim either) */
 		peer_host(p, host, sizeof(host));
-	snprintf(p->host, sizeof(p->host), "%s", host);
+	/* A name longer than p->host is cut: it only keys the quotas. */
+	size_t n = strnlen(host, sizeof(p->host) - 1);
+	memcpy(p->host, host, n);
+	p->host[n] = '\0';
 }
 
 /* Until the hello authenticates it, a peer is its address, without the
