@@ -734,6 +734,8 @@ void peer_fail_flow(struct peer *p, const struct flow *f, const char *fmt,
  */
 void peer_hung_up(struct peer *p, const char *why)
 {
+	static struct log_limit lim; /* a stranger can connect and hang up
+				      * at will, before any hello */
 	char hint[200];
 
 	if (p->state == PEER_CLOSING || p->state == PEER_DOWN)
@@ -751,7 +753,8 @@ void peer_hung_up(struct peer *p, const char *why)
 		peer_fail(p, "%s", why);
 		return;
 	}
-	log_info("peer %s: %s (no flows on it): disconnecting", p->addr, why);
+	log_limited(&lim, LOG_LVL_INFO, "peer %s: %s (no flows on it): "
+		    "disconnecting", p->addr, why);
 	peer_close(p, why);
 }
 

@@ -728,8 +728,10 @@ static int setup_qp(struct peer *p, struct rdma_cm_id *id)
 	int rc;
 
 	if (id->verbs != s->verbs) {
-		log_error("peer %s: RDMA device differs from the first one",
-			  p->addr);
+		static struct log_limit lim; /* before any hello: anyone's */
+
+		log_limited(&lim, LOG_LVL_ERROR, "peer %s: RDMA device "
+			    "differs from the first one", p->addr);
 		return -ENODEV;
 	}
 	c->id = id;
