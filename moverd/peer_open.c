@@ -621,9 +621,12 @@ void handle_open(struct peer *p, const Flowmover__PeerFlowOpen *op)
 			 holder->addr);
 		twin_tag = f->rx_tag;
 		rc = -EALREADY;
-	} else if (f && (flow_cut_off(f) || op->after_cut)) {
+	} else if (f && (flow_cut_off(f) ||
+			 (op->after_cut && f->state != FLOW_FAILED))) {
 		/* after_cut: the CLOSE that said so never came (the link or
-		 * this moverd was down at the cut) */
+		 * this moverd was down at the cut).  A flow that failed here
+		 * for a reason of its own stays failed (below), whatever
+		 * the open says: it is the operator's to remove */
 		rc = check_origin(p, f, err, sizeof(err));
 		if (!rc)
 			rc = recreate_cut(p, &f, op, err, sizeof(err));

@@ -571,7 +571,8 @@ struct hp_open {
 	uint64_t start;
 };
 
-static inline bool hp_open(int fd, const struct hp_open *o)
+/* Open o; after_cut: saying the sender cut this host (a fan-out rejoin). */
+static inline bool hp_open_cut(int fd, const struct hp_open *o, bool after_cut)
 {
 	Flowmover__PeerMsg msg = FLOWMOVER__PEER_MSG__INIT;
 	Flowmover__PeerFlowOpen op = FLOWMOVER__PEER_FLOW_OPEN__INIT;
@@ -582,9 +583,15 @@ static inline bool hp_open(int fd, const struct hp_open *o)
 	op.max_record = o->max_record;
 	op.seal_key = o->seal_key;
 	op.start = o->start;
+	op.after_cut = after_cut;
 	msg.body_case = FLOWMOVER__PEER_MSG__BODY_OPEN;
 	msg.open = &op;
 	return hp_send_msg(fd, &msg);
+}
+
+static inline bool hp_open(int fd, const struct hp_open *o)
+{
+	return hp_open_cut(fd, o, false);
 }
 
 static inline bool hp_close_flow(int fd, const char *name)

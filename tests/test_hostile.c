@@ -57,8 +57,9 @@
  *  13  a receiver flow failed here (its consumer lied) whose sender's
  *      connection goes before the sender closes it, and comes back at
  *      once: the flow stays failed, the sender is refused with the reason
- *      (another peer only hears that the flow is not its own), and the
- *      flow goes after --orphan-timeout
+ *      (also when its open says it cut this host: such an open made the
+ *      failed flow anew), another peer only hears that the flow is not
+ *      its own, and the flow goes after --orphan-timeout
  *  14  a peer moverd dialed (no --peer-key) opens flows over that
  *      connection: refused; moverd's own flow on it goes on
  *  15  an ACK with a body, for a flow not on the connection: the link
@@ -96,6 +97,8 @@
  *      twin_tags (an older moverd) and G's instance, is added: A judges
  *      by the instance for such a peer, and ends H2's subscription alone
  *      as a twin (of G's or H's); G's goes on
+ *  25  500 strangers connect and hang up before any hello: B's log holds
+ *      a few lines of them a second (it held one each), and B serves on
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -1707,6 +1710,16 @@ static void case_failed_then_cut(void)
 	printf("  the sender, back, hears: %s\n", msg);
 	CHECK(strstr(msg, "failed on this host"));
 	CHECK(strstr(msg, "consumer's position 8192"));
+	/* nor does an open that says the sender cut this host (a fan-out
+	 * rejoin) make it anew: that is for a cut flow, not a failed one
+	 * (it was recreated, its reason gone) */
+	CHECK(hp_open_cut(fd, &o, true));
+	CHECK(hp_wait_opened(fd, o.flow_id, 5000, &op) == 0);
+	printf("  ... and, opening after a cut: %d %s\n", op->error,
+	       op->message ? op->message : "");
+	CHECK_RC(op->error, -EIO);
+	CHECK(op->message && strstr(op->message, "consumer's position 8192"));
+	flowmover__peer_flow_opened__free_unpacked(op, NULL);
 	CHECK(hd_wait_state(&d, moverctl_bin, "f13", "failed", 1000, reason,
 			    sizeof(reason)));
 	CHECK(strstr(reason, "consumer's position 8192"));
@@ -2767,6 +2780,57 @@ static void case_error_other_flow(void)
 	hd_stop(&d);
 }
 
+/* ---- case 25: strangers that hang up cost a few log lines ---------------- */
+
+/*
+ * Anyone the peer port admits can connect and hang up before any hello, as
+ * fast as it likes, and moverd logged a line for each ("... (no flows on
+ * it): disconnecting"): a stream into its log at the stranger's pace (a
+ * review).  Now that line is limited as every line a party can cause at
+ * will is (log_limited: a few a second).  500 such connections, then one
+ * that stays until B lists it (accepted in order: every one before it
+ * was accepted too) and goes; once B lists none of them, its log holds
+ * far fewer lines of them than there were connections, and B serves on.
+ */
+static void case_hangup_flood(void)
+{
+	enum { N = 500 };
+	char out[65536];
+	int fd, lines, i;
+	struct hd d;
+
+	hd_start(&d, moverd_bin, "hostile25", true, NULL);
+	for (i = 0; i < N; i++) {
+		CHECK((fd = hp_connect(d.port)) >= 0);
+		close(fd);
+	}
+	CHECK((fd = hp_connect(d.port)) >= 0);
+	for (i = 0; i < 400; i++) {
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+			     "status --json") == 0);
+		if (strstr(out, "\"address\": \"127.0.0.1:"))
+			break;
+		usleep(50000);
+	}
+	CHECK(i < 400);
+	close(fd);
+	for (i = 0; i < 400; i++) {
+		CHECK(hd_ctl(&d, moverctl_bin, out, sizeof(out),
+			     "status --json") == 0);
+		if (!strstr(out, "\"address\": \"127.0.0.1:") &&
+		    hj_u64(out, "peers_not_listed") == 0)
+			break;
+		usleep(50000);
+	}
+	CHECK(i < 400);
+	lines = hd_log_count(&d, "(no flows on it): disconnecting");
+	printf("  %d connections hung up before their hello: %d lines of "
+	       "them in B's log\n", N + 1, lines);
+	CHECK(lines >= 1 && lines < N / 4);
+	hd_alive(&d);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -2834,6 +2898,8 @@ int main(int argc, char **argv)
 		  "the unread records once" },
 		{ 24, case_instance_claimed, "a fan-out peer that says another "
 		  "peer's instance cannot end that peer's subscription" },
+		{ 25, case_hangup_flood, "500 strangers hang up before their "
+		  "hello: a few log lines, not one each" },
 	};
 
 	if (argc != 4) {
