@@ -1043,7 +1043,10 @@ static bool leave_if_dead(struct fr_ring *r, unsigned i, bool by_client)
 	uint32_t st = atomic_load_explicit(&s->state, memory_order_acquire);
 	uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
 
-	if (st == FR_SUB_FREE || (by_client && (st == FR_SUB_HELD || !pid)))
+	/* our own slot we give back ourselves, whatever pid a client
+	 * wrote into it (fr_sub_leave_other) */
+	if (i == r->sub || st == FR_SUB_FREE ||
+	    (by_client && (st == FR_SUB_HELD || !pid)))
 		return false;
 	if (holder_alive(r, pid,
 			 atomic_load_explicit(&s->tag, memory_order_relaxed)))
@@ -1469,6 +1472,17 @@ void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen)
 	/* release: everything above is done before the slot is free */
 	atomic_store_explicit(&s->state, FR_SUB_FREE, memory_order_release);
 	wake_producers(r);
+}
+
+void fr_sub_leave_other(struct fr_ring *r, unsigned slot, uint64_t gen)
+{
+	/* the slot and gen are a client's word or read from the ring, and a
+	 * client steers the gen (it is a shared counter): a slot we hold is
+	 * not given back by them, else our handle would forget it and never
+	 * see it lost (fr_sub_lost) */
+	if (slot == r->sub)
+		return;
+	fr_sub_leave(r, slot, gen);
 }
 
 unsigned fr_sub_leave_dead(struct fr_ring *r, uint32_t slots)

@@ -99,6 +99,12 @@
  * flight.  A producer that finds the ring full with max_lag set rings the
  * flow's doorbell, so moverd looks at once.  (A compatible addition to
  * format 2: an older library's CAS from ACTIVE never cuts a HELD slot.)
+ * Only moverd gives its own slot back: a leave on another party's behalf
+ * (a client's detach, a judge of dead holders) passes over the slot its
+ * handle holds, whatever gen or pid a client wrote into the ring (a
+ * client that could steer its old slot's gen to the one moverd took it
+ * at would otherwise free moverd's slot at its detach, and moverd's
+ * handle would forget it held one).
  *
  * A new subscriber joins at the minimum position of the active ones (or at
  * `floor`): set pos, publish the slot (CAS state, then set the mask bit,
@@ -881,6 +887,10 @@ int fr_sub_adopt(struct fr_ring *r, unsigned slot, uint64_t gen);
  * waiting on it are released at once.  The last one leaves its position
  * as the floor. */
 void fr_sub_leave(struct fr_ring *r, unsigned slot, uint64_t gen);
+
+/* fr_sub_leave of another party's slot (moverd, for a client that
+ * detached): a no-op on the slot this handle holds itself. */
+void fr_sub_leave_other(struct fr_ring *r, unsigned slot, uint64_t gen);
 
 /* Publish our private head to our slot now (lazy publishing otherwise). */
 void fr_sub_publish(struct fr_ring *r);

@@ -116,10 +116,12 @@ static void detach_all(struct ctl_client *c)
 		if (c->att[i].role == FLOWSHM_CONSUMER) {
 			f->consumers--;
 			/* its slot goes back: producers held by it are free at
-			 * once (a no-op if the client already left cleanly) */
+			 * once (a no-op if the client already left cleanly,
+			 * or if the slot is moverd's own now) */
 			if (f->view)
-				fr_sub_leave(&f->view->ring, c->att[i].slot,
-					     c->att[i].gen);
+				fr_sub_leave_other(&f->view->ring,
+						   c->att[i].slot,
+						   c->att[i].gen);
 		} else {
 			f->producers--;
 			/* a producer that died mid-claim: its gap is free

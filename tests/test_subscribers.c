@@ -10,7 +10,8 @@
  * killed producer's slot given back by moverd; without moverd, a killed
  * consumer's slot given back by the producer it holds back, and by a new
  * consumer that finds no free slot; an END that waits for room in a full
- * ring, moverd at rest meanwhile.
+ * ring, moverd at rest meanwhile; moverd's own slot never given back on a
+ * client's behalf.
  *
  * usage: test_subscribers MOVERD MOVERCTL   (FM_SUB_CASES=1,3 picks cases)
  */
@@ -654,6 +655,59 @@ static void case_end_full_ring(void)
 	hd_stop(&d);
 }
 
+/*
+ * moverd's own slot is given back by moverd alone (ipc/ring.h,
+ * Subscribers).  A client steers a slot's gen (a shared counter): it left
+ * its slot i at gen g and stored g - 1 there, so moverd's next take of a
+ * HELD slot got slot i at gen g, the very slot and gen moverd had noted
+ * for that client.  Its detach then freed moverd's slot, and moverd's
+ * handle forgot it held one: it sent on, unheld, and never saw the slot
+ * lost (a review).  A dead pid written into moverd's slot had its judge
+ * of dead holders do the same.  Here the test is moverd, on its own
+ * handle of the ring.
+ */
+static void case_own_slot_kept(void)
+{
+	int fd = tu_ring(1 << 16, REC_MAX, 0);
+	flowshm_t *m = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	struct fr_ring *r = &m->ring;
+	uint64_t gen;
+	unsigned slot;
+	pid_t dead;
+
+	/* the client's slot, taken for it at its attach; it leaves it and
+	 * steers the gen back */
+	CHECK_RC(fr_sub_take(r, 0, &slot, &gen), 0);
+	fr_sub_leave(r, slot, gen);
+	atomic_store(&r->sh->subs[slot].gen, gen - 1);
+	/* moverd takes its HELD slot: the same slot, at the client's gen */
+	CHECK_RC(fr_sub_take_held(r, (uint32_t)getpid()), 0);
+	printf("  the client's slot %u gen %llu; moverd's slot %u gen %llu\n",
+	       slot, (unsigned long long)gen, r->sub,
+	       (unsigned long long)r->sub_gen);
+	CHECK(r->sub == slot && r->sub_gen == gen);
+	/* the client's control connection closes */
+	fr_sub_leave_other(r, slot, gen);
+	CHECK(r->sub == slot && !fr_sub_lost(r));
+	CHECK(atomic_load(&r->sh->subs[slot].state) == FR_SUB_HELD);
+	/* a dead process's pid written into moverd's slot */
+	dead = fork();
+	CHECK(dead >= 0);
+	if (dead == 0)
+		_exit(0);
+	CHECK(wait_child(dead) == 0);
+	atomic_store(&r->sh->subs[slot].pid, (uint32_t)dead);
+	CHECK(fr_sub_leave_dead(r, 1u << slot) == 0);
+	CHECK(r->sub == slot && !fr_sub_lost(r));
+	CHECK(atomic_load(&r->sh->subs[slot].state) == FR_SUB_HELD);
+	/* moverd's own leave still gives it back */
+	fr_sub_leave(r, slot, gen);
+	CHECK(r->sub == FR_MAX_SUBS);
+	CHECK(atomic_load(&r->sh->subs[slot].state) == FR_SUB_FREE);
+	flowshm_close(m);
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -678,6 +732,8 @@ int main(int argc, char **argv)
 		  "killed -9 releases the producer; nothing unread is lost" },
 		{ 11, case_end_full_ring, "moverd: an END on a full ring waits, "
 		  "moverd at rest; then every record and the END" },
+		{ 12, case_own_slot_kept, "moverd's own slot survives a "
+		  "client's detach that names it and a dead pid written in it" },
 	};
 
 	if (argc != 3) {
