@@ -165,6 +165,9 @@ struct peer {
 	/* the last TCP connect's failure, as said (0: none since the last
 	 * connection): logged again only when it changes (tcp.c) */
 	int conn_err;
+	/* its name failed to resolve, and has not resolved since: said
+	 * once, not at every retry (tcp.c, resolve_failed) */
+	bool unresolved;
 	struct flow *flows;
 	unsigned n_flows;         /* in p->flows (link_flow, unlink_flow) */
 	/* those of its flows the duty cycle visits (mover.c, "the active

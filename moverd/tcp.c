@@ -268,6 +268,27 @@ static void flows_reason(struct peer *p, bool failed, const char *fmt, ...)
 			flows_set_state(f, f->state, why);
 }
 
+/*
+ * A name that does not resolve: each waiting flow's reason, and a warning
+ * the first time in a row.  The lookup is tried again every
+ * RESOLVE_RETRY_NS for as long as a flow wants the peer, and a user's
+ * flows pick the names: a line at every retry was a stream a user could
+ * open at will (a review: 32 names, 16 lines a second).
+ */
+static void resolve_failed(struct peer *p, const char *why)
+{
+	static struct log_limit lim;
+
+	flows_reason(p, true, "cannot resolve %s: %s", p->addr, why);
+	if (!p->unresolved)
+		log_limited(&lim, LOG_LVL_WARN, "peer %s: cannot resolve: %s; "
+			    "retrying (said again once it has resolved)",
+			    p->addr, why);
+	else
+		log_debug("peer %s: cannot resolve: %s", p->addr, why);
+	p->unresolved = true;
+}
+
 /* A lookup ended, on the loop.  Its peer is found by the lookup's id: a
  * peer that went away meanwhile is not there to find. */
 static void address_resolved(struct resolver *r,
@@ -285,11 +306,10 @@ static void address_resolved(struct resolver *r,
 	if (!p->outbound || p->state != PEER_DOWN || !p->flows)
 		return; /* nothing waits for it any more */
 	if (res->err) {
-		log_warn("peer %s: cannot resolve: %s", p->addr, res->why);
-		flows_reason(p, true, "cannot resolve %s: %s", p->addr,
-			     res->why);
+		resolve_failed(p, res->why);
 		return;
 	}
+	p->unresolved = false;
 	memcpy(&p->sa, &res->sa, res->len);
 	p->sa_len = res->len;
 	p->sa_fresh = true;
@@ -317,6 +337,7 @@ int peer_address(struct peer *p)
 	rc = resolver_lookup(&p->m->resolver, p->addr,
 			     flows_is_operator(p->uid), &res, &p->lookup_id);
 	if (rc == 0) {
+		p->unresolved = false;
 		memcpy(&p->sa, &res.sa, res.len);
 		p->sa_len = res.len;
 		return 0;
@@ -327,8 +348,7 @@ int peer_address(struct peer *p)
 		flows_reason(p, false, "resolving %s", p->addr);
 		return rc;
 	}
-	log_warn("peer %s: cannot resolve: %s", p->addr, res.why);
-	flows_reason(p, true, "cannot resolve %s: %s", p->addr, res.why);
+	resolve_failed(p, res.why);
 	p->retry_at_ns = fr_now_ns() + RESOLVE_RETRY_NS;
 	return rc;
 }

@@ -1,7 +1,9 @@
 /*
- * tests/slow_gai.c - an LD_PRELOAD shim for test_peers case 8: a lookup of
- * a host whose name starts with "slow" takes 5 s and then fails, as with a
- * DNS server that does not answer; any other name is looked up at once.
+ * tests/slow_gai.c - an LD_PRELOAD shim for test_peers cases 8 and 10: a
+ * lookup of a host whose name starts with "slow" takes 5 s and then fails,
+ * as with a DNS server that does not answer; one that starts with "nohost"
+ * fails at once, as a name the DNS does not know; any other name is looked
+ * up at once.
  */
 #include <dlfcn.h>
 #include <netdb.h>
@@ -16,10 +18,13 @@ int getaddrinfo(const char *node, const char *service,
 		(int (*)(const char *, const char *, const struct addrinfo *,
 			 struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
 
-	if (node && !strncmp(node, "slow", 4) &&
-	    !(hints && (hints->ai_flags & AI_NUMERICHOST))) {
+	if (!node || (hints && (hints->ai_flags & AI_NUMERICHOST)))
+		return real(node, service, hints, res);
+	if (!strncmp(node, "slow", 4)) {
 		sleep(5);
 		return EAI_AGAIN;
 	}
+	if (!strncmp(node, "nohost", 6))
+		return EAI_NONAME;
 	return real(node, service, hints, res);
 }

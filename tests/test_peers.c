@@ -7,7 +7,9 @@
  * toward a host that drops SYNs gives up after --peer-connect-timeout,
  * and a body that comes slowly is not taken for a silent link.  Names
  * that never resolve (case 8, the slow_gai shim) hold the lookup thread's
- * slots only while their flows exist, and never root's last 8.
+ * slots only while their flows exist, and never root's last 8; one that
+ * the DNS does not know is said once in the log, not at every retry
+ * (case 10).
  * FM_PEERS_CASES=1 runs only that case.
  *
  *   usage: test_peers MOVERD MOVERCTL SLOW_GAI_SO
@@ -837,6 +839,60 @@ static void case_destroyed_charged(void)
 	hd_stop(&a);
 }
 
+/* ---- 10: a name that never resolves is said once ------------------------- */
+
+/* Lines of d's log with both a and b. */
+static int log_count2(const struct hd *d, const char *a, const char *b)
+{
+	char line[4096];
+	FILE *f = fopen(d->log, "re");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, a) && strstr(line, b);
+	fclose(f);
+	return n;
+}
+
+/*
+ * A flow to a name the DNS does not know waits, and its peer's lookup is
+ * tried again every 2 s.  Each try put a warning in the log: a user with
+ * 32 such flows (--peer-max-hosts-per-uid) wrote 16 lines a second of
+ * names of its choosing, for as long as it liked (a review).  Now the
+ * first failure is a warning and the retries are debug lines; the flow's
+ * reason still says why.
+ */
+static void case_unresolved_said_once(void)
+{
+	char out[4096];
+	int warned = 0, retries = 0;
+	struct hd a;
+
+	start_slow_dns(&a, "peers10", NULL);
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow create n10 --peer nohost10:1 --ring-size 64K") ==
+	      0);
+	CHECK(wait_reason(&a, "n10", "cannot resolve nohost10:1", 10000));
+	/* three tries at least (2 s apart) */
+	for (int i = 0; i < 300 && retries < 3; i++) {
+		usleep(100000);
+		retries = log_count2(&a, "debug", "cannot resolve");
+		warned = log_count2(&a, "warn", "cannot resolve");
+	}
+	printf("# nohost10:1: %d warning(s), %d debug lines of retries\n",
+	       warned, retries);
+	CHECK(retries >= 3);
+	CHECK(warned == 1);
+	flow_reason(&a, "n10", out, sizeof(out));
+	CHECK(strstr(out, "cannot resolve nohost10:1"));
+	CHECK(hd_ctl_as(&a, moverctl_bin, NOBODY, out, sizeof(out),
+			"flow destroy n10") == 0);
+	hd_alive(&a);
+	hd_stop(&a);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -859,6 +915,8 @@ int main(int argc, char **argv)
 		{ 9, case_destroyed_charged, "a destroyed flow's ring held by "
 		  "a send in flight still counts against its user's quota "
 		  "and --max-flows" },
+		{ 10, case_unresolved_said_once, "a peer name that never "
+		  "resolves is a warning once, not at every retry" },
 	};
 
 	if (argc != 4) {
