@@ -1520,6 +1520,19 @@ static int prod_take_free(struct fr_ring *r, uint32_t pid, uint64_t tag,
 	return -EBUSY;
 }
 
+unsigned fr_prod_free_slots(const struct fr_ring *r)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < FR_MAX_PRODS; i++)
+		/* relaxed: a count for a limit, not a claim (prod_take_free's
+		 * CAS is) */
+		n += !atomic_load_explicit(
+			&fr_prod_at(r, i)->pid,
+			memory_order_relaxed);
+	return n;
+}
+
 int fr_prod_take(struct fr_ring *r, uint32_t pid, unsigned *slot,
 		 uint32_t *gen)
 {

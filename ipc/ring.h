@@ -817,6 +817,9 @@ static inline struct fr_prod *fr_prod_at(const struct fr_ring *r, unsigned i)
 			     i / (FR_MAX_PRODS / per_line)];
 }
 
+/* Producer slots free now (a count for moverd's limits on guests). */
+unsigned fr_prod_free_slots(const struct fr_ring *r);
+
 /* Take a free producer slot in `pid` (moverd for a client at attach, or a
  * producer of a ring without moverd), taking back slots of dead pids if
  * none is free: *slot and *gen say which.  -EBUSY if all are held. */

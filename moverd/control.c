@@ -962,9 +962,17 @@ static bool slot_taken(struct ctl_client *c, uint64_t id, const struct flow *f,
  */
 enum { GUEST_SPARE_SUBS = 2, GUEST_SUBS_PER_UID = FR_MAX_SUBS / 2 };
 
-/* The subscriber slots moverd holds for uid's consumers on f. */
-static unsigned subs_held_by(const struct ctl_server *s,
-			     const struct flow *f, uid_t uid)
+/* Producer slots the same way: a guest uid holds at most
+ * GUEST_PRODS_PER_UID of them and never takes the last GUEST_SPARE_PRODS
+ * free (a review: 64 producer attaches of one allowed uid took them all,
+ * and the owner's producers got -EBUSY). */
+enum { GUEST_SPARE_PRODS = 8, GUEST_PRODS_PER_UID = FR_MAX_PRODS / 2 };
+
+/* The slots moverd holds for uid's clients of `role` on f: every
+ * consumer's subscriber slot, the producer slots taken for producers. */
+static unsigned slots_held_by(const struct ctl_server *s,
+			      const struct flow *f, uid_t uid,
+			      enum flowshm_role role)
 {
 	unsigned n = 0;
 
@@ -972,8 +980,9 @@ static unsigned subs_held_by(const struct ctl_server *s,
 		if (c->uid != uid)
 			continue;
 		for (unsigned i = 0; i < c->n_att; i++)
-			n += c->att[i].flow == f &&
-			     c->att[i].role == FLOWSHM_CONSUMER;
+			n += c->att[i].flow == f && c->att[i].role == role &&
+			     (role == FLOWSHM_CONSUMER ||
+			      c->att[i].slot < FR_MAX_PRODS);
 	}
 	return n;
 }
@@ -991,7 +1000,7 @@ static bool guest_may_take(struct ctl_client *c, uint64_t id,
 
 	if (flows_may_manage(f, c->uid))
 		return true;
-	held = subs_held_by(c->srv, f, c->uid);
+	held = slots_held_by(c->srv, f, c->uid, FLOWSHM_CONSUMER);
 	if (held >= GUEST_SUBS_PER_UID) {
 		respond_error(c, id, -EBUSY, "flow '%s': uid %u holds %u of its "
 			      "%u subscriber slots, the most a uid other than "
@@ -1034,6 +1043,39 @@ static bool take_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 	return slot_taken(c, id, f, rc, "subscriber", FR_MAX_SUBS);
 }
 
+/* May c's producer take a producer slot of f (ring mapped)?  False:
+ * answered. */
+static bool guest_may_produce(struct ctl_client *c, uint64_t id,
+			      const struct flow *f)
+{
+	struct fr_ring *r = &f->view->ring;
+	unsigned held, spare;
+
+	if (flows_may_manage(f, c->uid))
+		return true;
+	held = slots_held_by(c->srv, f, c->uid, FLOWSHM_PRODUCER);
+	if (held >= GUEST_PRODS_PER_UID) {
+		respond_error(c, id, -EBUSY, "flow '%s': uid %u holds %u of its "
+			      "%u producer slots, the most a uid other than its "
+			      "owner may hold", f->name, (unsigned)c->uid, held,
+			      FR_MAX_PRODS);
+		return false;
+	}
+	spare = fr_prod_free_slots(r);
+	/* dead producers' slots count as free once given back (a take
+	 * with none free does the same) */
+	if (spare <= GUEST_SPARE_PRODS && fr_prod_leave_dead(r))
+		spare = fr_prod_free_slots(r);
+	if (spare <= GUEST_SPARE_PRODS) {
+		respond_error(c, id, -EBUSY, "flow '%s': %u of its %u producer "
+			      "slots are free, and the last %u are kept for its "
+			      "owner's producers", f->name, spare, FR_MAX_PRODS,
+			      GUEST_SPARE_PRODS);
+		return false;
+	}
+	return true;
+}
+
 /* A producer names its claims in a producer slot (ipc/ring.h, Producer
  * slots): take one for it in the client's pid; false (answered) if none.
  * A client whose pid we cannot see (0: another pid namespace) takes one
@@ -1047,6 +1089,8 @@ static bool take_prod_slot(struct ctl_client *c, uint64_t id, struct flow *f,
 	att->slot = FR_MAX_PRODS;
 	if (c->pid <= 0)
 		return true;
+	if (f->view && !guest_may_produce(c, id, f))
+		return false;
 	rc = f->view ? fr_prod_take(&f->view->ring, (uint32_t)c->pid &
 				    FR_INFO_PID, &att->slot, &gen) :
 		       -EPIPE;

@@ -37,6 +37,10 @@
  *      slots stay taken, their mask bits clear): 4001 still gets 6, the
  *      owner 2; on a receiving end (--peer-flow-owner 0:4242) two uids
  *      of the group get 8 each (nothing is kept for the owner there)
+ *   8  guests' producer slots, on such a flow: 65534's producers get 32
+ *      of the 64 ("the most a uid other than its owner may hold"), 4001's
+ *      24 ("kept for its owner's producers"), the owner's the last 8;
+ *      once 65534's go, 4001 gets 8 more (its 32)
  */
 #include "harness.h"
 #include "flowshm_internal.h"
@@ -582,11 +586,13 @@ struct holder {
 	unsigned took;
 };
 
-/* A child as uid:gid takes up to 16 consumer slots of flow on one control
- * connection (moverd holds each while it is open) and keeps them until it
- * is killed (let_go); took says how many it got. */
-static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
-		       const char *flow, struct holder *h)
+/* A child as uid:gid attaches up to `max` clients of `role` to flow, a
+ * control connection for each 16 (moverd holds each one's slot while it
+ * is open), and keeps them until it is killed (let_go); took says how
+ * many it got. */
+static void hold_role(const struct hd *d, uid_t uid, gid_t gid,
+		      const char *flow, Flowmover__Role role, unsigned max,
+		      struct holder *h)
 {
 	int told[2];
 
@@ -596,7 +602,7 @@ static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
 	CHECK(h->pid >= 0);
 	if (h->pid == 0) {
 		unsigned took = 0;
-		int s, fd, rc = 0;
+		int s = -1, fd, rc = 0;
 
 		close(told[0]);
 		if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
@@ -607,15 +613,19 @@ static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() == 1)
 			_exit(1);
-		s = ctl_connect(d->sock);
-		while (s >= 0 && took < 16 &&
-		       !(rc = hc_attach(s, flow, FLOWMOVER__ROLE__CONSUMER,
-					&fd))) {
+		while (took < max) {
+			if (took % 16 == 0 && (s = ctl_connect(d->sock)) < 0)
+				break;
+			if ((rc = hc_attach(s, flow, role, &fd)))
+				break;
 			close(fd);
 			took++;
 		}
-		printf("    uid %u: %u consumers attached; then %d: %s\n",
-		       (unsigned)uid, took, rc, rc ? ctl_last_error() : "");
+		printf("    uid %u: %u %s attached; then %d: %s\n",
+		       (unsigned)uid, took,
+		       role == FLOWMOVER__ROLE__CONSUMER ? "consumers" :
+							   "producers",
+		       rc, rc ? ctl_last_error() : "");
 		fflush(stdout);
 		if (write(told[1], &took, sizeof(took)) != sizeof(took))
 			_exit(1);
@@ -627,7 +637,14 @@ static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
 	close(told[0]);
 }
 
-/* The holder goes, and with its connection its slots. */
+/* hold_role of up to 16 consumers: one connection's worth. */
+static void hold_slots(const struct hd *d, uid_t uid, gid_t gid,
+		       const char *flow, struct holder *h)
+{
+	hold_role(d, uid, gid, flow, FLOWMOVER__ROLE__CONSUMER, 16, h);
+}
+
+/* The holder goes, and with its connections its slots. */
 static void let_go(struct holder *h)
 {
 	int st;
@@ -727,6 +744,48 @@ static void case_guest_cut(void)
 	hd_stop(&b);
 }
 
+/*
+ * Producer slots are shared the same way (a review: 64 producer attaches
+ * of one allowed uid took all 64, and the owner's producer got -EBUSY):
+ * a guest uid gets 32, another of the allowed group 24 (the last 8 free
+ * are kept for the owner), the owner the last 8; once the first guest's
+ * go, the second gets 8 more (its 32).
+ */
+static void case_guest_producers(void)
+{
+	struct holder nobody, member, owner, more;
+	char out[4096];
+	struct hd d;
+
+	start(&d, "acl8", false, NULL);
+	CHECK(hd_ctl_as(&d, moverctl_bin, OTHER, out, sizeof(out), "flow "
+			"create pshared --ring-size 64K --allow-uid %u "
+			"--allow-gid %u", NOBODY, GROUP) == 0);
+	hold_role(&d, NOBODY, NOBODY, "pshared", FLOWMOVER__ROLE__PRODUCER,
+		  64, &nobody);
+	CHECK(nobody.took == 32);
+	hold_role(&d, OTHER + 1, GROUP, "pshared", FLOWMOVER__ROLE__PRODUCER,
+		  64, &member);
+	CHECK(member.took == 24);
+	hold_role(&d, OTHER, OTHER, "pshared", FLOWMOVER__ROLE__PRODUCER, 64,
+		  &owner);
+	CHECK(owner.took == 8);
+	CHECK(attached(&d, "pshared") == 64);
+	let_go(&nobody);
+	for (int i = 0; i < 500 && attached(&d, "pshared") != 32; i++)
+		usleep(10000);
+	CHECK(attached(&d, "pshared") == 32);
+	hold_role(&d, OTHER + 1, GROUP, "pshared", FLOWMOVER__ROLE__PRODUCER,
+		  64, &more);
+	printf("  uid %u's producers gone: uid %u takes %u more\n", NOBODY,
+	       OTHER + 1, more.took);
+	CHECK(more.took == 8);
+	let_go(&more);
+	let_go(&member);
+	let_go(&owner);
+	hd_stop(&d);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct hcase cases[] = {
@@ -741,6 +800,8 @@ int main(int argc, char **argv)
 		  "per uid, two kept for the owner" },
 		{ 7, case_guest_cut, "guests' slots cut by max_lag still "
 		  "count; a receiving end keeps none for its owner" },
+		{ 8, case_guest_producers, "guests' producer slots: 32 per "
+		  "uid, the last 8 kept for the owner" },
 	};
 
 	if (argc != 4) {
