@@ -830,7 +830,8 @@ static void link_flow(struct flow_table *t, struct flow *f)
  * with why.  A ring of FILL_NOW_MAX or less is allocated on the spot
  * (0.3 ms at most): a fill's round trip would cost more than that.  A
  * re-adopted ring that is not all allocated (its moverd stopped during
- * the fill) is filled too.
+ * the fill) is filled too.  The blocks a client allocates beyond its ring
+ * file are punched out the same way, a chunk at a time (trim_start).
  */
 #define FILL_CHUNK (4ull << 20)
 #define FILL_NOW_MAX (1ull << 20)
@@ -2738,18 +2739,199 @@ void flows_fault_why(const struct flow *f, const char *what, char *why,
 		 f->table->state_dir);
 }
 
+/*
+ * A client that grew its ring file (fallocate, by as much as the
+ * filesystem has free) has the blocks beyond the ring freed off the loop:
+ * on tmpfs that costs about 0.14 s a GiB, for which the ftruncate that
+ * repaired the file stalled the loop (every flow, every client), and the
+ * client could grow it again each second.  io_uring's workers punch them
+ * out (IORING_OP_FALLOCATE, PUNCH_HOLE), TRIM_CHUNK at a time from the
+ * ring's end: a chunk holds the file's inode lock, which the loop's
+ * unlink at a destroy waits for, as a fill's chunk does.  One chunk of a
+ * file is in flight at a time, and the punch holds a reference to the
+ * flow (so its fd stays open) until the last is reaped; then the file is
+ * cut back to its size on the loop, with nothing left to free.  Blocks
+ * the client allocated meanwhile behind the punch are punched in another
+ * pass (TRIM_PASSES at most).  A flow destroyed meanwhile is punched on:
+ * else its unlinked file's blocks went at its last close, which may be
+ * moverd's, on the loop.  A flow let go at a stop, or a punch that cannot go on (no loop, no SQE,
+ * an error), is repaired on the spot, as before.  So is a shrunk file:
+ * growing it back is cheap.
+ */
+#define TRIM_CHUNK FILL_CHUNK
+#define TRIM_SPAN_MAX (1ull << 40) /* punched beyond the ring at most */
+#define TRIM_PASSES 4
+
+static void trim_done(struct loop_op *op, int res);
+
+/* What a disk filesystem's own metadata may add to a file of n bytes. */
+static uint64_t blocks_slack(uint64_t n)
+{
+	return n / 64 + 65536;
+}
+
+/* Has the file more blocks than a ring of want bytes holds? */
+static bool blocks_beyond(const struct stat *st, uint64_t want)
+{
+	return (uint64_t)st->st_blocks * 512 > want + blocks_slack(want);
+}
+
+/*
+ * How far beyond the ring's want bytes a file as st tells has blocks to
+ * punch, rounded up to a chunk (0: none): up to its size, and as many
+ * bytes further as it has blocks if they do not all fit in its size (a
+ * fallocate with KEEP_SIZE, which puts them past it).  TRIM_SPAN_MAX at
+ * most: the size is the client's word.
+ */
+static uint64_t trim_span(const struct stat *st, uint64_t want)
+{
+	uint64_t size = (uint64_t)st->st_size;
+	uint64_t got = (uint64_t)st->st_blocks * 512;
+	uint64_t span = size > want ? size - want : 0;
+
+	if (got > size + blocks_slack(size))
+		span += got;
+	if (span > TRIM_SPAN_MAX)
+		span = TRIM_SPAN_MAX;
+	return (span + TRIM_CHUNK - 1) / TRIM_CHUNK * TRIM_CHUNK;
+}
+
+static void repair_warn(const struct flow *f, int err)
+{
+	log_warn("flow %s: cannot repair the ring file: %s", f->name,
+		 strerror(err));
+}
+
+/* The whole repair on the spot: back to its size (a shrunk file regains
+ * zero pages), nothing allocated beyond it.  0 or -errno. */
+static int repair_now(struct flow *f)
+{
+	off_t want = (off_t)fr_map_bytes(f->ring_bytes);
+
+	if (ftruncate(f->ring_fd, want) ||
+	    fallocate(f->ring_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		      want, (off_t)TRIM_SPAN_MAX))
+		return -errno;
+	return 0;
+}
+
+/* Submit f's next chunk; false: no loop (a stop) or SQE, or f let go. */
+static bool trim_submit(struct flow *f)
+{
+	uint64_t left = f->trim_end - f->trimmed;
+	struct io_uring_sqe *sqe;
+
+	if (!f->table->loop || f->kept ||
+	    !(sqe = loop_sqe(f->table->loop, &f->trim_op, trim_done)))
+		return false;
+	io_uring_prep_fallocate(sqe, f->ring_fd, FALLOC_FL_PUNCH_HOLE |
+				FALLOC_FL_KEEP_SIZE, (off_t)f->trimmed,
+				(off_t)(left < TRIM_CHUNK ? left : TRIM_CHUNK));
+	return true;
+}
+
+/* A pass over span bytes from the ring's end; false: not started. */
+static bool trim_pass(struct flow *f, uint64_t span)
+{
+	f->trimmed = fr_map_bytes(f->ring_bytes);
+	f->trim_end = f->trimmed + span;
+	return trim_submit(f);
+}
+
+/* The punch is over: the file is cut back to its size, which frees what
+ * is left beyond it on the spot (nothing, once the punch is through),
+ * and the punch's reference goes (the last releases the flow: flow_put). */
+static void trim_finish(struct flow *f, bool through)
+{
+	int rc = 0;
+
+	if (!through)
+		rc = repair_now(f);
+	else if (ftruncate(f->ring_fd, (off_t)fr_map_bytes(f->ring_bytes)))
+		rc = -errno;
+	if (rc)
+		repair_warn(f, -rc);
+	log_debug("flow %s: ring file cut back to its size (%u punch "
+		  "passes%s)", f->name, f->trim_passes + 1,
+		  through ? "" : ", the rest on the spot");
+	f->trimming = false;
+	f->table->n_async--;
+	flow_put(f);
+}
+
+/* A pass is through: blocks the client allocated behind it (or that it
+ * did not reach) get another, TRIM_PASSES in all; false: none is due, or
+ * it could not start. */
+static bool trim_again(struct flow *f)
+{
+	uint64_t want = fr_map_bytes(f->ring_bytes);
+	struct stat st;
+
+	if (fstat(f->ring_fd, &st) || !blocks_beyond(&st, want) ||
+	    ++f->trim_passes >= TRIM_PASSES)
+		return false;
+	return trim_pass(f, trim_span(&st, want));
+}
+
+static void trim_done(struct loop_op *op, int res)
+{
+	struct flow *f = (struct flow *)((char *)op -
+					 offsetof(struct flow, trim_op));
+	uint64_t left = f->trim_end - f->trimmed;
+
+	if (res < 0) {
+		repair_warn(f, -res);
+		trim_finish(f, false);
+		return;
+	}
+	f->trimmed += left < TRIM_CHUNK ? left : TRIM_CHUNK;
+	if (f->trimmed < f->trim_end ? trim_submit(f) : trim_again(f))
+		return;
+	/* through, unless a chunk or pass could not be submitted */
+	trim_finish(f, f->trimmed >= f->trim_end);
+}
+
+/* Punch f's file beyond the ring off the loop, holding a reference;
+ * false: not started (the caller repairs it on the spot). */
+static bool trim_start(struct flow *f, uint64_t span)
+{
+	f->trim_passes = 0;
+	if (!trim_pass(f, span))
+		return false;
+	f->trimming = true;
+	f->table->n_async++;
+	flow_get(f); /* the punch reads f and its fd until trim_finish */
+	return true;
+}
+
+/* Repair f's ring file as st found it: a shrunk one grows back at once,
+ * blocks beyond it are punched off the loop (one punch at a time: one
+ * under way goes on).  0 or -errno. */
+static int repair(struct flow *f, const struct stat *st)
+{
+	uint64_t want = fr_map_bytes(f->ring_bytes);
+	uint64_t span = trim_span(st, want);
+
+	if ((uint64_t)st->st_size < want && ftruncate(f->ring_fd, (off_t)want))
+		return -errno;
+	if (!span || f->trimming || trim_start(f, span))
+		return 0;
+	return repair_now(f);
+}
+
 bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 {
 	uint64_t want = fr_map_bytes(f->ring_bytes);
 	struct stat st;
 	bool tripped;
+	int rc;
 
 	if (!f->path[0] || f->ring_fd < 0 || fstat(f->ring_fd, &st))
 		return false;
 	tripped = views_tripped(f);
 	/* blocks: a little slack for a disk filesystem's own metadata */
 	if (!tripped && (uint64_t)st.st_size == want &&
-	    (uint64_t)st.st_blocks * 512 <= want + want / 64 + 65536)
+	    !blocks_beyond(&st, want))
 		return false;
 	if (tripped && (uint64_t)st.st_size == want)
 		flows_fault_why(f, "moverd's view of the ring faulted", why,
@@ -2760,14 +2942,10 @@ bool flows_ring_tampered(struct flow *f, char *why, size_t cap)
 			 (long long)st.st_size, (long long)st.st_blocks * 512,
 			 (unsigned long long)want,
 			 tripped ? "; moverd's view of it faulted" : "");
-	/* back to its size (a shrunk file regains zero pages), nothing
-	 * allocated beyond it */
-	if (ftruncate(f->ring_fd, (off_t)want) ||
-	    fallocate(f->ring_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-		      (off_t)want, (off_t)1 << 40))
-		log_warn("flow %s: cannot repair the ring file: %s", f->name,
-			 strerror(errno));
-	else if (tripped)
+	rc = repair(f, &st);
+	if (rc)
+		repair_warn(f, -rc);
+	else if (tripped) /* the file has its size again (or more) */
 		remap_tripped(f);
 	return true;
 }

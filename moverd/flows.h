@@ -97,7 +97,10 @@ struct flow_spec {
  *     .. end_wait), so that a flow destroyed and created again meanwhile
  *     is seen `dead`, never taken for the new one,
  *   - the allocation of its ring's pages, waiting its turn or a chunk in
- *     flight (flows.c: fill_start .. fill_end).
+ *     flight (flows.c: fill_start .. fill_end),
+ *   - the punch of the blocks a client allocated beyond its ring file's
+ *     size (flows.c: trim_start .. trim_finish), which also keeps the
+ *     ring's fd open for it (the last flow_put closes it).
  * A destroyed ring's punch needs no reference: the flow is gone by then,
  * and its remains (mapping, fd) are kept until the punch completes.
  * flows_destroy() unlists the flow and closes its ring for clients; the
@@ -207,6 +210,14 @@ struct flow {
 	uint64_t filled;         /* bytes of the ring file allocated so far */
 	uint64_t fill_held;      /* ... its part of the table's fill_pending */
 	unsigned fill_eintr;     /* EINTRs of the chunk in flight */
+	/* blocks a client allocated beyond the ring's size, punched out off
+	 * the loop a chunk at a time (flows.c, trim_start); the punch holds
+	 * a reference */
+	struct loop_op trim_op;
+	bool trimming;
+	uint64_t trimmed;        /* punched up to here ... */
+	uint64_t trim_end;       /* ... of this far */
+	unsigned trim_passes;    /* passes through so far */
 
 	/* sender: positions in the producer ring */
 	uint64_t sent;           /* everything before it is on the wire */
