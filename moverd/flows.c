@@ -2557,11 +2557,16 @@ static void punch_done(struct loop_op *op, int res)
 }
 
 /* Give r's pages back: off the loop where there is one (what they hold
- * counts as free meanwhile: punch_pending). */
+ * counts as free meanwhile: punch_pending), but a ring of FILL_NOW_MAX or
+ * less on the spot, as its fill was: its punch's round trip through
+ * io_uring's workers costs more than the punch, and until it came back
+ * the ring counted against its owner's quotas (a user that created and
+ * destroyed 4 KiB rings in a loop met --max-flows-per-uid after 491 of
+ * them on a loaded host, 64 destroyed rings waiting for their punches) */
 static void release_remains(struct flow_table *t, struct flow_remains *r)
 {
 	r->releasing = true;
-	if (punch_next(t, r)) {
+	if (fr_map_bytes(r->ring_bytes) > FILL_NOW_MAX && punch_next(t, r)) {
 		t->punch_pending += r->frees;
 		t->n_async++;
 		return;
