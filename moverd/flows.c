@@ -2910,16 +2910,21 @@ static bool trim_start(struct flow *f, uint64_t span)
 }
 
 /* Repair f's ring file as st found it: a shrunk one grows back at once,
- * blocks beyond it are punched off the loop (one punch at a time: one
- * under way goes on).  0 or -errno. */
+ * and so is one grown without blocks beyond the ring cut back (sparse:
+ * nothing to free, while a punch would walk up to TRIM_SPAN_MAX of holes
+ * a chunk at a time); blocks beyond it are punched off the loop (one
+ * punch at a time: one under way goes on).  0 or -errno. */
 static int repair(struct flow *f, const struct stat *st)
 {
 	uint64_t want = fr_map_bytes(f->ring_bytes);
-	uint64_t span = trim_span(st, want);
+	uint64_t size = (uint64_t)st->st_size;
 
-	if ((uint64_t)st->st_size < want && ftruncate(f->ring_fd, (off_t)want))
+	if ((size < want ||
+	     (size > want && !blocks_beyond(st, want) && !f->trimming)) &&
+	    ftruncate(f->ring_fd, (off_t)want))
 		return -errno;
-	if (!span || f->trimming || trim_start(f, span))
+	if (!blocks_beyond(st, want) || f->trimming ||
+	    trim_start(f, trim_span(st, want)))
 		return 0;
 	return repair_now(f);
 }
