@@ -314,6 +314,35 @@ static void pad_at(struct fr_ring *r, uint64_t pos, uint64_t bytes)
 	pad_one(r, pos, bytes);
 }
 
+bool fr_split_pad(struct fr_ring *r, uint64_t pos, uint64_t piece)
+{
+	struct fr_rec *h = fr_rec_at(r, pos);
+	uint64_t bytes, q;
+	uint32_t l, info;
+
+	/* acquire: pairs with the seal's release, so the len and info read
+	 * after it are the committed ones (or a client's later scribble,
+	 * checked below as the scan checks it) */
+	if (atomic_load_explicit(&h->seal, memory_order_acquire) !=
+	    fr_seal(r, pos, FR_SEAL_COMMITTED))
+		return false;
+	l = atomic_load_explicit(&h->len, memory_order_relaxed);
+	info = atomic_load_explicit(&h->info, memory_order_relaxed);
+	bytes = FR_REC_HDR + (uint64_t)l;
+	/* not a pad, short enough, or one the scan refuses (the flow's
+	 * failure is the scan's to say) */
+	if (!(info & FR_INFO_PAD) || bytes <= piece || l % FR_ALIGN ||
+	    bytes > fr_lap_rest(r, pos) || bytes > PAD_MAX ||
+	    piece % FR_ALIGN || piece < FR_REC_HDR)
+		return false;
+	/* back to front: each pad is sealed (release) before the length
+	 * that leads a reader to it */
+	for (q = pos + (bytes - 1) / piece * piece; q > pos; q -= piece)
+		pad_one(r, q, pos + bytes - q < piece ? pos + bytes - q : piece);
+	pad_one(r, pos, piece);
+	return true;
+}
+
 /* ---- subscriber positions, as producers see them ------------------------- */
 
 #define SUB_ALL ((1u << FR_MAX_SUBS) - 1u)

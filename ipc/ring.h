@@ -1016,6 +1016,19 @@ int fr_scan_records_max(const struct fr_ring *r, uint64_t pos,
 			bool *stuck, uint64_t *records);
 
 /*
+ * moverd, the one sender of a ring: the committed pad at pos, if longer
+ * than `piece` bytes (a multiple of FR_ALIGN), becomes pads of `piece`
+ * (the last one shorter), so that it goes on a shared connection a
+ * quantum at a time as records do, not as one frame of up to a lap (a
+ * client commits pads of any length it likes).  The pads inside are
+ * written first, the first one's length last: a reader that sees the new
+ * length finds the next pad sealed, one that read the old one skips them
+ * all.  Only while no send in flight reads those bytes (a fan-out flow's
+ * other subscriptions may): the caller's to know.  True if it split.
+ */
+bool fr_split_pad(struct fr_ring *r, uint64_t pos, uint64_t piece);
+
+/*
  * Does a record begin at pos: on the record grid, and sealed (claimed,
  * committed or being recovered) for pos itself?  Inside a record the
  * word is payload, which a peer's position must not name: moverd would

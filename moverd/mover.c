@@ -703,13 +703,21 @@ static int build_data(struct peer *p)
 		if (f->deficit < deficit_cap(f))
 			f->deficit += FLOW_QUANTUM;
 		budget = f->deficit;
+		/* a pad longer than a quantum (a client commits one of up to
+		 * a lap) becomes pads of a quantum: whole, it went as one
+		 * frame ahead of every other flow on the connection.  Not in
+		 * fan-out, where another subscription's send in flight may
+		 * be reading those bytes */
+		if (!fanout_member(f))
+			fr_split_pad(ring_of(f), f->sent, FLOW_QUANTUM);
 		if (!total)
 			first = committed_bytes(f);
-		/* a record larger than any deficit it earns (a pad: of a
-		 * refused batch, a recovery step, or a client's own, up to
-		 * the lap's rest) goes whole when its flow comes first in a
-		 * batch: else it waited for ever, the flow active and the
-		 * mover spinning on it (a review: a cpu at 99%) */
+		/* a record larger than any deficit it earns (a pad of a
+		 * fan-out flow: of a refused batch, a recovery step, or a
+		 * client's own, up to the lap's rest) goes whole when its
+		 * flow comes first in a batch: else it waited for ever, the
+		 * flow active and the mover spinning on it (a review: a cpu
+		 * at 99%) */
 		if (first > deficit_cap(f) && budget < first)
 			budget = first;
 		/* at most BATCH_MAX bytes a send, the first flow's too (it

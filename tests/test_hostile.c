@@ -71,7 +71,8 @@
  *      on (A failed the link at every reopen); (b) a peer answers such a
  *      resume: A fails the flow, not the connection
  *  18  a committed pad of 2 MiB (more than a flow's deficit earns): the
- *      record behind it goes (moverd spun on it, and it never came)
+ *      record behind it goes (moverd spun on it, and it never came), and
+ *      the pad crosses as pads of a quantum (it went as one frame)
  *  19  a co-client shrinks the ring file again and again under a send
  *      waiting for the window: that flow fails, the link goes on (the
  *      fifth fault failed it)
@@ -2282,8 +2283,8 @@ static void case_far_resume(void)
 /* ---- case 18: a pad larger than the mover's deficit ---------------------- */
 
 /* A producer claims `bytes` and commits one pad over them (as a refused
- * batch does, in one pad). */
-static void commit_pad(flowshm_t *f, uint64_t bytes)
+ * batch does, in one pad); where it begins. */
+static uint64_t commit_pad(flowshm_t *f, uint64_t bytes)
 {
 	struct fr_ring *r = &f->ring;
 	/* acquire: the producers' claim position */
@@ -2299,6 +2300,7 @@ static void commit_pad(flowshm_t *f, uint64_t bytes)
 	/* release: a reader that sees the seal sees len and info */
 	atomic_store_explicit(&h->seal, fr_seal(r, t, FR_SEAL_COMMITTED),
 			      memory_order_release);
+	return t;
 }
 
 /* 18, 19: A and B with q (two_daemons), and flow `name` from A to B with
@@ -2324,20 +2326,26 @@ static void big_flow(struct hd *a, struct hd *b, const char *tag,
  * A committed pad of 2 MiB on a 4 MiB ring of 1 KiB records: more than the
  * deficit a flow earns (1 MiB), so the mover's span stopped before it at
  * every cycle, the flow stayed active and moverd spun at 99% of a cpu; the
- * record after the pad never came (a review).  It goes now; q too.
+ * record after the pad never came (a review).  It goes now; q too.  And
+ * it goes as pads of a quantum (512 KiB, moverd/peer_impl.h FLOW_QUANTUM),
+ * as B's ring shows where it landed: whole, it went as one frame of up
+ * to a lap ahead of every other flow on the connection (a review; B's
+ * ring held one pad of 2 MiB).
  */
 static void case_big_pad(void)
 {
+	const uint64_t piece = 512 * KIB;
 	unsigned char buf[64];
 	flowshm_t *p, *c;
 	struct hd a, b;
+	uint64_t at;
 	size_t len;
 
 	big_flow(&a, &b, "hostile18", "p18", "1024", &p, &c);
 	memset(buf, 0x11, sizeof(buf));
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
 	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 5000000000), 0);
-	commit_pad(p, 2048 * KIB);
+	at = commit_pad(p, 2048 * KIB);
 	memset(buf, 0x22, sizeof(buf));
 	/* after the pad: its commit rings the doorbell */
 	CHECK_RC(flowshm_send(p, buf, sizeof(buf), 1000000000), 0);
@@ -2345,6 +2353,19 @@ static void case_big_pad(void)
 	CHECK(len == sizeof(buf) && buf[0] == 0x22);
 	printf("  a 2 MiB pad, then a record: it reached B (A's cpu share "
 	       "after: %.2f)\n", hd_cpu_share(&a, 1000));
+	for (uint64_t q = at; q < at + 2048 * KIB; q += piece) {
+		const struct fr_rec *h = fr_rec_at(&c->ring, q);
+		/* relaxed: B published past them (the record after came) */
+		uint32_t l = atomic_load_explicit(&h->len, memory_order_relaxed);
+		uint32_t info = atomic_load_explicit(&h->info,
+						     memory_order_relaxed);
+
+		printf("  B's ring at +%llu KiB: %s of %u bytes\n",
+		       (unsigned long long)((q - at) / KIB),
+		       info & FR_INFO_PAD ? "a pad" : "a record",
+		       (unsigned)(l + FR_REC_HDR));
+		CHECK((info & FR_INFO_PAD) && l + FR_REC_HDR == piece);
+	}
 	q_completes(&a, &b);
 	flowshm_detach(p);
 	flowshm_detach(c);

@@ -1456,6 +1456,76 @@ static void test_commit_stays_in_claim(void)
 	close(fd);
 }
 
+/* A pad of `bytes` committed at the ring's tail (as a client may commit
+ * one of any length); where it begins. */
+static uint64_t commit_pad_at_tail(struct fr_ring *r, uint64_t bytes)
+{
+	uint64_t t = atomic_load(&r->sh->tail);
+	struct fr_rec *h = fr_rec_at(r, t);
+
+	CHECK(atomic_compare_exchange_strong(&r->sh->tail, &t, t + bytes));
+	atomic_store(&h->len, (uint32_t)(bytes - FR_REC_HDR));
+	atomic_store(&h->info, FR_INFO_PAD);
+	atomic_store(&h->seal, fr_seal(r, t, FR_SEAL_COMMITTED));
+	return t;
+}
+
+/*
+ * fr_split_pad (moverd, before it sends a flow's records): a committed pad
+ * longer than the piece becomes pads of the piece, the last one shorter;
+ * a consumer reads the records on either side of it and nothing else.  A
+ * pad short enough, a data record, a header not committed and a pad whose
+ * length runs past the lap are left as they are.
+ */
+static void test_split_pad(void)
+{
+	const uint64_t piece = 64u << 10, bytes = 3 * piece + 8192 + 48;
+	int fd = tu_ring(1u << 20, 1024, 0);
+	flowshm_t *p = tu_open(fd, FLOWSHM_PRODUCER, 0);
+	flowshm_t *c = tu_open(fd, FLOWSHM_CONSUMER, 0);
+	struct fr_ring *r = &p->ring;
+	uint64_t at, rec, end;
+	struct fr_rec *h;
+	char buf[64];
+	size_t len;
+
+	CHECK_RC(flowshm_send(p, "before", 6, 0), 0);
+	at = commit_pad_at_tail(r, bytes);
+	rec = atomic_load(&r->sh->tail);
+	CHECK_RC(flowshm_send(p, "after", 5, 0), 0);
+	CHECK(fr_split_pad(r, at, piece));
+	for (uint64_t q = at; q < at + bytes; q += piece) {
+		uint64_t want = at + bytes - q < piece ? at + bytes - q : piece;
+
+		h = fr_rec_at(r, q);
+		CHECK(atomic_load(&h->seal) == fr_seal(r, q, FR_SEAL_COMMITTED));
+		CHECK(atomic_load(&h->info) & FR_INFO_PAD);
+		CHECK(atomic_load(&h->len) + FR_REC_HDR == want);
+	}
+	CHECK(!fr_split_pad(r, at, piece)); /* a piece long now */
+	CHECK(!fr_split_pad(r, rec, FR_REC_HDR)); /* a data record */
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK(len == 6 && !memcmp(buf, "before", 6));
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), 0);
+	CHECK(len == 5 && !memcmp(buf, "after", 5));
+	CHECK_RC(flowshm_recv(c, buf, sizeof(buf), &len, 0), -EAGAIN);
+	/* past the lap: the scan's to refuse, not ours to cut */
+	end = atomic_load(&r->sh->tail);
+	at = commit_pad_at_tail(r, 2 * piece);
+	h = fr_rec_at(r, at);
+	atomic_store(&h->len, (uint32_t)(fr_lap_rest(r, at)));
+	CHECK(!fr_split_pad(r, at, piece));
+	CHECK(atomic_load(&h->len) == fr_lap_rest(r, at));
+	/* not committed (a claim in progress) */
+	atomic_store(&h->len, (uint32_t)(2 * piece - FR_REC_HDR));
+	atomic_store(&h->seal, fr_seal(r, at, FR_SEAL_CLAIMED));
+	CHECK(!fr_split_pad(r, at, piece));
+	CHECK(at == end);
+	flowshm_close(p);
+	flowshm_close(c);
+	close(fd);
+}
+
 int main(void)
 {
 	struct { const char *name; test_fn fn; } tests[] = {
@@ -1491,6 +1561,7 @@ int main(void)
 		{ "peek_skips_bounded", test_peek_skips_bounded },
 		{ "poll_behind_pads", test_poll_behind_pads },
 		{ "commit_stays_in_claim", test_commit_stays_in_claim },
+		{ "split_pad", test_split_pad },
 	};
 
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
