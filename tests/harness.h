@@ -466,7 +466,9 @@ static inline double hd_cpu_share(const struct hd *d, int ms)
 }
 
 /* How many lines of its log contain `needle`. */
-static inline int hd_log_count(const struct hd *d, const char *needle)
+/* Lines of d's log with needle, and with also (if not NULL). */
+static inline int hd_log_count_with(const struct hd *d, const char *needle,
+				    const char *also)
 {
 	char line[4096];
 	FILE *f = fopen(d->log, "re");
@@ -475,9 +477,14 @@ static inline int hd_log_count(const struct hd *d, const char *needle)
 	if (!f)
 		return 0;
 	while (fgets(line, sizeof(line), f))
-		n += strstr(line, needle) != NULL;
+		n += strstr(line, needle) && (!also || strstr(line, also));
 	fclose(f);
 	return n;
+}
+
+static inline int hd_log_count(const struct hd *d, const char *needle)
+{
+	return hd_log_count_with(d, needle, NULL);
 }
 
 /* ---- a hostile peer ------------------------------------------------------ */

@@ -841,21 +841,6 @@ static void case_destroyed_charged(void)
 
 /* ---- 10: a name that never resolves is said once ------------------------- */
 
-/* Lines of d's log with both a and b. */
-static int log_count2(const struct hd *d, const char *a, const char *b)
-{
-	char line[4096];
-	FILE *f = fopen(d->log, "re");
-	int n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, a) && strstr(line, b);
-	fclose(f);
-	return n;
-}
-
 /*
  * A flow to a name the DNS does not know waits, and its peer's lookup is
  * tried again every 2 s.  Each try put a warning in the log: a user with
@@ -878,8 +863,8 @@ static void case_unresolved_said_once(void)
 	/* three tries at least (2 s apart) */
 	for (int i = 0; i < 300 && retries < 3; i++) {
 		usleep(100000);
-		retries = log_count2(&a, "debug", "cannot resolve");
-		warned = log_count2(&a, "warn", "cannot resolve");
+		retries = hd_log_count_with(&a, "debug", "cannot resolve");
+		warned = hd_log_count_with(&a, "warn", "cannot resolve");
 	}
 	printf("# nohost10:1: %d warning(s), %d debug lines of retries\n",
 	       warned, retries);
