@@ -2759,9 +2759,10 @@ void flows_fault_why(const struct flow *f, const char *what, char *why,
  * the client allocated meanwhile behind the punch are punched in another
  * pass (TRIM_PASSES at most).  A flow destroyed meanwhile is punched on:
  * else its unlinked file's blocks went at its last close, which may be
- * moverd's, on the loop.  A flow let go at a stop, or a punch that cannot go on (no loop, no SQE,
- * an error), is repaired on the spot, as before.  So is a shrunk file:
- * growing it back is cheap.
+ * moverd's, on the loop.  A flow let go at a stop, or a punch that cannot
+ * go on (no loop, no SQE, an error), is repaired on the spot, as before.
+ * So is a shrunk file, and one grown sparse (repair): growing it back, or
+ * cutting off what holds no blocks, is cheap.
  */
 #define TRIM_CHUNK FILL_CHUNK
 #define TRIM_SPAN_MAX (1ull << 40) /* punched beyond the ring at most */
